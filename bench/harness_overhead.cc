@@ -1,0 +1,121 @@
+// bench/harness_overhead: the Fashion-MNIST CNN trained for the same number
+// of batches (same model, data, batch size, optimizer) by a hand-written
+// LibTorch loop in this process and by det-trial --local on the example
+// trial.so; prints both throughputs and their ratio (goal: det-trial >= 0.98).
+//
+//   harness_overhead [--batches N] [--rounds R]
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "examples/fashion_mnist/fashion_mnist_data.h"
+#include "examples/fashion_mnist/fashion_mnist_model.h"
+
+namespace {
+namespace fs = std::filesystem;
+
+constexpr int64_t kBatchSize = 64;
+
+// Batches per second of a plain LibTorch loop over shuffled Fashion-MNIST.
+double HandWrittenLoop(const fashion_mnist::FashionMnist& data, int64_t batches) {
+  torch::manual_seed(42);
+  fashion_mnist::Cnn model(16, 32, 128, 0.25);
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
+  model->train();
+  const int64_t n = data.images().size(0);
+  const int64_t per_epoch = (n + kBatchSize - 1) / kBatchSize;
+  torch::Tensor perm;
+  double loss_sum = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t k = 0; k < batches; ++k) {
+    if (k % per_epoch == 0) perm = torch::randperm(n, torch::kLong);
+    auto idx = perm.narrow(0, (k % per_epoch) * kBatchSize, std::min(kBatchSize, n - (k % per_epoch) * kBatchSize));
+    auto x = data.images().index_select(0, idx);
+    auto y = data.targets().index_select(0, idx);
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    loss_sum += loss.item<double>();
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (loss_sum < 0) std::printf("impossible\n");
+  return static_cast<double>(batches) / secs;
+}
+
+// Batches per second that det-trial reports for its training loop.
+double DetTrial(const std::string& dir, int64_t batches) {
+  std::string config = dir + "/config.yaml";
+  std::ofstream(config) << "name: harness-overhead\n"
+                           "hyperparameters:\n  global_batch_size: 64\n  learning_rate: 0.001\n"
+                           "  n_filters1: 16\n  n_filters2: 32\n  hidden_size: 128\n  dropout: 0.25\n"
+                           "searcher:\n  name: single\n  metric: accuracy\n  smaller_is_better: false\n"
+                           "  max_length:\n    batches: "
+                        << batches
+                        << "\nscheduling_unit: 100\nreproducibility:\n  experiment_seed: 42\n"
+                           "data:\n  validation_limit: 500\n";
+  std::string out = dir + "/det-trial.out";
+  std::string cmd = std::string(DET_TRIAL_BIN) + " --local " + config + " " + DET_FASHION_TRIAL +
+                    " --no-progress --output-dir " + dir + "/run > " + out + " 2>&1";
+  fs::remove_all(dir + "/run");
+  int rc = std::system(cmd.c_str());
+  std::stringstream ss;
+  ss << std::ifstream(out).rdbuf();
+  std::smatch m;
+  std::string text = ss.str();
+  if (rc != 0 || !std::regex_search(text, m, std::regex(R"(training throughput: ([0-9.]+) batches/s)"))) {
+    std::fprintf(stderr, "det-trial failed (rc %d):\n%s\n", rc, text.c_str());
+    std::exit(1);
+  }
+  return std::stod(m[1]);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t batches = 400;
+  int rounds = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--batches") batches = std::atoll(argv[i + 1]);
+    if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
+  }
+  std::string cache = fashion_mnist::DefaultCacheDir();
+  fashion_mnist::EnsureUncompressed(fashion_mnist::kDefaultSourceDir, cache);
+  fashion_mnist::FashionMnist data(cache, /*train=*/true);
+  std::string dir = (fs::temp_directory_path() / ("det-bench-" + std::to_string(getpid()))).string();
+  fs::create_directories(dir);
+
+  std::vector<double> hand, det;
+  std::printf("harness_overhead: Fashion-MNIST CNN, batch %lld, %lld batches per run, %d rounds, %d torch threads\n",
+              static_cast<long long>(kBatchSize), static_cast<long long>(batches), rounds, torch::get_num_threads());
+  HandWrittenLoop(data, std::min<int64_t>(batches, 50));  // warm-up
+  for (int r = 0; r < rounds; ++r) {
+    hand.push_back(HandWrittenLoop(data, batches));
+    det.push_back(DetTrial(dir, batches));
+    std::printf("  round %d: hand-written %.2f batches/s, det-trial %.2f batches/s\n", r + 1, hand.back(), det.back());
+  }
+  fs::remove_all(dir);
+  double h = Median(hand), d = Median(det);
+  std::printf("hand-written loop: %.2f batches/s (median)\n", h);
+  std::printf("det-trial:         %.2f batches/s (median)\n", d);
+  std::printf("ratio det-trial / hand-written: %.3f (goal >= 0.98)\n", d / h);
+  return 0;
+}

@@ -1,0 +1,157 @@
+// The experiment configuration: Determined's YAML experiment config (field
+// names, defaults and validation), parsed into typed structs.
+//
+//   absl::StatusOr<ExperimentConfig> config = LoadExperimentConfigFile("config.yaml");
+//
+// Errors are InvalidArgument with one message naming the source, the line
+// and the dotted field path:
+//   config.yaml:7: unknown field 'searcher.max_lenght' (did you mean 'max_length'?)
+//   config.yaml:3: field 'searcher.max_trials' must be an integer, got 'abc'
+//   config.yaml: missing required field 'searcher.metric'
+//   config.yaml:4: invalid YAML: ...
+// Fields of Determined that det-cpp does not use (bind_mounts, optimizations,
+// profiling, environment.image, ...) are accepted and reported in `warnings`.
+#ifndef DET_COMMON_EXPERIMENT_CONFIG_H_
+#define DET_COMMON_EXPERIMENT_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/hparams.h"
+#include "common/length.h"
+#include "nlohmann/json.hpp"
+
+namespace det {
+
+enum class SearcherName { kSingle, kRandom, kGrid, kAdaptiveAsha, kAsyncHalving };
+enum class AshaMode { kAggressive, kStandard, kConservative };
+enum class CheckpointPolicy { kBest, kAll, kNone };
+
+// "single", "random", "grid", "adaptive_asha", "async_halving".
+std::string_view SearcherNameToString(SearcherName name);
+// "aggressive", "standard", "conservative".
+std::string_view AshaModeToString(AshaMode mode);
+// "best", "all", "none".
+std::string_view CheckpointPolicyToString(CheckpointPolicy policy);
+
+struct SearcherConfig {
+  SearcherName name = SearcherName::kSingle;  // required
+  std::string metric;                         // required
+  bool smaller_is_better = true;
+  Length max_length;  // required; value >= 1
+  // Required (>= 1) for random, adaptive_asha and async_halving; 1 for single;
+  // for grid 0 unless given (the grid decides).
+  int64_t max_trials = 0;
+  int64_t max_concurrent_trials = 0;  // 0: unlimited
+  double divisor = 4;                 // adaptive_asha, async_halving; > 1
+  int64_t max_rungs = 5;              // adaptive_asha; >= 1
+  AshaMode mode = AshaMode::kStandard;
+  std::vector<int64_t> bracket_rungs;  // adaptive_asha; each >= 1
+  bool stop_once = false;
+  std::optional<std::string> time_metric;
+  std::optional<int64_t> max_time;  // >= 1
+  int64_t num_rungs = 5;            // async_halving; >= 1
+  std::optional<int64_t> source_trial_id;
+  std::optional<std::string> source_checkpoint_uuid;
+};
+
+// checkpoint_storage; only type shared_fs is supported.
+struct CheckpointStorageConfig {
+  std::string type = "shared_fs";
+  std::string host_path;     // required
+  std::string storage_path;  // empty: none (checkpoints go directly under host_path)
+  int64_t save_experiment_best = 0;
+  int64_t save_trial_best = 1;
+  int64_t save_trial_latest = 1;
+};
+
+struct ResourcesConfig {
+  int64_t slots_per_trial = 1;  // >= 1
+  std::string resource_pool = "default";
+  double weight = 1;                // > 0
+  std::optional<int64_t> priority;  // 1..99
+  std::optional<int64_t> max_slots;  // >= 1
+};
+
+struct ReproducibilityConfig {
+  // Always set after parsing: the config's value, or, only when the config
+  // has none, one derived from the current time (or ParseOptions).
+  std::optional<uint32_t> experiment_seed;
+  bool experiment_seed_given = false;  // whether the config set it
+};
+
+struct EnvironmentConfig {
+  // In config order. Accepted forms: a list of "KEY=VALUE" strings, a map
+  // KEY: VALUE, or Determined's per-device map {cpu: [...], cuda: [...],
+  // rocm: [...]} (cpu, then cuda, then rocm entries).
+  std::vector<std::pair<std::string, std::string>> environment_variables;
+};
+
+struct ExperimentConfig {
+  std::string name = "experiment";
+  std::string description;
+  std::vector<std::string> labels;
+  std::optional<std::string> entrypoint;  // kept, not used by the runtime
+  HyperparameterSpace hyperparameters;     // required; has global_batch_size
+  SearcherConfig searcher;                 // required
+  int64_t records_per_epoch = 0;           // 0: an epoch is one pass of the training data loader
+  std::optional<Length> min_validation_period;
+  std::optional<Length> min_checkpoint_period;
+  int64_t scheduling_unit = 100;  // batches per workload; > 0
+  bool perform_initial_validation = false;
+  CheckpointPolicy checkpoint_policy = CheckpointPolicy::kBest;
+  std::optional<CheckpointStorageConfig> checkpoint_storage;
+  ResourcesConfig resources;
+  int64_t max_restarts = 5;  // >= 0
+  ReproducibilityConfig reproducibility;
+  nlohmann::json data = nlohmann::json::object();  // free-form, for the trial
+  EnvironmentConfig environment;
+  bool debug = false;
+  std::optional<std::string> workspace;
+  std::optional<std::string> project;
+
+  // Accepted but unused fields, one message each.
+  std::vector<std::string> warnings;
+  // The whole document as JSON, exactly as written (no defaults).
+  nlohmann::json raw;
+  // The text parsed (for JSON input, its JSON text).
+  std::string yaml_text;
+  // The source name given to the parser (for messages).
+  std::string source_name;
+};
+
+struct ParseOptions {
+  // The experiment seed when the config has none; unset: derived from the
+  // current time.
+  std::optional<uint32_t> default_experiment_seed;
+};
+
+// Parses and validates a YAML config. `source_name` prefixes error messages.
+// InvalidArgument on any error (see above). Pure apart from reading the clock
+// for a missing experiment seed; thread-safe.
+absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view yaml_text, std::string_view source_name,
+                                                       const ParseOptions& options = {});
+
+// As ParseExperimentConfig, for a config already in JSON form (e.g. the
+// output of ExperimentConfigToJson or a stored `raw`); messages carry no lines.
+absl::StatusOr<ExperimentConfig> ParseExperimentConfigJson(const nlohmann::json& config,
+                                                           std::string_view source_name,
+                                                           const ParseOptions& options = {});
+
+// Reads and parses the file at `path` (named `path` in messages). NotFound
+// naming the path when it cannot be read.
+absl::StatusOr<ExperimentConfig> LoadExperimentConfigFile(const std::string& path, const ParseOptions& options = {});
+
+// The config with every default filled in, in Determined's shape (optional
+// fields unset are null). ParseExperimentConfigJson of the result yields an
+// equal config (apart from raw/yaml_text/warnings).
+nlohmann::json ExperimentConfigToJson(const ExperimentConfig& config);
+
+}  // namespace det
+
+#endif  // DET_COMMON_EXPERIMENT_CONFIG_H_

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds, and runs the whole
+# test suite (unit and end-to-end) with ctest.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/deploy/install-deps.sh"
+"$root/deploy/build.sh"
+build="${DET_BUILD_DIR:-$root/build}"
+cd "$build"
+ctest --output-on-failure -j "${DET_TEST_JOBS:-2}" --timeout 600

@@ -1,0 +1,187 @@
+// End-to-end tests of local mode: real det-trial processes on the synthetic
+// trial, paused with real signals.
+#include <signal.h>
+
+#include <regex>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "tests/test_util.h"
+
+namespace det::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kDetTrial = DET_TRIAL_BIN;
+const std::string kDetCli = DET_CLI_BIN;
+const std::string kTrialsDir = DET_TRIALS_DIR;
+const std::string kSynthetic = kTrialsDir + "/synthetic_trial.so";
+
+// A synthetic config; `extra_hparams` are appended under hyperparameters.
+std::string SyntheticConfig(int64_t batches, const std::string& extra_hparams = "") {
+  return absl::StrCat(R"(name: synthetic-test
+hyperparameters:
+  global_batch_size: 32
+  learning_rate: 0.01
+  hidden_size: 32
+  dropout: 0.1
+)", extra_hparams, R"(searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: )", batches, R"(
+min_validation_period:
+  batches: 50
+scheduling_unit: 10
+reproducibility:
+  experiment_seed: 7
+data:
+  train_size: 1000
+  val_size: 256
+  features: 16
+  seed: 1
+)");
+}
+
+// Largest "batches N" of a training line in det-trial's stdout, or -1.
+int64_t LastReportedBatch(const std::string& out) {
+  static const std::regex re(R"(\[det-trial\] training\s+batches (\d+))");
+  int64_t last = -1;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it) {
+    last = std::stoll((*it)[1]);
+  }
+  return last;
+}
+
+std::string PausedCheckpoint(const std::string& out) {
+  static const std::regex re(R"(paused at batch \d+; checkpoint (\S+))");
+  std::smatch m;
+  return std::regex_search(out, m, re) ? m[1].str() : "";
+}
+
+TEST(LocalModeTest, RunsToCompletionAndWritesCheckpoint) {
+  TempDir dir;
+  WriteFile(dir / "config.yaml", SyntheticConfig(100));
+  std::string out, err;
+  int rc = RunProcess({kDetTrial, "--local", dir / "config.yaml", kSynthetic, "--output-dir", dir / "out"}, &out, &err);
+  ASSERT_EQ(rc, 0) << out << err;
+  EXPECT_THAT(out, HasSubstr("[det-trial] validation batches 100"));
+  EXPECT_THAT(out, HasSubstr("completed 100 batches"));
+  std::string csv = ReadFile(dir / "out/metrics.csv");
+  EXPECT_THAT(csv, HasSubstr("validation,100,"));
+  EXPECT_THAT(csv, HasSubstr("validation_accuracy"));
+}
+
+TEST(LocalModeTest, DetCliCreateLocalRunsTheTrial) {
+  TempDir dir;
+  WriteFile(dir / "config.yaml", SyntheticConfig(20));
+  std::string out, err;
+  int rc = RunProcess({kDetCli, "experiment", "create", "--local", dir / "config.yaml", kSynthetic, "--output-dir",
+                       dir / "out", "--no-progress"},
+                      &out, &err);
+  ASSERT_EQ(rc, 0) << out << err;
+  EXPECT_THAT(out, HasSubstr("completed 20 batches"));
+}
+
+// Must show 3: paused by SIGTERM twice and resumed, a run reports exactly
+// the training and validation metrics of an uninterrupted run.
+TEST(LocalModeTest, PausedTwiceAndResumedMatchesUninterruptedRun) {
+  constexpr int64_t kBatches = 400;
+  TempDir dir;
+  // 3 ms per batch keeps the run long enough to be interrupted twice.
+  WriteFile(dir / "config.yaml", SyntheticConfig(kBatches, "  batch_delay_ms: 3\n"));
+  const std::vector<std::string> base = {kDetTrial, "--local", dir / "config.yaml", kSynthetic, "--threads", "1"};
+
+  std::string out, err;
+  auto args = base;
+  args.insert(args.end(), {"--output-dir", dir / "straight"});
+  ASSERT_EQ(RunProcess(args, &out, &err), 0) << out << err;
+  const std::string expected = ReadFile(dir / "straight/metrics.csv");
+  ASSERT_THAT(expected, HasSubstr(absl::StrCat("validation,", kBatches, ",")));
+
+  std::string resume_from;
+  int64_t paused_at = 0;
+  for (int round = 0; round < 2; ++round) {
+    args = base;
+    args.insert(args.end(), {"--output-dir", dir / "paused"});
+    if (!resume_from.empty()) args.insert(args.end(), {"--resume", resume_from});
+    std::string log = dir / absl::StrCat("round", round);
+    Subprocess p(args, log + ".out", log + ".err");
+    // Wait until it has trained at least 60 batches past where it started.
+    ASSERT_TRUE(PollUntil([&] { return LastReportedBatch(p.Stdout()) >= paused_at + 60; }, std::chrono::seconds(60)))
+        << p.Stdout() << p.Stderr();
+    p.Signal(SIGTERM);
+    ASSERT_EQ(p.Wait(std::chrono::seconds(60)), 0) << p.Stdout() << p.Stderr();
+    std::string stdout_text = p.Stdout();
+    resume_from = PausedCheckpoint(stdout_text);
+    ASSERT_FALSE(resume_from.empty()) << "run was not paused:\n" << stdout_text;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(stdout_text, m, std::regex(R"(paused at batch (\d+))")));
+    int64_t at = std::stoll(m[1]);
+    ASSERT_GT(at, paused_at);
+    ASSERT_LT(at, kBatches);
+    paused_at = at;
+  }
+  args = base;
+  args.insert(args.end(), {"--output-dir", dir / "paused", "--resume", resume_from});
+  ASSERT_EQ(RunProcess(args, &out, &err), 0) << out << err;
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("resumed from ", resume_from, " at batch ", paused_at)));
+  EXPECT_EQ(ReadFile(dir / "paused/metrics.csv"), expected);
+}
+
+// Must show 4: each bad input gives one clear error and a non-zero exit.
+struct ErrorCase {
+  std::string name;
+  std::string trial;       // library path
+  std::string config;      // config text
+  int exit_code;
+  std::string message;     // expected in stderr
+};
+
+class LocalModeErrorTest : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(LocalModeErrorTest, FailsWithOneClearError) {
+  const ErrorCase& c = GetParam();
+  TempDir dir;
+  WriteFile(dir / "config.yaml", c.config);
+  WriteFile(dir / "not_a_library.so", "this is text, not ELF\n");
+  std::string trial = absl::StrReplaceAll(c.trial, {{"$TMP", dir.path()}});
+  std::string out, err;
+  int rc = RunProcess({kDetTrial, "--local", dir / "config.yaml", trial, "--output-dir", dir / "out"}, &out, &err);
+  EXPECT_EQ(rc, c.exit_code) << out << err;
+  EXPECT_THAT(err, HasSubstr(c.message)) << err;
+  // Exactly one error line.
+  size_t count = 0;
+  for (size_t pos = err.find("error:"); pos != std::string::npos; pos = err.find("error:", pos + 1)) ++count;
+  EXPECT_EQ(count, 1u) << err;
+  EXPECT_THAT(err, Not(HasSubstr("terminate called")));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, LocalModeErrorTest,
+    ::testing::Values(
+        ErrorCase{"AbiVersionMismatch", kTrialsDir + "/synthetic_trial_abi2.so", SyntheticConfig(10), 3,
+                  "was built for trial ABI version 2, but this det-trial supports ABI version 1"},
+        ErrorCase{"MissingEntrySymbol", kTrialsDir + "/no_entry_trial.so", SyntheticConfig(10), 3,
+                  "has no entry symbol 'det_trial_plugin_entry'"},
+        ErrorCase{"NotASharedLibrary", "$TMP/not_a_library.so", SyntheticConfig(10), 3,
+                  "as a shared library"},
+        ErrorCase{"TrialThrowsInTrainBatch", kSynthetic, SyntheticConfig(10, "  throw_at_batch: 5\n"), 1,
+                  "trial SyntheticTrial failed in train_batch (epoch 0, batch 5): synthetic failure at batch 5"},
+        ErrorCase{"UnknownConfigField", kSynthetic,
+                  absl::StrReplaceAll(SyntheticConfig(10), {{"  max_length:", "  max_lenght:"}}), 2,
+                  "config.yaml:11: unknown field 'searcher.max_lenght'"},
+        ErrorCase{"WrongConfigType", kSynthetic,
+                  absl::StrReplaceAll(SyntheticConfig(10), {{"scheduling_unit: 10", "scheduling_unit: often"}}), 2,
+                  "config.yaml:15: field 'scheduling_unit'"}),
+    [](const ::testing::TestParamInfo<ErrorCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace det::testing

@@ -1,0 +1,60 @@
+// Helpers for end-to-end tests: temp dirs, files, and child processes.
+#ifndef DET_TESTS_TEST_UTIL_H_
+#define DET_TESTS_TEST_UTIL_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace det::testing {
+
+// A fresh directory under $TMPDIR, removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& content);
+
+// A child process whose stdout and stderr go to files.
+class Subprocess {
+ public:
+  // Starts argv[0] (a path) with argv; stdout/stderr to the given files.
+  Subprocess(const std::vector<std::string>& argv, const std::string& stdout_path, const std::string& stderr_path);
+  ~Subprocess();  // kills the child if still running
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // Waits for exit up to `timeout`; returns the exit status as
+  // 0..255, 128+signal when killed, or -1 on timeout.
+  int Wait(std::chrono::milliseconds timeout);
+  std::string Stdout() const { return ReadFile(stdout_path_); }
+  std::string Stderr() const { return ReadFile(stderr_path_); }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int status_ = 0;
+  std::string stdout_path_, stderr_path_;
+};
+
+// Runs argv to completion (bounded by timeout); returns the exit status and
+// fills out/err.
+int RunProcess(const std::vector<std::string>& argv, std::string* out, std::string* err,
+               std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
+// Polls `pred` every 20 ms until it is true or `timeout` passes.
+bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+}  // namespace det::testing
+
+#endif  // DET_TESTS_TEST_UTIL_H_

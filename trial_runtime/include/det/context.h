@@ -1,0 +1,181 @@
+// det::TrialContext: what a trial learns about its run and how it hands its
+// models, optimizers and LR schedulers to the runtime.
+#ifndef DET_CONTEXT_H_
+#define DET_CONTEXT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/schedulers/lr_scheduler.h>
+
+namespace det {
+
+// When the runtime steps a wrapped LR scheduler.
+enum class LRSchedulerStepMode {
+  kStepEveryBatch,  // after every train_batch
+  kStepEveryEpoch,  // after the last batch of every epoch
+  kManualStep,      // the trial calls step() itself
+};
+
+// Options of TrialContext::step_optimizer.
+struct StepOptimizerOptions {
+  // Clip the global L2 norm of the optimizer's gradients to this value.
+  TORCH_ARG(std::optional<double>, clip_grad_norm) = std::nullopt;
+  // Clip every gradient element to [-v, v].
+  TORCH_ARG(std::optional<double>, clip_grad_value) = std::nullopt;
+  // Zero the gradients after the step.
+  TORCH_ARG(bool, zero_grad) = true;
+};
+
+// Where this process stands in a distributed trial. Thread-safe (immutable).
+class DistributedContext {
+ public:
+  DistributedContext() = default;
+  DistributedContext(int rank, int size, int local_rank, int local_size, int cross_rank, int cross_size)
+      : rank_(rank), size_(size), local_rank_(local_rank), local_size_(local_size),
+        cross_rank_(cross_rank), cross_size_(cross_size) {}
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int cross_rank() const { return cross_rank_; }
+  int cross_size() const { return cross_size_; }
+  bool is_chief() const { return rank_ == 0; }
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
+};
+
+// Hook the distributed runtime installs to all-reduce gradients after
+// backward(); absent in a 1-rank trial.
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  virtual void ReduceGradients(const std::vector<torch::Tensor>& params) = 0;
+  virtual void BroadcastParameters(const std::vector<torch::Tensor>& params) = 0;
+};
+
+// What the runtime fills in before the trial is built.
+struct TrialInfo {
+  nlohmann::json hparams = nlohmann::json::object();
+  nlohmann::json experiment_config = nlohmann::json::object();
+  int64_t experiment_id = 0;
+  int64_t trial_id = 0;
+  uint64_t trial_seed = 0;
+  int64_t global_batch_size = 0;
+  DistributedContext distributed;
+  torch::Device device = torch::kCPU;
+};
+
+class TrialContext {
+ public:
+  // Runtime use.
+  explicit TrialContext(TrialInfo info);
+  ~TrialContext();
+  TrialContext(const TrialContext&) = delete;
+  TrialContext& operator=(const TrialContext&) = delete;
+
+  // Hyperparameter `name` ("a.b" reaches into nested hparams) as T. Throws
+  // std::invalid_argument naming the hyperparameter when absent or mistyped.
+  template <typename T>
+  T get_hparam(const std::string& name) const {
+    const nlohmann::json& v = hparam_json(name);
+    try {
+      return v.get<T>();
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument("hyperparameter '" + name + "' has value " + v.dump() +
+                                  " of the wrong type: " + e.what());
+    }
+  }
+  const nlohmann::json& hparams() const { return info_.hparams; }
+
+  // Registers a model for checkpointing (and gradient all-reduce), moves it
+  // to device() and returns it. Call once per model, in a stable order.
+  template <typename ModuleHolder>
+  ModuleHolder wrap_model(ModuleHolder model) {
+    register_model(model.ptr());
+    return model;
+  }
+  std::shared_ptr<torch::nn::Module> wrap_model(std::shared_ptr<torch::nn::Module> model) {
+    register_model(model);
+    return model;
+  }
+  // Registers an optimizer for checkpointing; returns it.
+  template <typename Optimizer>
+  std::shared_ptr<Optimizer> wrap_optimizer(std::shared_ptr<Optimizer> optimizer) {
+    register_optimizer(optimizer);
+    return optimizer;
+  }
+  // Registers an LR scheduler for checkpointing; the runtime steps it as
+  // `mode` says. The scheduler's optimizer must be wrapped too.
+  template <typename Scheduler>
+  std::shared_ptr<Scheduler> wrap_lr_scheduler(std::shared_ptr<Scheduler> scheduler,
+                                               LRSchedulerStepMode mode) {
+    register_lr_scheduler(scheduler, mode);
+    return scheduler;
+  }
+
+  // loss.backward(), then (distributed) all-reduce of the wrapped models'
+  // gradients.
+  void backward(const torch::Tensor& loss);
+  // Optional clipping, optimizer.step(), then zero_grad (unless disabled).
+  void step_optimizer(torch::optim::Optimizer& optimizer,
+                      const StepOptimizerOptions& options = StepOptimizerOptions());
+
+  int64_t get_per_slot_batch_size() const;
+  int64_t get_global_batch_size() const { return info_.global_batch_size; }
+  const DistributedContext& distributed() const { return info_.distributed; }
+  torch::Device device() const { return info_.device; }
+  // The config's `data` section (null when absent).
+  const nlohmann::json& get_data_config() const;
+  const nlohmann::json& get_experiment_config() const { return info_.experiment_config; }
+  int64_t get_experiment_id() const { return info_.experiment_id; }
+  int64_t get_trial_id() const { return info_.trial_id; }
+  uint64_t get_trial_seed() const { return info_.trial_seed; }
+  // A std engine seeded from the trial seed whose state is checkpointed.
+  std::mt19937_64& random_engine() { return rng_; }
+
+  // ---- Runtime use below. ----
+  struct WrappedScheduler {
+    std::shared_ptr<torch::optim::LRScheduler> scheduler;
+    LRSchedulerStepMode mode;
+  };
+  const std::vector<std::shared_ptr<torch::nn::Module>>& models() const { return models_; }
+  const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return optimizers_; }
+  const std::vector<WrappedScheduler>& lr_schedulers() const { return schedulers_; }
+  void set_gradient_reducer(std::shared_ptr<GradientReducer> reducer) { reducer_ = std::move(reducer); }
+  const TrialInfo& info() const { return info_; }
+
+ private:
+  const nlohmann::json& hparam_json(const std::string& name) const;
+  void register_model(std::shared_ptr<torch::nn::Module> model);
+  void register_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
+  void register_lr_scheduler(std::shared_ptr<torch::optim::LRScheduler> scheduler, LRSchedulerStepMode mode);
+
+  TrialInfo info_;
+  std::mt19937_64 rng_;
+  std::vector<std::shared_ptr<torch::nn::Module>> models_;
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
+  std::vector<WrappedScheduler> schedulers_;
+  std::shared_ptr<GradientReducer> reducer_;
+};
+
+// Reads/writes the protected step count of a LibTorch LR scheduler (runtime
+// use: checkpointing).
+unsigned GetSchedulerStepCount(const torch::optim::LRScheduler& scheduler);
+void SetSchedulerStepCount(torch::optim::LRScheduler& scheduler, unsigned step_count);
+
+}  // namespace det
+
+#endif  // DET_CONTEXT_H_

@@ -1,0 +1,48 @@
+// Trial checkpoints: a directory holding the wrapped models', optimizers' and
+// LR schedulers' state (LibTorch serialization), RNG states, callbacks' state
+// and metadata.json (batches trained, data position, hparams, config, and the
+// runtime's own state). Written atomically: a temporary sibling directory is
+// filled, synced, then renamed to <storage>/<uuid>.
+#ifndef DET_TRIAL_RUNTIME_RUNTIME_CHECKPOINT_H_
+#define DET_TRIAL_RUNTIME_RUNTIME_CHECKPOINT_H_
+
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "trial_runtime/runtime/trial_loader.h"
+
+namespace det::runtime {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+struct SavedCheckpoint {
+  std::string uuid;
+  std::string path;                        // <storage_dir>/<uuid>
+  std::map<std::string, int64_t> resources;  // file -> size in bytes
+};
+
+// Saves the context's state plus `metadata` (merged into metadata.json; must
+// hold "batches_trained") under storage_dir (created if missing).
+// Callbacks' on_checkpoint_save sees the temporary directory. Errors:
+// Internal on I/O or serialization failure (nothing is left at the final path).
+absl::StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& storage_dir, TrialContext& context,
+                                               const CallbackMap& callbacks, const nlohmann::json& metadata);
+
+// Reads metadata.json of checkpoint `dir`. NotFound / InvalidArgument.
+absl::StatusOr<nlohmann::json> ReadCheckpointMetadata(const std::string& dir);
+
+// Restores the context's models, optimizers, LR schedulers, RNGs and the
+// callbacks' state from `dir`; returns its metadata. The numbers of wrapped
+// objects must match the checkpoint (FailedPrecondition otherwise).
+absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialContext& context,
+                                              const CallbackMap& callbacks);
+
+// A random RFC 4122 version-4 UUID (does not touch the trial's RNGs).
+std::string NewUuid();
+
+}  // namespace det::runtime
+
+#endif  // DET_TRIAL_RUNTIME_RUNTIME_CHECKPOINT_H_

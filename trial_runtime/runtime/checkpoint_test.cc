@@ -1,0 +1,88 @@
+#include "trial_runtime/runtime/checkpoint.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace det::runtime {
+namespace {
+namespace fs = std::filesystem;
+
+class CounterCallback final : public Callback {
+ public:
+  nlohmann::json state_dict() override { return {{"n", n}}; }
+  void load_state_dict(const nlohmann::json& s) override { n = s.at("n").get<int>(); }
+  int n = 0;
+};
+
+struct Fixture {
+  explicit Fixture(uint64_t seed) : context(Info(seed)) {
+    torch::manual_seed(seed);
+    model = context.wrap_model(torch::nn::Linear(4, 3));
+    opt = context.wrap_optimizer(
+        std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.1)));
+    sched = context.wrap_lr_scheduler(std::make_shared<torch::optim::StepLR>(*opt, 2, 0.5),
+                                      LRSchedulerStepMode::kStepEveryBatch);
+    callbacks["counter"] = counter;
+  }
+  static TrialInfo Info(uint64_t seed) {
+    TrialInfo i;
+    i.trial_seed = seed;
+    i.global_batch_size = 4;
+    return i;
+  }
+  void Step() {
+    auto loss = model->forward(torch::randn({8, 4})).pow(2).mean();
+    context.backward(loss);
+    context.step_optimizer(*opt);
+    sched->step();
+  }
+  TrialContext context;
+  torch::nn::Linear model{nullptr};
+  std::shared_ptr<torch::optim::Adam> opt;
+  std::shared_ptr<torch::optim::StepLR> sched;
+  std::shared_ptr<CounterCallback> counter = std::make_shared<CounterCallback>();
+  CallbackMap callbacks;
+};
+
+TEST(CheckpointTest, RestoredStateContinuesBitForBit) {
+  std::string dir = (fs::temp_directory_path() / ("det-ckpt-test-" + NewUuid())).string();
+  Fixture a(5);
+  for (int i = 0; i < 3; ++i) a.Step();
+  a.counter->n = 17;
+  a.context.random_engine()();
+  auto saved = SaveCheckpoint(dir, a.context, a.callbacks, {{"batches_trained", 3}});
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_TRUE(fs::exists(saved->path + "/metadata.json"));
+  EXPECT_GT(saved->resources.at("model_0.pt"), 0);
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_NE(e.path().filename().string().rfind(".tmp", 0), 0u);
+
+  Fixture b(99);  // different init, RNG and step count
+  auto meta = LoadCheckpoint(saved->path, b.context, b.callbacks);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ((*meta)["batches_trained"], 3);
+  EXPECT_EQ(b.counter->n, 17);
+  EXPECT_EQ(GetSchedulerStepCount(*b.sched), GetSchedulerStepCount(*a.sched));
+  EXPECT_EQ(b.context.random_engine()(), a.context.random_engine()());
+  a.Step();
+  b.Step();
+  EXPECT_TRUE(torch::equal(a.model->weight, b.model->weight));
+  EXPECT_EQ(a.opt->param_groups()[0].options().get_lr(), b.opt->param_groups()[0].options().get_lr());
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointTest, MismatchedTrialIsRejected) {
+  std::string dir = (fs::temp_directory_path() / ("det-ckpt-test-" + NewUuid())).string();
+  Fixture a(1);
+  auto saved = SaveCheckpoint(dir, a.context, a.callbacks, {{"batches_trained", 0}});
+  ASSERT_TRUE(saved.ok());
+  TrialContext other(Fixture::Info(1));
+  auto meta = LoadCheckpoint(saved->path, other, {});
+  EXPECT_EQ(meta.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReadCheckpointMetadata(dir + "/nope").status().code(), absl::StatusCode::kNotFound);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace det::runtime

@@ -1,0 +1,285 @@
+#include "trial_runtime/runtime/trial_controller.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace det::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Calls fn on every callback, turning an exception into a status naming the
+// callback and the hook.
+template <typename F>
+absl::Status ForEachCallback(const CallbackMap& callbacks, const char* hook, F&& fn) {
+  for (const auto& [name, cb] : callbacks) {
+    try {
+      fn(*cb);
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("callback '", name, "' failed in ", hook, ": ",
+                                              e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("callback '", name, "' failed in ", hook, ": ", e.what()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<Batch>> NextBatch(BatchStream& stream, const char* which) {
+  int64_t k = stream.position();
+  try {
+    return stream.Next();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(which, " data loader failed at batch ", k, ": ",
+                                            e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(which, " data loader failed at batch ", k, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrialController>> TrialController::Create(TrialHandle* handle, TrialContext* context,
+                                                                         Reporter* reporter,
+                                                                         PreemptionSource* preemption,
+                                                                         TrainingPlan plan) {
+  std::unique_ptr<TrialController> c(new TrialController(handle, context, reporter, preemption, std::move(plan)));
+  DET_ASSIGN_OR_RETURN(c->train_loader_, handle->BuildTrainingDataLoader());
+  DET_ASSIGN_OR_RETURN(c->validation_loader_, handle->BuildValidationDataLoader());
+  DET_ASSIGN_OR_RETURN(c->callbacks_, handle->BuildCallbacks());
+  const auto& dist = context->distributed();
+  try {
+    c->train_loader_->Configure(dist.rank(), dist.size(), context->get_trial_seed());
+    c->validation_loader_->Configure(dist.rank(), dist.size(), context->get_trial_seed());
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  if (c->train_loader_->batches_per_epoch() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the training data loader yields no batch: dataset of ",
+                                                   c->train_loader_->dataset_size(), " records, batch size ",
+                                                   c->train_loader_->options().batch_size()));
+  }
+  if (c->validation_loader_->batches_per_epoch() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the validation data loader yields no batch: dataset of ",
+                                                   c->validation_loader_->dataset_size(), " records, batch size ",
+                                                   c->validation_loader_->options().batch_size()));
+  }
+  const TrainingPlan& p = c->plan_;
+  int64_t gbs = context->get_global_batch_size();
+  c->batches_per_epoch_ = EpochLengthInBatches(gbs, p.records_per_epoch, c->train_loader_->batches_per_epoch());
+  DET_ASSIGN_OR_RETURN(c->max_batches_, ToBatches(p.max_length, gbs, c->batches_per_epoch_, "searcher.max_length"));
+  if (p.min_validation_period) {
+    DET_ASSIGN_OR_RETURN(c->validation_period_,
+                         ToBatches(*p.min_validation_period, gbs, c->batches_per_epoch_, "min_validation_period"));
+  }
+  if (p.min_checkpoint_period) {
+    DET_ASSIGN_OR_RETURN(c->checkpoint_period_,
+                         ToBatches(*p.min_checkpoint_period, gbs, c->batches_per_epoch_, "min_checkpoint_period"));
+  }
+  if (c->plan_.scheduling_unit <= 0) c->plan_.scheduling_unit = 100;
+  return c;
+}
+
+double TrialController::epochs() const {
+  return static_cast<double>(batches_trained_) / static_cast<double>(batches_per_epoch_);
+}
+
+nlohmann::json TrialController::RuntimeState() const {
+  return {
+      {"batches_trained", batches_trained_},
+      {"last_validation_batch", last_validation_batch_},
+      {"last_checkpoint_batch", last_checkpoint_batch_},
+      {"pending_training_metrics", pending_},
+      {"pending_training_batches", pending_batches_},
+  };
+}
+
+absl::Status TrialController::Restore(const std::string& checkpoint_dir) {
+  DET_ASSIGN_OR_RETURN(nlohmann::json meta, LoadCheckpoint(checkpoint_dir, *context_, callbacks_));
+  try {
+    const nlohmann::json& rs = meta.at("runtime_state");
+    batches_trained_ = rs.at("batches_trained").get<int64_t>();
+    last_validation_batch_ = rs.at("last_validation_batch").get<int64_t>();
+    last_checkpoint_batch_ = rs.at("last_checkpoint_batch").get<int64_t>();
+    pending_ = rs.at("pending_training_metrics").get<std::map<std::string, std::vector<double>>>();
+    pending_batches_ = rs.at("pending_training_batches").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", checkpoint_dir, "' has no valid runtime_state: ", e.what()));
+  }
+  SavedCheckpoint ck;
+  ck.uuid = meta.value("uuid", std::string());
+  ck.path = checkpoint_dir;
+  latest_checkpoint_ = ck;
+  train_stream_.reset();
+  return absl::OkStatus();
+}
+
+absl::Status TrialController::ReportTraining() {
+  if (pending_batches_ == 0) return absl::OkStatus();
+  MetricsMap avg;
+  for (const auto& [name, values] : pending_) avg[name] = Reduce(Reducer::kAvg, values);
+  pending_.clear();
+  pending_batches_ = 0;
+  return reporter_->ReportTrainingMetrics(batches_trained_, epochs(), avg);
+}
+
+absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
+  *preempted = false;
+  for (const auto& m : context_->models()) m->train();
+  if (!train_stream_ || train_stream_->position() != batches_trained_) {
+    train_stream_.reset();
+    train_stream_ = train_loader_->Stream(batches_trained_);
+  }
+  const torch::Device device = context_->device();
+  const int64_t unit = plan_.scheduling_unit;
+  auto start = Clock::now();
+  absl::Status status;
+  while (batches_trained_ < target) {
+    const int64_t epoch_idx = batches_trained_ / batches_per_epoch_;
+    if (batches_trained_ % batches_per_epoch_ == 0) {
+      status = ForEachCallback(callbacks_, "on_training_epoch_start",
+                               [&](Callback& cb) { cb.on_training_epoch_start(epoch_idx); });
+      if (!status.ok()) break;
+    }
+    auto next = NextBatch(*train_stream_, "training");
+    if (!next.ok()) {
+      status = next.status();
+      break;
+    }
+    Batch batch = device.is_cpu() ? std::move(**next) : (*next)->to(device);
+    auto metrics = handle_->TrainBatch(batch, epoch_idx, batches_trained_);
+    if (!metrics.ok()) {
+      status = metrics.status();
+      break;
+    }
+    for (const auto& [name, value] : *metrics) pending_[name].push_back(value);
+    ++pending_batches_;
+    ++batches_trained_;
+    ++batches_this_run_;
+    for (const auto& s : context_->lr_schedulers()) {
+      if (s.mode == LRSchedulerStepMode::kStepEveryBatch) s.scheduler->step();
+    }
+    if (batches_trained_ % batches_per_epoch_ == 0) {
+      status = ForEachCallback(callbacks_, "on_training_epoch_end",
+                               [&](Callback& cb) { cb.on_training_epoch_end(epoch_idx); });
+      if (!status.ok()) break;
+      for (const auto& s : context_->lr_schedulers()) {
+        if (s.mode == LRSchedulerStepMode::kStepEveryEpoch) s.scheduler->step();
+      }
+    }
+    if (batches_trained_ % unit == 0 || batches_trained_ == max_batches_) {
+      status = ReportTraining();
+      if (!status.ok()) break;
+    }
+    reporter_->ReportProgress(batches_trained_, max_batches_);
+    if (batches_trained_ < target && preemption_->ShouldPreempt()) {
+      *preempted = true;
+      break;
+    }
+  }
+  training_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  return status;
+}
+
+absl::StatusOr<MetricsMap> TrialController::Validate() {
+  DET_RETURN_IF_ERROR(ForEachCallback(callbacks_, "on_validation_start", [](Callback& cb) { cb.on_validation_start(); }));
+  for (const auto& m : context_->models()) m->eval();
+  MetricsMap result;
+  {
+    torch::NoGradGuard no_grad;
+    DET_ASSIGN_OR_RETURN(std::optional<MetricsMap> full, handle_->EvaluateFullDataset(*validation_loader_));
+    if (full) {
+      result = std::move(*full);
+    } else {
+      std::map<std::string, std::vector<double>> values;
+      const torch::Device device = context_->device();
+      auto stream = validation_loader_->Stream(0, validation_loader_->batches_per_epoch());
+      for (int64_t idx = 0;; ++idx) {
+        DET_ASSIGN_OR_RETURN(std::optional<Batch> next, NextBatch(*stream, "validation"));
+        if (!next) break;
+        Batch batch = device.is_cpu() ? std::move(*next) : next->to(device);
+        DET_ASSIGN_OR_RETURN(MetricsMap m, handle_->EvaluateBatch(batch, idx));
+        for (const auto& [name, v] : m) values[name].push_back(v);
+      }
+      for (const auto& [name, v] : values) {
+        auto it = reducers_.find(name);
+        if (it == reducers_.end()) {
+          DET_ASSIGN_OR_RETURN(Reducer r, handle_->EvaluationReducer(name));
+          it = reducers_.emplace(name, r).first;
+        }
+        result[name] = Reduce(it->second, v);
+      }
+    }
+  }
+  for (const auto& m : context_->models()) m->train();
+  if (!plan_.searcher_metric.empty() && result.count(plan_.searcher_metric) == 0) {
+    std::vector<std::string> names;
+    for (const auto& [name, v] : result) names.push_back(name);
+    return absl::InvalidArgumentError(absl::StrCat("validation metrics lack the searcher metric '",
+                                                   plan_.searcher_metric, "' (searcher.metric); the trial reported: ",
+                                                   names.empty() ? "nothing" : absl::StrJoin(names, ", ")));
+  }
+  last_validation_batch_ = batches_trained_;
+  DET_RETURN_IF_ERROR(reporter_->ReportValidationMetrics(batches_trained_, epochs(), result));
+  DET_RETURN_IF_ERROR(
+      ForEachCallback(callbacks_, "on_validation_end", [&](Callback& cb) { cb.on_validation_end(result); }));
+  return result;
+}
+
+absl::StatusOr<SavedCheckpoint> TrialController::Checkpoint() {
+  int64_t previous = last_checkpoint_batch_;
+  last_checkpoint_batch_ = batches_trained_;
+  nlohmann::json meta = plan_.checkpoint_metadata;
+  meta["batches_trained"] = batches_trained_;
+  meta["epochs_trained"] = epochs();
+  meta["data_position"] = {{"training_batches", batches_trained_}};
+  meta["runtime_state"] = RuntimeState();
+  auto saved = SaveCheckpoint(plan_.checkpoint_dir, *context_, callbacks_, meta);
+  if (!saved.ok()) {
+    last_checkpoint_batch_ = previous;
+    return saved.status();
+  }
+  latest_checkpoint_ = *saved;
+  DET_RETURN_IF_ERROR(reporter_->ReportCheckpoint(*saved, batches_trained_));
+  return *saved;
+}
+
+absl::StatusOr<TrialOutcome> TrialController::Run() {
+  const int64_t first = batches_trained_;
+  DET_RETURN_IF_ERROR(
+      ForEachCallback(callbacks_, "on_trial_startup", [&](Callback& cb) { cb.on_trial_startup(first); }));
+  if (plan_.perform_initial_validation && batches_trained_ == 0 && last_validation_batch_ < 0) {
+    DET_RETURN_IF_ERROR(Validate().status());
+  }
+  auto since = [](int64_t now, int64_t last) { return now - std::max<int64_t>(last, 0); };
+  while (batches_trained_ < max_batches_) {
+    int64_t target = max_batches_;
+    if (validation_period_ > 0) target = std::min(target, std::max<int64_t>(last_validation_batch_, 0) + validation_period_);
+    if (checkpoint_period_ > 0) target = std::min(target, std::max<int64_t>(last_checkpoint_batch_, 0) + checkpoint_period_);
+    bool preempted = false;
+    DET_RETURN_IF_ERROR(TrainTo(target, &preempted));
+    if (preempted) {
+      if (!latest_checkpoint_ || last_checkpoint_batch_ != batches_trained_) DET_RETURN_IF_ERROR(Checkpoint().status());
+      DET_RETURN_IF_ERROR(ForEachCallback(callbacks_, "on_trial_shutdown", [](Callback& cb) { cb.on_trial_shutdown(); }));
+      return TrialOutcome::kPaused;
+    }
+    if (validation_period_ > 0 && since(batches_trained_, last_validation_batch_) >= validation_period_) {
+      DET_RETURN_IF_ERROR(Validate().status());
+    }
+    if (checkpoint_period_ > 0 && since(batches_trained_, last_checkpoint_batch_) >= checkpoint_period_) {
+      DET_RETURN_IF_ERROR(Checkpoint().status());
+    }
+  }
+  if (last_validation_batch_ != batches_trained_) DET_RETURN_IF_ERROR(Validate().status());
+  if (!latest_checkpoint_ || last_checkpoint_batch_ != batches_trained_) DET_RETURN_IF_ERROR(Checkpoint().status());
+  DET_RETURN_IF_ERROR(ForEachCallback(callbacks_, "on_trial_shutdown", [](Callback& cb) { cb.on_trial_shutdown(); }));
+  return TrialOutcome::kCompleted;
+}
+
+}  // namespace det::runtime

@@ -1,0 +1,125 @@
+// The training loop of one trial process: trains, validates and checkpoints
+// as a plan says, reporting through a Reporter and stopping early when a
+// PreemptionSource asks. Used by local mode (plan from the config) and by
+// managed mode (operations from the master).
+#ifndef DET_TRIAL_RUNTIME_RUNTIME_TRIAL_CONTROLLER_H_
+#define DET_TRIAL_RUNTIME_RUNTIME_TRIAL_CONTROLLER_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "common/length.h"
+#include "trial_runtime/runtime/checkpoint.h"
+#include "trial_runtime/runtime/trial_loader.h"
+
+namespace det::runtime {
+
+// Where a trial's results go. Calls come from the training thread only.
+class Reporter {
+ public:
+  virtual ~Reporter() = default;
+  virtual absl::Status ReportTrainingMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) = 0;
+  virtual absl::Status ReportValidationMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) = 0;
+  virtual absl::Status ReportCheckpoint(const SavedCheckpoint& checkpoint, int64_t total_batches) = 0;
+  // After every batch; cheap.
+  virtual void ReportProgress(int64_t total_batches, int64_t target_batches) {}
+};
+
+// Asked after every batch whether to stop. Must be cheap and thread-safe.
+class PreemptionSource {
+ public:
+  virtual ~PreemptionSource() = default;
+  virtual bool ShouldPreempt() = 0;
+};
+
+struct TrainingPlan {
+  Length max_length{Length::Unit::kBatches, 0};
+  std::optional<Length> min_validation_period;
+  std::optional<Length> min_checkpoint_period;
+  int64_t records_per_epoch = 0;  // 0: an epoch is one pass of the training loader
+  int64_t scheduling_unit = 100;  // training metrics are averaged over this many batches
+  bool perform_initial_validation = false;
+  std::string searcher_metric;  // must appear in validation metrics when set
+  std::string checkpoint_dir;
+  nlohmann::json checkpoint_metadata = nlohmann::json::object();  // merged into metadata.json
+};
+
+enum class TrialOutcome { kCompleted, kPaused };
+
+class TrialController {
+ public:
+  // Builds the data loaders and callbacks and converts the plan's lengths to
+  // batches. Requires handle/context/reporter/preemption to outlive it.
+  static absl::StatusOr<std::unique_ptr<TrialController>> Create(TrialHandle* handle, TrialContext* context,
+                                                                 Reporter* reporter, PreemptionSource* preemption,
+                                                                 TrainingPlan plan);
+
+  // Restores state from a checkpoint directory; call before Run().
+  absl::Status Restore(const std::string& checkpoint_dir);
+
+  // Trains to the plan's max length with periodic validation/checkpoints,
+  // then validates and checkpoints. kPaused when preempted (a checkpoint is
+  // written first). Errors name the failing trial method.
+  absl::StatusOr<TrialOutcome> Run();
+
+  // Building blocks for managed mode.
+  // Trains until batches_trained() == target or preemption; reports training
+  // metrics every scheduling_unit batches.
+  absl::Status TrainTo(int64_t target, bool* preempted);
+  absl::StatusOr<MetricsMap> Validate();
+  absl::StatusOr<SavedCheckpoint> Checkpoint();
+
+  int64_t batches_trained() const { return batches_trained_; }
+  int64_t max_batches() const { return max_batches_; }
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  // Seconds spent in the training step loop (loading, train_batch,
+  // reporting), excluding validation and checkpoints.
+  double training_seconds() const { return training_seconds_; }
+  int64_t batches_this_run() const { return batches_this_run_; }
+  const std::optional<SavedCheckpoint>& latest_checkpoint() const { return latest_checkpoint_; }
+
+ private:
+  TrialController(TrialHandle* handle, TrialContext* context, Reporter* reporter, PreemptionSource* preemption,
+                  TrainingPlan plan)
+      : handle_(handle), context_(context), reporter_(reporter), preemption_(preemption), plan_(std::move(plan)) {}
+  absl::Status ReportTraining();
+  double epochs() const;
+  nlohmann::json RuntimeState() const;
+
+  TrialHandle* handle_;
+  TrialContext* context_;
+  Reporter* reporter_;
+  PreemptionSource* preemption_;
+  TrainingPlan plan_;
+  std::unique_ptr<DataLoader> train_loader_;
+  std::unique_ptr<DataLoader> validation_loader_;
+  std::unique_ptr<BatchStream> train_stream_;
+  CallbackMap callbacks_;
+  std::map<std::string, Reducer> reducers_;
+
+  int64_t max_batches_ = 0;
+  int64_t batches_per_epoch_ = 0;
+  int64_t validation_period_ = 0;
+  int64_t checkpoint_period_ = 0;
+  int64_t batches_trained_ = 0;
+  int64_t last_validation_batch_ = -1;
+  int64_t last_checkpoint_batch_ = -1;
+  bool startup_done_ = false;
+  // Training metrics of batches not yet reported; checkpointed so that a
+  // resumed run reports exactly what an uninterrupted one does.
+  std::map<std::string, std::vector<double>> pending_;
+  int64_t pending_batches_ = 0;
+  double training_seconds_ = 0;
+  int64_t batches_this_run_ = 0;
+  std::optional<SavedCheckpoint> latest_checkpoint_;
+};
+
+}  // namespace det::runtime
+
+#endif  // DET_TRIAL_RUNTIME_RUNTIME_TRIAL_CONTROLLER_H_

@@ -1,0 +1,154 @@
+#include "trial_runtime/runtime/trial_loader.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstddef>
+
+#include "absl/strings/str_cat.h"
+
+namespace det::runtime {
+namespace {
+
+constexpr size_t kErrLen = 8192;
+
+#ifdef _GLIBCXX_USE_CXX11_ABI
+constexpr int kCxx11Abi = _GLIBCXX_USE_CXX11_ABI;
+#else
+constexpr int kCxx11Abi = -1;
+#endif
+
+}  // namespace
+
+absl::StatusOr<const DetTrialPlugin*> LoadTrialLibrary(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat("trial library '", path, "' does not exist"));
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat("trial library '", path, "' is not a file"));
+  // A path without '/' would be searched in the library path; anchor it.
+  std::string open_path = path.find('/') == std::string::npos ? "./" + path : path;
+  void* handle = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* e = dlerror();
+    return absl::InvalidArgumentError(absl::StrCat("cannot load trial library '", path,
+                                                   "' as a shared library: ", e ? e : "unknown dlopen error"));
+  }
+  // Never dlclose: objects and threads of the trial may outlive any scope.
+  dlerror();
+  void* sym = dlsym(handle, DET_TRIAL_ENTRY_SYMBOL);
+  if (sym == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trial library '", path, "' has no entry symbol '", DET_TRIAL_ENTRY_SYMBOL,
+        "'; add DET_REGISTER_TRIAL(YourTrial) to one of its source files"));
+  }
+  auto entry = reinterpret_cast<DetTrialPluginEntryFn>(sym);
+  const DetTrialPlugin* plugin = entry();
+  if (plugin == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("trial library '", path, "': entry returned null"));
+  }
+  if (plugin->abi_version != kTrialAbiVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trial library '", path, "' was built for trial ABI version ", plugin->abi_version,
+        ", but this det-trial supports ABI version ", kTrialAbiVersion,
+        "; rebuild the trial against this det-cpp SDK"));
+  }
+  if (plugin->struct_size < sizeof(DetTrialPlugin)) {
+    return absl::FailedPreconditionError(absl::StrCat("trial library '", path, "': plugin table has ",
+                                                      plugin->struct_size, " bytes, expected ",
+                                                      sizeof(DetTrialPlugin)));
+  }
+  if (std::string(plugin->torch_version) != TORCH_VERSION) {
+    return absl::FailedPreconditionError(absl::StrCat("trial library '", path, "' was built against LibTorch ",
+                                                      plugin->torch_version, " (", plugin->compiler,
+                                                      "), this det-trial uses LibTorch ", TORCH_VERSION));
+  }
+  if (plugin->cxx11_abi != kCxx11Abi) {
+    return absl::FailedPreconditionError(absl::StrCat("trial library '", path, "' uses _GLIBCXX_USE_CXX11_ABI=",
+                                                      plugin->cxx11_abi, ", this det-trial uses ", kCxx11Abi));
+  }
+  return plugin;
+}
+
+absl::StatusOr<std::unique_ptr<TrialHandle>> TrialHandle::Create(const DetTrialPlugin* plugin,
+                                                                 TrialContext* context) {
+  char err[kErrLen] = {0};
+  void* trial = nullptr;
+  if (plugin->create(context, &trial, err, sizeof(err)) != 0 || trial == nullptr) {
+    return absl::InternalError(absl::StrCat("trial ", plugin->trial_class, " failed in its constructor: ", err));
+  }
+  return std::unique_ptr<TrialHandle>(new TrialHandle(plugin, trial));
+}
+
+TrialHandle::~TrialHandle() { plugin_->destroy(trial_); }
+
+absl::Status TrialHandle::Error(const std::string& method, const char* err) const {
+  return absl::InternalError(absl::StrCat("trial ", trial_class_, " failed in ", method, ": ", err));
+}
+
+absl::StatusOr<std::unique_ptr<DataLoader>> TrialHandle::BuildTrainingDataLoader() {
+  char err[kErrLen] = {0};
+  void* out = nullptr;
+  if (plugin_->build_training_data_loader(trial_, &out, err, sizeof(err)) != 0) {
+    return Error("build_training_data_loader", err);
+  }
+  return std::unique_ptr<DataLoader>(static_cast<DataLoader*>(out));
+}
+
+absl::StatusOr<std::unique_ptr<DataLoader>> TrialHandle::BuildValidationDataLoader() {
+  char err[kErrLen] = {0};
+  void* out = nullptr;
+  if (plugin_->build_validation_data_loader(trial_, &out, err, sizeof(err)) != 0) {
+    return Error("build_validation_data_loader", err);
+  }
+  return std::unique_ptr<DataLoader>(static_cast<DataLoader*>(out));
+}
+
+absl::StatusOr<MetricsMap> TrialHandle::TrainBatch(Batch& batch, int64_t epoch_idx, int64_t batch_idx) {
+  char err[kErrLen] = {0};
+  MetricsMap out;
+  if (plugin_->train_batch(trial_, &batch, epoch_idx, batch_idx, &out, err, sizeof(err)) != 0) {
+    return Error(absl::StrCat("train_batch (epoch ", epoch_idx, ", batch ", batch_idx, ")"), err);
+  }
+  return out;
+}
+
+absl::StatusOr<MetricsMap> TrialHandle::EvaluateBatch(Batch& batch, int64_t batch_idx) {
+  char err[kErrLen] = {0};
+  MetricsMap out;
+  if (plugin_->evaluate_batch(trial_, &batch, batch_idx, &out, err, sizeof(err)) != 0) {
+    return Error(absl::StrCat("evaluate_batch (batch ", batch_idx, ")"), err);
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<MetricsMap>> TrialHandle::EvaluateFullDataset(DataLoader& loader) {
+  char err[kErrLen] = {0};
+  MetricsMap out;
+  int has = 0;
+  if (plugin_->evaluate_full_dataset(trial_, &loader, &has, &out, err, sizeof(err)) != 0) {
+    return Error("evaluate_full_dataset", err);
+  }
+  if (!has) return std::optional<MetricsMap>();
+  return std::optional<MetricsMap>(std::move(out));
+}
+
+absl::StatusOr<Reducer> TrialHandle::EvaluationReducer(const std::string& metric) {
+  char err[kErrLen] = {0};
+  int r = 0;
+  if (plugin_->evaluation_reducer(trial_, metric.c_str(), &r, err, sizeof(err)) != 0) {
+    return Error("evaluation_reducer", err);
+  }
+  if (r < static_cast<int>(Reducer::kAvg) || r > static_cast<int>(Reducer::kMin)) {
+    return absl::InvalidArgumentError(absl::StrCat("trial ", trial_class_, ": evaluation_reducer('", metric,
+                                                   "') returned unknown reducer ", r));
+  }
+  return static_cast<Reducer>(r);
+}
+
+absl::StatusOr<CallbackMap> TrialHandle::BuildCallbacks() {
+  char err[kErrLen] = {0};
+  CallbackMap out;
+  if (plugin_->build_callbacks(trial_, &out, err, sizeof(err)) != 0) return Error("build_callbacks", err);
+  return out;
+}
+
+}  // namespace det::runtime
