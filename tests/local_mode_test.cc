@@ -145,6 +145,8 @@ struct ErrorCase {
   std::string message;     // expected in stderr
 };
 
+void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.name; }
+
 class LocalModeErrorTest : public ::testing::TestWithParam<ErrorCase> {};
 
 TEST_P(LocalModeErrorTest, FailsWithOneClearError) {

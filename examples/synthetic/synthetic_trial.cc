@@ -27,10 +27,10 @@ TORCH_MODULE(Mlp);
 // Points from a seeded normal; the label is the sign of a fixed projection.
 class GeneratedDataset final : public det::Dataset {
  public:
-  GeneratedDataset(int64_t n, int64_t features, uint64_t seed) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-    x_ = torch::randn({n, features}, gen);
-    auto w = torch::randn({features}, gen);
+  // Splits of one seed share the labelling projection.
+  GeneratedDataset(int64_t n, int64_t features, uint64_t seed, uint64_t split) {
+    auto w = torch::randn({features}, at::make_generator<at::CPUGeneratorImpl>(seed));
+    x_ = torch::randn({n, features}, at::make_generator<at::CPUGeneratorImpl>(seed * 1000 + split + 1));
     y_ = (x_.matmul(w) > 0).to(torch::kLong);
   }
   size_t size() const override { return static_cast<size_t>(x_.size(0)); }
@@ -76,14 +76,14 @@ class SyntheticTrial final : public det::Trial {
 
   det::DataLoader build_training_data_loader() override {
     const auto& data = context_.get_data_config();
-    auto ds = std::make_shared<GeneratedDataset>(data.value("train_size", 1024), features_, data.value("seed", 1));
+    auto ds = std::make_shared<GeneratedDataset>(data.value("train_size", 1024), features_, data.value("seed", 1), 0);
     return det::DataLoader(ds, det::DataLoaderOptions(context_.get_per_slot_batch_size()).shuffle(true).workers(2));
   }
 
   det::DataLoader build_validation_data_loader() override {
     const auto& data = context_.get_data_config();
     auto ds =
-        std::make_shared<GeneratedDataset>(data.value("val_size", 256), features_, data.value("seed", 1) + 1000);
+        std::make_shared<GeneratedDataset>(data.value("val_size", 256), features_, data.value("seed", 1), 1);
     return det::DataLoader(ds, det::DataLoaderOptions(context_.get_per_slot_batch_size()));
   }
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 
@@ -192,6 +193,17 @@ absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialConte
       torch::serialize::InputArchive archive;
       archive.load_from((d / absl::StrCat("optimizer_", i, ".pt")).string(), context.device());
       optimizers[i]->load(archive);
+      // LibTorch 1.13's Optimizer::load restores per-parameter state but not
+      // the param groups' options (lr after a scheduler's steps): apply them.
+      torch::serialize::InputArchive groups;
+      archive.read("param_groups", groups);
+      auto& param_groups = optimizers[i]->param_groups();
+      for (size_t g = 0; g < param_groups.size(); ++g) {
+        torch::serialize::InputArchive group, options;
+        groups.read("param_groups/" + std::to_string(g), group);
+        group.read("options", options);
+        param_groups[g].options().serialize(options);
+      }
     }
     for (size_t i = 0; i < scheds.size(); ++i) {
       SetSchedulerStepCount(*scheds[i].scheduler, meta["lr_schedulers"][i]["step_count"].get<unsigned>());
@@ -200,7 +212,9 @@ absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialConte
     rng.load_from((d / "rng.pt").string());
     torch::Tensor cpu_state;
     rng.read("cpu", cpu_state);
-    at::detail::getDefaultCPUGenerator().set_state(cpu_state);
+    at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();  // shares the default generator
+    std::lock_guard<std::mutex> lock(cpu_gen.mutex());
+    cpu_gen.set_state(cpu_state);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("loading checkpoint '", dir, "': ", e.what_without_backtrace()));
   } catch (const std::exception& e) {

@@ -33,7 +33,7 @@ struct Fixture {
     return i;
   }
   void Step() {
-    auto loss = model->forward(torch::randn({8, 4})).pow(2).mean();
+    auto loss = model->forward(torch::linspace(-1, 1, 32).reshape({8, 4})).pow(2).mean();
     context.backward(loss);
     context.step_optimizer(*opt);
     sched->step();
@@ -56,6 +56,7 @@ TEST(CheckpointTest, RestoredStateContinuesBitForBit) {
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_TRUE(fs::exists(saved->path + "/metadata.json"));
   EXPECT_GT(saved->resources.at("model_0.pt"), 0);
+  const torch::Tensor next_draw = torch::randn({3});  // what the saved torch RNG yields next
   for (const auto& e : fs::directory_iterator(dir)) EXPECT_NE(e.path().filename().string().rfind(".tmp", 0), 0u);
 
   Fixture b(99);  // different init, RNG and step count
@@ -63,6 +64,7 @@ TEST(CheckpointTest, RestoredStateContinuesBitForBit) {
   ASSERT_TRUE(meta.ok()) << meta.status();
   EXPECT_EQ((*meta)["batches_trained"], 3);
   EXPECT_EQ(b.counter->n, 17);
+  EXPECT_TRUE(torch::equal(torch::randn({3}), next_draw));
   EXPECT_EQ(GetSchedulerStepCount(*b.sched), GetSchedulerStepCount(*a.sched));
   EXPECT_EQ(b.context.random_engine()(), a.context.random_engine()());
   a.Step();

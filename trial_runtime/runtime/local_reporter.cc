@@ -60,7 +60,7 @@ absl::Status LocalReporter::Write(const char* group, int64_t total_batches, doub
   std::string line = absl::StrFormat("[det-trial] %-10s batches %-7d epochs %-8.4f", group, total_batches, epochs);
   for (const auto& [name, value] : metrics) {
     absl::StrAppendFormat(&line, " %s %.6g", name, value);
-    std::fprintf(csv_, "%s,%d,%.17g,%s,%.17g\n", group, total_batches, epochs, name.c_str(), value);
+    std::fprintf(csv_, "%s,%lld,%.17g,%s,%.17g\n", group, static_cast<long long>(total_batches), epochs, name.c_str(), value);
   }
   std::fprintf(stdout, "%s\n", line.c_str());
   std::fflush(stdout);
