@@ -4,6 +4,7 @@
 // trial.so; prints both throughputs and their ratio (goal: det-trial >= 0.98).
 //
 //   harness_overhead [--batches N] [--rounds R]
+#include <malloc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,7 +30,10 @@ namespace fs = std::filesystem;
 constexpr int64_t kBatchSize = 64;
 
 // Batches per second of a plain LibTorch loop over shuffled Fashion-MNIST.
-double HandWrittenLoop(const fashion_mnist::FashionMnist& data, int64_t batches) {
+double HandWrittenLoop(int64_t batches) {
+  std::string cache = fashion_mnist::DefaultCacheDir();
+  fashion_mnist::EnsureUncompressed(fashion_mnist::kDefaultSourceDir, cache);
+  fashion_mnist::FashionMnist data(cache, /*train=*/true);
   torch::manual_seed(42);
   fashion_mnist::Cnn model(16, 32, 128, 0.25);
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
@@ -55,6 +59,31 @@ double HandWrittenLoop(const fashion_mnist::FashionMnist& data, int64_t batches)
   return static_cast<double>(batches) / secs;
 }
 
+// Runs the hand-written loop in a fresh child process, as det-trial runs in
+// one, so that neither side profits from warm caches of the other.
+double HandWrittenLoopInChild(int64_t batches) {
+  int fds[2];
+  if (pipe(fds) != 0) std::exit(1);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    double r = HandWrittenLoop(batches);
+    ssize_t n = write(fds[1], &r, sizeof(r));
+    _exit(n == sizeof(r) ? 0 : 1);
+  }
+  close(fds[1]);
+  double r = 0;
+  ssize_t n = read(fds[0], &r, sizeof(r));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (n != sizeof(r) || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "hand-written loop failed\n");
+    std::exit(1);
+  }
+  return r;
+}
+
 // Batches per second that det-trial reports for its training loop.
 double DetTrial(const std::string& dir, int64_t batches) {
   std::string config = dir + "/config.yaml";
@@ -65,7 +94,8 @@ double DetTrial(const std::string& dir, int64_t batches) {
                            "  max_length:\n    batches: "
                         << batches
                         << "\nscheduling_unit: 100\nreproducibility:\n  experiment_seed: 42\n"
-                           "data:\n  validation_limit: 500\n";
+                           "data:\n  validation_limit: 500\n  workers: "
+                        << (std::getenv("DET_BENCH_WORKERS") ? std::getenv("DET_BENCH_WORKERS") : "1") << "\n";
   std::string out = dir + "/det-trial.out";
   std::string cmd = std::string(DET_TRIAL_BIN) + " --local " + config + " " + DET_FASHION_TRIAL +
                     " --no-progress --output-dir " + dir + "/run > " + out + " 2>&1";
@@ -97,18 +127,19 @@ int main(int argc, char** argv) {
     if (a == "--batches") batches = std::atoll(argv[i + 1]);
     if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
   }
-  std::string cache = fashion_mnist::DefaultCacheDir();
-  fashion_mnist::EnsureUncompressed(fashion_mnist::kDefaultSourceDir, cache);
-  fashion_mnist::FashionMnist data(cache, /*train=*/true);
+  // The same allocator tuning det-trial applies, so the hand-written loop is
+  // not handicapped by glibc's mmap churn.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   std::string dir = (fs::temp_directory_path() / ("det-bench-" + std::to_string(getpid()))).string();
   fs::create_directories(dir);
 
   std::vector<double> hand, det;
-  std::printf("harness_overhead: Fashion-MNIST CNN, batch %lld, %lld batches per run, %d rounds, %d torch threads\n",
-              static_cast<long long>(kBatchSize), static_cast<long long>(batches), rounds, torch::get_num_threads());
-  HandWrittenLoop(data, std::min<int64_t>(batches, 50));  // warm-up
+  std::printf("harness_overhead: Fashion-MNIST CNN, batch %lld, %lld batches per run, %d rounds; each side in a "
+              "fresh process, timing its training loop only\n",
+              static_cast<long long>(kBatchSize), static_cast<long long>(batches), rounds);
   for (int r = 0; r < rounds; ++r) {
-    hand.push_back(HandWrittenLoop(data, batches));
+    hand.push_back(HandWrittenLoopInChild(batches));
     det.push_back(DetTrial(dir, batches));
     std::printf("  round %d: hand-written %.2f batches/s, det-trial %.2f batches/s\n", r + 1, hand.back(), det.back());
   }

@@ -15,6 +15,7 @@ class FashionMnistTrial final : public det::Trial {
     cache_dir_ = data.is_object() ? data.value("cache_dir", DefaultCacheDir()) : DefaultCacheDir();
     train_limit_ = data.is_object() ? data.value("train_limit", int64_t{0}) : 0;
     validation_limit_ = data.is_object() ? data.value("validation_limit", int64_t{0}) : 0;
+    workers_ = data.is_object() ? data.value("workers", int64_t{1}) : 1;
     EnsureUncompressed(source_dir_, cache_dir_);
 
     model_ = context.wrap_model(Cnn(context.get_hparam<int64_t>("n_filters1"),
@@ -26,7 +27,7 @@ class FashionMnistTrial final : public det::Trial {
 
   det::DataLoader build_training_data_loader() override {
     return det::DataLoader(std::make_shared<FashionMnist>(cache_dir_, /*train=*/true, train_limit_),
-                           det::DataLoaderOptions(context_.get_per_slot_batch_size()).shuffle(true).workers(1));
+                           det::DataLoaderOptions(context_.get_per_slot_batch_size()).shuffle(true).workers(workers_));
   }
 
   det::DataLoader build_validation_data_loader() override {
@@ -52,7 +53,7 @@ class FashionMnistTrial final : public det::Trial {
  private:
   det::TrialContext& context_;
   std::string source_dir_, cache_dir_;
-  int64_t train_limit_ = 0, validation_limit_ = 0;
+  int64_t train_limit_ = 0, validation_limit_ = 0, workers_ = 1;
   Cnn model_{nullptr};
   std::shared_ptr<torch::optim::Adam> optimizer_;
 };

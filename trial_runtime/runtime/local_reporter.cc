@@ -16,18 +16,27 @@ namespace fs = std::filesystem;
 constexpr char kCsvHeader[] = "group,total_batches,epochs,metric,value";
 
 absl::StatusOr<std::unique_ptr<LocalReporter>> LocalReporter::Open(const std::string& csv_path, bool progress_bar,
-                                                                   std::optional<int64_t> keep_up_to_batch) {
+                                                                   std::optional<int64_t> keep_up_to_batch,
+                                                                   std::string searcher_metric,
+                                                                   bool smaller_is_better) {
   std::error_code ec;
   fs::path parent = fs::path(csv_path).parent_path();
   if (!parent.empty()) fs::create_directories(parent, ec);
   bool exists = fs::exists(csv_path);
+  std::vector<std::pair<double, int64_t>> kept_values;
   if (exists && keep_up_to_batch) {
     std::ifstream in(csv_path);
     std::string line, kept;
     while (std::getline(in, line)) {
       std::vector<std::string> cols = absl::StrSplit(line, ',');
       int64_t batches = 0;
-      if (cols.size() >= 2 && absl::SimpleAtoi(cols[1], &batches) && batches > *keep_up_to_batch) continue;
+      double value = 0;
+      if (cols.size() == 5 && absl::SimpleAtoi(cols[1], &batches)) {
+        if (batches > *keep_up_to_batch) continue;
+        if (cols[0] == "validation" && cols[3] == searcher_metric && absl::SimpleAtod(cols[4], &value)) {
+          kept_values.emplace_back(value, batches);
+        }
+      }
       kept += line + "\n";
     }
     in.close();
@@ -38,7 +47,13 @@ absl::StatusOr<std::unique_ptr<LocalReporter>> LocalReporter::Open(const std::st
   if (f == nullptr) return absl::InternalError(absl::StrCat("cannot open metrics file '", csv_path, "'"));
   if (!exists) std::fprintf(f, "%s\n", kCsvHeader);
   std::fflush(f);
-  return std::unique_ptr<LocalReporter>(new LocalReporter(f, progress_bar));
+  std::unique_ptr<LocalReporter> r(new LocalReporter(f, progress_bar, std::move(searcher_metric), smaller_is_better));
+  for (const auto& [value, batch] : kept_values) r->Consider(value, batch);
+  return r;
+}
+
+void LocalReporter::Consider(double value, int64_t batch) {
+  if (!best_ || (smaller_is_better_ ? value < best_->first : value > best_->first)) best_ = {value, batch};
 }
 
 LocalReporter::~LocalReporter() {
@@ -74,7 +89,8 @@ absl::Status LocalReporter::ReportTrainingMetrics(int64_t total_batches, double 
 
 absl::Status LocalReporter::ReportValidationMetrics(int64_t total_batches, double epochs,
                                                     const MetricsMap& metrics) {
-  last_validation_ = metrics;
+  auto it = metrics.find(metric_);
+  if (it != metrics.end()) Consider(it->second, total_batches);
   return Write("validation", total_batches, epochs, metrics);
 }
 

@@ -49,8 +49,15 @@ std::vector<size_t> EpochPermutation(size_t n, uint64_t seed, int64_t epoch) {
   return perm;
 }
 
+struct DataLoader::PermutationCache {
+  std::mutex mu;
+  uint64_t seed = 0;   // guarded by mu
+  int64_t epoch = -1;  // guarded by mu
+  std::shared_ptr<const std::vector<size_t>> order;  // guarded by mu
+};
+
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options)
-    : dataset_(std::move(dataset)), options_(std::move(options)) {
+    : dataset_(std::move(dataset)), options_(std::move(options)), cache_(std::make_shared<PermutationCache>()) {
   if (!dataset_) throw std::invalid_argument("det::DataLoader: dataset is null");
   if (options_.batch_size() <= 0) {
     throw std::invalid_argument("det::DataLoader: batch_size must be positive, got " +
@@ -91,8 +98,9 @@ std::vector<size_t> DataLoader::BatchIndices(int64_t k) const {
   int64_t epoch = k / per_epoch;
   int64_t b = k % per_epoch;
   size_t n = dataset_->size();
-  std::vector<size_t> order;
-  if (options_.shuffle()) order = EpochPermutation(n, seed(), epoch);
+  std::shared_ptr<const std::vector<size_t>> perm;
+  if (options_.shuffle()) perm = Permutation(epoch);
+  const std::vector<size_t>* order = perm.get();
 
   int64_t g = options_.batch_size() * world_size_;
   int64_t begin = b * g;
@@ -108,15 +116,29 @@ std::vector<size_t> DataLoader::BatchIndices(int64_t k) const {
   out.reserve(static_cast<size_t>(std::max<int64_t>(my_count, 1)));
   for (int64_t i = 0; i < my_count; ++i) {
     size_t pos = static_cast<size_t>(my_begin + i);
-    out.push_back(order.empty() ? pos : order[pos]);
+    out.push_back(order == nullptr ? pos : (*order)[pos]);
   }
   if (out.empty()) {
     // Fewer samples than ranks in the last batch: wrap around so every rank
     // has a non-empty batch.
     size_t pos = static_cast<size_t>(rank_) % n;
-    out.push_back(order.empty() ? pos : order[pos]);
+    out.push_back(order == nullptr ? pos : (*order)[pos]);
   }
   return out;
+}
+
+std::shared_ptr<const std::vector<size_t>> DataLoader::Permutation(int64_t epoch) const {
+  const uint64_t s = seed();
+  {
+    std::lock_guard<std::mutex> l(cache_->mu);
+    if (cache_->order && cache_->epoch == epoch && cache_->seed == s) return cache_->order;
+  }
+  auto order = std::make_shared<const std::vector<size_t>>(EpochPermutation(dataset_->size(), s, epoch));
+  std::lock_guard<std::mutex> l(cache_->mu);
+  cache_->seed = s;
+  cache_->epoch = epoch;
+  cache_->order = order;
+  return order;
 }
 
 Batch DataLoader::LoadBatch(int64_t k) const { return dataset_->get_batch(BatchIndices(k)); }

@@ -120,8 +120,14 @@ class DataLoader {
                                       std::optional<int64_t> end_batch = std::nullopt) const;
 
  private:
+  // The permutation of one epoch, computed once and shared by copies and
+  // worker threads.
+  std::shared_ptr<const std::vector<size_t>> Permutation(int64_t epoch) const;
+
+  struct PermutationCache;
   std::shared_ptr<Dataset> dataset_;
   DataLoaderOptions options_;
+  std::shared_ptr<PermutationCache> cache_;
   int rank_ = 0;
   int world_size_ = 1;
   uint64_t default_seed_ = 0;
