@@ -1,14 +1,47 @@
 #!/usr/bin/env bash
-# The main command: installs what is missing, builds, and trains the
-# Fashion-MNIST example (examples/fashion_mnist/const.yaml, one epoch).
+# The main command: installs what is missing, builds, starts a master and an
+# agent (deploy/cluster.sh, embedded SQLite), runs the Fashion-MNIST example
+# (examples/fashion_mnist/const.yaml, one epoch) through them to COMPLETED,
+# prints its best validation accuracy and stops the cluster.
+#
+#   deploy/run-example.sh [CONFIG]     (default examples/fashion_mnist/const.yaml)
+#   DET_GRPC_PORT / DET_HTTP_PORT      master ports (default 8090 / 8080)
+#   DET_KEEP_CLUSTER=1                 leave the master and agent running
+#   DET_LOCAL=1                        train in local mode instead (no master)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/deploy/install-deps.sh"
 "$root/deploy/build.sh"
 build="${DET_BUILD_DIR:-$root/build}"
-out="${DET_OUTPUT_DIR:-$root/det-output/fashion-mnist}"
-rm -rf "$out"; mkdir -p "$(dirname "$out")"
-"$build/bin/det-cli" experiment create --local "$root/examples/fashion_mnist/const.yaml" \
-  "$build/trials/fashion_mnist_trial.so" --output-dir "$out" | tee "$out.log"
-best=$(awk -F, '$1=="validation" && $4=="accuracy" {if ($5>b) b=$5} END {printf "%.4f", b}' "$out/metrics.csv")
-echo "best validation accuracy: $best"
+config="${1:-$root/examples/fashion_mnist/const.yaml}"
+trial="$build/trials/fashion_mnist_trial.so"
+
+if [ "${DET_LOCAL:-0}" = "1" ]; then
+  out="${DET_OUTPUT_DIR:-$root/det-output/fashion-mnist}"
+  rm -rf "$out"; mkdir -p "$(dirname "$out")"
+  "$build/bin/det-cli" experiment create --local "$config" "$trial" --output-dir "$out"
+  exit 0
+fi
+
+export DET_CLUSTER_DIR="${DET_CLUSTER_DIR:-$root/det-cluster}"
+grpc_port="${DET_GRPC_PORT:-8090}"
+http_port="${DET_HTTP_PORT:-8080}"
+"$root/deploy/cluster.sh" stop >/dev/null 2>&1 || true
+"$root/deploy/cluster.sh" start --agents 1 --slots 1 --grpc-port "$grpc_port" --http-port "$http_port"
+if [ "${DET_KEEP_CLUSTER:-0}" != "1" ]; then
+  trap '"$root/deploy/cluster.sh" stop >/dev/null' EXIT
+fi
+export DET_MASTER="127.0.0.1:$grpc_port"
+cli="$build/bin/det-cli"
+
+"$cli" agent list
+log="$DET_CLUSTER_DIR/logs/example.log"
+"$cli" experiment create "$config" "$trial" --follow | tee "$log"
+id=$(sed -n 's/^Created experiment \([0-9]*\).*/\1/p' "$log" | head -1)
+"$cli" experiment describe "$id"
+best=$("$cli" experiment describe "$id" --json | tr -d '\n ' |
+       sed -n 's/.*"best_validation_metric":\([0-9.eE+-]*\).*/\1/p')
+state=$("$cli" experiment describe "$id" --json | tr -d '\n ' | sed -n 's/.*"state":"\([A-Z_]*\)".*/\1/p' | head -1)
+echo "experiment $id: ${state:-?}"
+echo "best validation accuracy: ${best:-none}"
+[ "$state" = "STATE_COMPLETED" ] || [ "$state" = "COMPLETED" ]

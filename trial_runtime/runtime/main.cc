@@ -1,6 +1,7 @@
 // det-trial: runs one trial of a user's trial.so.
 //
 //   det-trial --local CONFIG.yaml TRIAL.so [--resume CHECKPOINT_DIR] [--output-dir DIR]
+//   det-trial --managed TRIAL.so          (started by det-agent for the master)
 //
 // Local mode trains with no master: hyperparameters come from the config
 // (const values; the first sampled value of search types), and metrics go to
@@ -10,13 +11,10 @@
 //
 // Exit codes: 0 completed or paused; 1 the trial failed; 2 bad usage or
 // config; 3 the trial library cannot be used.
-#include <malloc.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
 
-#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -28,6 +26,8 @@
 #include "common/hparams.h"
 #include "trial_runtime/runtime/checkpoint.h"
 #include "trial_runtime/runtime/local_reporter.h"
+#include "trial_runtime/runtime/managed_mode.h"
+#include "trial_runtime/runtime/process_setup.h"
 #include "trial_runtime/runtime/trial_controller.h"
 #include "trial_runtime/runtime/trial_loader.h"
 
@@ -35,24 +35,6 @@ namespace det::runtime {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr int kExitTrialError = 1;
-constexpr int kExitConfigError = 2;
-constexpr int kExitLibraryError = 3;
-
-std::atomic<int> g_stop_signal{0};
-
-void OnStopSignal(int sig) {
-  if (g_stop_signal.exchange(sig) != 0) _exit(128 + sig);  // second signal: stop now
-  static const char kMsg[] = "\n[det-trial] stop requested: finishing the current batch and checkpointing\n";
-  ssize_t ignored = write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
-  (void)ignored;
-}
-
-class SignalPreemption final : public PreemptionSource {
- public:
-  bool ShouldPreempt() override { return g_stop_signal.load(std::memory_order_relaxed) != 0; }
-};
 
 int Fail(int code, const absl::Status& status) {
   std::fprintf(stderr, "det-trial: error: %s\n", std::string(status.message()).c_str());
@@ -70,14 +52,6 @@ struct Flags {
   int threads = 0;
   bool no_progress = false;
 };
-
-// Training allocates and frees the same large activation buffers every batch;
-// glibc would serve each with mmap/munmap (page faults and syscalls, up to half
-// the step time on a small CNN). Keep them on the heap instead.
-void TuneAllocator() {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
-}
 
 int RunLocal(const Flags& flags) {
   TuneAllocator();
@@ -148,11 +122,7 @@ int RunLocal(const Flags& flags) {
   plan.checkpoint_dir = checkpoint_dir;
   plan.checkpoint_metadata = {{"config_yaml", config.yaml_text}, {"trial_class", (*plugin)->trial_class}};
 
-  struct sigaction sa {};
-  sa.sa_handler = OnStopSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  InstallStopSignalHandlers();
 
   std::printf("[det-trial] trial %s from %s, seed %llu, %d torch threads, hparams %s\n", (*plugin)->trial_class,
               flags.trial_path.c_str(), static_cast<unsigned long long>(seed), torch::get_num_threads(),
@@ -213,7 +183,11 @@ int RunLocal(const Flags& flags) {
 int main(int argc, char** argv) {
   det::runtime::Flags flags;
   CLI::App app{"det-trial: runs one trial of a det-cpp trial.so"};
+  bool managed = false;
   app.add_flag("--local", flags.local, "Train with no master (local mode)");
+  app.add_flag("--managed", managed,
+               "Run an allocation of the master (started by det-agent; reads DET_MASTER, DET_ALLOCATION_ID, "
+               "DET_ALLOCATION_TOKEN, DET_RANK)");
   std::vector<std::string> positional;
   app.add_option("CONFIG TRIAL", positional,
                  "Experiment config (YAML) and trial library (trial.so); the config may be left out with --resume")
@@ -232,6 +206,13 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : det::runtime::kExitConfigError;
   }
+  if (managed) {
+    if (flags.local || positional.size() != 1) {
+      std::fprintf(stderr, "det-trial: error: --managed takes exactly one argument, the trial library\n");
+      return det::runtime::kExitConfigError;
+    }
+    return det::runtime::RunManaged(positional[0], flags.threads);
+  }
   if (positional.size() == 2) {
     flags.config_path = positional[0];
     flags.trial_path = positional[1];
@@ -242,7 +223,7 @@ int main(int argc, char** argv) {
     return det::runtime::kExitConfigError;
   }
   if (!flags.local) {
-    std::fprintf(stderr, "det-trial: error: only --local mode is available in this build (managed mode needs a master)\n");
+    std::fprintf(stderr, "det-trial: error: give --local (no master) or --managed (started by det-agent)\n");
     return det::runtime::kExitConfigError;
   }
   return det::runtime::RunLocal(flags);

@@ -1,0 +1,161 @@
+// det::agent::Agent: one per node. Registers the node's slots with the
+// master (AgentService.RegisterAgent), keeps the session's Connect stream
+// alive (heartbeats, reconnect with backoff, re-registration), and runs the
+// trial runtime processes (det-trial --managed) the master asks for,
+// reporting their state changes and output lines.
+#ifndef DET_AGENT_AGENT_H_
+#define DET_AGENT_AGENT_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/artifact_cache.h"
+#include "agent/process_launcher.h"
+#include "det/agent/v1/agent.grpc.pb.h"
+
+namespace det::agent {
+
+struct AgentOptions {
+  // host:port of the master's AgentService; required.
+  std::string master_address;
+  // [a-zA-Z0-9_.-]{1,128}; required.
+  std::string agent_id;
+  std::string hostname;
+  // Addresses of this host; empty: {hostname}.
+  std::vector<std::string> addresses;
+  std::string resource_pool = "default";
+  // The slots offered (see devices.h); at least one.
+  std::vector<det::api::v1::Device> devices;
+  // Holds cache/<sha256>.so and allocations/<allocation id>/; required.
+  std::string work_dir;
+  // The det-trial binary run for every rank; required.
+  std::string det_trial_path;
+  std::string cluster_secret;
+  std::string version = "0.1.0";
+  // Reconnect backoff: initial, doubling up to max.
+  absl::Duration backoff_initial = absl::Milliseconds(100);
+  absl::Duration backoff_max = absl::Seconds(5);
+  // Log batching: a LogBatch is sent at this many lines or this age.
+  size_t log_batch_lines = 100;
+  absl::Duration log_batch_delay = absl::Milliseconds(100);
+  // Null: insecure credentials.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+};
+
+// Thread-safe. Typical use: construct, Run() on one thread, Shutdown() from
+// another (e.g. a signal handler thread), destroy.
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  // Shuts down, SIGKILLs every process still running and joins all threads.
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Registers and serves the session until Shutdown() (returns OK) or a
+  // registration error that retrying cannot fix (returned: AlreadyExists
+  // when another live agent has this id, Unauthenticated wrong cluster
+  // secret, InvalidArgument, NotFound, FailedPrecondition,
+  // PermissionDenied, Unimplemented). Transient errors (master down, stream
+  // broken) are retried with exponential backoff; running processes keep
+  // running across reconnects. Call at most once.
+  absl::Status Run();
+
+  // Makes Run() return soon. Idempotent; any thread.
+  void Shutdown();
+
+  // Allocations that have live (or starting) processes here.
+  std::vector<std::string> RunningAllocationIds();
+
+ private:
+  struct Proc {
+    int rank = 0;
+    std::unique_ptr<Process> process;
+    int64_t pid = 0;
+    bool running_reported = false;  // RUNNING enqueued
+    std::optional<ExitStatus> pending_exit;  // exited before RUNNING was sent
+    bool done = false;  // TERMINATED enqueued
+    std::vector<int32_t> device_ids;  // this rank's slots
+  };
+  struct Allocation {
+    std::string id;
+    std::string task_id;
+    int32_t trial_id = 0;
+    std::vector<int32_t> device_ids;
+    bool starting = true;
+    bool kill_requested = false;
+    absl::Duration kill_grace;
+    std::map<int, Proc> procs;  // by rank; entries are never erased
+  };
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+
+  absl::Status Register(bool re_register);
+  // Runs one Connect stream until it breaks; returns its final status and
+  // sets *received when any MasterMessage arrived.
+  grpc::Status RunSession(bool* received);
+  void WriterLoop(grpc::ClientReaderWriter<det::agent::v1::AgentMessage,
+                                           det::agent::v1::MasterMessage>* stream);
+  void HandleCommand(const det::agent::v1::MasterMessage& msg);
+  void StartAllocation(int64_t seq, const det::agent::v1::StartAllocation& start);
+  void KillAllocation(int64_t seq, const det::agent::v1::KillAllocation& kill);
+  void SignalAllocation(int64_t seq, const det::agent::v1::SignalAllocation& sig);
+  absl::Status FetchArtifact(const std::string& sha256, const ArtifactCache::ChunkSink& sink);
+  void KillLocal(const std::string& allocation_id, absl::Duration grace, const std::string& reason);
+
+  void OnLine(const std::string& allocation_id, int rank, OutputStream stream, std::string line);
+  void OnExit(const std::string& allocation_id, int rank, const ExitStatus& status);
+  // Marks `rank` done (its TERMINATED is about to be enqueued) and frees its
+  // devices at once, so the master may reuse the slot as soon as it hears.
+  void MarkDoneLocked(Allocation& alloc, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void SendResult(int64_t seq, absl::Status status);
+  void EnqueueLocked(det::agent::v1::AgentMessage msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueueStateLocked(const Allocation& alloc, int rank, det::agent::v1::ProcessState state,
+                          int64_t pid, const ExitStatus* exit, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AgentLogLocked(const Allocation& alloc, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushLogsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> RunningIdsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes finished allocations and joins finished workers.
+  void Reap();
+  void SleepUnlessShutdown(absl::Duration d);
+
+  const AgentOptions options_;
+  ArtifactCache cache_;
+  std::unique_ptr<det::agent::v1::AgentService::Stub> stub_;  // set by Run() before threads
+
+  absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::string session_token_ ABSL_GUARDED_BY(mu_);
+  int heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 5000;
+  bool session_done_ ABSL_GUARDED_BY(mu_) = false;
+  // Contexts of RPCs in flight, cancelled by Shutdown().
+  std::set<grpc::ClientContext*> contexts_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Allocation>> allocations_ ABSL_GUARDED_BY(mu_);
+  std::map<int32_t, std::string> busy_devices_ ABSL_GUARDED_BY(mu_);  // device id -> allocation
+  std::deque<det::agent::v1::AgentMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  std::deque<det::api::v1::TaskLog> log_buffer_ ABSL_GUARDED_BY(mu_);
+  absl::Time log_buffer_since_ ABSL_GUARDED_BY(mu_);
+  int64_t dropped_log_lines_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace det::agent
+
+#endif  // DET_AGENT_AGENT_H_

@@ -1,0 +1,442 @@
+// Agent against an in-process fake master (AgentService on 127.0.0.1:0).
+#include "agent/agent.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/artifact_cache.h"
+#include "gtest/gtest.h"
+
+namespace det::agent {
+namespace {
+
+namespace fs = std::filesystem;
+namespace av1 = det::agent::v1;
+
+class FakeMaster final : public av1::AgentService::Service {
+ public:
+  grpc::Status RegisterAgent(grpc::ServerContext*, const av1::RegisterAgentRequest* req,
+                             av1::RegisterAgentResponse* resp) override {
+    absl::MutexLock lock(&mu_);
+    registrations_.push_back(*req);
+    if (req->agent_id() == reject_id_) {
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                          "agent " + req->agent_id() + " is already connected");
+    }
+    token_ = "tok-" + std::to_string(registrations_.size());
+    resp->set_session_token(token_);
+    resp->set_heartbeat_interval_ms(100);
+    resp->set_heartbeat_timeout_ms(1000);
+    resp->set_master_id("fake");
+    resp->set_enabled(true);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Connect(grpc::ServerContext* ctx,
+                       grpc::ServerReaderWriter<av1::MasterMessage, av1::AgentMessage>* stream)
+      override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++connects_;
+      if (!Authorized(ctx)) {
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad session token");
+      }
+      ++stream_generation_;
+    }
+    int generation;
+    {
+      absl::MutexLock lock(&mu_);
+      generation = stream_generation_;
+    }
+    bool reader_done = false;
+    std::thread reader([&] {
+      av1::AgentMessage m;
+      while (stream->Read(&m)) {
+        absl::MutexLock lock(&mu_);
+        received_.push_back(m);
+      }
+      absl::MutexLock lock(&mu_);
+      reader_done = true;
+    });
+    grpc::Status result = grpc::Status::OK;
+    while (true) {
+      av1::MasterMessage out;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return reader_done || !outbox_.empty() || break_stream_ || generation != stream_generation_;
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
+        if (break_stream_) {
+          break_stream_ = false;
+          result = break_status_;
+          break;
+        }
+        if (reader_done || ctx->IsCancelled()) break;
+        if (outbox_.empty()) continue;
+        out = outbox_.front();
+        outbox_.pop_front();
+      }
+      stream->Write(out);
+    }
+    ctx->TryCancel();
+    reader.join();
+    return result;
+  }
+
+  grpc::Status FetchArtifact(grpc::ServerContext* ctx, const av1::FetchArtifactRequest* req,
+                             grpc::ServerWriter<av1::FetchArtifactResponse>* writer) override {
+    std::string data;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!Authorized(ctx)) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
+      ++fetches_;
+      auto it = artifacts_.find(req->sha256());
+      if (it == artifacts_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no artifact");
+      data = it->second;
+    }
+    for (size_t off = 0; off < data.size(); off += 5) {
+      av1::FetchArtifactResponse r;
+      r.set_offset(static_cast<int64_t>(off));
+      r.set_total_size(static_cast<int64_t>(data.size()));
+      r.set_data(data.substr(off, 5));
+      writer->Write(r);
+    }
+    return grpc::Status::OK;
+  }
+
+  bool Authorized(grpc::ServerContext* ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    return it != md.end() && !token_.empty() &&
+           std::string(it->second.data(), it->second.size()) == "Bearer " + token_;
+  }
+
+  void Send(av1::MasterMessage m) {
+    absl::MutexLock lock(&mu_);
+    outbox_.push_back(std::move(m));
+  }
+
+  // Waits (up to 20 s) until pred() holds under the lock.
+  template <typename Pred>
+  bool WaitUntil(Pred pred) {
+    absl::MutexLock lock(&mu_);
+    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pred(); };
+    return mu_.AwaitWithTimeout(absl::Condition(&cond), absl::Seconds(20));
+  }
+
+  // All process state changes of `alloc` received so far.
+  std::vector<av1::ProcessStateChange> States(const std::string& alloc)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<av1::ProcessStateChange> out;
+    for (const auto& m : received_) {
+      if (m.has_process_state() && m.process_state().allocation_id() == alloc) {
+        out.push_back(m.process_state());
+      }
+    }
+    return out;
+  }
+  bool HasState(const std::string& alloc, av1::ProcessState s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& c : States(alloc)) {
+      if (c.state() == s) return true;
+    }
+    return false;
+  }
+  std::vector<det::api::v1::TaskLog> Logs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<det::api::v1::TaskLog> out;
+    for (const auto& m : received_) {
+      if (m.has_logs()) out.insert(out.end(), m.logs().logs().begin(), m.logs().logs().end());
+    }
+    return out;
+  }
+  const av1::CommandResult* Result(int64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& m : received_) {
+      if (m.has_command_result() && m.command_result().seq() == seq) return &m.command_result();
+    }
+    return nullptr;
+  }
+  int Heartbeats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int n = 0;
+    for (const auto& m : received_) n += m.has_heartbeat() ? 1 : 0;
+    return n;
+  }
+
+  absl::Mutex mu_;
+  std::string reject_id_ ABSL_GUARDED_BY(mu_);
+  std::string token_ ABSL_GUARDED_BY(mu_);
+  std::vector<av1::RegisterAgentRequest> registrations_ ABSL_GUARDED_BY(mu_);
+  std::vector<av1::AgentMessage> received_ ABSL_GUARDED_BY(mu_);
+  std::deque<av1::MasterMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> artifacts_ ABSL_GUARDED_BY(mu_);
+  int connects_ ABSL_GUARDED_BY(mu_) = 0;
+  int fetches_ ABSL_GUARDED_BY(mu_) = 0;
+  int stream_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool break_stream_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status break_status_ ABSL_GUARDED_BY(mu_);
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "det-agent-test-XXXXXX").string();
+    dir_ = mkdtemp(tmpl.data());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&master_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port_, 0);
+  }
+  void TearDown() override {
+    StopAgent();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    fs::remove_all(dir_);
+  }
+
+  AgentOptions Options(const std::string& id) {
+    AgentOptions o;
+    o.master_address = "127.0.0.1:" + std::to_string(port_);
+    o.agent_id = id;
+    o.hostname = "testhost";
+    o.work_dir = dir_ + "/work";
+    o.det_trial_path = dir_ + "/det-trial.sh";
+    for (int i = 0; i < 2; ++i) {
+      det::api::v1::Device d;
+      d.set_id(i);
+      d.set_type(det::api::v1::DEVICE_TYPE_CPU);
+      o.devices.push_back(d);
+    }
+    o.backoff_initial = absl::Milliseconds(20);
+    o.backoff_max = absl::Milliseconds(200);
+    return o;
+  }
+
+  void WriteScript(const std::string& body) {
+    const std::string path = dir_ + "/det-trial.sh";
+    std::ofstream(path) << "#!/bin/sh\n" << body;
+    chmod(path.c_str(), 0755);
+  }
+
+  void StartAgent(AgentOptions o) {
+    agent_ = std::make_unique<Agent>(std::move(o));
+    runner_ = std::thread([this] { run_status_ = agent_->Run(); });
+  }
+  void StopAgent() {
+    if (agent_ == nullptr) return;
+    agent_->Shutdown();
+    runner_.join();
+    agent_.reset();
+  }
+
+  av1::MasterMessage StartMessage(int64_t seq, const std::string& alloc, const std::string& so) {
+    av1::MasterMessage m;
+    m.set_seq(seq);
+    auto* s = m.mutable_start_allocation();
+    s->set_allocation_id(alloc);
+    s->set_task_id("task-" + alloc);
+    s->set_trial_id(7);
+    s->set_experiment_id(3);
+    s->set_allocation_token("secret-token");
+    s->mutable_trial_so()->set_sha256(Sha256Hex(so));
+    s->mutable_trial_so()->set_size_bytes(static_cast<int64_t>(so.size()));
+    s->set_config_yaml("name: test\n");
+    (*s->mutable_env())["COMMON"] = "common";
+    s->set_master_address("trial-master:1234");
+    auto* p = s->add_processes();
+    p->set_rank(0);
+    p->set_local_rank(0);
+    p->add_device_ids(1);
+    (*p->mutable_env())["PER_RANK"] = "r0";
+    {
+      absl::MutexLock lock(&master_.mu_);
+      master_.artifacts_[Sha256Hex(so)] = so;
+    }
+    return m;
+  }
+
+  std::string dir_;
+  int port_ = 0;
+  FakeMaster master_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Agent> agent_;
+  std::thread runner_;
+  absl::Status run_status_;
+};
+
+TEST_F(AgentTest, RegistersAndHeartbeats) {
+  StartAgent(Options("agent-1"));
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.Heartbeats() >= 2; }));
+  absl::MutexLock lock(&master_.mu_);
+  ASSERT_GE(master_.registrations_.size(), 1u);
+  const auto& reg = master_.registrations_[0];
+  EXPECT_EQ(reg.agent_id(), "agent-1");
+  EXPECT_EQ(reg.hostname(), "testhost");
+  ASSERT_EQ(reg.addresses_size(), 1);
+  EXPECT_EQ(reg.resource_pool(), "default");
+  ASSERT_EQ(reg.devices_size(), 2);
+  EXPECT_EQ(reg.devices(1).id(), 1);
+  EXPECT_EQ(reg.devices(1).type(), det::api::v1::DEVICE_TYPE_CPU);
+  EXPECT_TRUE(reg.previous_session_token().empty());
+}
+
+TEST_F(AgentTest, RunsAllocationAndReportsExitAndLogs) {
+  WriteScript(
+      "echo \"argv $1 $(basename $2)\"\n"
+      "echo \"rank=$DET_RANK local=$DET_LOCAL_RANK alloc=$DET_ALLOCATION_ID "
+      "token=$DET_ALLOCATION_TOKEN trial=$DET_TRIAL_ID exp=$DET_EXPERIMENT_ID\"\n"
+      "echo \"master=$DET_MASTER agent=$DET_AGENT_ID common=$COMMON per=$PER_RANK "
+      "cuda=[$CUDA_VISIBLE_DEVICES]\"\n"
+      "echo \"config=$(cat $DET_CONFIG) cwd=$(basename $(pwd)) so=$(cat $DET_TRIAL_SO)\"\n"
+      "echo oops >&2\n"
+      "exit 3\n");
+  StartAgent(Options("agent-1"));
+  const std::string so = "fake trial.so bytes, served in 5-byte chunks";
+  master_.Send(StartMessage(1, "alloc-1", so));
+  ASSERT_TRUE(master_.WaitUntil(
+      [&] { return master_.HasState("alloc-1", av1::PROCESS_STATE_TERMINATED); }));
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.Result(1) != nullptr; }));
+
+  absl::MutexLock lock(&master_.mu_);
+  EXPECT_EQ(master_.Result(1)->code(), 0) << master_.Result(1)->message();
+  auto states = master_.States("alloc-1");
+  std::vector<av1::ProcessState> seq;
+  for (const auto& s : states) seq.push_back(s.state());
+  EXPECT_EQ(seq, (std::vector<av1::ProcessState>{
+                     av1::PROCESS_STATE_PULLING, av1::PROCESS_STATE_STARTING,
+                     av1::PROCESS_STATE_RUNNING, av1::PROCESS_STATE_TERMINATED}));
+  EXPECT_GT(states[2].pid(), 0);
+  ASSERT_TRUE(states[3].has_exit_code());
+  EXPECT_EQ(states[3].exit_code(), 3);
+  EXPECT_FALSE(states[3].has_signal_number());
+
+  std::vector<std::string> out;
+  std::vector<std::string> err;
+  for (const auto& l : master_.Logs()) {
+    EXPECT_EQ(l.allocation_id(), "alloc-1");
+    EXPECT_EQ(l.trial_id(), 7);
+    EXPECT_EQ(l.rank(), 0);
+    EXPECT_EQ(l.source(), "runtime");
+    EXPECT_GT(l.timestamp().seconds(), 0);
+    (l.stdtype() == det::api::v1::STD_TYPE_STDERR ? err : out).push_back(l.message());
+  }
+  EXPECT_EQ(out, (std::vector<std::string>{
+                     "argv --managed " + Sha256Hex(so) + ".so",
+                     "rank=0 local=0 alloc=alloc-1 token=secret-token trial=7 exp=3",
+                     "master=trial-master:1234 agent=agent-1 common=common per=r0 cuda=[]",
+                     "config=name: test cwd=alloc-1 so=" + so}));
+  EXPECT_EQ(err, std::vector<std::string>{"oops"});
+  EXPECT_EQ(master_.fetches_, 1);
+  EXPECT_TRUE(fs::exists(dir_ + "/work/cache/" + Sha256Hex(so) + ".so"));
+}
+
+TEST_F(AgentTest, KillAllocationEscalatesAndResentStartIsOk) {
+  WriteScript("trap 'echo got-term' TERM\necho ready\nwhile :; do sleep 0.05; done\n");
+  StartAgent(Options("agent-1"));
+  const std::string so = "another fake trial";
+  master_.Send(StartMessage(1, "alloc-k", so));
+  ASSERT_TRUE(master_.WaitUntil([&] {
+    for (const auto& l : master_.Logs()) {
+      if (l.message() == "ready") return true;
+    }
+    return false;
+  }));
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.Result(1) != nullptr; }));
+  master_.Send(StartMessage(2, "alloc-k", so));  // resent command: already running
+  ASSERT_TRUE(master_.WaitUntil([&] {
+    for (const auto& m : master_.received_) {
+      if (m.has_heartbeat() && m.heartbeat().running_allocation_ids_size() == 1) return true;
+    }
+    return false;
+  }));
+  av1::MasterMessage kill;
+  kill.set_seq(3);
+  kill.mutable_kill_allocation()->set_allocation_id("alloc-k");
+  kill.mutable_kill_allocation()->set_grace_period_seconds(1);
+  master_.Send(kill);
+  av1::MasterMessage unknown;
+  unknown.set_seq(4);
+  unknown.mutable_signal_allocation()->set_allocation_id("nope");
+  unknown.mutable_signal_allocation()->set_signal_number(SIGTERM);
+  master_.Send(unknown);
+  ASSERT_TRUE(master_.WaitUntil(
+      [&] { return master_.HasState("alloc-k", av1::PROCESS_STATE_TERMINATED); }));
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.Result(4) != nullptr; }));
+  absl::MutexLock lock(&master_.mu_);
+  EXPECT_EQ(master_.Result(2)->code(), 0);
+  EXPECT_EQ(master_.Result(3)->code(), 0);
+  EXPECT_EQ(master_.Result(4)->code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  auto states = master_.States("alloc-k");
+  EXPECT_EQ(states.back().signal_number(), SIGKILL);
+  bool got_term = false;
+  for (const auto& l : master_.Logs()) got_term = got_term || l.message() == "got-term";
+  EXPECT_TRUE(got_term);
+}
+
+TEST_F(AgentTest, ReconnectsAndReRegistersKeepingProcesses) {
+  WriteScript("echo ready\nwhile :; do sleep 0.05; done\n");
+  StartAgent(Options("agent-1"));
+  master_.Send(StartMessage(1, "alloc-r", "so bytes"));
+  ASSERT_TRUE(master_.WaitUntil(
+      [&] { return master_.HasState("alloc-r", av1::PROCESS_STATE_RUNNING); }));
+  // A broken stream: the agent reconnects with the same token.
+  {
+    absl::MutexLock lock(&master_.mu_);
+    master_.break_stream_ = true;
+    master_.break_status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "blip");
+  }
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.stream_generation_ >= 2; }));
+  // The session dies (master restart): UNAUTHENTICATED -> re-register.
+  {
+    absl::MutexLock lock(&master_.mu_);
+    master_.token_ = "forgotten";
+    master_.break_stream_ = true;
+    master_.break_status_ = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "session dead");
+  }
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.registrations_.size() >= 2; }));
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.stream_generation_ >= 3; }));
+  absl::MutexLock lock(&master_.mu_);
+  const auto& re = master_.registrations_[1];
+  EXPECT_EQ(re.previous_session_token(), "tok-1");
+  ASSERT_EQ(re.running_allocation_ids_size(), 1);
+  EXPECT_EQ(re.running_allocation_ids(0), "alloc-r");
+  EXPECT_FALSE(master_.HasState("alloc-r", av1::PROCESS_STATE_TERMINATED));
+}
+
+TEST_F(AgentTest, DuplicateIdIsRejected) {
+  {
+    absl::MutexLock lock(&master_.mu_);
+    master_.reject_id_ = "dup";
+  }
+  Agent agent(Options("dup"));
+  absl::Status st = agent.Run();
+  EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "already connected")) << st;
+}
+
+TEST_F(AgentTest, ArtifactFetchFailureFailsTheStart) {
+  WriteScript("exit 0\n");
+  StartAgent(Options("agent-1"));
+  auto m = StartMessage(1, "alloc-f", "bytes");
+  {
+    absl::MutexLock lock(&master_.mu_);
+    master_.artifacts_.clear();
+  }
+  master_.Send(m);
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.Result(1) != nullptr; }));
+  absl::MutexLock lock(&master_.mu_);
+  EXPECT_EQ(master_.Result(1)->code(), static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+  EXPECT_TRUE(master_.HasState("alloc-f", av1::PROCESS_STATE_TERMINATED));
+}
+
+}  // namespace
+}  // namespace det::agent

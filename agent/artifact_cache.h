@@ -1,0 +1,57 @@
+// On-disk cache of content-addressed artifacts (trial.so files):
+// <dir>/<sha256>.so, downloaded to <sha256>.so.tmp, verified, then renamed.
+#ifndef DET_AGENT_ARTIFACT_CACHE_H_
+#define DET_AGENT_ARTIFACT_CACHE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace det::agent {
+
+// Lower-case hex SHA-256 of `data`.
+std::string Sha256Hex(absl::string_view data);
+// Lower-case hex SHA-256 of a file's contents. Errors: NotFound, Internal.
+absl::StatusOr<std::string> Sha256File(const std::string& path);
+// Whether `s` is 64 lower-case hex digits.
+bool IsSha256Hex(absl::string_view s);
+
+class ArtifactCache {
+ public:
+  // Receives one chunk of the artifact at byte `offset`.
+  using ChunkSink = std::function<absl::Status(int64_t offset, absl::string_view data)>;
+  // Downloads the artifact `sha256`, passing every chunk in order to `sink`.
+  using Fetcher = std::function<absl::Status(const std::string& sha256, const ChunkSink& sink)>;
+
+  // `dir` is created on first use.
+  explicit ArtifactCache(std::string dir);
+
+  // Where the artifact lives once cached.
+  std::string PathFor(const std::string& sha256) const;
+
+  // Returns the path of the cached artifact, fetching it with `fetch` on a
+  // miss. Concurrent calls for one hash share one download (later callers
+  // wait for it; no lock is held during the fetch). Errors: InvalidArgument
+  // malformed sha256; DataLoss the fetched bytes hash differently; the
+  // fetcher's error; Internal on I/O failures. Thread-safe.
+  absl::StatusOr<std::string> Get(const std::string& sha256, const Fetcher& fetch);
+
+ private:
+  absl::StatusOr<std::string> Download(const std::string& sha256, const Fetcher& fetch);
+
+  const std::string dir_;
+  absl::Mutex mu_;
+  // Hashes being downloaded now.
+  std::map<std::string, bool> in_flight_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace det::agent
+
+#endif  // DET_AGENT_ARTIFACT_CACHE_H_

@@ -1,0 +1,101 @@
+#include "agent/artifact_cache.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace det::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir() {
+  std::string tmpl = (fs::temp_directory_path() / "det-cache-test-XXXXXX").string();
+  return mkdtemp(tmpl.data());
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Serves `content` in chunks of 3 bytes.
+ArtifactCache::Fetcher Serve(std::string content, int* calls) {
+  return [content, calls](const std::string&, const ArtifactCache::ChunkSink& sink) {
+    ++*calls;
+    for (size_t off = 0; off < content.size(); off += 3) {
+      absl::Status st = sink(static_cast<int64_t>(off), absl::string_view(content).substr(off, 3));
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  };
+}
+
+TEST(Sha256Test, KnownVectors) {
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_TRUE(IsSha256Hex(Sha256Hex("x")));
+  EXPECT_FALSE(IsSha256Hex("../../etc/passwd"));
+  EXPECT_FALSE(IsSha256Hex(std::string(64, 'A')));
+}
+
+TEST(ArtifactCacheTest, FetchesVerifiesAndReuses) {
+  const std::string dir = TempDir();
+  ArtifactCache cache(dir + "/cache");
+  const std::string content = "pretend this is a trial.so";
+  const std::string sha = Sha256Hex(content);
+  int calls = 0;
+  auto path = cache.Get(sha, Serve(content, &calls));
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(*path, dir + "/cache/" + sha + ".so");
+  EXPECT_EQ(ReadFile(*path), content);
+  EXPECT_FALSE(fs::exists(*path + ".tmp"));
+  EXPECT_EQ(calls, 1);
+  auto again = cache.Get(sha, Serve(content, &calls));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *path);
+  EXPECT_EQ(calls, 1);  // cache hit: no second fetch
+  auto file_sha = Sha256File(*path);
+  ASSERT_TRUE(file_sha.ok());
+  EXPECT_EQ(*file_sha, sha);
+  fs::remove_all(dir);
+}
+
+TEST(ArtifactCacheTest, RejectsCorruptDownload) {
+  const std::string dir = TempDir();
+  ArtifactCache cache(dir);
+  const std::string sha = Sha256Hex("the real bytes");
+  int calls = 0;
+  auto path = cache.Get(sha, Serve("tampered bytes", &calls));
+  ASSERT_FALSE(path.ok());
+  EXPECT_EQ(path.status().code(), absl::StatusCode::kDataLoss) << path.status();
+  EXPECT_FALSE(fs::exists(cache.PathFor(sha)));
+  EXPECT_FALSE(fs::exists(cache.PathFor(sha) + ".tmp"));
+  // A later good download succeeds.
+  auto good = cache.Get(sha, Serve("the real bytes", &calls));
+  ASSERT_TRUE(good.ok()) << good.status();
+  fs::remove_all(dir);
+}
+
+TEST(ArtifactCacheTest, RejectsMalformedHashAndFetchErrors) {
+  const std::string dir = TempDir();
+  ArtifactCache cache(dir);
+  int calls = 0;
+  auto bad = cache.Get("../evil", Serve("x", &calls));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(calls, 0);
+  auto failing = cache.Get(Sha256Hex("y"), [](const std::string&, const ArtifactCache::ChunkSink&) {
+    return absl::UnavailableError("master down");
+  });
+  EXPECT_EQ(failing.status().code(), absl::StatusCode::kUnavailable);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace det::agent

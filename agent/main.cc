@@ -1,0 +1,113 @@
+// det-agent: one per node; registers its slots with the master and runs
+// trial processes (det-trial --managed) for it.
+//
+//   det-agent --master HOST:PORT [--id ID] [--slots N] [--resource-pool P]
+//             [--work-dir DIR] [--det-trial PATH] [--hostname H]
+//             [--address A]... [--cluster-secret S] [--log-level L]
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "agent/agent.h"
+#include "agent/devices.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+std::string Hostname() {
+  char buf[HOST_NAME_MAX + 1] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+// The det-trial binary next to this executable.
+std::string DefaultDetTrial() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "det-trial";
+  return (self.parent_path() / "det-trial").string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"det-agent: runs trial processes on this node for the det master"};
+  det::agent::AgentOptions opts;
+  opts.master_address = Env("DET_MASTER");
+  opts.cluster_secret = Env("DET_CLUSTER_SECRET");
+  int slots = 1;
+  std::string log_level = "info";
+  app.add_option("--master", opts.master_address, "master address HOST:PORT (env DET_MASTER)");
+  app.add_option("--id", opts.agent_id, "agent id (default: the hostname)");
+  app.add_option("--slots", slots, "number of CPU slots when there is no GPU")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--resource-pool", opts.resource_pool, "resource pool to join");
+  app.add_option("--work-dir", opts.work_dir,
+                 "artifact cache and allocation directories (default ./det-agent-<id>)");
+  app.add_option("--det-trial", opts.det_trial_path,
+                 "det-trial binary (default: next to det-agent)");
+  app.add_option("--hostname", opts.hostname, "this host's name (default: gethostname)");
+  app.add_option("--address", opts.addresses,
+                 "address other nodes reach this host at (repeatable; default: hostname)");
+  app.add_option("--cluster-secret", opts.cluster_secret,
+                 "the cluster's agent secret (env DET_CLUSTER_SECRET)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  if (opts.master_address.empty()) {
+    spdlog::error("--master (or DET_MASTER) is required");
+    return 2;
+  }
+  if (opts.hostname.empty()) opts.hostname = Hostname();
+  if (opts.agent_id.empty()) opts.agent_id = opts.hostname;
+  if (opts.work_dir.empty()) opts.work_dir = "./det-agent-" + opts.agent_id;
+  opts.work_dir = std::filesystem::absolute(opts.work_dir).string();
+  if (opts.det_trial_path.empty()) opts.det_trial_path = DefaultDetTrial();
+  opts.det_trial_path = std::filesystem::absolute(opts.det_trial_path).string();
+  if (access(opts.det_trial_path.c_str(), X_OK) != 0) {
+    spdlog::warn("det-trial binary {} is not executable; allocations will fail to start",
+                 opts.det_trial_path);
+  }
+  opts.devices = det::agent::DetectDevices(slots);
+  spdlog::info("agent '{}': {} {} slot(s), work dir {}, det-trial {}", opts.agent_id,
+               opts.devices.size(),
+               opts.devices.front().type() == det::api::v1::DEVICE_TYPE_CUDA ? "CUDA" : "CPU",
+               opts.work_dir, opts.det_trial_path);
+
+  // SIGINT/SIGTERM end Run(); every other thread inherits the blocked mask,
+  // the launcher resets it for children.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  det::agent::Agent agent(opts);
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (sig != 0) spdlog::info("received signal {}; shutting down", sig);
+    agent.Shutdown();
+  });
+  absl::Status st = agent.Run();
+  // Wake the signal thread if Run() ended on its own.
+  pthread_kill(signal_thread.native_handle(), SIGTERM);
+  signal_thread.join();
+  if (!st.ok()) {
+    spdlog::error("det-agent: {}", st.ToString());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,277 @@
+// bench/control_plane: what the master adds around a trial.
+//
+// 1. Latency: a 1-batch trial of the synthetic example through a real
+//    det-master and det-agent on loopback (experiment create -> first
+//    training metric -> COMPLETED) next to the bare `det-trial --local` run
+//    of the same trial, as ratios.
+// 2. Metric ingestion: training-metric rows per second reported through the
+//    master's TrialService (gRPC, SQLite behind it) next to raw prepared
+//    SQLite inserts of the same rows on the same machine (goal: >= 0.5).
+//
+//   control_plane [--rows N] [--rows-per-request K]
+#include <signal.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "det/agent/v1/agent.grpc.pb.h"
+#include "det/api/v1/api.grpc.pb.h"
+#include "det/trial/v1/trial.grpc.pb.h"
+#include "tests/test_util.h"
+
+namespace {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using det::testing::PollUntil;
+using det::testing::ReadFile;
+using det::testing::Subprocess;
+using det::testing::TempDir;
+using det::testing::WriteFile;
+
+const std::string kBin = DET_BIN_DIR;
+const std::string kSynthetic = std::string(DET_TRIALS_DIR) + "/synthetic_trial.so";
+
+const char* kConfig = R"(name: one-batch
+hyperparameters:
+  global_batch_size: 32
+  learning_rate: 0.01
+  hidden_size: 32
+  dropout: 0.1
+searcher:
+  name: single
+  metric: validation_loss
+  max_length:
+    batches: 1
+scheduling_unit: 1
+reproducibility:
+  experiment_seed: 3
+data:
+  train_size: 256
+  val_size: 64
+)";
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+struct Master {
+  explicit Master(const TempDir& dir) {
+    proc = std::make_unique<Subprocess>(
+        std::vector<std::string>{kBin + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0", "--http-port",
+                                 "0", "--ports-file", dir / "ports.json", "--log-level", "warn"},
+        dir / "master.out", dir / "master.err");
+    if (!PollUntil([&] { return !ReadFile(dir / "ports.json").empty(); }, std::chrono::seconds(30))) {
+      std::fprintf(stderr, "master did not start: %s\n", ReadFile(dir / "master.err").c_str());
+      std::exit(1);
+    }
+    auto ports = nlohmann::json::parse(ReadFile(dir / "ports.json"));
+    grpc = "127.0.0.1:" + std::to_string(ports["grpc"].get<int>());
+    http = ports["http"].get<int>();
+  }
+  ~Master() {
+    proc->Signal(SIGTERM);
+    proc->Wait(std::chrono::seconds(10));
+  }
+  nlohmann::json Get(const std::string& path) {
+    httplib::Client c("127.0.0.1", http);
+    auto r = c.Get(path.c_str());
+    return r ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
+  }
+  std::unique_ptr<Subprocess> proc;
+  std::string grpc;
+  int http = 0;
+};
+
+void Latency() {
+  TempDir dir;
+  WriteFile(dir / "config.yaml", kConfig);
+  // Bare local run.
+  auto t0 = Clock::now();
+  std::string out, err;
+  if (det::testing::RunProcess({kBin + "/det-trial", "--local", dir / "config.yaml", kSynthetic, "--output-dir",
+                                dir / "local", "--no-progress"},
+                               &out, &err) != 0) {
+    std::fprintf(stderr, "det-trial --local failed: %s\n", err.c_str());
+    std::exit(1);
+  }
+  double local = Seconds(t0, Clock::now());
+
+  Master master(dir);
+  Subprocess agent({kBin + "/det-agent", "--master", master.grpc, "--id", "bench", "--work-dir", dir / "agent"},
+                   dir / "agent.out", dir / "agent.err");
+  PollUntil([&] { return master.Get("/api/v1/agents").dump().find("\"connected\":true") != std::string::npos; },
+            std::chrono::seconds(30));
+  auto start = Clock::now();
+  if (det::testing::RunProcess({kBin + "/det-cli", "-m", master.grpc, "experiment", "create", dir / "config.yaml",
+                                kSynthetic},
+                               &out, &err) != 0) {
+    std::fprintf(stderr, "experiment create failed: %s\n", err.c_str());
+    std::exit(1);
+  }
+  Clock::time_point first_metric, completed;
+  bool have_metric = false;
+  PollUntil(
+      [&] {
+        if (!have_metric) {
+          auto m = master.Get("/api/v1/trials/1/metrics?group=training");
+          if (m.contains("metrics") && !m["metrics"].empty()) {
+            first_metric = Clock::now();
+            have_metric = true;
+          }
+        }
+        auto e = master.Get("/api/v1/experiments/1");
+        if (e.contains("experiment") && e["experiment"]["state"] == "STATE_COMPLETED") {
+          completed = Clock::now();
+          if (!have_metric) first_metric = completed;
+          return true;
+        }
+        return false;
+      },
+      std::chrono::minutes(2));
+  agent.Signal(SIGTERM);
+  agent.Wait(std::chrono::seconds(10));
+  double to_metric = Seconds(start, first_metric);
+  double to_done = Seconds(start, completed);
+  std::printf("1-batch trial, bare det-trial --local (process start to exit): %.3f s\n", local);
+  std::printf("through master+agent: create -> first training metric %.3f s, -> COMPLETED %.3f s\n", to_metric, to_done);
+  std::printf("ratio create->first metric / bare run: %.2f\n", to_metric / local);
+  std::printf("ratio create->COMPLETED / bare run: %.2f\n", to_done / local);
+}
+
+// Raw prepared SQLite inserts of the same rows the master stores.
+double RawSqliteRowsPerSecond(const std::string& path, int rows, int per_txn) {
+  sqlite3* db = nullptr;
+  sqlite3_open(path.c_str(), &db);
+  sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", nullptr, nullptr, nullptr);
+  sqlite3_exec(db,
+               "CREATE TABLE m(id INTEGER PRIMARY KEY, trial_id INTEGER, run INTEGER, grp TEXT, batches INTEGER, "
+               "epochs REAL, metrics TEXT, time_ms INTEGER, archived INTEGER);"
+               "CREATE INDEX mi ON m(trial_id, batches);",
+               nullptr, nullptr, nullptr);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "INSERT INTO m(trial_id,run,grp,batches,epochs,metrics,time_ms,archived) VALUES(?,?,?,?,?,?,?,0)",
+                     -1, &st, nullptr);
+  auto t0 = Clock::now();
+  for (int i = 0; i < rows;) {
+    sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr);
+    for (int k = 0; k < per_txn && i < rows; ++k, ++i) {
+      std::string metrics = "{\"loss\":" + std::to_string(1.0 / (i + 1)) + ",\"accuracy\":0.5}";
+      sqlite3_bind_int64(st, 1, 1);
+      sqlite3_bind_int64(st, 2, 1);
+      sqlite3_bind_text(st, 3, "training", -1, SQLITE_STATIC);
+      sqlite3_bind_int64(st, 4, i);
+      sqlite3_bind_double(st, 5, i / 100.0);
+      sqlite3_bind_text(st, 6, metrics.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(st, 7, 1700000000000LL + i);
+      sqlite3_step(st);
+      sqlite3_reset(st);
+    }
+    sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+  }
+  double secs = Seconds(t0, Clock::now());
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return rows / secs;
+}
+
+// Rows per second through TrialService.ReportTrainingMetrics. The bench plays
+// the agent (to learn the allocation id and token the master hands out).
+double MasterRowsPerSecond(const TempDir& dir, int rows, int per_request) {
+  Master master(dir);
+  auto channel = grpc::CreateChannel(master.grpc, grpc::InsecureChannelCredentials());
+  auto agent = det::agent::v1::AgentService::NewStub(channel);
+  auto api = det::api::v1::Determined::NewStub(channel);
+  auto trial = det::trial::v1::TrialService::NewStub(channel);
+
+  det::agent::v1::RegisterAgentRequest reg;
+  reg.set_agent_id("bench-agent");
+  auto* dev = reg.add_devices();
+  dev->set_id(0);
+  dev->set_type(det::api::v1::DEVICE_TYPE_CPU);
+  det::agent::v1::RegisterAgentResponse reg_resp;
+  {
+    grpc::ClientContext ctx;
+    if (!agent->RegisterAgent(&ctx, reg, &reg_resp).ok()) std::exit(1);
+  }
+  grpc::ClientContext stream_ctx;
+  stream_ctx.AddMetadata("authorization", "Bearer " + reg_resp.session_token());
+  auto stream = agent->Connect(&stream_ctx);
+
+  std::ifstream so(kSynthetic, std::ios::binary);
+  std::stringstream bytes;
+  bytes << so.rdbuf();
+  det::api::v1::CreateExperimentRequest create;
+  create.set_config_yaml(std::string(kConfig));
+  create.set_trial_so(bytes.str());
+  create.set_activate(true);
+  det::api::v1::CreateExperimentResponse created;
+  {
+    grpc::ClientContext ctx;
+    auto s = api->CreateExperiment(&ctx, create, &created);
+    if (!s.ok()) {
+      std::fprintf(stderr, "CreateExperiment: %s\n", s.error_message().c_str());
+      std::exit(1);
+    }
+  }
+  det::agent::v1::MasterMessage msg;
+  std::string allocation, token;
+  while (stream->Read(&msg)) {
+    if (msg.has_start_allocation()) {
+      allocation = msg.start_allocation().allocation_id();
+      token = msg.start_allocation().allocation_token();
+      break;
+    }
+  }
+  auto t0 = Clock::now();
+  for (int i = 0; i < rows;) {
+    det::trial::v1::ReportTrainingMetricsRequest req;
+    req.set_allocation_id(allocation);
+    for (int k = 0; k < per_request && i < rows; ++k, ++i) {
+      auto* row = req.add_rows();
+      row->set_total_batches(i);
+      row->set_total_epochs(i / 100.0);
+      (*row->mutable_metrics())["loss"] = 1.0 / (i + 1);
+      (*row->mutable_metrics())["accuracy"] = 0.5;
+    }
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-det-allocation-token", token);
+    det::trial::v1::ReportTrainingMetricsResponse resp;
+    auto s = trial->ReportTrainingMetrics(&ctx, req, &resp);
+    if (!s.ok()) {
+      std::fprintf(stderr, "ReportTrainingMetrics: %s\n", s.error_message().c_str());
+      std::exit(1);
+    }
+  }
+  double secs = Seconds(t0, Clock::now());
+  stream_ctx.TryCancel();
+  return rows / secs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rows = 20000, per_request = 100;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--rows") rows = std::atoi(argv[i + 1]);
+    if (a == "--rows-per-request") per_request = std::atoi(argv[i + 1]);
+  }
+  Latency();
+  TempDir dir;
+  double raw = RawSqliteRowsPerSecond(dir / "raw.db", rows, per_request);
+  double master = MasterRowsPerSecond(dir, rows, per_request);
+  std::printf("metric ingestion, %d rows, %d row(s) per request/transaction:\n", rows, per_request);
+  std::printf("  raw prepared SQLite inserts: %.0f rows/s\n", raw);
+  std::printf("  through det-master (gRPC ReportTrainingMetrics): %.0f rows/s\n", master);
+  std::printf("  ratio master / raw: %.3f (goal >= 0.5)\n", master / raw);
+  return 0;
+}

@@ -1,0 +1,693 @@
+#include "cli/commands.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "cli/table.h"
+
+namespace det::cli {
+
+namespace v1 = det::api::v1;
+
+namespace {
+
+using Stub = Client::Stub;
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+constexpr int kPageSize = 1000;
+
+// --------------------------------------------------------------- formatting
+
+void PrintJson(const google::protobuf::Message& message, std::ostream& out, bool pretty = true) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = pretty;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) json = absl::StrCat("{\"error\": \"", status.ToString(), "\"}");
+  out << json;
+  if (json.empty() || json.back() != '\n') out << '\n';
+}
+
+// "STATE_ACTIVE" -> "ACTIVE"; "" for the UNSPECIFIED value.
+std::string EnumLabel(const std::string& name, const std::string& prefix) {
+  std::string label = name.compare(0, prefix.size(), prefix) == 0 ? name.substr(prefix.size()) : name;
+  return label == "UNSPECIFIED" ? "" : label;
+}
+
+std::string StateLabel(v1::State state) { return EnumLabel(v1::State_Name(state), "STATE_"); }
+
+bool IsTerminal(v1::State state) {
+  return state == v1::STATE_COMPLETED || state == v1::STATE_CANCELED || state == v1::STATE_ERROR;
+}
+
+std::string FormatTime(const google::protobuf::Timestamp& ts) {
+  if (ts.seconds() == 0 && ts.nanos() == 0) return "";
+  absl::Time t = absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", t, absl::LocalTimeZone());
+}
+
+std::string FormatDuration(const google::protobuf::Duration& d) {
+  return absl::FormatDuration(absl::Seconds(d.seconds()));
+}
+
+std::string FormatDouble(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+std::string FormatBool(bool b) { return b ? "yes" : "no"; }
+
+std::string FormatBytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  if (u == 0) return absl::StrCat(bytes, " B");
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, units[u]);
+  return buf;
+}
+
+// "a=1 b=2", metrics sorted by name.
+std::string FormatMetrics(const google::protobuf::Map<std::string, double>& metrics) {
+  std::map<std::string, double> sorted(metrics.begin(), metrics.end());
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : sorted) parts.push_back(absl::StrCat(k, "=", FormatDouble(v)));
+  return absl::StrJoin(parts, " ");
+}
+
+std::string StructJson(const google::protobuf::Struct& s) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(s, &json, options).ok()) return "";
+  return json;
+}
+
+std::string FormatLog(const v1::TaskLog& log, bool with_trial) {
+  std::string line;
+  std::string ts = FormatTime(log.timestamp());
+  if (!ts.empty()) absl::StrAppend(&line, "[", ts, "] ");
+  if (with_trial) absl::StrAppend(&line, "[trial ", log.trial_id(), "] ");
+  if (log.has_rank()) absl::StrAppend(&line, "[rank=", log.rank(), "] ");
+  std::string level = EnumLabel(v1::LogLevel_Name(log.level()), "LOG_LEVEL_");
+  if (!level.empty() && level != "INFO") absl::StrAppend(&line, level, ": ");
+  absl::StrAppend(&line, log.message());
+  return line;
+}
+
+// --------------------------------------------------------------- RPC helpers
+
+// Fetches every page of a paginated list RPC into `all` (items appended in
+// order; pagination rewritten to describe the whole list). `items` maps a
+// response to its mutable repeated field.
+template <typename Request, typename Response, typename ItemsFn>
+grpc::Status FetchAll(Client& client, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                      Request request, Response* all, ItemsFn items) {
+  all->Clear();
+  request.set_offset(0);
+  request.set_limit(kPageSize);
+  int32_t total = 0;
+  while (true) {
+    Response page;
+    grpc::Status status = client.Call(method, request, &page);
+    if (!status.ok()) return status;
+    auto* page_items = items(page);
+    int n = page_items->size();
+    for (auto& item : *page_items) items(*all)->Add(std::move(item));
+    total = page.pagination().total();
+    if (n == 0 || request.offset() + n >= total) break;
+    request.set_offset(request.offset() + n);
+  }
+  int32_t size = items(*all)->size();
+  auto* p = all->mutable_pagination();
+  p->set_offset(0);
+  p->set_limit(size);
+  p->set_start_index(0);
+  p->set_end_index(size);
+  p->set_total(std::max(total, size));
+  return grpc::Status::OK;
+}
+
+grpc::Status FetchTrials(Client& client, int32_t experiment_id, v1::GetExperimentTrialsResponse* all) {
+  v1::GetExperimentTrialsRequest req;
+  req.set_experiment_id(experiment_id);
+  return FetchAll(client, &Stub::GetExperimentTrials, req, all,
+                  [](v1::GetExperimentTrialsResponse& r) { return r.mutable_trials(); });
+}
+
+bool ReadFileBytes(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return !in.bad();
+}
+
+// Streams one trial's logs to `io.out`; `follow` waits for new lines.
+grpc::Status StreamTrialLogs(Client& client, int32_t trial_id, bool follow, bool with_trial, const CommandIo& io) {
+  v1::TrialLogsRequest req;
+  req.set_trial_id(trial_id);
+  req.set_follow(follow);
+  grpc::ClientContext ctx;
+  client.PrepareContext(&ctx, /*streaming=*/follow);
+  auto reader = client.stub().TrialLogs(&ctx, req);
+  v1::TrialLogsResponse resp;
+  while (reader->Read(&resp)) {
+    for (const auto& log : resp.logs()) {
+      if (io.json) {
+        PrintJson(log, io.out, /*pretty=*/false);
+      } else {
+        io.out << FormatLog(log, with_trial) << '\n';
+      }
+    }
+    io.out.flush();
+  }
+  return reader->Finish();
+}
+
+// ------------------------------------------------------------------ tables
+
+void PrintExperiments(const google::protobuf::RepeatedPtrField<v1::Experiment>& exps, bool show_archived,
+                      std::ostream& out) {
+  std::vector<std::string> headers = {"ID", "NAME", "STATE", "PROGRESS", "TRIALS", "BEST METRIC", "USER",
+                                      "START TIME", "END TIME"};
+  if (show_archived) headers.push_back("ARCHIVED");
+  Table t(headers);
+  for (const auto& e : exps) {
+    std::vector<std::string> row = {
+        absl::StrCat(e.id()),
+        e.name(),
+        StateLabel(e.state()),
+        e.has_progress() ? absl::StrCat(static_cast<int>(e.progress() * 100 + 0.5), "%") : "",
+        absl::StrCat(e.num_trials()),
+        e.has_best_validation_metric() ? FormatDouble(e.best_validation_metric()) : "",
+        e.username(),
+        FormatTime(e.start_time()),
+        FormatTime(e.end_time())};
+    if (show_archived) row.push_back(FormatBool(e.archived()));
+    t.AddRow(std::move(row));
+  }
+  t.Print(out);
+}
+
+void PrintTrials(const google::protobuf::RepeatedPtrField<v1::Trial>& trials, std::ostream& out) {
+  Table t({"ID", "STATE", "BATCHES", "RESTARTS", "BEST VALIDATION", "LATEST CHECKPOINT", "START TIME", "END TIME",
+           "HPARAMS"});
+  for (const auto& tr : trials) {
+    std::string batches = absl::StrCat(tr.total_batches_processed());
+    if (tr.searcher_target_batches() > 0) absl::StrAppend(&batches, "/", tr.searcher_target_batches());
+    t.AddRow({absl::StrCat(tr.id()), StateLabel(tr.state()), batches, absl::StrCat(tr.restarts()),
+              tr.has_best_validation() ? FormatMetrics(tr.best_validation().metrics()) : "",
+              tr.latest_checkpoint_uuid(), FormatTime(tr.start_time()), FormatTime(tr.end_time()),
+              StructJson(tr.hparams())});
+  }
+  t.Print(out);
+}
+
+void PrintCheckpoints(const google::protobuf::RepeatedPtrField<v1::Checkpoint>& cps, std::ostream& out) {
+  Table t({"UUID", "TRIAL", "STATE", "BATCHES", "EPOCHS", "SEARCHER METRIC", "SIZE", "REPORT TIME"});
+  for (const auto& c : cps) {
+    t.AddRow({c.uuid(), absl::StrCat(c.trial_id()), EnumLabel(v1::CheckpointState_Name(c.state()), "CHECKPOINT_STATE_"),
+              absl::StrCat(c.total_batches()), FormatDouble(c.total_epochs()),
+              c.has_searcher_metric() ? FormatDouble(c.searcher_metric()) : "", FormatBytes(c.size_bytes()),
+              FormatTime(c.report_time())});
+  }
+  t.Print(out);
+}
+
+// One line describing a trial's progress, for --follow.
+std::string TrialProgressLine(const v1::Trial& tr) {
+  std::string line = absl::StrCat("Trial ", tr.id(), " ", StateLabel(tr.state()), ": ", tr.total_batches_processed());
+  if (tr.searcher_target_batches() > 0) absl::StrAppend(&line, "/", tr.searcher_target_batches());
+  absl::StrAppend(&line, " batches");
+  if (tr.has_latest_validation()) {
+    absl::StrAppend(&line, ", validation ", FormatMetrics(tr.latest_validation().metrics()));
+  }
+  if (!tr.error_message().empty()) absl::StrAppend(&line, ", ", tr.error_message());
+  return line;
+}
+
+}  // namespace
+
+int ReportError(const Client& client, const grpc::Status& status, std::ostream& err) {
+  err << "det-cli: error: " << client.ErrorMessage(status) << '\n';
+  return 1;
+}
+
+// ------------------------------------------------------------- experiments
+
+int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const CommandIo& io) {
+  v1::CreateExperimentRequest req;
+  if (!ReadFileBytes(args.config_path, req.mutable_config_yaml())) {
+    io.err << "det-cli: error: cannot read " << args.config_path << '\n';
+    return 2;
+  }
+  if (!ReadFileBytes(args.trial_path, req.mutable_trial_so())) {
+    io.err << "det-cli: error: cannot read " << args.trial_path << '\n';
+    return 2;
+  }
+  req.set_activate(!args.paused);
+  v1::CreateExperimentResponse resp;
+  grpc::Status status = client.Call(&Stub::CreateExperiment, req, &resp);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  for (const auto& w : resp.warnings()) io.err << "det-cli: warning: " << w << '\n';
+  io.out << "Created experiment " << resp.experiment().id() << '\n';
+  io.out.flush();
+  if (!args.follow) return 0;
+  return ExperimentFollow(client, resp.experiment().id(), args.poll_interval, io);
+}
+
+int ExperimentFollow(Client& client, int32_t experiment_id, std::chrono::milliseconds poll_interval,
+                     const CommandIo& io) {
+  v1::State last_state = v1::STATE_UNSPECIFIED;
+  std::map<int32_t, std::string> last_trial_lines;
+  while (true) {
+    v1::GetExperimentRequest req;
+    req.set_experiment_id(experiment_id);
+    v1::GetExperimentResponse resp;
+    grpc::Status status = client.Call(&Stub::GetExperiment, req, &resp);
+    if (!status.ok()) return ReportError(client, status, io.err);
+    const v1::Experiment& exp = resp.experiment();
+
+    if (exp.state() != last_state) {
+      io.out << "Experiment " << experiment_id << " " << StateLabel(exp.state());
+      if (exp.has_progress()) io.out << " (" << static_cast<int>(exp.progress() * 100 + 0.5) << "% done)";
+      io.out << '\n';
+      last_state = exp.state();
+    }
+    v1::GetExperimentTrialsResponse trials;
+    status = FetchTrials(client, experiment_id, &trials);
+    if (!status.ok()) return ReportError(client, status, io.err);
+    for (const auto& tr : trials.trials()) {
+      std::string line = TrialProgressLine(tr);
+      auto& last = last_trial_lines[tr.id()];
+      if (line != last) {
+        io.out << line << '\n';
+        last = line;
+      }
+    }
+    io.out.flush();
+    if (IsTerminal(exp.state())) {
+      if (exp.has_best_validation_metric()) {
+        io.out << "Best " << exp.searcher_metric() << ": " << FormatDouble(exp.best_validation_metric())
+               << " (trial " << exp.best_trial_id() << ")\n";
+      }
+      if (exp.state() == v1::STATE_COMPLETED) return 0;
+      io.err << "det-cli: error: experiment " << experiment_id << " ended " << StateLabel(exp.state());
+      if (!exp.error_message().empty()) io.err << ": " << exp.error_message();
+      io.err << '\n';
+      return 1;
+    }
+    std::this_thread::sleep_for(poll_interval);
+  }
+}
+
+int ExperimentList(Client& client, bool all, const CommandIo& io) {
+  v1::GetExperimentsRequest req;
+  v1::GetExperimentsResponse resp;
+  auto items = [](v1::GetExperimentsResponse& r) { return r.mutable_experiments(); };
+  grpc::Status status = FetchAll(client, &Stub::GetExperiments, req, &resp, items);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (all) {
+    // The default filter hides archived experiments; fetch those too.
+    req.set_archived(true);
+    v1::GetExperimentsResponse archived;
+    status = FetchAll(client, &Stub::GetExperiments, req, &archived, items);
+    if (!status.ok()) return ReportError(client, status, io.err);
+    std::set<int32_t> seen;
+    for (const auto& e : resp.experiments()) seen.insert(e.id());
+    for (auto& e : *archived.mutable_experiments()) {
+      if (seen.insert(e.id()).second) resp.add_experiments()->Swap(&e);
+    }
+    auto* exps = resp.mutable_experiments();
+    std::sort(exps->begin(), exps->end(),
+              [](const v1::Experiment& a, const v1::Experiment& b) { return a.id() > b.id(); });
+    int32_t n = exps->size();
+    resp.mutable_pagination()->set_limit(n);
+    resp.mutable_pagination()->set_end_index(n);
+    resp.mutable_pagination()->set_total(n);
+  }
+  if (io.json) {
+    PrintJson(resp, io.out);
+  } else {
+    PrintExperiments(resp.experiments(), all, io.out);
+  }
+  return 0;
+}
+
+int ExperimentDescribe(Client& client, int32_t experiment_id, const CommandIo& io) {
+  v1::GetExperimentRequest req;
+  req.set_experiment_id(experiment_id);
+  v1::GetExperimentResponse resp;
+  grpc::Status status = client.Call(&Stub::GetExperiment, req, &resp);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (io.json) {
+    PrintJson(resp, io.out);
+    return 0;
+  }
+  v1::GetExperimentTrialsResponse trials;
+  status = FetchTrials(client, experiment_id, &trials);
+  if (!status.ok()) return ReportError(client, status, io.err);
+
+  const v1::Experiment& e = resp.experiment();
+  KeyValues kv = {
+      {"ID", absl::StrCat(e.id())},
+      {"Name", e.name()},
+      {"State", StateLabel(e.state())},
+      {"Progress", e.has_progress() ? absl::StrCat(static_cast<int>(e.progress() * 100 + 0.5), "%") : ""},
+      {"Searcher", absl::StrCat(e.searcher_name(), " (metric ", e.searcher_metric(),
+                                e.smaller_is_better() ? ", smaller is better)" : ", larger is better)")},
+      {"Best metric", e.has_best_validation_metric()
+                          ? absl::StrCat(FormatDouble(e.best_validation_metric()), " (trial ", e.best_trial_id(), ")")
+                          : ""},
+      {"Trials", absl::StrCat(e.num_trials())},
+      {"User", e.username()},
+      {"Resource pool", e.resource_pool()},
+      {"Labels", absl::StrJoin(e.labels(), ", ")},
+      {"Archived", FormatBool(e.archived())},
+      {"Trial.so", absl::StrCat(e.trial_so().sha256(), " (", FormatBytes(e.trial_so().size_bytes()), ")")},
+      {"Start time", FormatTime(e.start_time())},
+      {"End time", FormatTime(e.end_time())},
+  };
+  if (!e.description().empty()) kv.insert(kv.begin() + 2, {"Description", e.description()});
+  if (e.parent_id() != 0) kv.push_back({"Parent", absl::StrCat(e.parent_id())});
+  if (!e.error_message().empty()) kv.push_back({"Error", e.error_message()});
+  PrintKeyValues(io.out, kv);
+  io.out << "\nTrials:\n";
+  PrintTrials(trials.trials(), io.out);
+  return 0;
+}
+
+int ExperimentLogs(Client& client, int32_t experiment_id, const CommandIo& io) {
+  v1::GetExperimentTrialsResponse trials;
+  grpc::Status status = FetchTrials(client, experiment_id, &trials);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  for (const auto& tr : trials.trials()) {
+    status = StreamTrialLogs(client, tr.id(), /*follow=*/false, /*with_trial=*/true, io);
+    if (!status.ok()) return ReportError(client, status, io.err);
+  }
+  return 0;
+}
+
+int ExperimentListTrials(Client& client, int32_t experiment_id, const CommandIo& io) {
+  v1::GetExperimentTrialsResponse trials;
+  grpc::Status status = FetchTrials(client, experiment_id, &trials);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (io.json) {
+    PrintJson(trials, io.out);
+  } else {
+    PrintTrials(trials.trials(), io.out);
+  }
+  return 0;
+}
+
+int ExperimentListCheckpoints(Client& client, int32_t experiment_id, const CommandIo& io) {
+  v1::GetExperimentCheckpointsRequest req;
+  req.set_experiment_id(experiment_id);
+  v1::GetExperimentCheckpointsResponse resp;
+  grpc::Status status = FetchAll(client, &Stub::GetExperimentCheckpoints, req, &resp,
+                                 [](v1::GetExperimentCheckpointsResponse& r) { return r.mutable_checkpoints(); });
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (io.json) {
+    PrintJson(resp, io.out);
+  } else {
+    PrintCheckpoints(resp.checkpoints(), io.out);
+  }
+  return 0;
+}
+
+int ExperimentChangeState(Client& client, ExperimentAction action, int32_t experiment_id, const CommandIo& io) {
+  grpc::Status status;
+  const char* done = "";
+  switch (action) {
+    case ExperimentAction::kPause: {
+      v1::PauseExperimentRequest req;
+      req.set_experiment_id(experiment_id);
+      v1::PauseExperimentResponse resp;
+      status = client.Call(&Stub::PauseExperiment, req, &resp);
+      done = "Paused";
+      break;
+    }
+    case ExperimentAction::kActivate: {
+      v1::ActivateExperimentRequest req;
+      req.set_experiment_id(experiment_id);
+      v1::ActivateExperimentResponse resp;
+      status = client.Call(&Stub::ActivateExperiment, req, &resp);
+      done = "Activated";
+      break;
+    }
+    case ExperimentAction::kCancel: {
+      v1::CancelExperimentRequest req;
+      req.set_experiment_id(experiment_id);
+      v1::CancelExperimentResponse resp;
+      status = client.Call(&Stub::CancelExperiment, req, &resp);
+      done = "Canceled";
+      break;
+    }
+    case ExperimentAction::kKill: {
+      v1::KillExperimentRequest req;
+      req.set_experiment_id(experiment_id);
+      v1::KillExperimentResponse resp;
+      status = client.Call(&Stub::KillExperiment, req, &resp);
+      done = "Killed";
+      break;
+    }
+  }
+  if (!status.ok()) return ReportError(client, status, io.err);
+  io.out << done << " experiment " << experiment_id << '\n';
+  return 0;
+}
+
+// ------------------------------------------------------------------ trials
+
+int TrialDescribe(Client& client, int32_t trial_id, const CommandIo& io) {
+  v1::GetTrialRequest req;
+  req.set_trial_id(trial_id);
+  v1::GetTrialResponse resp;
+  grpc::Status status = client.Call(&Stub::GetTrial, req, &resp);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (io.json) {
+    PrintJson(resp, io.out);
+    return 0;
+  }
+  const v1::Trial& t = resp.trial();
+  std::string batches = absl::StrCat(t.total_batches_processed());
+  if (t.searcher_target_batches() > 0) absl::StrAppend(&batches, " of ", t.searcher_target_batches());
+  auto validation = [](bool has, const v1::MetricsReport& r) {
+    return has ? absl::StrCat(FormatMetrics(r.metrics()), " (batch ", r.total_batches(), ")") : std::string();
+  };
+  KeyValues kv = {
+      {"ID", absl::StrCat(t.id())},
+      {"Experiment", absl::StrCat(t.experiment_id())},
+      {"State", StateLabel(t.state())},
+      {"Runner state", EnumLabel(v1::AllocationState_Name(t.runner_state()), "ALLOCATION_STATE_")},
+      {"Hyperparameters", StructJson(t.hparams())},
+      {"Seed", absl::StrCat(t.seed())},
+      {"Restarts", absl::StrCat(t.restarts())},
+      {"Batches", batches},
+      {"Best validation", validation(t.has_best_validation(), t.best_validation())},
+      {"Latest validation", validation(t.has_latest_validation(), t.latest_validation())},
+      {"Best checkpoint", t.best_checkpoint_uuid()},
+      {"Latest checkpoint", t.latest_checkpoint_uuid()},
+      {"Task", t.task_id()},
+      {"Allocation", t.allocation_id()},
+      {"Start time", FormatTime(t.start_time())},
+      {"End time", FormatTime(t.end_time())},
+  };
+  if (!t.error_message().empty()) kv.push_back({"Error", t.error_message()});
+  PrintKeyValues(io.out, kv);
+  return 0;
+}
+
+int TrialLogs(Client& client, int32_t trial_id, bool follow, const CommandIo& io) {
+  grpc::Status status = StreamTrialLogs(client, trial_id, follow, /*with_trial=*/false, io);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  return 0;
+}
+
+int TrialMetrics(Client& client, int32_t trial_id, const std::string& group, const CommandIo& io) {
+  v1::GetTrialMetricsRequest req;
+  req.set_trial_id(trial_id);
+  req.set_group(group);
+  v1::GetTrialMetricsResponse resp;
+  grpc::Status status = client.Call(&Stub::GetTrialMetrics, req, &resp);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (io.json) {
+    PrintJson(resp, io.out);
+    return 0;
+  }
+  std::set<std::string> names;
+  for (const auto& r : resp.metrics()) {
+    for (const auto& [k, v] : r.metrics()) names.insert(k);
+  }
+  std::vector<std::string> headers = {"BATCHES", "GROUP", "EPOCHS", "END TIME"};
+  headers.insert(headers.end(), names.begin(), names.end());
+  Table t(headers);
+  for (const auto& r : resp.metrics()) {
+    std::vector<std::string> row = {absl::StrCat(r.total_batches()), r.group(), FormatDouble(r.total_epochs()),
+                                    FormatTime(r.end_time())};
+    for (const auto& name : names) {
+      auto it = r.metrics().find(name);
+      row.push_back(it == r.metrics().end() ? "" : FormatDouble(it->second));
+    }
+    t.AddRow(std::move(row));
+  }
+  t.Print(io.out);
+  return 0;
+}
+
+int TrialKill(Client& client, int32_t trial_id, const CommandIo& io) {
+  v1::KillTrialRequest req;
+  req.set_trial_id(trial_id);
+  v1::KillTrialResponse resp;
+  grpc::Status status = client.Call(&Stub::KillTrial, req, &resp);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  io.out << "Killed trial " << trial_id << '\n';
+  return 0;
+}
+
+// ------------------------------------------------------------- checkpoints
+
+int CheckpointDescribe(Client& client, const std::string& uuid, const CommandIo& io) {
+  v1::GetCheckpointRequest req;
+  req.set_checkpoint_uuid(uuid);
+  v1::GetCheckpointResponse resp;
+  grpc::Status status = client.Call(&Stub::GetCheckpoint, req, &resp);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (io.json) {
+    PrintJson(resp, io.out);
+    return 0;
+  }
+  const v1::Checkpoint& c = resp.checkpoint();
+  PrintKeyValues(io.out, {
+                             {"UUID", c.uuid()},
+                             {"Experiment", absl::StrCat(c.experiment_id())},
+                             {"Trial", absl::StrCat(c.trial_id())},
+                             {"State", EnumLabel(v1::CheckpointState_Name(c.state()), "CHECKPOINT_STATE_")},
+                             {"Batches", absl::StrCat(c.total_batches())},
+                             {"Records", absl::StrCat(c.total_records())},
+                             {"Epochs", FormatDouble(c.total_epochs())},
+                             {"Validation", FormatMetrics(c.validation_metrics())},
+                             {"Searcher metric", c.has_searcher_metric() ? FormatDouble(c.searcher_metric()) : ""},
+                             {"Size", FormatBytes(c.size_bytes())},
+                             {"Storage path", c.storage_path()},
+                             {"Allocation", c.allocation_id()},
+                             {"Report time", FormatTime(c.report_time())},
+                             {"Metadata", StructJson(c.metadata())},
+                         });
+  if (!c.resources().empty()) {
+    io.out << "\nFiles:\n";
+    std::map<std::string, int64_t> files(c.resources().begin(), c.resources().end());
+    Table t({"PATH", "SIZE"});
+    for (const auto& [path, size] : files) t.AddRow({path, FormatBytes(size)});
+    t.Print(io.out);
+  }
+  return 0;
+}
+
+// ----------------------------------------------------------------- cluster
+
+int AgentList(Client& client, const CommandIo& io) {
+  v1::GetAgentsRequest req;
+  req.set_include_disconnected(true);
+  v1::GetAgentsResponse resp;
+  grpc::Status status = FetchAll(client, &Stub::GetAgents, req, &resp,
+                                 [](v1::GetAgentsResponse& r) { return r.mutable_agents(); });
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (io.json) {
+    PrintJson(resp, io.out);
+    return 0;
+  }
+  Table t({"ID", "HOSTNAME", "RESOURCE POOL", "SLOTS", "IN USE", "CONNECTED", "ENABLED", "VERSION", "LAST HEARTBEAT"});
+  for (const auto& a : resp.agents()) {
+    int used = 0;
+    for (const auto& s : a.slots()) used += s.allocation_id().empty() ? 0 : 1;
+    std::string enabled = FormatBool(a.enabled());
+    if (a.draining()) enabled += " (draining)";
+    t.AddRow({a.id(), a.hostname(), a.resource_pool(), absl::StrCat(a.slots_size()), absl::StrCat(used),
+              FormatBool(a.connected()), enabled, a.version(), FormatTime(a.last_heartbeat_time())});
+  }
+  t.Print(io.out);
+  return 0;
+}
+
+int SlotList(Client& client, const std::string& agent_id, const CommandIo& io) {
+  v1::GetSlotsResponse slots;
+  if (!agent_id.empty()) {
+    v1::GetSlotsRequest req;
+    req.set_agent_id(agent_id);
+    grpc::Status status = client.Call(&Stub::GetSlots, req, &slots);
+    if (!status.ok()) return ReportError(client, status, io.err);
+  } else {
+    v1::GetAgentsRequest req;
+    v1::GetAgentsResponse agents;
+    grpc::Status status = FetchAll(client, &Stub::GetAgents, req, &agents,
+                                   [](v1::GetAgentsResponse& r) { return r.mutable_agents(); });
+    if (!status.ok()) return ReportError(client, status, io.err);
+    for (auto& a : *agents.mutable_agents()) {
+      for (auto& s : *a.mutable_slots()) {
+        if (s.agent_id().empty()) s.set_agent_id(a.id());
+        slots.add_slots()->Swap(&s);
+      }
+    }
+  }
+  if (io.json) {
+    PrintJson(slots, io.out);
+    return 0;
+  }
+  Table t({"AGENT", "SLOT", "TYPE", "DEVICE", "ENABLED", "ALLOCATION", "TRIAL"});
+  for (const auto& s : slots.slots()) {
+    std::string enabled = FormatBool(s.enabled());
+    if (s.draining()) enabled += " (draining)";
+    t.AddRow({s.agent_id(), s.id(), EnumLabel(v1::DeviceType_Name(s.device().type()), "DEVICE_TYPE_"),
+              s.device().brand(), enabled, s.allocation_id(), s.trial_id() == 0 ? "" : absl::StrCat(s.trial_id())});
+  }
+  t.Print(io.out);
+  return 0;
+}
+
+int MasterInfo(Client& client, const CommandIo& io) {
+  v1::GetMasterRequest req;
+  v1::GetMasterResponse resp;
+  grpc::Status status = client.Call(&Stub::GetMaster, req, &resp);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (io.json) {
+    PrintJson(resp, io.out);
+    return 0;
+  }
+  PrintKeyValues(io.out, {
+                             {"Master", client.options().master},
+                             {"Version", resp.version()},
+                             {"Cluster name", resp.cluster_name()},
+                             {"Cluster ID", resp.cluster_id()},
+                             {"Master ID", resp.master_id()},
+                             {"Start time", FormatTime(resp.start_time())},
+                             {"Uptime", FormatDuration(resp.uptime())},
+                             {"Auth required", FormatBool(resp.auth_required())},
+                             {"Trial ABI version", absl::StrCat(resp.trial_abi_version())},
+                             {"Max request size", FormatBytes(resp.max_request_bytes())},
+                         });
+  return 0;
+}
+
+}  // namespace det::cli

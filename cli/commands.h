@@ -1,0 +1,80 @@
+// det-cli's commands against the master: one function per command. Each
+// calls the master through a Client, prints its result to `io.out` (human
+// tables, or protobuf JSON with io.json) and returns the process exit code:
+// 0 on success, 1 when an RPC failed (after printing
+// "det-cli: error: <message> (<CODE>)" to `io.err`), 2 for a usage error.
+//
+// Not thread-safe: run one command at a time per Client.
+#ifndef DET_CLI_COMMANDS_H_
+#define DET_CLI_COMMANDS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "cli/client.h"
+
+namespace det::cli {
+
+struct CommandIo {
+  std::ostream& out;
+  std::ostream& err;
+  // Print the response message(s) as protobuf JSON instead of tables.
+  bool json = false;
+};
+
+// Prints "det-cli: error: <client.ErrorMessage(status)>" to `err`; returns 1.
+int ReportError(const Client& client, const grpc::Status& status, std::ostream& err);
+
+struct ExperimentCreateArgs {
+  std::string config_path;
+  std::string trial_path;
+  // Start PAUSED instead of ACTIVE.
+  bool paused = false;
+  // Wait for the experiment to end (see ExperimentFollow).
+  bool follow = false;
+  std::chrono::milliseconds poll_interval{500};
+};
+
+// experiment create CONFIG TRIAL.so [--follow] [--paused]: sends the config
+// text and the trial.so bytes; prints "Created experiment <id>".
+int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const CommandIo& io);
+
+// Polls GetExperiment (and its trials) every `poll_interval`, printing state
+// changes and trial progress, until the experiment is terminal. Returns 0 when
+// COMPLETED, 1 when ERROR or CANCELED (or an RPC failed).
+int ExperimentFollow(Client& client, int32_t experiment_id, std::chrono::milliseconds poll_interval,
+                     const CommandIo& io);
+
+// experiment list [--all]: unarchived experiments, or all with `all`.
+int ExperimentList(Client& client, bool all, const CommandIo& io);
+int ExperimentDescribe(Client& client, int32_t experiment_id, const CommandIo& io);
+// Logs of all the experiment's trials, trial by trial.
+int ExperimentLogs(Client& client, int32_t experiment_id, const CommandIo& io);
+int ExperimentListTrials(Client& client, int32_t experiment_id, const CommandIo& io);
+// Also `checkpoint list EXPERIMENT_ID`.
+int ExperimentListCheckpoints(Client& client, int32_t experiment_id, const CommandIo& io);
+
+enum class ExperimentAction { kPause, kActivate, kCancel, kKill };
+int ExperimentChangeState(Client& client, ExperimentAction action, int32_t experiment_id, const CommandIo& io);
+
+int TrialDescribe(Client& client, int32_t trial_id, const CommandIo& io);
+// With `follow`, streams until the trial is terminal (no deadline).
+int TrialLogs(Client& client, int32_t trial_id, bool follow, const CommandIo& io);
+// `group` empty: all groups.
+int TrialMetrics(Client& client, int32_t trial_id, const std::string& group, const CommandIo& io);
+int TrialKill(Client& client, int32_t trial_id, const CommandIo& io);
+
+int CheckpointDescribe(Client& client, const std::string& uuid, const CommandIo& io);
+
+int AgentList(Client& client, const CommandIo& io);
+// Slots of every agent, or of `agent_id` when non-empty.
+int SlotList(Client& client, const std::string& agent_id, const CommandIo& io);
+int MasterInfo(Client& client, const CommandIo& io);
+
+}  // namespace det::cli
+
+#endif  // DET_CLI_COMMANDS_H_

@@ -1,0 +1,262 @@
+// Tests of det-cli's commands against an in-process fake master.
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "cli/client.h"
+
+namespace det::cli {
+namespace {
+
+namespace v1 = det::api::v1;
+using ::testing::HasSubstr;
+
+// Implements a few RPCs of the master: experiment 1 exists (and reaches
+// COMPLETED after a few polls), every other id is NOT_FOUND.
+class FakeMaster final : public v1::Determined::Service {
+ public:
+  grpc::Status CreateExperiment(grpc::ServerContext* ctx, const v1::CreateExperimentRequest* req,
+                                v1::CreateExperimentResponse* resp) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_create_ = *req;
+    auto md = ctx->client_metadata().find("authorization");
+    if (md != ctx->client_metadata().end()) last_authorization_ = std::string(md->second.data(), md->second.size());
+    resp->mutable_experiment()->set_id(1);
+    resp->mutable_experiment()->set_state(req->activate() ? v1::STATE_ACTIVE : v1::STATE_PAUSED);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetExperiment(grpc::ServerContext*, const v1::GetExperimentRequest* req,
+                             v1::GetExperimentResponse* resp) override {
+    if (req->experiment_id() != 1) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "experiment " + std::to_string(req->experiment_id()) +
+                                                           " not found");
+    }
+    int polls = ++polls_;
+    auto* e = resp->mutable_experiment();
+    e->set_id(1);
+    e->set_name("fake");
+    e->set_state(polls < 3 ? v1::STATE_ACTIVE : final_state_.load());
+    e->set_searcher_metric("loss");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetExperimentTrials(grpc::ServerContext*, const v1::GetExperimentTrialsRequest* req,
+                                   v1::GetExperimentTrialsResponse* resp) override {
+    if (req->experiment_id() != 1) return grpc::Status(grpc::StatusCode::NOT_FOUND, "experiment not found");
+    auto* t = resp->add_trials();
+    t->set_id(7);
+    t->set_experiment_id(1);
+    t->set_state(v1::STATE_ACTIVE);
+    t->set_total_batches_processed(10 * polls_.load());
+    t->set_searcher_target_batches(100);
+    resp->mutable_pagination()->set_total(1);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetTrialMetrics(grpc::ServerContext*, const v1::GetTrialMetricsRequest* req,
+                               v1::GetTrialMetricsResponse* resp) override {
+    auto* r = resp->add_metrics();
+    r->set_trial_id(req->trial_id());
+    r->set_total_batches(60);
+    r->set_group(req->group());
+    (*r->mutable_metrics())["validation_loss"] = 0.25;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status TrialLogs(grpc::ServerContext*, const v1::TrialLogsRequest* req,
+                         grpc::ServerWriter<v1::TrialLogsResponse>* writer) override {
+    v1::TrialLogsResponse resp;
+    for (int i = 1; i <= 2; ++i) {
+      auto* log = resp.add_logs();
+      log->set_id(i);
+      log->set_trial_id(req->trial_id());
+      log->set_message("line " + std::to_string(i));
+    }
+    writer->Write(resp);
+    return grpc::Status::OK;
+  }
+
+  v1::CreateExperimentRequest last_create() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_create_;
+  }
+  std::string last_authorization() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_authorization_;
+  }
+  void set_final_state(v1::State s) { final_state_ = s; }
+
+ private:
+  std::mutex mu_;
+  v1::CreateExperimentRequest last_create_;
+  std::string last_authorization_;
+  std::atomic<int> polls_{0};
+  std::atomic<v1::State> final_state_{v1::STATE_COMPLETED};
+};
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&fake_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port, 0);
+    options_.master = "127.0.0.1:" + std::to_string(port);
+    options_.token = "secret-token";
+    options_.deadline = std::chrono::seconds(10);
+    dir_ = std::filesystem::temp_directory_path() / ("cli_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    server_->Shutdown();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::string WriteFile(const std::string& name, const std::string& content) {
+    auto path = dir_ / name;
+    std::ofstream(path, std::ios::binary) << content;
+    return path.string();
+  }
+
+  FakeMaster fake_;
+  std::unique_ptr<grpc::Server> server_;
+  ClientOptions options_;
+  std::filesystem::path dir_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(CommandsTest, CreateSendsConfigTextAndTrialBytes) {
+  const std::string config = "name: x\nsearcher:\n  name: single\n";
+  const std::string trial_bytes("\x7f" "ELF\0\x01\x02 binary", 15);
+  ExperimentCreateArgs args;
+  args.config_path = WriteFile("config.yaml", config);
+  args.trial_path = WriteFile("trial.so", trial_bytes);
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(ExperimentCreate(client, args, io), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "Created experiment 1\n");
+  auto req = fake_.last_create();
+  EXPECT_EQ(req.config_yaml(), config);
+  EXPECT_EQ(req.trial_so(), trial_bytes);
+  EXPECT_TRUE(req.activate());
+  EXPECT_EQ(fake_.last_authorization(), "Bearer secret-token");
+}
+
+TEST_F(CommandsTest, CreatePausedDoesNotActivate) {
+  ExperimentCreateArgs args;
+  args.config_path = WriteFile("config.yaml", "name: x\n");
+  args.trial_path = WriteFile("trial.so", "bytes");
+  args.paused = true;
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(ExperimentCreate(client, args, io), 0) << err_.str();
+  EXPECT_FALSE(fake_.last_create().activate());
+}
+
+TEST_F(CommandsTest, CreateFollowExitsZeroWhenCompleted) {
+  ExperimentCreateArgs args;
+  args.config_path = WriteFile("config.yaml", "name: x\n");
+  args.trial_path = WriteFile("trial.so", "bytes");
+  args.follow = true;
+  args.poll_interval = std::chrono::milliseconds(10);
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(ExperimentCreate(client, args, io), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("Created experiment 1"));
+  EXPECT_THAT(out_.str(), HasSubstr("Experiment 1 ACTIVE"));
+  EXPECT_THAT(out_.str(), HasSubstr("Experiment 1 COMPLETED"));
+  EXPECT_THAT(out_.str(), HasSubstr("Trial 7 ACTIVE"));
+}
+
+TEST_F(CommandsTest, FollowExitsOneWhenCanceled) {
+  fake_.set_final_state(v1::STATE_CANCELED);
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(ExperimentFollow(client, 1, std::chrono::milliseconds(10), io), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("CANCELED"));
+}
+
+TEST_F(CommandsTest, NotFoundBecomesThePrintedError) {
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(ExperimentDescribe(client, 999, io), 1);
+  EXPECT_EQ(err_.str(), "det-cli: error: experiment 999 not found (NOT_FOUND)\n");
+  EXPECT_EQ(out_.str(), "");
+}
+
+TEST_F(CommandsTest, DescribeJsonUsesProtoFieldNames) {
+  Client client(options_);
+  CommandIo io{out_, err_, /*json=*/true};
+  EXPECT_EQ(ExperimentDescribe(client, 1, io), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("\"searcher_metric\": \"loss\""));
+  EXPECT_THAT(out_.str(), HasSubstr("\"num_trials\": 0"));  // primitive fields always printed
+}
+
+TEST_F(CommandsTest, TrialMetricsTableAndJson) {
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(TrialMetrics(client, 7, "validation", io), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("validation_loss"));
+  EXPECT_THAT(out_.str(), HasSubstr("0.25"));
+  std::ostringstream json_out;
+  CommandIo json_io{json_out, err_, true};
+  EXPECT_EQ(TrialMetrics(client, 7, "validation", json_io), 0);
+  EXPECT_THAT(json_out.str(), HasSubstr("\"total_batches\": \"60\""));
+}
+
+TEST_F(CommandsTest, ExperimentLogsPrintsEveryTrialsLines) {
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(ExperimentLogs(client, 1, io), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("[trial 7] line 1"));
+  EXPECT_THAT(out_.str(), HasSubstr("[trial 7] line 2"));
+}
+
+TEST_F(CommandsTest, UnimplementedRpcIsReported) {
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(MasterInfo(client, io), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("(UNIMPLEMENTED)"));
+}
+
+TEST(ClientTest, UnreachableMasterIsNamed) {
+  ClientOptions options;
+  options.master = "127.0.0.1:1";
+  options.deadline = std::chrono::seconds(5);
+  Client client(options);
+  std::ostringstream out, err;
+  CommandIo io{out, err};
+  EXPECT_EQ(MasterInfo(client, io), 1);
+  EXPECT_THAT(err.str(), HasSubstr("det-cli: error: cannot reach master at 127.0.0.1:1"));
+}
+
+TEST(ClientTest, OptionsFromEnv) {
+  ::setenv("DET_MASTER", "example:1234", 1);
+  ::setenv("DET_USER_TOKEN", "tok", 1);
+  EXPECT_EQ(ClientOptionsFromEnv("").master, "example:1234");
+  EXPECT_EQ(ClientOptionsFromEnv("flag:1").master, "flag:1");
+  EXPECT_EQ(ClientOptionsFromEnv("").token, "tok");
+  ::unsetenv("DET_MASTER");
+  ::unsetenv("DET_USER_TOKEN");
+  EXPECT_EQ(ClientOptionsFromEnv("").master, "localhost:8090");
+  EXPECT_EQ(ClientOptionsFromEnv("").token, "");
+}
+
+}  // namespace
+}  // namespace det::cli

@@ -1,0 +1,45 @@
+#include "common/proto_json.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace det {
+
+absl::StatusOr<google::protobuf::Struct> JsonToStruct(const nlohmann::json& json) {
+  google::protobuf::Struct s;
+  if (json.is_null()) return s;
+  if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat("expected a JSON object, got ", json.dump()));
+  auto st = google::protobuf::util::JsonStringToMessage(json.dump(), &s);
+  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("cannot convert JSON to Struct: ", st.ToString()));
+  return s;
+}
+
+nlohmann::json StructToJson(const google::protobuf::Struct& s) {
+  std::string out;
+  auto st = google::protobuf::util::MessageToJsonString(s, &out);
+  if (!st.ok()) return nlohmann::json::object();
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  return j.is_discarded() ? nlohmann::json::object() : j;
+}
+
+std::string MessageToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = pretty;
+  std::string out;
+  auto st = google::protobuf::util::MessageToJsonString(message, &out, options);
+  if (!st.ok()) return "{}";
+  return out;
+}
+
+absl::Status JsonToMessage(const std::string& json, google::protobuf::Message* message) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  auto st = google::protobuf::util::JsonStringToMessage(json, message, options);
+  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("invalid JSON request body: ", st.ToString()));
+  return absl::OkStatus();
+}
+
+}  // namespace det

@@ -1,0 +1,100 @@
+#include "master/core/artifact_store.h"
+
+#include <elf.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace det::master {
+namespace fs = std::filesystem;
+
+std::string Sha256Hex(const std::string& bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 0xf]);
+  }
+  return out;
+}
+
+absl::Status CheckSharedLibrary(const std::string& bytes) {
+  if (bytes.empty()) return absl::InvalidArgumentError("trial.so is empty");
+  if (bytes.size() < sizeof(Elf64_Ehdr) || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0) {
+    return absl::InvalidArgumentError("trial.so is not a shared library: it has no ELF header");
+  }
+  Elf64_Ehdr header;
+  std::memcpy(&header, bytes.data(), sizeof(header));
+  if (header.e_ident[EI_CLASS] != ELFCLASS64) {
+    return absl::InvalidArgumentError("trial.so is not a 64-bit ELF shared library");
+  }
+  if (header.e_type != ET_DYN) {
+    return absl::InvalidArgumentError(absl::StrCat("trial.so is an ELF file but not a shared library (e_type ",
+                                                   header.e_type, ")"));
+  }
+#if defined(__x86_64__)
+  if (header.e_machine != EM_X86_64) {
+    return absl::InvalidArgumentError(absl::StrCat("trial.so was built for another architecture (e_machine ",
+                                                   header.e_machine, ")"));
+  }
+#elif defined(__aarch64__)
+  if (header.e_machine != EM_AARCH64) {
+    return absl::InvalidArgumentError(absl::StrCat("trial.so was built for another architecture (e_machine ",
+                                                   header.e_machine, ")"));
+  }
+#endif
+  return absl::OkStatus();
+}
+
+std::string ArtifactStore::PathOf(const std::string& sha256) const { return (fs::path(dir_) / (sha256 + ".so")).string(); }
+
+bool ArtifactStore::Has(const std::string& sha256) const { return fs::exists(PathOf(sha256)); }
+
+absl::StatusOr<std::string> ArtifactStore::Put(const std::string& bytes) {
+  absl::Status st = CheckSharedLibrary(bytes);
+  if (!st.ok()) return st;
+  std::string sha = Sha256Hex(bytes);
+  if (Has(sha)) return sha;
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  std::string tmp = PathOf(sha) + ".tmp." + std::to_string(getpid()) + "." +
+                    std::to_string(reinterpret_cast<uintptr_t>(&bytes));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) return absl::InternalError(absl::StrCat("cannot write artifact ", tmp));
+  }
+  fs::rename(tmp, PathOf(sha), ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot store artifact ", sha, ": ", ec.message()));
+  return sha;
+}
+
+absl::StatusOr<int64_t> ArtifactStore::Size(const std::string& sha256) const {
+  std::error_code ec;
+  auto size = fs::file_size(PathOf(sha256), ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("artifact ", sha256, " not found"));
+  return static_cast<int64_t>(size);
+}
+
+absl::StatusOr<std::string> ArtifactStore::Read(const std::string& sha256, int64_t offset, int64_t max_bytes) const {
+  std::ifstream in(PathOf(sha256), std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("artifact ", sha256, " not found"));
+  in.seekg(0, std::ios::end);
+  int64_t size = in.tellg();
+  if (offset < 0 || offset > size) return absl::OutOfRangeError("offset past the end of the artifact");
+  in.seekg(offset);
+  std::string out(static_cast<size_t>(std::min(max_bytes, size - offset)), '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  return out;
+}
+
+}  // namespace det::master

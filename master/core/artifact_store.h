@@ -1,0 +1,38 @@
+// Content-addressed storage of uploaded trial libraries: <dir>/<sha256>.so.
+#ifndef DET_MASTER_CORE_ARTIFACT_STORE_H_
+#define DET_MASTER_CORE_ARTIFACT_STORE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace det::master {
+
+// Lowercase hex SHA-256 of `bytes`.
+std::string Sha256Hex(const std::string& bytes);
+
+// Returns OK when `bytes` is an ELF shared object (ET_DYN) for this machine's
+// architecture; InvalidArgument naming what is wrong otherwise.
+absl::Status CheckSharedLibrary(const std::string& bytes);
+
+// Thread-safe: files are written to a temporary name and renamed.
+class ArtifactStore {
+ public:
+  explicit ArtifactStore(std::string dir) : dir_(std::move(dir)) {}
+  // Validates and stores `bytes`; returns their sha256 (idempotent).
+  absl::StatusOr<std::string> Put(const std::string& bytes);
+  bool Has(const std::string& sha256) const;
+  std::string PathOf(const std::string& sha256) const;
+  // Size in bytes; NotFound for an unknown hash.
+  absl::StatusOr<int64_t> Size(const std::string& sha256) const;
+  // Up to max_bytes from offset. NotFound / OutOfRange.
+  absl::StatusOr<std::string> Read(const std::string& sha256, int64_t offset, int64_t max_bytes) const;
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_CORE_ARTIFACT_STORE_H_

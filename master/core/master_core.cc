@@ -1,0 +1,1412 @@
+#include "master/core/master_core.h"
+
+#include <filesystem>
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/length.h"
+#include "common/proto_json.h"
+#include "common/status_macros.h"
+
+namespace det::master {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kActive[] = "ACTIVE";
+constexpr char kPaused[] = "PAUSED";
+constexpr char kCompleted[] = "COMPLETED";
+constexpr char kCanceled[] = "CANCELED";
+constexpr char kError[] = "ERROR";
+constexpr char kStoppingCanceled[] = "STOPPING_CANCELED";
+constexpr char kStoppingKilled[] = "STOPPING_KILLED";
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool Terminal(const std::string& state) { return state == kCompleted || state == kCanceled || state == kError; }
+
+apiv1::State StateEnum(const std::string& s) {
+  apiv1::State out = apiv1::STATE_UNSPECIFIED;
+  apiv1::State_Parse("STATE_" + s, &out);
+  return out;
+}
+
+void SetTime(google::protobuf::Timestamp* t, int64_t ms) {
+  t->set_seconds(ms / 1000);
+  t->set_nanos(static_cast<int32_t>((ms % 1000) * 1000000));
+}
+
+int64_t TimeMs(const google::protobuf::Timestamp& t) { return t.seconds() * 1000 + t.nanos() / 1000000; }
+
+std::string RandomHex(size_t bytes) {
+  std::random_device rd;
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < bytes; ++i) {
+    unsigned v = rd() & 0xff;
+    out.push_back(kHex[v >> 4]);
+    out.push_back(kHex[v & 0xf]);
+  }
+  return out;
+}
+
+apiv1::MetricsReport MetricProto(const MetricRow& r) {
+  apiv1::MetricsReport m;
+  m.set_id(r.id);
+  m.set_trial_id(static_cast<int32_t>(r.trial_id));
+  m.set_total_batches(r.total_batches);
+  m.set_total_epochs(r.total_epochs);
+  m.set_group(r.group);
+  for (const auto& [k, v] : r.metrics) (*m.mutable_metrics())[k] = v;
+  m.set_archived(r.archived);
+  SetTime(m.mutable_end_time(), r.time_ms);
+  m.set_trial_run_id(static_cast<int32_t>(r.trial_run_id));
+  return m;
+}
+
+apiv1::Checkpoint CheckpointProto(const CheckpointRow& r) {
+  apiv1::Checkpoint c;
+  c.set_uuid(r.uuid);
+  c.set_trial_id(static_cast<int32_t>(r.trial_id));
+  c.set_experiment_id(static_cast<int32_t>(r.experiment_id));
+  apiv1::CheckpointState state = apiv1::CHECKPOINT_STATE_UNSPECIFIED;
+  apiv1::CheckpointState_Parse("CHECKPOINT_STATE_" + r.state, &state);
+  c.set_state(state);
+  c.set_total_batches(r.total_batches);
+  for (const auto& [k, v] : r.resources) (*c.mutable_resources())[k] = v;
+  c.set_storage_path(r.storage_path);
+  SetTime(c.mutable_report_time(), r.time_ms);
+  if (r.searcher_metric) c.set_searcher_metric(*r.searcher_metric);
+  return c;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- AgentSession
+
+void AgentSession::Push(agentv1::MasterMessage message) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (closed_) return;
+    queue_.push_back(std::move(message));
+  }
+  cv_.notify_all();
+}
+
+bool AgentSession::Pop(agentv1::MasterMessage* message, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait_for(l, timeout, [&] { return closed_ || !queue_.empty(); });
+  if (closed_ || queue_.empty()) return false;
+  *message = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+void AgentSession::Close() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool AgentSession::closed() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return closed_;
+}
+
+// ---------------------------------------------------------------- setup
+
+absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(MasterOptions options) {
+  std::error_code ec;
+  fs::create_directories(options.data_dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot create data dir '", options.data_dir, "': ", ec.message()));
+  if (options.db_path.empty()) options.db_path = (fs::path(options.data_dir) / "det.db").string();
+  if (options.checkpoint_root.empty()) options.checkpoint_root = (fs::path(options.data_dir) / "checkpoints").string();
+  options.checkpoint_root = fs::absolute(options.checkpoint_root).string();
+  DET_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(options.db_path));
+  std::unique_ptr<MasterCore> core(new MasterCore(std::move(options), std::move(store)));
+  {
+    std::lock_guard<std::mutex> l(core->mu_);
+    DET_RETURN_IF_ERROR(core->LoadFromStore());
+  }
+  core->background_ = std::thread([c = core.get()] { c->BackgroundLoop(); });
+  return core;
+}
+
+MasterCore::MasterCore(MasterOptions options, std::unique_ptr<Store> store)
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      artifacts_((fs::path(options_.data_dir) / "artifacts").string()) {}
+
+MasterCore::~MasterCore() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+    for (auto& [id, agent] : agents_) {
+      if (agent->session) agent->session->Close();
+    }
+  }
+  stop_cv_.notify_all();
+  preempt_cv_.notify_all();
+  if (background_.joinable()) background_.join();
+}
+
+void MasterCore::set_trial_master_address(std::string address) {
+  std::lock_guard<std::mutex> l(mu_);
+  trial_master_address_ = std::move(address);
+}
+
+absl::Status MasterCore::LoadFromStore() {
+  auto id = store_->GetValue("cluster_id");
+  if (!id.ok()) return id.status();
+  if (id->has_value()) {
+    cluster_id_ = **id;
+  } else {
+    cluster_id_ = RandomHex(16);
+    DET_RETURN_IF_ERROR(store_->PutValue("cluster_id", cluster_id_));
+  }
+  // Experiments that were running when the master stopped come back; their
+  // trials restart from their latest checkpoints once agents reconnect.
+  ExperimentFilter all;
+  DET_ASSIGN_OR_RETURN(std::vector<ExperimentRow> rows, store_->ListExperiments(all));
+  for (auto& row : rows) {
+    auto config = ParseExperimentConfig(row.config_yaml, absl::StrCat("experiment ", row.id));
+    if (!config.ok()) {
+      spdlog::warn("experiment {}: stored config no longer parses: {}", row.id, config.status().ToString());
+      continue;
+    }
+    auto exp = std::make_unique<ExperimentRuntime>();
+    exp->row = row;
+    exp->config = *std::move(config);
+    auto gbs = GlobalBatchSize(FirstHParams(exp->config.hyperparameters, 0));
+    exp->global_batch_size = gbs.ok() ? *gbs : 1;
+    int64_t per_epoch = EpochLengthInBatches(exp->global_batch_size, exp->config.records_per_epoch, 0);
+    exp->max_length_batches = ToBatches(exp->config.searcher.max_length, exp->global_batch_size, per_epoch).value_or(0);
+    if (exp->config.min_validation_period) {
+      exp->validation_period =
+          ToBatches(*exp->config.min_validation_period, exp->global_batch_size, per_epoch).value_or(0);
+    }
+    if (exp->config.min_checkpoint_period) {
+      exp->checkpoint_period =
+          ToBatches(*exp->config.min_checkpoint_period, exp->global_batch_size, per_epoch).value_or(0);
+    }
+    exp->checkpoint_dir = options_.checkpoint_root;
+    if (exp->config.checkpoint_storage) {
+      fs::path p = exp->config.checkpoint_storage->host_path;
+      if (!exp->config.checkpoint_storage->storage_path.empty()) p /= exp->config.checkpoint_storage->storage_path;
+      exp->checkpoint_dir = p.string();
+    }
+    nlohmann::json snap = nlohmann::json::parse(row.searcher_state_json, nullptr, false);
+    auto searcher = snap.is_object() ? Searcher::Restore(exp->config, exp->max_length_batches, snap)
+                                     : Searcher::Create(exp->config, exp->max_length_batches);
+    if (!searcher.ok()) {
+      spdlog::warn("experiment {}: cannot restore its searcher: {}", row.id, searcher.status().ToString());
+      continue;
+    }
+    exp->searcher = std::make_unique<Searcher>(*std::move(searcher));
+    exp->search_done = exp->searcher->shutdown();
+    DET_ASSIGN_OR_RETURN(std::vector<TrialRow> trials, store_->ListTrials(row.id));
+    for (auto& t : trials) {
+      auto tr = std::make_unique<TrialRuntime>();
+      tr->row = t;
+      nlohmann::json seq = nlohmann::json::parse(t.sequencer_state_json, nullptr, false);
+      if (seq.is_object()) {
+        tr->searcher_target = seq.value("searcher_target", int64_t{0});
+        tr->close_requested = seq.value("close_requested", false);
+        tr->last_validation = seq.value("last_validation", int64_t{0});
+        tr->last_checkpoint = seq.value("last_checkpoint", int64_t{0});
+      }
+      exp->trial_by_request[t.request_id] = t.id;
+      int64_t tid = t.id;
+      trials_[tid] = std::move(tr);
+      if (!Terminal(t.state) && row.state == kActive) RequestAllocation(*exp, *trials_[tid]);
+    }
+    experiments_[row.id] = std::move(exp);
+  }
+  return absl::OkStatus();
+}
+
+void MasterCore::BackgroundLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    stop_cv_.wait_for(l, std::chrono::milliseconds(500));
+    if (stop_) break;
+    int64_t now = NowMs();
+    for (auto& [id, agent] : agents_) {
+      if (agent->connected && now - agent->last_heartbeat_ms > options_.heartbeat_timeout_ms) {
+        LoseAgent(*agent, "missed heartbeats");
+      }
+    }
+    ScheduleLocked();
+  }
+}
+
+// ---------------------------------------------------------------- helpers
+
+absl::StatusOr<MasterCore::ExperimentRuntime*> MasterCore::FindExperiment(int64_t id) {
+  auto it = experiments_.find(id);
+  if (it == experiments_.end()) return absl::NotFoundError(absl::StrCat("experiment ", id, " not found"));
+  return it->second.get();
+}
+
+absl::StatusOr<MasterCore::TrialRuntime*> MasterCore::FindTrial(int64_t id) {
+  auto it = trials_.find(id);
+  if (it == trials_.end()) return absl::NotFoundError(absl::StrCat("trial ", id, " not found"));
+  return it->second.get();
+}
+
+void MasterCore::SetTrialState(TrialRuntime& trial, const std::string& state) {
+  trial.row.state = state;
+  if (Terminal(state)) trial.row.ended_ms = NowMs();
+  nlohmann::json seq = {{"searcher_target", trial.searcher_target},
+                        {"close_requested", trial.close_requested},
+                        {"last_validation", trial.last_validation},
+                        {"last_checkpoint", trial.last_checkpoint}};
+  trial.row.sequencer_state_json = seq.dump();
+  absl::Status st = store_->UpdateTrial(trial.row);
+  if (!st.ok()) spdlog::error("saving trial {}: {}", trial.row.id, st.ToString());
+}
+
+void MasterCore::SetExperimentState(ExperimentRuntime& exp, const std::string& state) {
+  exp.row.state = state;
+  if (Terminal(state)) exp.row.ended_ms = NowMs();
+  if (exp.searcher) exp.row.progress = exp.searcher->Progress();
+  absl::Status st = store_->UpdateExperiment(exp.row);
+  if (!st.ok()) spdlog::error("saving experiment {}: {}", exp.row.id, st.ToString());
+  spdlog::info("experiment {} is {}", exp.row.id, state);
+}
+
+absl::Status MasterCore::SaveSearcher(ExperimentRuntime& exp) {
+  exp.row.searcher_state_json = exp.searcher->Snapshot().dump();
+  exp.row.progress = exp.searcher->Progress();
+  return store_->UpdateExperiment(exp.row);
+}
+
+absl::Status MasterCore::ApplySearcherOps(ExperimentRuntime& exp, std::vector<SearcherOp> ops) {
+  std::deque<SearcherOp> queue(ops.begin(), ops.end());
+  while (!queue.empty()) {
+    SearcherOp op = std::move(queue.front());
+    queue.pop_front();
+    if (auto* create = std::get_if<CreateTrialOp>(&op)) {
+      TrialRow row;
+      row.experiment_id = exp.row.id;
+      row.request_id = create->request_id;
+      row.state = kActive;
+      row.hparams_json = create->hparams.dump();
+      row.seed = create->trial_seed;
+      row.created_ms = NowMs();
+      DET_ASSIGN_OR_RETURN(row.id, store_->InsertTrial(row));
+      auto trial = std::make_unique<TrialRuntime>();
+      trial->row = row;
+      exp.trial_by_request[create->request_id] = row.id;
+      TrialRuntime& t = *trial;
+      trials_[row.id] = std::move(trial);
+      spdlog::info("experiment {}: created trial {} with hparams {}", exp.row.id, row.id, row.hparams_json);
+      for (auto& next : exp.searcher->TrialCreated(create->request_id)) queue.push_back(std::move(next));
+      if (exp.row.state == kActive) RequestAllocation(exp, t);
+    } else if (auto* validate = std::get_if<ValidateAfterOp>(&op)) {
+      auto it = exp.trial_by_request.find(validate->request_id);
+      if (it == exp.trial_by_request.end()) continue;
+      TrialRuntime& t = *trials_[it->second];
+      t.searcher_target = validate->length;
+      SetTrialState(t, t.row.state);
+      // A trial that waited without a slot (e.g. an ASHA promotion) resumes
+      // from its checkpoint.
+      if (exp.row.state == kActive && !Terminal(t.row.state)) RequestAllocation(exp, t);
+    } else if (auto* close = std::get_if<CloseTrialOp>(&op)) {
+      auto it = exp.trial_by_request.find(close->request_id);
+      if (it == exp.trial_by_request.end()) continue;
+      TrialRuntime& t = *trials_[it->second];
+      t.close_requested = true;
+      if (t.allocation_id.empty() && !Terminal(t.row.state) && t.row.total_batches > 0 &&
+          t.last_checkpoint == t.row.total_batches) {
+        // Already checkpointed and off its slot: nothing left to run.
+        SetTrialState(t, kCompleted);
+        for (auto& next : exp.searcher->TrialClosed(close->request_id)) queue.push_back(std::move(next));
+        continue;
+      }
+      SetTrialState(t, t.row.state);
+      if (exp.row.state == kActive && !Terminal(t.row.state)) RequestAllocation(exp, t);
+    } else if (std::get_if<ShutdownOp>(&op)) {
+      exp.search_done = true;
+    }
+  }
+  DET_RETURN_IF_ERROR(SaveSearcher(exp));
+  MaybeFinishExperiment(exp);
+  ScheduleLocked();
+  return absl::OkStatus();
+}
+
+void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) {
+  if (!trial.allocation_id.empty()) return;
+  // A trial the searcher has nothing for waits without a slot.
+  if (trial.searcher_target == 0 && !trial.close_requested) return;
+  for (const auto& p : pending_) {
+    if (p.group_id == exp.row.id && p.allocation_id.rfind(absl::StrCat("trial-", trial.row.id, "."), 0) == 0) return;
+  }
+  SchedRequest req;
+  req.allocation_id = absl::StrCat("trial-", trial.row.id, ".", trial.row.run_id + 1, ".", RandomHex(4));
+  req.group_id = exp.row.id;
+  req.resource_pool = exp.config.resources.resource_pool;
+  req.slots = static_cast<int>(exp.config.resources.slots_per_trial);
+  req.weight = exp.config.resources.weight;
+  req.priority = static_cast<int>(exp.config.resources.priority.value_or(42));
+  req.submit_order = ++submit_order_;
+  pending_.push_back(req);
+}
+
+void MasterCore::ScheduleLocked() {
+  if (pending_.empty()) return;
+  std::vector<SchedAgent> agents;
+  for (const auto& [id, a] : agents_) {
+    if (!a->connected) continue;
+    SchedAgent s;
+    s.id = id;
+    s.resource_pool = a->row.resource_pool;
+    s.total_slots = static_cast<int>(a->devices.size());
+    s.enabled = a->row.enabled;
+    for (const auto& d : a->devices) {
+      if (a->used_slots.count(d.id()) == 0) s.free_slots.push_back(d.id());
+    }
+    agents.push_back(std::move(s));
+  }
+  std::vector<SchedRunning> running;
+  for (const auto& [id, alloc] : allocations_) {
+    int slots = 0;
+    for (const auto& p : alloc->placements) slots += static_cast<int>(p.slots.size());
+    auto exp = experiments_.find(alloc->experiment_id);
+    running.push_back({id, alloc->experiment_id,
+                       exp != experiments_.end() ? exp->second->config.resources.resource_pool : "default", slots});
+  }
+  std::vector<Assignment> assignments = Schedule(agents, pending_, running);
+  for (const Assignment& a : assignments) {
+    auto pit = std::find_if(pending_.begin(), pending_.end(),
+                            [&](const SchedRequest& r) { return r.allocation_id == a.allocation_id; });
+    if (pit == pending_.end()) continue;
+    int64_t exp_id = pit->group_id;
+    int64_t trial_id = 0;
+    std::sscanf(a.allocation_id.c_str(), "trial-%ld.", &trial_id);
+    pending_.erase(pit);
+    auto eit = experiments_.find(exp_id);
+    auto tit = trials_.find(trial_id);
+    if (eit == experiments_.end() || tit == trials_.end()) continue;
+    ExperimentRuntime& exp = *eit->second;
+    TrialRuntime& trial = *tit->second;
+    auto alloc = std::make_unique<AllocationRuntime>();
+    alloc->id = a.allocation_id;
+    alloc->token = RandomHex(16);
+    alloc->trial_id = trial_id;
+    alloc->experiment_id = exp_id;
+    alloc->placements = a.placements;
+    trial.allocation_id = alloc->id;
+    trial.row.run_id += 1;
+    trial.current_op.reset();
+    trial.exit_completed = false;
+    SetTrialState(trial, trial.row.state);
+    int rank = 0;
+    for (const auto& placement : a.placements) {
+      auto ait = agents_.find(placement.agent_id);
+      if (ait == agents_.end()) continue;
+      AgentRuntime& agent = *ait->second;
+      agentv1::MasterMessage msg;
+      msg.set_seq(next_seq_++);
+      auto* start = msg.mutable_start_allocation();
+      start->set_allocation_id(alloc->id);
+      start->set_task_id(absl::StrCat("trial-", trial_id));
+      start->set_trial_id(static_cast<int32_t>(trial_id));
+      start->set_experiment_id(static_cast<int32_t>(exp_id));
+      start->set_allocation_token(alloc->token);
+      start->mutable_trial_so()->set_sha256(exp.row.trial_so_sha256);
+      start->mutable_trial_so()->set_size_bytes(artifacts_.Size(exp.row.trial_so_sha256).value_or(0));
+      start->set_config_yaml(exp.row.config_yaml);
+      start->set_master_address(trial_master_address_);
+      start->set_checkpoint_storage_path(exp.checkpoint_dir);
+      for (const auto& [k, v] : exp.config.environment.environment_variables) (*start->mutable_env())[k] = v;
+      int local_rank = 0;
+      for (int slot : placement.slots) {
+        agent.used_slots.insert(slot);
+        agent.slot_allocation[slot] = alloc->id;
+        auto* proc = start->add_processes();
+        proc->set_rank(rank++);
+        proc->set_local_rank(local_rank++);
+        proc->add_device_ids(slot);
+        alloc->processes++;
+      }
+      start->mutable_rendezvous()->set_world_size(static_cast<int32_t>(exp.config.resources.slots_per_trial));
+      if (agent.session) agent.session->Push(std::move(msg));
+    }
+    spdlog::info("trial {}: allocation {} placed on {} process(es)", trial_id, alloc->id, alloc->processes);
+    allocations_[alloc->id] = std::move(alloc);
+  }
+}
+
+void MasterCore::KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason) {
+  for (const auto& placement : alloc.placements) {
+    auto ait = agents_.find(placement.agent_id);
+    if (ait == agents_.end() || !ait->second->session) continue;
+    agentv1::MasterMessage msg;
+    msg.set_seq(next_seq_++);
+    msg.mutable_kill_allocation()->set_allocation_id(alloc.id);
+    msg.mutable_kill_allocation()->set_grace_period_seconds(10);
+    msg.mutable_kill_allocation()->set_reason(reason);
+    ait->second->session->Push(std::move(msg));
+  }
+}
+
+void MasterCore::EndAllocation(AllocationRuntime& alloc) {
+  for (const auto& placement : alloc.placements) {
+    auto ait = agents_.find(placement.agent_id);
+    if (ait == agents_.end()) continue;
+    for (int slot : placement.slots) {
+      ait->second->used_slots.erase(slot);
+      ait->second->slot_allocation.erase(slot);
+    }
+  }
+}
+
+void MasterCore::OnProcessTerminated(const std::string& allocation_id, int exit_code, const std::string& why) {
+  auto it = allocations_.find(allocation_id);
+  if (it == allocations_.end()) return;
+  AllocationRuntime& alloc = *it->second;
+  alloc.terminated++;
+  if (exit_code != 0 && !alloc.failed) {
+    alloc.failed = true;
+    alloc.failure = why;
+    if (alloc.terminated < alloc.processes) KillAllocationLocked(alloc, "another rank failed");
+  }
+  if (alloc.terminated < alloc.processes) return;
+
+  EndAllocation(alloc);
+  std::unique_ptr<AllocationRuntime> done = std::move(it->second);
+  allocations_.erase(it);
+  auto tit = trials_.find(done->trial_id);
+  auto eit = experiments_.find(done->experiment_id);
+  if (tit == trials_.end() || eit == experiments_.end()) return;
+  TrialRuntime& trial = *tit->second;
+  ExperimentRuntime& exp = *eit->second;
+  trial.allocation_id.clear();
+  trial.current_op.reset();
+  std::vector<SearcherOp> ops;
+  if (trial.exit_completed && !done->failed) {
+    SetTrialState(trial, kCompleted);
+    ops = exp.searcher->TrialClosed(trial.row.request_id);
+  } else if (trial.killed) {
+    SetTrialState(trial, kCanceled);
+    ops = exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kUserCanceled);
+  } else if (trial.invalid_hp) {
+    SetTrialState(trial, kError);
+    ops = exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kInvalidHp);
+  } else if (!done->failed && (exp.row.state == kPaused || done->preempt)) {
+    // Preempted cleanly (pause): stays ACTIVE/PAUSED, resumes on activate.
+    SetTrialState(trial, exp.row.state == kPaused ? std::string(kPaused) : trial.row.state);
+    if (exp.row.state == kActive) RequestAllocation(exp, trial);
+  } else {
+    trial.row.restarts += 1;
+    if (trial.row.restarts > exp.config.max_restarts) {
+      spdlog::warn("trial {} failed ({}); {} restarts used, max_restarts {}: ERROR", trial.row.id, done->failure,
+                   trial.row.restarts - 1, exp.config.max_restarts);
+      SetTrialState(trial, kError);
+      ops = exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kErrored);
+    } else {
+      spdlog::warn("trial {} failed ({}); restart {} of {} from its latest checkpoint", trial.row.id, done->failure,
+                   trial.row.restarts, exp.config.max_restarts);
+      SetTrialState(trial, trial.row.state);
+      if (exp.row.state == kActive) RequestAllocation(exp, trial);
+    }
+  }
+  absl::Status st = ApplySearcherOps(exp, std::move(ops));
+  if (!st.ok()) spdlog::error("experiment {}: {}", exp.row.id, st.ToString());
+  MaybeFinishExperiment(exp);
+}
+
+void MasterCore::MaybeFinishExperiment(ExperimentRuntime& exp) {
+  if (Terminal(exp.row.state)) return;
+  bool all_ended = true;
+  bool any_completed = false;
+  for (const auto& [req, tid] : exp.trial_by_request) {
+    const TrialRuntime& t = *trials_[tid];
+    if (!Terminal(t.row.state) || !t.allocation_id.empty()) all_ended = false;
+    if (t.row.state == kCompleted) any_completed = true;
+  }
+  if (!all_ended) return;
+  if (exp.row.state == kStoppingCanceled || exp.row.state == kStoppingKilled) {
+    SetExperimentState(exp, kCanceled);
+  } else if (exp.search_done) {
+    SetExperimentState(exp, any_completed || exp.trial_by_request.empty() ? kCompleted : kError);
+  }
+}
+
+void MasterCore::LoseAgent(AgentRuntime& agent, const std::string& why) {
+  spdlog::warn("agent {} lost: {}", agent.row.id, why);
+  agent.connected = false;
+  if (agent.session) agent.session->Close();
+  agent.session.reset();
+  std::vector<std::string> affected;
+  for (const auto& [id, alloc] : allocations_) {
+    for (const auto& p : alloc->placements) {
+      if (p.agent_id == agent.row.id) affected.push_back(id);
+    }
+  }
+  for (const auto& id : affected) {
+    auto it = allocations_.find(id);
+    if (it == allocations_.end()) continue;
+    int remaining = it->second->processes - it->second->terminated;
+    for (int i = 0; i < remaining && allocations_.count(id); ++i) {
+      OnProcessTerminated(id, 137, absl::StrCat("agent ", agent.row.id, " lost: ", why));
+    }
+  }
+}
+
+absl::StatusOr<MasterCore::AllocationRuntime*> MasterCore::Authorize(const std::string& allocation_id,
+                                                                     const std::string& token) {
+  auto it = allocations_.find(allocation_id);
+  if (it == allocations_.end()) return absl::NotFoundError(absl::StrCat("allocation '", allocation_id, "' not found"));
+  if (it->second->token != token) {
+    return absl::PermissionDeniedError(absl::StrCat("bad allocation token for '", allocation_id, "'"));
+  }
+  return it->second.get();
+}
+
+// ---------------------------------------------------------------- det.api.v1
+
+apiv1::GetMasterResponse MasterCore::GetMaster() {
+  apiv1::GetMasterResponse resp;
+  resp.set_version("0.1.0");
+  resp.set_cluster_name(options_.cluster_name);
+  resp.set_cluster_id(cluster_id_);
+  return resp;
+}
+
+absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
+    const apiv1::CreateExperimentRequest& req) {
+  DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(req.config_yaml(), "config"));
+  auto gbs = GlobalBatchSize(FirstHParams(config.hyperparameters, 0));
+  if (!gbs.ok()) return gbs.status();
+  int64_t per_epoch = EpochLengthInBatches(*gbs, config.records_per_epoch, 0);
+  auto max_length = ToBatches(config.searcher.max_length, *gbs, per_epoch, "searcher.max_length");
+  if (!max_length.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        max_length.status().message(),
+        per_epoch == 0 ? "; set records_per_epoch to use epochs with the master" : ""));
+  }
+  int64_t val_period = 0, ckpt_period = 0;
+  if (config.min_validation_period) {
+    DET_ASSIGN_OR_RETURN(val_period, ToBatches(*config.min_validation_period, *gbs, per_epoch, "min_validation_period"));
+  }
+  if (config.min_checkpoint_period) {
+    DET_ASSIGN_OR_RETURN(ckpt_period, ToBatches(*config.min_checkpoint_period, *gbs, per_epoch, "min_checkpoint_period"));
+  }
+  DET_ASSIGN_OR_RETURN(Searcher searcher, Searcher::Create(config, *max_length));
+
+  std::string sha;
+  if (!req.trial_so().empty()) {
+    if (static_cast<int64_t>(req.trial_so().size()) > options_.max_trial_so_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("trial.so is ", req.trial_so().size(), " bytes; the limit is ",
+                                                     options_.max_trial_so_bytes));
+    }
+    DET_ASSIGN_OR_RETURN(sha, artifacts_.Put(req.trial_so()));
+  } else if (!req.trial_so_sha256().empty()) {
+    if (!artifacts_.Has(req.trial_so_sha256())) {
+      return absl::InvalidArgumentError(absl::StrCat("trial_so_sha256 ", req.trial_so_sha256(), " was never uploaded"));
+    }
+    sha = req.trial_so_sha256();
+  } else {
+    return absl::InvalidArgumentError("trial_so is required: the bytes of the trial library");
+  }
+  apiv1::CreateExperimentResponse resp;
+  for (const auto& w : config.warnings) resp.add_warnings(w);
+  if (req.validate_only()) return resp;
+
+  std::lock_guard<std::mutex> l(mu_);
+  auto exp = std::make_unique<ExperimentRuntime>();
+  exp->row.name = config.name;
+  exp->row.description = config.description;
+  exp->row.labels = config.labels;
+  exp->row.state = req.activate() ? kActive : kPaused;
+  exp->row.config_yaml = req.config_yaml();
+  exp->row.config_json = ExperimentConfigToJson(config).dump();
+  exp->row.trial_so_sha256 = sha;
+  exp->row.created_ms = NowMs();
+  exp->config = std::move(config);
+  exp->searcher = std::make_unique<Searcher>(std::move(searcher));
+  exp->max_length_batches = *max_length;
+  exp->validation_period = val_period;
+  exp->checkpoint_period = ckpt_period;
+  exp->global_batch_size = *gbs;
+  exp->checkpoint_dir = options_.checkpoint_root;
+  if (exp->config.checkpoint_storage) {
+    fs::path p = exp->config.checkpoint_storage->host_path;
+    if (!exp->config.checkpoint_storage->storage_path.empty()) p /= exp->config.checkpoint_storage->storage_path;
+    exp->checkpoint_dir = p.string();
+  }
+  exp->row.searcher_state_json = exp->searcher->Snapshot().dump();
+  DET_ASSIGN_OR_RETURN(exp->row.id, store_->InsertExperiment(exp->row));
+  int64_t id = exp->row.id;
+  ExperimentRuntime& e = *exp;
+  experiments_[id] = std::move(exp);
+  spdlog::info("created experiment {} '{}' ({} searcher, trial.so {})", id, e.row.name,
+               std::string(SearcherNameToString(e.config.searcher.name)), sha.substr(0, 12));
+  if (req.activate()) DET_RETURN_IF_ERROR(ApplySearcherOps(e, e.searcher->InitialOperations()));
+  *resp.mutable_experiment() = ExperimentProto(e);
+  return resp;
+}
+
+apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
+  apiv1::Experiment e;
+  e.set_id(static_cast<int32_t>(exp.row.id));
+  e.set_name(exp.row.name);
+  e.set_description(exp.row.description);
+  for (const auto& l : exp.row.labels) e.add_labels(l);
+  e.set_state(StateEnum(exp.row.state));
+  e.set_archived(exp.row.archived);
+  e.set_config_yaml(exp.row.config_yaml);
+  auto cfg = JsonToStruct(nlohmann::json::parse(exp.row.config_json, nullptr, false));
+  if (cfg.ok()) *e.mutable_config() = *cfg;
+  e.mutable_trial_so()->set_sha256(exp.row.trial_so_sha256);
+  e.set_searcher_name(std::string(SearcherNameToString(exp.config.searcher.name)));
+  e.set_searcher_metric(exp.config.searcher.metric);
+  e.set_smaller_is_better(exp.config.searcher.smaller_is_better);
+  e.set_progress(exp.searcher ? exp.searcher->Progress() : exp.row.progress);
+  std::optional<double> best;
+  int64_t best_trial = 0;
+  for (const auto& [req, tid] : exp.trial_by_request) {
+    const TrialRuntime& t = *trials_.at(tid);
+    (*e.mutable_num_trials_by_state())[t.row.state] += 1;
+    if (t.row.best_validation) {
+      double v = *t.row.best_validation;
+      if (!best || (exp.config.searcher.smaller_is_better ? v < *best : v > *best)) {
+        best = v;
+        best_trial = tid;
+      }
+    }
+  }
+  if (best) {
+    e.set_best_validation_metric(*best);
+    e.set_best_trial_id(static_cast<int32_t>(best_trial));
+  }
+  e.set_num_trials(static_cast<int32_t>(exp.trial_by_request.size()));
+  SetTime(e.mutable_start_time(), exp.row.created_ms);
+  if (exp.row.ended_ms > 0) SetTime(e.mutable_end_time(), exp.row.ended_ms);
+  e.set_resource_pool(exp.config.resources.resource_pool);
+  return e;
+}
+
+apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
+  apiv1::Trial t;
+  t.set_id(static_cast<int32_t>(trial.row.id));
+  t.set_experiment_id(static_cast<int32_t>(trial.row.experiment_id));
+  t.set_state(StateEnum(trial.row.state));
+  auto hp = JsonToStruct(nlohmann::json::parse(trial.row.hparams_json, nullptr, false));
+  if (hp.ok()) *t.mutable_hparams() = *hp;
+  t.set_seed(trial.row.seed);
+  t.set_restarts(static_cast<int32_t>(trial.row.restarts));
+  t.set_total_batches_processed(trial.row.total_batches);
+  t.set_latest_checkpoint_uuid(trial.row.latest_checkpoint_uuid);
+  if (trial.row.best_validation) {
+    auto* m = t.mutable_best_validation();
+    m->set_trial_id(t.id());
+    m->set_group("validation");
+    auto eit = experiments_.find(trial.row.experiment_id);
+    if (eit != experiments_.end()) (*m->mutable_metrics())[eit->second->config.searcher.metric] = *trial.row.best_validation;
+  }
+  if (trial.row.latest_validation) {
+    auto* m = t.mutable_latest_validation();
+    m->set_trial_id(t.id());
+    m->set_group("validation");
+    auto eit = experiments_.find(trial.row.experiment_id);
+    if (eit != experiments_.end()) (*m->mutable_metrics())[eit->second->config.searcher.metric] = *trial.row.latest_validation;
+  }
+  SetTime(t.mutable_start_time(), trial.row.created_ms);
+  if (trial.row.ended_ms > 0) SetTime(t.mutable_end_time(), trial.row.ended_ms);
+  t.set_allocation_id(trial.allocation_id);
+  t.set_runner_state(trial.allocation_id.empty() ? apiv1::ALLOCATION_STATE_UNSPECIFIED
+                                                 : apiv1::ALLOCATION_STATE_RUNNING);
+  t.set_request_id(static_cast<int32_t>(trial.row.request_id));
+  t.set_searcher_target_batches(trial.searcher_target);
+  t.set_error_message(trial.error_message);
+  return t;
+}
+
+absl::StatusOr<apiv1::GetExperimentsResponse> MasterCore::GetExperiments(const apiv1::GetExperimentsRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  apiv1::GetExperimentsResponse resp;
+  std::vector<const ExperimentRuntime*> selected;
+  for (const auto& [id, exp] : experiments_) {
+    if (!req.name().empty() && exp->row.name.find(req.name()) == std::string::npos) continue;
+    if (req.has_archived() && exp->row.archived != req.archived()) continue;
+    if (req.states_size() > 0) {
+      bool match = false;
+      for (int s : req.states()) match |= StateEnum(exp->row.state) == s;
+      if (!match) continue;
+    }
+    if (req.labels_size() > 0) {
+      bool match = true;
+      for (const auto& want : req.labels()) {
+        match &= std::find(exp->row.labels.begin(), exp->row.labels.end(), want) != exp->row.labels.end();
+      }
+      if (!match) continue;
+    }
+    selected.push_back(exp.get());
+  }
+  if (req.order_by() == apiv1::ORDER_BY_DESC) std::reverse(selected.begin(), selected.end());
+  int total = static_cast<int>(selected.size());
+  int offset = std::clamp(req.offset(), 0, total);
+  int end = req.limit() > 0 ? std::min(total, offset + req.limit()) : total;
+  for (int i = offset; i < end; ++i) *resp.add_experiments() = ExperimentProto(*selected[i]);
+  resp.mutable_pagination()->set_offset(offset);
+  resp.mutable_pagination()->set_limit(req.limit());
+  resp.mutable_pagination()->set_start_index(offset);
+  resp.mutable_pagination()->set_end_index(end);
+  resp.mutable_pagination()->set_total(total);
+  return resp;
+}
+
+absl::StatusOr<apiv1::Experiment> MasterCore::GetExperiment(int64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
+  return ExperimentProto(*exp);
+}
+
+absl::Status MasterCore::ActivateExperiment(int64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
+  if (exp->row.state == kActive) return absl::OkStatus();
+  if (exp->row.state != kPaused) {
+    return absl::FailedPreconditionError(absl::StrCat("experiment ", id, " is ", exp->row.state, "; only a PAUSED experiment can be activated"));
+  }
+  SetExperimentState(*exp, kActive);
+  std::vector<SearcherOp> ops;
+  if (exp->trial_by_request.empty() && !exp->search_done) ops = exp->searcher->InitialOperations();
+  for (const auto& [req, tid] : exp->trial_by_request) {
+    TrialRuntime& t = *trials_[tid];
+    if (t.row.state == kPaused) SetTrialState(t, kActive);
+    if (!Terminal(t.row.state)) RequestAllocation(*exp, t);
+  }
+  return ApplySearcherOps(*exp, std::move(ops));
+}
+
+absl::Status MasterCore::PauseExperiment(int64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
+  if (exp->row.state == kPaused) return absl::OkStatus();
+  if (exp->row.state != kActive) {
+    return absl::FailedPreconditionError(absl::StrCat("experiment ", id, " is ", exp->row.state, "; only an ACTIVE experiment can be paused"));
+  }
+  SetExperimentState(*exp, kPaused);
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const SchedRequest& r) { return r.group_id == id; }),
+                 pending_.end());
+  for (const auto& [req, tid] : exp->trial_by_request) {
+    TrialRuntime& t = *trials_[tid];
+    if (Terminal(t.row.state)) continue;
+    auto ait = allocations_.find(t.allocation_id);
+    if (ait != allocations_.end()) {
+      ait->second->preempt = true;
+    } else {
+      SetTrialState(t, kPaused);
+    }
+  }
+  preempt_cv_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status MasterCore::CancelExperiment(int64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
+  if (Terminal(exp->row.state)) return absl::OkStatus();
+  SetExperimentState(*exp, kStoppingCanceled);
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const SchedRequest& r) { return r.group_id == id; }),
+                 pending_.end());
+  for (const auto& [req, tid] : exp->trial_by_request) {
+    TrialRuntime& t = *trials_[tid];
+    if (Terminal(t.row.state)) continue;
+    t.killed = true;
+    auto ait = allocations_.find(t.allocation_id);
+    if (ait != allocations_.end()) {
+      ait->second->preempt = true;
+    } else {
+      SetTrialState(t, kCanceled);
+    }
+  }
+  preempt_cv_.notify_all();
+  MaybeFinishExperiment(*exp);
+  return absl::OkStatus();
+}
+
+absl::Status MasterCore::KillExperiment(int64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
+  if (Terminal(exp->row.state)) return absl::OkStatus();
+  SetExperimentState(*exp, kStoppingKilled);
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const SchedRequest& r) { return r.group_id == id; }),
+                 pending_.end());
+  for (const auto& [req, tid] : exp->trial_by_request) {
+    TrialRuntime& t = *trials_[tid];
+    if (Terminal(t.row.state)) continue;
+    t.killed = true;
+    auto ait = allocations_.find(t.allocation_id);
+    if (ait != allocations_.end()) {
+      KillAllocationLocked(*ait->second, "experiment killed");
+    } else {
+      SetTrialState(t, kCanceled);
+    }
+  }
+  MaybeFinishExperiment(*exp);
+  return absl::OkStatus();
+}
+
+absl::Status MasterCore::KillTrial(int64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(TrialRuntime * t, FindTrial(id));
+  if (Terminal(t->row.state)) return absl::OkStatus();
+  t->killed = true;
+  auto ait = allocations_.find(t->allocation_id);
+  if (ait != allocations_.end()) {
+    KillAllocationLocked(*ait->second, "trial killed");
+    return absl::OkStatus();
+  }
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [&](const SchedRequest& r) {
+                                  return r.allocation_id.rfind(absl::StrCat("trial-", id, "."), 0) == 0;
+                                }),
+                 pending_.end());
+  SetTrialState(*t, kCanceled);
+  auto& exp = *experiments_[t->row.experiment_id];
+  return ApplySearcherOps(exp, exp.searcher->TrialExitedEarly(t->row.request_id, ExitedReason::kUserCanceled));
+}
+
+absl::StatusOr<apiv1::GetExperimentTrialsResponse> MasterCore::GetExperimentTrials(
+    const apiv1::GetExperimentTrialsRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(req.experiment_id()));
+  apiv1::GetExperimentTrialsResponse resp;
+  std::vector<int64_t> ids;
+  for (const auto& [r, tid] : exp->trial_by_request) ids.push_back(tid);
+  std::sort(ids.begin(), ids.end());
+  if (req.order_by() == apiv1::ORDER_BY_DESC) std::reverse(ids.begin(), ids.end());
+  int total = static_cast<int>(ids.size());
+  int offset = std::clamp(req.offset(), 0, total);
+  int end = req.limit() > 0 ? std::min(total, offset + req.limit()) : total;
+  for (int i = offset; i < end; ++i) *resp.add_trials() = TrialProto(*trials_[ids[i]]);
+  resp.mutable_pagination()->set_total(total);
+  resp.mutable_pagination()->set_offset(offset);
+  resp.mutable_pagination()->set_end_index(end);
+  return resp;
+}
+
+absl::StatusOr<std::vector<apiv1::Checkpoint>> MasterCore::GetCheckpoints(std::optional<int64_t> experiment_id,
+                                                                          std::optional<int64_t> trial_id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (experiment_id) DET_RETURN_IF_ERROR(FindExperiment(*experiment_id).status());
+    if (trial_id) DET_RETURN_IF_ERROR(FindTrial(*trial_id).status());
+  }
+  DET_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, store_->ListCheckpoints(experiment_id, trial_id));
+  std::vector<apiv1::Checkpoint> out;
+  for (const auto& r : rows) out.push_back(CheckpointProto(r));
+  return out;
+}
+
+absl::StatusOr<apiv1::Checkpoint> MasterCore::GetCheckpoint(const std::string& uuid) {
+  DET_ASSIGN_OR_RETURN(CheckpointRow row, store_->GetCheckpoint(uuid));
+  return CheckpointProto(row);
+}
+
+absl::StatusOr<apiv1::Trial> MasterCore::GetTrial(int64_t id) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(TrialRuntime * t, FindTrial(id));
+  return TrialProto(*t);
+}
+
+absl::StatusOr<apiv1::GetTrialMetricsResponse> MasterCore::GetTrialMetrics(const apiv1::GetTrialMetricsRequest& req) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_RETURN_IF_ERROR(FindTrial(req.trial_id()).status());
+  }
+  if (!req.group().empty() && req.group() != "training" && req.group() != "validation") {
+    return absl::InvalidArgumentError(absl::StrCat("group must be 'training' or 'validation', got '", req.group(), "'"));
+  }
+  DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows,
+                       store_->ListMetrics(req.trial_id(), req.group(), req.include_archived(),
+                                           req.after_total_batches() > 0 ? req.after_total_batches() : -1,
+                                           req.limit()));
+  apiv1::GetTrialMetricsResponse resp;
+  for (const auto& r : rows) {
+    apiv1::MetricsReport m = MetricProto(r);
+    if (req.metric_names_size() > 0) {
+      auto* metrics = m.mutable_metrics();
+      for (auto it = metrics->begin(); it != metrics->end();) {
+        if (std::find(req.metric_names().begin(), req.metric_names().end(), it->first) == req.metric_names().end()) {
+          it = metrics->erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    *resp.add_metrics() = std::move(m);
+  }
+  return resp;
+}
+
+absl::StatusOr<std::vector<apiv1::TaskLog>> MasterCore::GetTrialLogs(int64_t trial_id, int64_t after_id, int64_t limit) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_RETURN_IF_ERROR(FindTrial(trial_id).status());
+  }
+  DET_ASSIGN_OR_RETURN(std::vector<TaskLogRow> rows, store_->ListTaskLogs(trial_id, after_id, limit));
+  std::vector<apiv1::TaskLog> out;
+  for (const auto& r : rows) {
+    apiv1::TaskLog log;
+    log.set_id(r.id);
+    log.set_trial_id(static_cast<int32_t>(r.trial_id));
+    log.set_allocation_id(r.allocation_id);
+    log.set_rank(r.rank);
+    SetTime(log.mutable_timestamp(), r.time_ms);
+    apiv1::StdType st = apiv1::STD_TYPE_UNSPECIFIED;
+    if (r.stream == "stdout") st = apiv1::STD_TYPE_STDOUT;
+    if (r.stream == "stderr") st = apiv1::STD_TYPE_STDERR;
+    log.set_stdtype(st);
+    log.set_message(r.message);
+    out.push_back(std::move(log));
+  }
+  return out;
+}
+
+absl::StatusOr<bool> MasterCore::TrialEnded(int64_t trial_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(TrialRuntime * t, FindTrial(trial_id));
+  return Terminal(t->row.state) && t->allocation_id.empty();
+}
+
+apiv1::GetAgentsResponse MasterCore::GetAgents() {
+  std::lock_guard<std::mutex> l(mu_);
+  apiv1::GetAgentsResponse resp;
+  for (const auto& [id, a] : agents_) {
+    auto* agent = resp.add_agents();
+    agent->set_id(id);
+    agent->set_hostname(a->row.hostname);
+    for (const auto& addr : a->addresses) agent->add_addresses(addr);
+    agent->set_resource_pool(a->row.resource_pool);
+    agent->set_version(a->row.version);
+    SetTime(agent->mutable_registered_time(), a->row.registered_ms);
+    SetTime(agent->mutable_last_heartbeat_time(), a->last_heartbeat_ms);
+    agent->set_connected(a->connected);
+    agent->set_enabled(a->row.enabled);
+    std::set<std::string> allocs;
+    for (const auto& d : a->devices) {
+      auto* slot = agent->add_slots();
+      slot->set_id(absl::StrCat(id, "/", d.id()));
+      slot->set_agent_id(id);
+      *slot->mutable_device() = d;
+      slot->set_enabled(a->row.enabled);
+      auto sit = a->slot_allocation.find(d.id());
+      if (sit != a->slot_allocation.end()) {
+        slot->set_allocation_id(sit->second);
+        allocs.insert(sit->second);
+      }
+    }
+    for (const auto& al : allocs) agent->add_allocation_ids(al);
+  }
+  return resp;
+}
+
+apiv1::GetSlotsResponse MasterCore::GetSlots() {
+  apiv1::GetAgentsResponse agents = GetAgents();
+  apiv1::GetSlotsResponse resp;
+  for (const auto& a : agents.agents()) {
+    for (const auto& s : a.slots()) *resp.add_slots() = s;
+  }
+  return resp;
+}
+
+// ---------------------------------------------------------------- det.agent.v1
+
+absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const agentv1::RegisterAgentRequest& req) {
+  if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id is required");
+  if (req.devices_size() == 0) return absl::InvalidArgumentError(absl::StrCat("agent '", req.agent_id(), "' reports no slots"));
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = agents_.find(req.agent_id());
+  if (it != agents_.end() && it->second->connected) {
+    bool same_session = !req.previous_session_token().empty() &&
+                        req.previous_session_token() == it->second->session_token;
+    if (!same_session) {
+      return absl::AlreadyExistsError(absl::StrCat("agent '", req.agent_id(),
+                                                   "' is already connected; choose another --id"));
+    }
+    LoseAgent(*it->second, "re-registered");
+  }
+  if (it == agents_.end()) it = agents_.emplace(req.agent_id(), std::make_unique<AgentRuntime>()).first;
+  AgentRuntime& agent = *it->second;
+  agent.row.id = req.agent_id();
+  agent.row.hostname = req.hostname();
+  agent.row.resource_pool = req.resource_pool().empty() ? "default" : req.resource_pool();
+  agent.row.version = req.version();
+  if (agent.row.registered_ms == 0) agent.row.registered_ms = NowMs();
+  agent.row.last_seen_ms = NowMs();
+  agent.devices.assign(req.devices().begin(), req.devices().end());
+  agent.addresses.assign(req.addresses().begin(), req.addresses().end());
+  agent.session_token = RandomHex(16);
+  agent.last_heartbeat_ms = NowMs();
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& d : req.devices()) devices.push_back(nlohmann::json::parse(MessageToJson(d)));
+  agent.row.devices_json = devices.dump();
+  absl::Status st = store_->UpsertAgent(agent.row);
+  if (!st.ok()) return st;
+  agentv1::RegisterAgentResponse resp;
+  resp.set_session_token(agent.session_token);
+  resp.set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  resp.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
+  resp.set_cluster_id(cluster_id_);
+  resp.set_enabled(agent.row.enabled);
+  // Processes the agent still runs but the master no longer knows are killed.
+  for (const auto& running : req.running_allocation_ids()) {
+    if (allocations_.count(running) == 0) resp.add_kill_allocation_ids(running);
+  }
+  spdlog::info("agent {} registered: {} slot(s) in pool {}", agent.row.id, agent.devices.size(), agent.row.resource_pool);
+  return resp;
+}
+
+absl::StatusOr<std::shared_ptr<AgentSession>> MasterCore::AttachAgent(const std::string& session_token) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [id, agent] : agents_) {
+    if (!session_token.empty() && agent->session_token == session_token) {
+      if (agent->session) agent->session->Close();
+      agent->session = std::make_shared<AgentSession>(id);
+      agent->connected = true;
+      agent->last_heartbeat_ms = NowMs();
+      ScheduleLocked();
+      return agent->session;
+    }
+  }
+  return absl::UnauthenticatedError("unknown agent session token; register first");
+}
+
+void MasterCore::DetachAgent(const std::shared_ptr<AgentSession>& session) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = agents_.find(session->agent_id());
+  if (it == agents_.end() || it->second->session != session) return;
+  LoseAgent(*it->second, "connection closed");
+}
+
+void MasterCore::HandleAgentMessage(const std::string& agent_id, const agentv1::AgentMessage& message) {
+  if (message.has_logs()) {
+    std::vector<TaskLogRow> rows;
+    for (const auto& log : message.logs().logs()) {
+      TaskLogRow r;
+      r.trial_id = log.trial_id();
+      r.allocation_id = log.allocation_id();
+      r.rank = log.has_rank() ? log.rank() : 0;
+      r.time_ms = log.has_timestamp() ? TimeMs(log.timestamp()) : NowMs();
+      r.level = apiv1::LogLevel_Name(log.level());
+      r.stream = log.stdtype() == apiv1::STD_TYPE_STDERR ? "stderr" : "stdout";
+      r.message = log.message();
+      if (r.trial_id > 0) rows.push_back(std::move(r));
+    }
+    if (!rows.empty()) {
+      absl::Status st = store_->InsertTaskLogs(rows);
+      if (!st.ok()) spdlog::error("storing logs: {}", st.ToString());
+    }
+    return;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) return;
+  it->second->last_heartbeat_ms = NowMs();
+  if (message.has_process_state()) {
+    const auto& ps = message.process_state();
+    if (ps.state() == agentv1::PROCESS_STATE_TERMINATED) {
+      int code = ps.has_exit_code() ? ps.exit_code() : (ps.has_signal_number() ? 128 + ps.signal_number() : 1);
+      std::string why = ps.has_signal_number() ? absl::StrCat("rank ", ps.rank(), " killed by signal ", ps.signal_number())
+                                               : absl::StrCat("rank ", ps.rank(), " exited with code ", code);
+      if (!ps.message().empty()) absl::StrAppend(&why, ": ", ps.message());
+      OnProcessTerminated(ps.allocation_id(), code, why);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- det.trial.v1
+
+absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(const trialv1::GetTrialContextRequest& req,
+                                                                              const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  trialv1::GetTrialContextResponse resp;
+  resp.set_trial_id(static_cast<int32_t>(trial.row.id));
+  resp.set_experiment_id(static_cast<int32_t>(exp.row.id));
+  resp.set_task_id(absl::StrCat("trial-", trial.row.id));
+  DET_ASSIGN_OR_RETURN(*resp.mutable_hparams(), JsonToStruct(nlohmann::json::parse(trial.row.hparams_json, nullptr, false)));
+  resp.set_trial_seed(trial.row.seed);
+  resp.set_config_yaml(exp.row.config_yaml);
+  nlohmann::json hp = nlohmann::json::parse(trial.row.hparams_json, nullptr, false);
+  auto gbs = GlobalBatchSize(hp);
+  resp.set_global_batch_size(gbs.ok() ? *gbs : exp.global_batch_size);
+  resp.set_trial_run_id(static_cast<int32_t>(trial.row.run_id));
+  resp.set_checkpoint_storage_path(exp.checkpoint_dir);
+  resp.set_scheduling_unit(exp.config.scheduling_unit);
+  resp.set_trial_so_sha256(exp.row.trial_so_sha256);
+  int64_t restored_batches = 0;
+  if (!trial.row.latest_checkpoint_uuid.empty()) {
+    auto ck = store_->GetCheckpoint(trial.row.latest_checkpoint_uuid);
+    if (ck.ok()) {
+      auto* c = resp.mutable_latest_checkpoint();
+      c->set_uuid(ck->uuid);
+      c->set_storage_path(ck->storage_path);
+      c->set_total_batches(ck->total_batches);
+      restored_batches = ck->total_batches;
+    }
+  }
+  if (req.rank() == 0 && trial.row.run_id > 1) {
+    // A restart continues from the checkpoint: what the earlier run reported
+    // after it is archived, and the sequencer rewinds to it.
+    absl::Status st = store_->ArchiveMetricsAfter(trial.row.id, restored_batches);
+    if (!st.ok()) spdlog::error("trial {}: archiving metrics: {}", trial.row.id, st.ToString());
+    trial.row.total_batches = restored_batches;
+    trial.last_validation = std::min(trial.last_validation, restored_batches);
+    trial.last_checkpoint = restored_batches;
+    trial.current_op.reset();
+  }
+  return resp;
+}
+
+trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntime& trial, AllocationRuntime& alloc,
+                                             int64_t batches) {
+  auto make = [&](trialv1::OperationKind kind, int64_t target = 0) {
+    trialv1::Operation op;
+    op.set_op_id(trial.next_op_id++);
+    op.set_kind(kind);
+    op.set_target_total_batches(target);
+    op.set_preempting(alloc.preempt);
+    return op;
+  };
+  if (alloc.preempt || exp.row.state != kActive) {
+    if (trial.last_checkpoint != batches && batches > 0) return make(trialv1::OPERATION_KIND_CHECKPOINT);
+    auto op = make(trialv1::OPERATION_KIND_EXIT);
+    op.set_exit_reason(trial.killed ? trialv1::EXIT_REASON_STOPPED : trialv1::EXIT_REASON_PREEMPTED);
+    alloc.preempt = true;
+    return op;
+  }
+  if (trial.searcher_target > 0) {
+    if (batches < trial.searcher_target) {
+      bool val_due = exp.validation_period > 0 && batches - trial.last_validation >= exp.validation_period &&
+                     trial.last_validation != batches;
+      bool ckpt_due = exp.checkpoint_period > 0 && batches - trial.last_checkpoint >= exp.checkpoint_period &&
+                      trial.last_checkpoint != batches;
+      if (val_due) return make(trialv1::OPERATION_KIND_VALIDATE);
+      if (ckpt_due) return make(trialv1::OPERATION_KIND_CHECKPOINT);
+      int64_t target = trial.searcher_target;
+      if (exp.validation_period > 0) target = std::min(target, trial.last_validation + exp.validation_period);
+      if (exp.checkpoint_period > 0) target = std::min(target, trial.last_checkpoint + exp.checkpoint_period);
+      if (target <= batches) target = trial.searcher_target;
+      return make(trialv1::OPERATION_KIND_TRAIN, target);
+    }
+    // At the searcher's length: validate (the searcher op completes when the
+    // metric arrives).
+    return make(trialv1::OPERATION_KIND_VALIDATE);
+  }
+  if (trial.close_requested) {
+    if (trial.last_checkpoint != batches) return make(trialv1::OPERATION_KIND_CHECKPOINT);
+    auto op = make(trialv1::OPERATION_KIND_EXIT);
+    op.set_exit_reason(trialv1::EXIT_REASON_COMPLETED);
+    trial.exit_completed = true;
+    return op;
+  }
+  // The searcher has nothing for this trial now (e.g. ASHA: not promoted
+  // yet): checkpoint and give the slot back; a later ValidateAfter resumes it.
+  if (batches > 0 && trial.last_checkpoint != batches) return make(trialv1::OPERATION_KIND_CHECKPOINT);
+  if (batches > 0) {
+    auto op = make(trialv1::OPERATION_KIND_EXIT);
+    op.set_exit_reason(trialv1::EXIT_REASON_PREEMPTED);
+    alloc.preempt = true;
+    return op;
+  }
+  return make(trialv1::OPERATION_KIND_WAIT);
+}
+
+absl::StatusOr<trialv1::GetNextOperationResponse> MasterCore::GetNextOperation(
+    const trialv1::GetNextOperationRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  if (req.total_batches() > trial.row.total_batches || trial.row.total_batches == 0) {
+    trial.row.total_batches = req.total_batches();
+  }
+  trialv1::GetNextOperationResponse resp;
+  if (trial.current_op && trial.current_op->op_id() != req.completed_op_id() &&
+      trial.current_op->kind() != trialv1::OPERATION_KIND_WAIT) {
+    // A retry of the same question: the same answer.
+    *resp.mutable_operation() = *trial.current_op;
+    return resp;
+  }
+  trial.current_op = NextOperation(exp, trial, *alloc, req.total_batches());
+  if (trial.current_op->kind() == trialv1::OPERATION_KIND_WAIT) {
+    SetTrialState(trial, trial.row.state);
+  }
+  *resp.mutable_operation() = *trial.current_op;
+  return resp;
+}
+
+absl::Status MasterCore::ReportTrainingMetrics(const trialv1::ReportTrainingMetricsRequest& req,
+                                               const std::string& token) {
+  int64_t trial_id, run_id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+    TrialRuntime& trial = *trials_.at(alloc->trial_id);
+    trial_id = trial.row.id;
+    run_id = trial.row.run_id;
+    for (const auto& r : req.rows()) trial.row.total_batches = std::max(trial.row.total_batches, r.total_batches());
+  }
+  std::vector<MetricRow> rows;
+  for (const auto& r : req.rows()) {
+    MetricRow m;
+    m.trial_id = trial_id;
+    m.trial_run_id = run_id;
+    m.group = "training";
+    m.total_batches = r.total_batches();
+    m.total_epochs = r.total_epochs();
+    m.metrics.insert(r.metrics().begin(), r.metrics().end());
+    m.time_ms = r.has_end_time() ? TimeMs(r.end_time()) : NowMs();
+    rows.push_back(std::move(m));
+  }
+  return store_->InsertMetrics(rows);
+}
+
+absl::Status MasterCore::ReportValidationMetrics(const trialv1::ReportValidationMetricsRequest& req,
+                                                 const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  std::vector<MetricRow> rows;
+  for (const auto& r : req.rows()) {
+    MetricRow m;
+    m.trial_id = trial.row.id;
+    m.trial_run_id = trial.row.run_id;
+    m.group = "validation";
+    m.total_batches = r.total_batches();
+    m.total_epochs = r.total_epochs();
+    m.metrics.insert(r.metrics().begin(), r.metrics().end());
+    m.time_ms = r.has_end_time() ? TimeMs(r.end_time()) : NowMs();
+    auto it = r.metrics().find(exp.config.searcher.metric);
+    if (it != r.metrics().end()) {
+      double v = it->second;
+      trial.row.latest_validation = v;
+      if (!trial.row.best_validation ||
+          (exp.config.searcher.smaller_is_better ? v < *trial.row.best_validation : v > *trial.row.best_validation)) {
+        trial.row.best_validation = v;
+      }
+    }
+    trial.last_validation = r.total_batches();
+    trial.row.total_batches = std::max(trial.row.total_batches, r.total_batches());
+    rows.push_back(std::move(m));
+  }
+  DET_RETURN_IF_ERROR(store_->InsertMetrics(rows));
+  SetTrialState(trial, trial.row.state);
+  return absl::OkStatus();
+}
+
+absl::Status MasterCore::ReportCheckpoint(const trialv1::ReportCheckpointRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  if (req.uuid().empty() || req.uuid().find('/') != std::string::npos || req.uuid().find("..") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("bad checkpoint uuid '", req.uuid(), "'"));
+  }
+  CheckpointRow row;
+  row.uuid = req.uuid();
+  row.trial_id = trial.row.id;
+  row.experiment_id = exp.row.id;
+  row.trial_run_id = trial.row.run_id;
+  row.state = "COMPLETED";
+  row.total_batches = req.total_batches();
+  row.total_epochs = req.total_epochs();
+  row.resources.insert(req.resources().begin(), req.resources().end());
+  row.metadata_json = StructToJson(req.metadata()).dump();
+  row.storage_path = (fs::path(exp.checkpoint_dir) / req.uuid()).string();
+  row.time_ms = NowMs();
+  if (trial.last_validation == req.total_batches() && trial.row.latest_validation) {
+    row.searcher_metric = trial.row.latest_validation;
+  }
+  DET_RETURN_IF_ERROR(store_->InsertCheckpoint(row));
+  trial.row.latest_checkpoint_uuid = row.uuid;
+  trial.last_checkpoint = req.total_batches();
+  SetTrialState(trial, trial.row.state);
+  return absl::OkStatus();
+}
+
+absl::Status MasterCore::CompleteSearcherOperation(const trialv1::CompleteSearcherOperationRequest& req,
+                                                   const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  trial.last_validation = trial.row.total_batches;
+  if (trial.searcher_target > 0 && trial.row.total_batches >= trial.searcher_target) {
+    int64_t length = trial.searcher_target;
+    trial.searcher_target = 0;
+    SetTrialState(trial, trial.row.state);
+    return ApplySearcherOps(exp, exp.searcher->ValidationCompleted(trial.row.request_id, req.searcher_metric(), length));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MasterCore::ReportEarlyExit(const trialv1::ReportEarlyExitRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  trial.error_message = req.message();
+  if (req.reason() == trialv1::EARLY_EXIT_REASON_INVALID_HP) trial.invalid_hp = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> MasterCore::ShouldPreempt(const trialv1::ShouldPreemptRequest& req, const std::string& token) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp(req.timeout_ms(), 0, 60000));
+  while (true) {
+    auto alloc = Authorize(req.allocation_id(), token);
+    if (!alloc.ok()) return alloc.status();
+    if ((*alloc)->preempt) return true;
+    if (stop_ || preempt_cv_.wait_until(l, deadline) == std::cv_status::timeout) {
+      auto again = Authorize(req.allocation_id(), token);
+      if (!again.ok()) return again.status();
+      return (*again)->preempt;
+    }
+  }
+}
+
+absl::Status MasterCore::AckPreemption(const trialv1::AckPreemptionRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  return Authorize(req.allocation_id(), token).status();
+}
+
+absl::Status MasterCore::ReportTrialLogs(const trialv1::ReportTrialLogsRequest& req, const std::string& token) {
+  int64_t trial_id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+    trial_id = alloc->trial_id;
+  }
+  std::vector<TaskLogRow> rows;
+  for (const auto& log : req.logs()) {
+    TaskLogRow r;
+    r.trial_id = trial_id;
+    r.allocation_id = req.allocation_id();
+    r.rank = log.has_rank() ? log.rank() : 0;
+    r.time_ms = log.has_timestamp() ? TimeMs(log.timestamp()) : NowMs();
+    r.stream = "stdout";
+    r.message = log.message();
+    rows.push_back(std::move(r));
+  }
+  return store_->InsertTaskLogs(rows);
+}
+
+}  // namespace det::master

@@ -1,0 +1,708 @@
+#include "master/search/asha.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/hparams.h"
+
+namespace det {
+namespace master {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+// Whether `d` is an integer that int64 arithmetic can use exactly.
+bool IntegralDivisor(double d) { return d == std::floor(d) && d >= 2 && d < 4e18; }
+
+// floor(n / d) for n >= 0, d > 1, corrected so that q*d <= n < (q+1)*d.
+int64_t FloorDiv(int64_t n, double d) {
+  if (IntegralDivisor(d)) return n / static_cast<int64_t>(d);
+  double q = std::floor(static_cast<double>(n) / d);
+  while (q > 0 && q * d > static_cast<double>(n)) q -= 1;
+  while ((q + 1) * d <= static_cast<double>(n)) q += 1;
+  return static_cast<int64_t>(q);
+}
+
+// floor(n / d^e) for n >= 0, d > 1, e >= 0.
+int64_t FloorDivPow(int64_t n, double d, int64_t e) {
+  if (IntegralDivisor(d)) {
+    int64_t di = static_cast<int64_t>(d);
+    for (int64_t i = 0; i < e && n > 0; ++i) n /= di;  // floor(floor(n/a)/b) == floor(n/(ab))
+    return n;
+  }
+  double p = std::pow(d, static_cast<double>(e));
+  if (!std::isfinite(p) || p > static_cast<double>(n)) return 0;
+  double q = std::floor(static_cast<double>(n) / p);
+  while (q > 0 && q * p > static_cast<double>(n)) q -= 1;
+  while ((q + 1) * p <= static_cast<double>(n)) q += 1;
+  return static_cast<int64_t>(q);
+}
+
+// A result recorded in a rung. `metric` is normalized (smaller is better);
+// `worst` ranks after every real result (an exited trial, a non-finite metric).
+struct Entry {
+  RequestId id = 0;
+  double metric = 0;
+  bool worst = false;
+  bool promoted = false;
+};
+
+// Strictly better.
+bool Better(const Entry& a, const Entry& b) {
+  if (a.worst != b.worst) return !a.worst;
+  if (a.worst) return false;
+  return a.metric < b.metric;
+}
+
+enum class TrialState { kTraining, kWaiting, kClosing, kEnded };
+
+const char* StateName(TrialState s) {
+  switch (s) {
+    case TrialState::kTraining:
+      return "training";
+    case TrialState::kWaiting:
+      return "waiting";
+    case TrialState::kClosing:
+      return "closing";
+    case TrialState::kEnded:
+      return "ended";
+  }
+  return "ended";
+}
+
+bool ParseState(const std::string& s, TrialState* out) {
+  for (TrialState st : {TrialState::kTraining, TrialState::kWaiting, TrialState::kClosing, TrialState::kEnded}) {
+    if (s == StateName(st)) {
+      *out = st;
+      return true;
+    }
+  }
+  return false;
+}
+
+class AshaSearch final : public SearchMethod {
+ public:
+  AshaSearch(std::string name, HyperparameterSpace space, AshaLayout layout)
+      : name_(std::move(name)), space_(std::move(space)), layout_(std::move(layout)) {
+    brackets_.resize(layout_.brackets.size());
+    for (size_t b = 0; b < brackets_.size(); ++b) {
+      brackets_[b].rungs.resize(static_cast<size_t>(layout_.brackets[b].num_rungs));
+      const std::vector<int64_t>& len = layout_.brackets[b].rung_lengths;
+      int64_t c = layout_.brackets[b].max_trials;
+      for (size_t k = 0; k < len.size(); ++k) {
+        planned_batches_ += static_cast<double>(c) * static_cast<double>(len[k] - (k > 0 ? len[k - 1] : 0));
+        c = FloorDiv(c, layout_.divisor);
+      }
+    }
+  }
+
+  std::vector<SearcherOp> InitialOperations(std::mt19937_64& rng) override {
+    std::vector<SearcherOp> ops;
+    if (initialized_) return ops;
+    initialized_ = true;
+    // Round robin: one trial per bracket in turn while any can create.
+    for (bool created = true; created;) {
+      created = false;
+      for (size_t b = 0; b < brackets_.size(); ++b) {
+        if (CanCreate(b)) {
+          Create(b, rng, &ops);
+          created = true;
+        }
+      }
+    }
+    MaybeShutdown(&ops);
+    return ops;
+  }
+
+  std::vector<SearcherOp> TrialCreated(RequestId, std::mt19937_64&) override { return {}; }
+
+  std::vector<SearcherOp> ValidationCompleted(RequestId id, double metric, int64_t length,
+                                              std::mt19937_64& rng) override {
+    std::vector<SearcherOp> ops;
+    auto it = trials_.find(id);
+    if (it == trials_.end() || it->second.state != TrialState::kTraining) return ops;
+    Trial& t = it->second;
+    size_t b = t.bracket;
+    if (length < RungLength(b, t.rung)) return ops;
+    double value = layout_.smaller_is_better ? metric : -metric;
+    bool worst = !std::isfinite(value);
+    if (worst) value = 0;
+    if (layout_.stop_once) {
+      StopOnceReport(id, length, value, worst, &ops);
+    } else {
+      Record(id, t.rung, value, worst, &ops);
+    }
+    AfterEvent(b, rng, &ops);
+    return ops;
+  }
+
+  std::vector<SearcherOp> TrialClosed(RequestId id, std::mt19937_64& rng) override {
+    auto it = trials_.find(id);
+    if (it == trials_.end() || it->second.state == TrialState::kEnded) return {};
+    if (it->second.state == TrialState::kTraining) {
+      // Not asked to close: as canceled.
+      return TrialExitedEarly(id, ExitedReason::kUserCanceled, rng);
+    }
+    std::vector<SearcherOp> ops;
+    it->second.state = TrialState::kEnded;
+    ++ended_;
+    AfterEvent(it->second.bracket, rng, &ops);
+    return ops;
+  }
+
+  std::vector<SearcherOp> TrialExitedEarly(RequestId id, ExitedReason reason, std::mt19937_64& rng) override {
+    std::vector<SearcherOp> ops;
+    auto it = trials_.find(id);
+    if (it == trials_.end() || it->second.state == TrialState::kEnded) return ops;
+    Trial& t = it->second;
+    size_t b = t.bracket;
+    TrialState was = t.state;
+    t.state = TrialState::kEnded;
+    if (reason == ExitedReason::kInvalidHp) {
+      t.invalid = true;
+      --brackets_[b].created;  // does not count: a fresh sample takes its place
+      std::vector<int64_t> touched;
+      for (size_t k = 0; k < brackets_[b].rungs.size(); ++k) {
+        std::vector<Entry>& entries = brackets_[b].rungs[k].entries;
+        auto e = std::find_if(entries.begin(), entries.end(), [id](const Entry& x) { return x.id == id; });
+        if (e != entries.end()) {
+          entries.erase(e);
+          touched.push_back(static_cast<int64_t>(k));
+        }
+      }
+      if (!layout_.stop_once) {
+        for (int64_t k : touched) {
+          if (k + 1 < static_cast<int64_t>(brackets_[b].rungs.size())) {
+            for (RequestId p : Promote(b, k)) Advance(p, k + 1, &ops);
+          }
+        }
+      }
+    } else {
+      ++ended_;
+      if (reason == ExitedReason::kErrored) ++errored_;
+      if (was == TrialState::kTraining) {
+        // Its rung records the worst result for it, so promotions go on.
+        if (layout_.stop_once) {
+          Insert(b, t.rung, Entry{id, 0, true, false}, /*ties_first=*/true);
+          Credit(b, t.rung);
+        } else {
+          Record(id, t.rung, 0, true, &ops);
+        }
+      }
+    }
+    AfterEvent(b, rng, &ops);
+    return ops;
+  }
+
+  double Progress() const override {
+    if (shutdown_sent_ || planned_batches_ <= 0) return 1;
+    return std::min(1.0, done_batches_ / planned_batches_);
+  }
+
+  int64_t TrialBracket(RequestId id) const override {
+    auto it = trials_.find(id);
+    return it == trials_.end() ? 0 : static_cast<int64_t>(it->second.bracket);
+  }
+
+  json Snapshot() const override {
+    json brackets = json::array();
+    for (size_t b = 0; b < brackets_.size(); ++b) {
+      json rungs = json::array();
+      for (const Rung& r : brackets_[b].rungs) {
+        json entries = json::array();
+        for (const Entry& e : r.entries) entries.push_back(json::array({e.id, e.metric, e.worst, e.promoted}));
+        rungs.push_back(std::move(entries));
+      }
+      const AshaBracket& lb = layout_.brackets[b];
+      brackets.push_back(json{{"num_rungs", lb.num_rungs},
+                              {"rung_lengths", lb.rung_lengths},
+                              {"max_trials", lb.max_trials},
+                              {"max_concurrent_trials", lb.max_concurrent_trials},
+                              {"created", brackets_[b].created},
+                              {"rungs", std::move(rungs)}});
+    }
+    json trials = json::array();
+    for (const auto& [id, t] : trials_) {
+      trials.push_back(json::array({id, t.bracket, t.rung, StateName(t.state), t.invalid}));
+    }
+    return json{{"searcher", name_},
+                {"stop_once", layout_.stop_once},
+                {"brackets", std::move(brackets)},
+                {"trials", std::move(trials)},
+                {"next_request_id", next_request_id_},
+                {"ended", ended_},
+                {"errored", errored_},
+                {"done_batches", done_batches_},
+                {"initialized", initialized_},
+                {"shutdown", shutdown_sent_}};
+  }
+
+  absl::Status Restore(const json& snapshot) override {
+    try {
+      if (!snapshot.is_object()) return absl::InvalidArgumentError("searcher snapshot must be an object");
+      std::string name = snapshot.at("searcher").get<std::string>();
+      if (name != name_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("searcher snapshot is of searcher '", name, "', not '", name_, "'"));
+      }
+      if (snapshot.at("stop_once").get<bool>() != layout_.stop_once) {
+        return absl::InvalidArgumentError("searcher snapshot has another stop_once than the config");
+      }
+      const json& brackets = snapshot.at("brackets");
+      if (!brackets.is_array() || brackets.size() != brackets_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("searcher snapshot has ", brackets.size(),
+                                                       " brackets, the config ", brackets_.size()));
+      }
+      AshaSearch s = *this;
+      s.trials_.clear();
+      for (const json& t : snapshot.at("trials")) {
+        Trial trial;
+        RequestId id = t.at(0).get<RequestId>();
+        int64_t bracket = t.at(1).get<int64_t>();
+        trial.rung = t.at(2).get<int64_t>();
+        trial.invalid = t.at(4).get<bool>();
+        if (bracket < 0 || bracket >= static_cast<int64_t>(brackets_.size()) || trial.rung < 0 ||
+            trial.rung >= layout_.brackets[static_cast<size_t>(bracket)].num_rungs ||
+            !ParseState(t.at(3).get<std::string>(), &trial.state) || s.trials_.count(id) != 0) {
+          return absl::InvalidArgumentError(absl::StrCat("searcher snapshot has a malformed trial ", t.dump()));
+        }
+        trial.bracket = static_cast<size_t>(bracket);
+        s.trials_[id] = trial;
+      }
+      for (size_t b = 0; b < brackets_.size(); ++b) {
+        const json& jb = brackets.at(b);
+        const AshaBracket& lb = layout_.brackets[b];
+        if (jb.at("num_rungs").get<int64_t>() != lb.num_rungs ||
+            jb.at("rung_lengths").get<std::vector<int64_t>>() != lb.rung_lengths ||
+            jb.at("max_trials").get<int64_t>() != lb.max_trials ||
+            jb.at("max_concurrent_trials").get<int64_t>() != lb.max_concurrent_trials) {
+          return absl::InvalidArgumentError(absl::StrCat("searcher snapshot bracket ", b,
+                                                         " does not match the config: ", jb.dump()));
+        }
+        s.brackets_[b].created = jb.at("created").get<int64_t>();
+        if (s.brackets_[b].created < 0 || s.brackets_[b].created > lb.max_trials) {
+          return absl::InvalidArgumentError("searcher snapshot has inconsistent counters");
+        }
+        const json& rungs = jb.at("rungs");
+        if (!rungs.is_array() || static_cast<int64_t>(rungs.size()) != lb.num_rungs) {
+          return absl::InvalidArgumentError("searcher snapshot has a bracket with the wrong number of rungs");
+        }
+        for (size_t k = 0; k < rungs.size(); ++k) {
+          std::vector<Entry>& entries = s.brackets_[b].rungs[k].entries;
+          entries.clear();
+          for (const json& e : rungs.at(k)) {
+            Entry entry{e.at(0).get<RequestId>(), e.at(1).get<double>(), e.at(2).get<bool>(), e.at(3).get<bool>()};
+            auto t = s.trials_.find(entry.id);
+            if (t == s.trials_.end() || t->second.bracket != b) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("searcher snapshot has a result of unknown trial ", entry.id));
+            }
+            entries.push_back(entry);
+          }
+        }
+      }
+      s.next_request_id_ = snapshot.at("next_request_id").get<RequestId>();
+      s.ended_ = snapshot.at("ended").get<int64_t>();
+      s.errored_ = snapshot.at("errored").get<int64_t>();
+      s.done_batches_ = snapshot.at("done_batches").get<double>();
+      s.initialized_ = snapshot.at("initialized").get<bool>();
+      s.shutdown_sent_ = snapshot.at("shutdown").get<bool>();
+      if (s.next_request_id_ < 1 || s.ended_ < 0 || s.errored_ < 0 || s.errored_ > s.ended_ ||
+          (!s.trials_.empty() && s.trials_.rbegin()->first >= s.next_request_id_)) {
+        return absl::InvalidArgumentError("searcher snapshot has inconsistent counters");
+      }
+      *this = std::move(s);
+      return absl::OkStatus();
+    } catch (const json::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat("malformed searcher snapshot: ", e.what()));
+    }
+  }
+
+ private:
+  struct Trial {
+    size_t bracket = 0;
+    int64_t rung = 0;  // training toward, waiting at, or last recorded at
+    TrialState state = TrialState::kTraining;
+    bool invalid = false;  // exited with kInvalidHp (does not count)
+  };
+  struct Rung {
+    std::vector<Entry> entries;  // best first
+  };
+  struct BracketState {
+    std::vector<Rung> rungs;
+    int64_t created = 0;  // trials created that count toward max_trials
+  };
+
+  AshaSearch(const AshaSearch&) = default;
+  AshaSearch& operator=(AshaSearch&&) = default;
+
+  int64_t RungLength(size_t b, int64_t k) const {
+    return layout_.brackets[b].rung_lengths[static_cast<size_t>(k)];
+  }
+  int64_t TopRung(size_t b) const { return layout_.brackets[b].num_rungs - 1; }
+
+  // Trials of bracket `b` training (toward rung `k`, or any when k < 0).
+  int64_t Training(size_t b, int64_t k = -1) const {
+    int64_t n = 0;
+    for (const auto& [id, t] : trials_) {
+      if (t.bracket == b && t.state == TrialState::kTraining && (k < 0 || t.rung == k)) ++n;
+    }
+    return n;
+  }
+
+  bool CanCreate(size_t b) const {
+    return brackets_[b].created < layout_.brackets[b].max_trials &&
+           Training(b) < layout_.brackets[b].max_concurrent_trials;
+  }
+
+  void Create(size_t b, std::mt19937_64& rng, std::vector<SearcherOp>* ops) {
+    CreateTrialOp create;
+    create.request_id = next_request_id_++;
+    create.hparams = SampleHParams(space_, rng);
+    create.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
+    ++brackets_[b].created;
+    Trial t;
+    t.bracket = b;
+    trials_[create.request_id] = t;
+    RequestId id = create.request_id;
+    ops->push_back(std::move(create));
+    ops->push_back(ValidateAfterOp{id, RungLength(b, 0)});
+  }
+
+  // Inserts `e` into rung k of bracket b in order; `ties_first`: before the
+  // results it ties with (else after). Returns its index.
+  size_t Insert(size_t b, int64_t k, Entry e, bool ties_first) {
+    std::vector<Entry>& entries = brackets_[b].rungs[static_cast<size_t>(k)].entries;
+    auto pos = ties_first ? std::find_if(entries.begin(), entries.end(), [&](const Entry& x) { return !Better(x, e); })
+                          : std::find_if(entries.begin(), entries.end(), [&](const Entry& x) { return Better(e, x); });
+    size_t index = static_cast<size_t>(pos - entries.begin());
+    entries.insert(pos, e);
+    return index;
+  }
+
+  void Credit(size_t b, int64_t k) {
+    done_batches_ += static_cast<double>(RungLength(b, k) - (k > 0 ? RungLength(b, k - 1) : 0));
+  }
+
+  // Promotion variant: marks the not yet promoted trials among the best
+  // floor(n/divisor) of rung k promoted and returns them, best first.
+  std::vector<RequestId> Promote(size_t b, int64_t k) {
+    std::vector<RequestId> out;
+    std::vector<Entry>& entries = brackets_[b].rungs[static_cast<size_t>(k)].entries;
+    int64_t m = std::min<int64_t>(FloorDiv(static_cast<int64_t>(entries.size()), layout_.divisor),
+                                  static_cast<int64_t>(entries.size()));
+    for (int64_t i = 0; i < m; ++i) {
+      Entry& e = entries[static_cast<size_t>(i)];
+      if (!e.promoted) {
+        e.promoted = true;
+        out.push_back(e.id);
+      }
+    }
+    return out;
+  }
+
+  // Promotion variant: records trial `id`'s result at rung k and carries out
+  // what follows (close at the top, promotions below).
+  void Record(RequestId id, int64_t k, double value, bool worst, std::vector<SearcherOp>* ops) {
+    Trial& t = trials_[id];
+    size_t b = t.bracket;
+    t.rung = k;
+    Credit(b, k);
+    bool live = t.state == TrialState::kTraining || t.state == TrialState::kWaiting;
+    if (k == TopRung(b)) {
+      Insert(b, k, Entry{id, value, worst, false}, /*ties_first=*/false);
+      if (live) {
+        t.state = TrialState::kClosing;
+        ops->push_back(CloseTrialOp{id});
+      }
+      return;
+    }
+    Insert(b, k, Entry{id, value, worst, false}, /*ties_first=*/false);
+    if (live) t.state = TrialState::kWaiting;
+    for (RequestId p : Promote(b, k)) Advance(p, k + 1, ops);
+  }
+
+  // A promoted trial moves to rung k: a waiting one trains on; one that can
+  // no longer train is recorded there as the worst result.
+  void Advance(RequestId id, int64_t k, std::vector<SearcherOp>* ops) {
+    Trial& t = trials_[id];
+    if (t.state == TrialState::kWaiting) {
+      t.rung = k;
+      t.state = TrialState::kTraining;
+      ops->push_back(ValidateAfterOp{id, RungLength(t.bracket, k)});
+    } else {
+      Record(id, k, 0, true, ops);
+    }
+  }
+
+  // stop_once variant: judges the result at each rung `length` reaches.
+  void StopOnceReport(RequestId id, int64_t length, double value, bool worst, std::vector<SearcherOp>* ops) {
+    Trial& t = trials_[id];
+    size_t b = t.bracket;
+    for (int64_t r = t.rung; r <= TopRung(b); ++r) {
+      t.rung = r;
+      if (length < RungLength(b, r)) {
+        ops->push_back(ValidateAfterOp{id, RungLength(b, r)});
+        return;
+      }
+      size_t index = Insert(b, r, Entry{id, value, worst, false}, /*ties_first=*/true);
+      Credit(b, r);
+      int64_t n = static_cast<int64_t>(brackets_[b].rungs[static_cast<size_t>(r)].entries.size());
+      if (r == TopRung(b) || static_cast<int64_t>(index) >= std::max<int64_t>(1, FloorDiv(n, layout_.divisor))) {
+        t.state = TrialState::kClosing;
+        ops->push_back(CloseTrialOp{id});
+        return;
+      }
+    }
+  }
+
+  // Promotion variant: once every trial of bracket b has a rung-0 result,
+  // closes the waiting trials of each rung, bottom up, that nothing trains
+  // toward any more.
+  void CloseOut(size_t b, std::vector<SearcherOp>* ops) {
+    if (layout_.stop_once) return;
+    const BracketState& bs = brackets_[b];
+    if (bs.created < layout_.brackets[b].max_trials ||
+        static_cast<int64_t>(bs.rungs[0].entries.size()) < layout_.brackets[b].max_trials) {
+      return;
+    }
+    for (int64_t k = 0; k <= TopRung(b); ++k) {
+      if (Training(b, k) > 0) break;
+      for (const Entry& e : bs.rungs[static_cast<size_t>(k)].entries) {
+        Trial& t = trials_[e.id];
+        if (!e.promoted && t.state == TrialState::kWaiting) {
+          t.state = TrialState::kClosing;
+          ops->push_back(CloseTrialOp{e.id});
+        }
+      }
+    }
+  }
+
+  void AfterEvent(size_t b, std::mt19937_64& rng, std::vector<SearcherOp>* ops) {
+    while (CanCreate(b)) Create(b, rng, ops);
+    CloseOut(b, ops);
+    MaybeShutdown(ops);
+  }
+
+  void MaybeShutdown(std::vector<SearcherOp>* ops) {
+    if (shutdown_sent_) return;
+    for (size_t b = 0; b < brackets_.size(); ++b) {
+      if (brackets_[b].created < layout_.brackets[b].max_trials) return;
+    }
+    for (const auto& [id, t] : trials_) {
+      if (t.state != TrialState::kEnded) return;
+    }
+    shutdown_sent_ = true;
+    ops->push_back(ShutdownOp{ended_ > 0 && errored_ == ended_});
+  }
+
+  std::string name_;
+  HyperparameterSpace space_;
+  AshaLayout layout_;
+  double planned_batches_ = 0;
+
+  std::vector<BracketState> brackets_;
+  std::map<RequestId, Trial> trials_;
+  RequestId next_request_id_ = 1;
+  int64_t ended_ = 0;    // counted trials ended (closed or exited, not invalid-hp)
+  int64_t errored_ = 0;  // of those, exited with kErrored
+  double done_batches_ = 0;
+  bool initialized_ = false;
+  bool shutdown_sent_ = false;
+};
+
+}  // namespace
+
+bool operator==(const AshaBracket& a, const AshaBracket& b) {
+  return a.num_rungs == b.num_rungs && a.rung_lengths == b.rung_lengths && a.max_trials == b.max_trials &&
+         a.max_concurrent_trials == b.max_concurrent_trials;
+}
+
+int64_t AshaRungsFor(double divisor, int64_t x) {
+  int64_t k = 0;
+  double p = 1;
+  while (k < 64 && p * divisor <= static_cast<double>(x)) {
+    p *= divisor;
+    ++k;
+  }
+  return k + 1;
+}
+
+int64_t AshaMaxRungs(int64_t max_rungs, double divisor, int64_t max_length, int64_t max_trials) {
+  int64_t r = std::min({max_rungs, AshaRungsFor(divisor, max_length), AshaRungsFor(divisor, max_trials)});
+  return std::max<int64_t>(r, 1);
+}
+
+std::vector<int64_t> AshaModeBrackets(AshaMode mode, int64_t max_rungs) {
+  std::vector<int64_t> out;
+  max_rungs = std::max<int64_t>(max_rungs, 1);
+  switch (mode) {
+    case AshaMode::kAggressive:
+      out.push_back(max_rungs);
+      break;
+    case AshaMode::kStandard:
+      for (int64_t r = max_rungs; r >= (max_rungs - 1) / 2 + 1; --r) out.push_back(r);
+      break;
+    case AshaMode::kConservative:
+      for (int64_t r = max_rungs; r >= 1; --r) out.push_back(r);
+      break;
+  }
+  return out;
+}
+
+std::vector<int64_t> AshaRungLengths(int64_t num_rungs, double divisor, int64_t max_length) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < num_rungs; ++i) {
+    out.push_back(std::max<int64_t>(1, FloorDivPow(max_length, divisor, num_rungs - 1 - i)));
+  }
+  return out;
+}
+
+std::vector<int64_t> AshaBracketTrials(int64_t max_trials, double divisor, const std::vector<int64_t>& bracket_rungs) {
+  size_t n = bracket_rungs.size();
+  std::vector<int64_t> out(n, 0);
+  if (n == 0 || max_trials <= 0) return out;
+  if (max_trials < static_cast<int64_t>(n)) {
+    for (int64_t i = 0; i < max_trials; ++i) out[static_cast<size_t>(i)] = 1;
+    return out;
+  }
+  std::vector<double> weight(n);
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    weight[i] = std::pow(divisor, static_cast<double>(bracket_rungs[i] - 1)) / static_cast<double>(bracket_rungs[i]);
+    total += weight[i];
+  }
+  int64_t allocated = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double share = std::isfinite(total) && total > 0 ? static_cast<double>(max_trials) * (weight[i] / total) : 0;
+    // A hair of tolerance so that a share that is an integer in exact
+    // arithmetic is not floored to one less.
+    int64_t floor_share = static_cast<int64_t>(std::floor(share * (1 + 1e-12)));
+    out[i] = std::max<int64_t>(1, std::min(floor_share, max_trials));
+    allocated += out[i];
+  }
+  if (allocated < max_trials) out[0] += max_trials - allocated;
+  while (allocated > max_trials) {
+    size_t most = static_cast<size_t>(std::max_element(out.begin(), out.end()) - out.begin());
+    if (out[most] <= 1) break;
+    --out[most];
+    --allocated;
+  }
+  return out;
+}
+
+std::vector<int64_t> AshaBracketConcurrency(int64_t max_concurrent_trials, double divisor,
+                                            const std::vector<int64_t>& bracket_trials) {
+  size_t n = bracket_trials.size();
+  std::vector<int64_t> out(n, 0);
+  if (n == 0) return out;
+  if (max_concurrent_trials > 0) {
+    int64_t c = std::max<int64_t>(max_concurrent_trials, static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = c / static_cast<int64_t>(n) + (static_cast<int64_t>(i) < c % static_cast<int64_t>(n) ? 1 : 0);
+    }
+  } else {
+    int64_t d = divisor >= 9.2e18 ? kInt64Max : static_cast<int64_t>(std::floor(divisor));
+    int64_t each = std::max(bracket_trials.back(), d);
+    for (size_t i = 0; i < n; ++i) out[i] = each;
+  }
+  for (size_t i = 0; i < n; ++i) out[i] = std::max<int64_t>(1, std::min(out[i], bracket_trials[i]));
+  return out;
+}
+
+absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t max_length_batches) {
+  const SearcherConfig& sc = config.searcher;
+  std::string name(SearcherNameToString(sc.name));
+  if (sc.name != SearcherName::kAdaptiveAsha && sc.name != SearcherName::kAsyncHalving) {
+    return absl::InvalidArgumentError(absl::StrCat("searcher '", name, "' is not a successive-halving searcher"));
+  }
+  if (max_length_batches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("searcher.max_length must be at least 1 batch, got ", max_length_batches));
+  }
+  if (sc.max_trials < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("searcher.max_trials must be at least 1 for ", name, ", got ", sc.max_trials));
+  }
+  if (sc.max_concurrent_trials < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("searcher.max_concurrent_trials must be >= 0, got ", sc.max_concurrent_trials));
+  }
+  if (!(sc.divisor > 1) || !std::isfinite(sc.divisor)) {
+    return absl::InvalidArgumentError(absl::StrCat("searcher.divisor must be greater than 1, got ", sc.divisor));
+  }
+  AshaLayout layout;
+  layout.divisor = sc.divisor;
+  layout.stop_once = sc.stop_once;
+  layout.smaller_is_better = sc.smaller_is_better;
+  if (sc.name == SearcherName::kAsyncHalving) {
+    if (sc.num_rungs < 1 || sc.num_rungs > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("searcher.num_rungs must be between 1 and 64, got ", sc.num_rungs));
+    }
+    AshaBracket b;
+    b.num_rungs = sc.num_rungs;
+    b.rung_lengths = AshaRungLengths(sc.num_rungs, sc.divisor, max_length_batches);
+    b.max_trials = sc.max_trials;
+    if (sc.max_concurrent_trials > 0) {
+      b.max_concurrent_trials = std::min(sc.max_concurrent_trials, sc.max_trials);
+    } else {
+      // Determined's default: clamp(floor(divisor^(num_rungs-1)), 1,
+      // max_trials), the power computed only as far as it matters.
+      double p = 1;
+      for (int64_t i = 0; i < sc.num_rungs - 1 && p < static_cast<double>(sc.max_trials); ++i) p *= sc.divisor;
+      int64_t c = p >= static_cast<double>(sc.max_trials) ? sc.max_trials : static_cast<int64_t>(std::floor(p));
+      b.max_concurrent_trials = std::max<int64_t>(1, c);
+    }
+    layout.brackets.push_back(std::move(b));
+    return layout;
+  }
+  if (sc.max_rungs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("searcher.max_rungs must be at least 1, got ", sc.max_rungs));
+  }
+  std::vector<int64_t> rungs = sc.bracket_rungs;
+  for (int64_t r : rungs) {
+    if (r < 1 || r > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("searcher.bracket_rungs entries must be between 1 and 64, got ", r));
+    }
+  }
+  if (rungs.empty()) {
+    rungs = AshaModeBrackets(sc.mode, AshaMaxRungs(sc.max_rungs, sc.divisor, max_length_batches, sc.max_trials));
+  }
+  std::sort(rungs.begin(), rungs.end(), std::greater<int64_t>());
+  std::vector<int64_t> trials = AshaBracketTrials(sc.max_trials, sc.divisor, rungs);
+  // Brackets with no trial are dropped (only when max_trials < brackets).
+  std::vector<int64_t> kept_rungs, kept_trials;
+  for (size_t i = 0; i < rungs.size(); ++i) {
+    if (trials[i] > 0) {
+      kept_rungs.push_back(rungs[i]);
+      kept_trials.push_back(trials[i]);
+    }
+  }
+  std::vector<int64_t> concurrency = AshaBracketConcurrency(sc.max_concurrent_trials, sc.divisor, kept_trials);
+  for (size_t i = 0; i < kept_rungs.size(); ++i) {
+    AshaBracket b;
+    b.num_rungs = kept_rungs[i];
+    b.rung_lengths = AshaRungLengths(kept_rungs[i], sc.divisor, max_length_batches);
+    b.max_trials = kept_trials[i];
+    b.max_concurrent_trials = concurrency[i];
+    layout.brackets.push_back(std::move(b));
+  }
+  return layout;
+}
+
+std::unique_ptr<SearchMethod> NewAshaSearch(const ExperimentConfig& config, AshaLayout layout) {
+  return std::make_unique<AshaSearch>(std::string(SearcherNameToString(config.searcher.name)),
+                                      config.hyperparameters, std::move(layout));
+}
+
+}  // namespace master
+}  // namespace det

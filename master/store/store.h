@@ -1,0 +1,306 @@
+// The master's persistent state in one SQLite database: experiments, trials,
+// metrics, checkpoints, task logs, agents and a small key-value table.
+//
+// Store is a thin, typed layer over the SQLite C API. It makes no decisions:
+// callers (the experiment and trial managers) read rows, decide, and write
+// rows back. Every method is thread-safe: one connection is guarded by one
+// mutex, so calls are serialized (SQLite has one writer anyway). Every method
+// that writes several rows does so in one transaction: it either writes all of
+// them or none.
+//
+// Errors (canonical absl codes):
+//   NotFound           an unknown id ("experiment 42 not found");
+//   AlreadyExists      a duplicate primary key (checkpoint uuid);
+//   FailedPrecondition a foreign key that names no row (a trial for an unknown
+//                      experiment), or a database newer than this binary;
+//   Unavailable        the database stayed locked past the busy timeout;
+//   DataLoss           a stored JSON column that no longer parses;
+//   Internal           any other SQLite error, naming the database file.
+//
+// Times are int64 unix milliseconds, stored as given (the Store never reads
+// the clock). Doubles are stored as SQLite REALs, which cannot hold NaN: a NaN
+// in a plain double column reads back as 0, in an optional column as nullopt.
+// Metric values (MetricRow::metrics) are JSON text and keep NaN and +-Inf.
+#ifndef DET_MASTER_STORE_STORE_H_
+#define DET_MASTER_STORE_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace det {
+namespace master {
+
+struct ExperimentRow {
+  int64_t id = 0;
+  std::string name;
+  std::string description;
+  std::vector<std::string> labels;
+  // "ACTIVE", "PAUSED", "STOPPING_CANCELED", "COMPLETED", "CANCELED", "ERROR", ...
+  std::string state;
+  std::string config_yaml;
+  std::string config_json;
+  std::string trial_so_sha256;
+  std::string searcher_state_json;
+  std::string owner;
+  bool archived = false;
+  double progress = 0;
+  int64_t created_ms = 0;
+  int64_t ended_ms = 0;  // 0 = not ended
+};
+
+struct TrialRow {
+  int64_t id = 0;
+  int64_t experiment_id = 0;
+  int64_t request_id = 0;  // the searcher's id for this trial
+  std::string state;
+  std::string hparams_json;
+  uint32_t seed = 0;
+  int64_t restarts = 0;
+  int64_t run_id = 0;
+  int64_t total_batches = 0;
+  std::string latest_checkpoint_uuid;
+  std::optional<double> best_validation;
+  std::optional<double> latest_validation;
+  std::string sequencer_state_json;
+  int64_t created_ms = 0;
+  int64_t ended_ms = 0;  // 0 = not ended
+};
+
+struct MetricRow {
+  int64_t id = 0;
+  int64_t trial_id = 0;
+  int64_t trial_run_id = 0;
+  std::string group;  // "training" or "validation"
+  int64_t total_batches = 0;
+  double total_epochs = 0;
+  // Stored as a JSON object; NaN, Infinity and -Infinity are stored as the
+  // strings "NaN", "Infinity" and "-Infinity" and read back as doubles.
+  std::map<std::string, double> metrics;
+  int64_t time_ms = 0;
+  bool archived = false;
+};
+
+struct CheckpointRow {
+  std::string uuid;
+  int64_t trial_id = 0;
+  int64_t experiment_id = 0;
+  int64_t trial_run_id = 0;
+  std::string state;  // "COMPLETED", "DELETED", ...
+  int64_t total_batches = 0;
+  double total_epochs = 0;
+  std::map<std::string, int64_t> resources;  // file name -> size in bytes
+  std::string metadata_json;
+  std::string storage_path;
+  int64_t time_ms = 0;
+  std::optional<double> searcher_metric;
+};
+
+struct TaskLogRow {
+  int64_t id = 0;
+  int64_t trial_id = 0;
+  std::string allocation_id;
+  int32_t rank = 0;
+  int64_t time_ms = 0;
+  std::string level;
+  std::string stream;  // "stdout", "stderr" or "system"
+  std::string message;
+};
+
+struct AgentRow {
+  std::string id;
+  std::string hostname;
+  std::string resource_pool;
+  std::string devices_json;
+  std::string version;
+  bool enabled = true;
+  int64_t registered_ms = 0;
+  int64_t last_seen_ms = 0;
+};
+
+// Selects experiments for ListExperiments / CountExperiments. Empty fields
+// match everything.
+struct ExperimentFilter {
+  std::vector<std::string> states;  // any of these states
+  std::string name_contains;        // case-sensitive substring of the name
+  std::string label;                // has this label
+  bool include_archived = true;
+  int64_t offset = 0;
+  int64_t limit = 0;  // 0 = all
+  bool order_desc = false;  // by id
+};
+
+class Store {
+ public:
+  // Opens (creating if missing) the SQLite database at `path`, sets WAL
+  // journaling, synchronous=NORMAL, foreign keys and a busy timeout, and
+  // applies every migration not yet recorded in schema_migrations, each in its
+  // own transaction. Errors name `path`; FailedPrecondition when the database
+  // was written by a newer binary (more migrations than this one knows).
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+
+  // The number of migrations this binary knows (the schema version Open
+  // brings a database to).
+  static int64_t LatestSchemaVersion();
+
+  // Closes the database. Requires that no other thread is inside a method.
+  ~Store();
+
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // The path given to Open.
+  const std::string& path() const { return path_; }
+
+  // The highest migration version recorded in schema_migrations.
+  absl::StatusOr<int64_t> SchemaVersion();
+
+  // ---- Experiments ----
+
+  // Inserts `row` (row.id is ignored) and returns the new experiment's id.
+  absl::StatusOr<int64_t> InsertExperiment(const ExperimentRow& row);
+
+  // Overwrites every field of experiment `row.id` except id and created_ms.
+  // NotFound if there is no such experiment.
+  absl::Status UpdateExperiment(const ExperimentRow& row);
+
+  // NotFound if there is no experiment `id`.
+  absl::StatusOr<ExperimentRow> GetExperiment(int64_t id);
+
+  // The experiments matching `filter`, ordered by id (descending when
+  // filter.order_desc), after skipping filter.offset and at most filter.limit
+  // of them (0 = all).
+  absl::StatusOr<std::vector<ExperimentRow>> ListExperiments(const ExperimentFilter& filter);
+
+  // The number of experiments matching `filter`, ignoring offset and limit
+  // (the total for pagination).
+  absl::StatusOr<int64_t> CountExperiments(const ExperimentFilter& filter);
+
+  // ---- Trials ----
+
+  // Inserts `row` (row.id is ignored) and returns the new trial's id.
+  // FailedPrecondition if row.experiment_id names no experiment.
+  absl::StatusOr<int64_t> InsertTrial(const TrialRow& row);
+
+  // Overwrites every field of trial `row.id` except id, experiment_id,
+  // request_id and created_ms. NotFound if there is no such trial.
+  absl::Status UpdateTrial(const TrialRow& row);
+
+  // NotFound if there is no trial `id`.
+  absl::StatusOr<TrialRow> GetTrial(int64_t id);
+
+  // The trials of `experiment_id`, ordered by id; empty if there are none
+  // (even if the experiment does not exist).
+  absl::StatusOr<std::vector<TrialRow>> ListTrials(int64_t experiment_id);
+
+  // Every trial whose state is one of `states`, ordered by id (for recovery
+  // at start-up). Empty `states` gives an empty result.
+  absl::StatusOr<std::vector<TrialRow>> ListTrialsInStates(const std::vector<std::string>& states);
+
+  // ---- Metrics ----
+
+  // Inserts every row (row.id is ignored) in one transaction, with one
+  // prepared statement reused for all rows: all are written or none.
+  // FailedPrecondition if a row's trial_id names no trial.
+  absl::Status InsertMetrics(const std::vector<MetricRow>& rows);
+
+  // The metrics of `trial_id` in `group` ("" = every group) with
+  // total_batches > after_batches (-1 = all), archived ones only when
+  // `include_archived`, ordered by total_batches then id, at most `limit`
+  // of them (0 = all).
+  absl::StatusOr<std::vector<MetricRow>> ListMetrics(int64_t trial_id, const std::string& group,
+                                                     bool include_archived, int64_t after_batches = -1,
+                                                     int64_t limit = 0);
+
+  // Marks archived every metric of `trial_id` with total_batches >
+  // `total_batches` (the metrics a restart from an earlier checkpoint will
+  // report again). OK even if no row matches.
+  absl::Status ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches);
+
+  // ---- Checkpoints ----
+
+  // AlreadyExists if a checkpoint with row.uuid exists; FailedPrecondition if
+  // row.trial_id or row.experiment_id names no row.
+  absl::Status InsertCheckpoint(const CheckpointRow& row);
+
+  // NotFound if there is no checkpoint `uuid`.
+  absl::StatusOr<CheckpointRow> GetCheckpoint(const std::string& uuid);
+
+  // The checkpoints of `experiment_id` and of `trial_id` (nullopt = any),
+  // ordered by time_ms, then insertion order.
+  absl::StatusOr<std::vector<CheckpointRow>> ListCheckpoints(std::optional<int64_t> experiment_id,
+                                                             std::optional<int64_t> trial_id);
+
+  // Sets the state of checkpoint `uuid`. NotFound if there is none.
+  absl::Status UpdateCheckpointState(const std::string& uuid, const std::string& state);
+
+  // ---- Task logs ----
+
+  // Inserts every row (row.id is ignored; ids are assigned in order) in one
+  // transaction. FailedPrecondition if a row's trial_id names no trial.
+  absl::Status InsertTaskLogs(const std::vector<TaskLogRow>& rows);
+
+  // The logs of `trial_id` with id > after_id, ordered by id, at most `limit`
+  // of them (0 = all). Poll with after_id = the last id seen.
+  absl::StatusOr<std::vector<TaskLogRow>> ListTaskLogs(int64_t trial_id, int64_t after_id, int64_t limit);
+
+  // ---- Agents ----
+
+  // Inserts agent `row.id`, or overwrites every field of it.
+  absl::Status UpsertAgent(const AgentRow& row);
+
+  // Every agent, ordered by id.
+  absl::StatusOr<std::vector<AgentRow>> ListAgents();
+
+  // ---- Key-value (cluster id etc.) ----
+
+  // Sets `key` to `value`, replacing any previous value.
+  absl::Status PutValue(const std::string& key, const std::string& value);
+
+  // The value of `key`, or nullopt if it was never set.
+  absl::StatusOr<std::optional<std::string>> GetValue(const std::string& key);
+
+  // ---- Maintenance ----
+
+  // Runs PRAGMA integrity_check; Internal (with SQLite's report) unless it
+  // says "ok".
+  absl::Status IntegrityCheck();
+
+ private:
+  class Stmt;
+  class Txn;
+
+  Store(std::string path, sqlite3* db);
+
+  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Exec(const char* sql, absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The prepared statement for `sql`, a string constant (the cache is keyed by
+  // its address), prepared on first use and reset when the Stmt goes away.
+  absl::StatusOr<Stmt> Cached(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A statement for dynamically built SQL, finalized when the Stmt goes away.
+  absl::StatusOr<Stmt> PrepareOnce(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Error(int rc, absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string path_;
+  std::mutex mu_;
+  sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
+  std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace master
+}  // namespace det
+
+#endif  // DET_MASTER_STORE_STORE_H_

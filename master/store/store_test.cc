@@ -1,0 +1,767 @@
+#include "master/store/store.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace det {
+namespace master {
+namespace {
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/det_store_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/master.db";
+    auto store = Store::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+  void TearDown() override {
+    store_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  int64_t AddExperiment(const std::string& name = "exp", const std::string& state = "ACTIVE") {
+    ExperimentRow e;
+    e.name = name;
+    e.state = state;
+    auto id = store_->InsertExperiment(e);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or(0);
+  }
+  int64_t AddTrial(int64_t experiment_id, const std::string& state = "ACTIVE") {
+    TrialRow t;
+    t.experiment_id = experiment_id;
+    t.state = state;
+    auto id = store_->InsertTrial(t);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or(0);
+  }
+
+  // Runs `sql` on a second, raw connection and returns the first column of
+  // the first row as an integer.
+  int64_t RawQueryInt(const std::string& sql) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    int64_t v = -1;
+    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+  }
+  void RawExec(const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+
+  std::string dir_;
+  std::string path_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(StoreTest, MigrationsApplyOnceAndReopenIsIdempotent) {
+  ASSERT_GE(Store::LatestSchemaVersion(), 1);
+  auto v = store_->SchemaVersion();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, Store::LatestSchemaVersion());
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM schema_migrations"), Store::LatestSchemaVersion());
+  EXPECT_GT(RawQueryInt("SELECT MIN(applied_at) FROM schema_migrations"), 1600000000000);
+  int64_t id = AddExperiment("persisted");
+
+  store_.reset();
+  auto reopened = Store::Open(path_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  store_ = std::move(*reopened);
+  EXPECT_EQ(store_->SchemaVersion().value_or(-1), Store::LatestSchemaVersion());
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM schema_migrations"), Store::LatestSchemaVersion());
+  auto e = store_->GetExperiment(id);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->name, "persisted");
+}
+
+TEST_F(StoreTest, UsesWalJournal) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+TEST_F(StoreTest, NewerSchemaIsRefusedNamingTheFile) {
+  store_.reset();
+  RawExec("INSERT INTO schema_migrations(version, applied_at) VALUES (9999, 0)");
+  auto s = Store::Open(path_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find(path_), std::string::npos) << s.status();
+}
+
+TEST_F(StoreTest, OpenErrorsNameTheFile) {
+  const std::string bad = dir_ + "/no/such/dir/master.db";
+  auto s = Store::Open(bad);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(bad), std::string::npos) << s.status();
+
+  const std::string garbage = dir_ + "/garbage.db";
+  FILE* f = fopen(garbage.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  for (int i = 0; i < 200; ++i) fputs("this is not an sqlite database file. ", f);
+  fclose(f);
+  auto g = Store::Open(garbage);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find(garbage), std::string::npos) << g.status();
+}
+
+TEST_F(StoreTest, ExperimentRoundTrip) {
+  ExperimentRow e;
+  e.id = 777;  // ignored
+  e.name = "mnist";
+  e.description = "a description with 'quotes' and \"double quotes\"";
+  e.labels = {"vision", "baseline", "ünïcode"};
+  e.state = "ACTIVE";
+  e.config_yaml = "name: mnist\n";
+  e.config_json = R"({"name":"mnist"})";
+  e.trial_so_sha256 = std::string(64, 'a');
+  e.searcher_state_json = R"({"kind":"single"})";
+  e.owner = "alice";
+  e.archived = false;
+  e.progress = 0.25;
+  e.created_ms = 1700000000123;
+  auto id = store_->InsertExperiment(e);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_NE(*id, 777);
+
+  auto got = store_->GetExperiment(*id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->id, *id);
+  EXPECT_EQ(got->name, e.name);
+  EXPECT_EQ(got->description, e.description);
+  EXPECT_EQ(got->labels, e.labels);
+  EXPECT_EQ(got->state, e.state);
+  EXPECT_EQ(got->config_yaml, e.config_yaml);
+  EXPECT_EQ(got->config_json, e.config_json);
+  EXPECT_EQ(got->trial_so_sha256, e.trial_so_sha256);
+  EXPECT_EQ(got->searcher_state_json, e.searcher_state_json);
+  EXPECT_EQ(got->owner, e.owner);
+  EXPECT_EQ(got->archived, false);
+  EXPECT_DOUBLE_EQ(got->progress, 0.25);
+  EXPECT_EQ(got->created_ms, e.created_ms);
+  EXPECT_EQ(got->ended_ms, 0);
+
+  ExperimentRow u = *got;
+  u.state = "COMPLETED";
+  u.progress = 1.0;
+  u.archived = true;
+  u.labels = {};
+  u.ended_ms = 1700000009999;
+  u.created_ms = 1;  // immutable: not updated
+  ASSERT_TRUE(store_->UpdateExperiment(u).ok());
+  got = store_->GetExperiment(*id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->state, "COMPLETED");
+  EXPECT_DOUBLE_EQ(got->progress, 1.0);
+  EXPECT_TRUE(got->archived);
+  EXPECT_TRUE(got->labels.empty());
+  EXPECT_EQ(got->ended_ms, 1700000009999);
+  EXPECT_EQ(got->created_ms, e.created_ms);
+}
+
+TEST_F(StoreTest, NotFoundErrorsNameTheId) {
+  auto e = store_->GetExperiment(42);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(e.status().message(), "experiment 42 not found");
+
+  ExperimentRow er;
+  er.id = 43;
+  auto ue = store_->UpdateExperiment(er);
+  EXPECT_EQ(ue.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ue.message(), "experiment 43 not found");
+
+  auto t = store_->GetTrial(7);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(t.status().message(), "trial 7 not found");
+
+  TrialRow tr;
+  tr.id = 8;
+  auto ut = store_->UpdateTrial(tr);
+  EXPECT_EQ(ut.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ut.message(), "trial 8 not found");
+
+  auto c = store_->GetCheckpoint("abc-123");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c.status().message(), "checkpoint abc-123 not found");
+
+  auto uc = store_->UpdateCheckpointState("abc-124", "DELETED");
+  EXPECT_EQ(uc.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(uc.message(), "checkpoint abc-124 not found");
+}
+
+TEST_F(StoreTest, ExperimentFiltersAndPagination) {
+  // ids 1..10; even ids PAUSED, odd ACTIVE; id % 3 == 0 archived; labels.
+  for (int i = 1; i <= 10; ++i) {
+    ExperimentRow e;
+    e.name = i <= 5 ? "alpha-" + std::to_string(i) : "beta-" + std::to_string(i);
+    e.state = i % 2 == 0 ? "PAUSED" : "ACTIVE";
+    e.archived = i % 3 == 0;
+    if (i % 4 == 0) e.labels = {"four", "x"};
+    ASSERT_EQ(store_->InsertExperiment(e).value_or(-1), i);
+  }
+  auto ids = [&](const ExperimentFilter& f) {
+    std::vector<int64_t> out;
+    auto rows = store_->ListExperiments(f);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    if (rows.ok()) {
+      for (const auto& r : *rows) out.push_back(r.id);
+    }
+    return out;
+  };
+  ExperimentFilter all;
+  EXPECT_EQ(ids(all), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(store_->CountExperiments(all).value_or(-1), 10);
+
+  ExperimentFilter paused;
+  paused.states = {"PAUSED"};
+  EXPECT_EQ(ids(paused), (std::vector<int64_t>{2, 4, 6, 8, 10}));
+
+  ExperimentFilter two_states;
+  two_states.states = {"PAUSED", "ACTIVE"};
+  EXPECT_EQ(store_->CountExperiments(two_states).value_or(-1), 10);
+
+  ExperimentFilter name;
+  name.name_contains = "beta";
+  EXPECT_EQ(ids(name), (std::vector<int64_t>{6, 7, 8, 9, 10}));
+  name.name_contains = "a-1";  // substring, not a LIKE pattern
+  EXPECT_EQ(ids(name), (std::vector<int64_t>{1, 10}));
+  name.name_contains = "%";
+  EXPECT_TRUE(ids(name).empty());
+
+  ExperimentFilter label;
+  label.label = "four";
+  EXPECT_EQ(ids(label), (std::vector<int64_t>{4, 8}));
+  label.label = "fou";
+  EXPECT_TRUE(ids(label).empty());
+
+  ExperimentFilter unarchived;
+  unarchived.include_archived = false;
+  EXPECT_EQ(ids(unarchived), (std::vector<int64_t>{1, 2, 4, 5, 7, 8, 10}));
+
+  ExperimentFilter combined;
+  combined.states = {"PAUSED"};
+  combined.include_archived = false;
+  combined.name_contains = "beta";
+  EXPECT_EQ(ids(combined), (std::vector<int64_t>{8, 10}));
+  EXPECT_EQ(store_->CountExperiments(combined).value_or(-1), 2);
+
+  ExperimentFilter page;
+  page.limit = 3;
+  EXPECT_EQ(ids(page), (std::vector<int64_t>{1, 2, 3}));
+  page.offset = 3;
+  EXPECT_EQ(ids(page), (std::vector<int64_t>{4, 5, 6}));
+  page.offset = 9;
+  EXPECT_EQ(ids(page), (std::vector<int64_t>{10}));
+  EXPECT_EQ(store_->CountExperiments(page).value_or(-1), 10);  // ignores paging
+  page.offset = 2;
+  page.order_desc = true;
+  EXPECT_EQ(ids(page), (std::vector<int64_t>{8, 7, 6}));
+  ExperimentFilter offset_only;
+  offset_only.offset = 8;
+  EXPECT_EQ(ids(offset_only), (std::vector<int64_t>{9, 10}));
+}
+
+TEST_F(StoreTest, TrialRoundTripAndStates) {
+  int64_t exp = AddExperiment();
+  TrialRow t;
+  t.experiment_id = exp;
+  t.request_id = 12345678901;
+  t.state = "ACTIVE";
+  t.hparams_json = R"({"lr":0.01})";
+  t.seed = 4000000000u;
+  t.restarts = 2;
+  t.run_id = 3;
+  t.total_batches = 937;
+  t.latest_checkpoint_uuid = "ckpt-1";
+  t.best_validation = 0.5;
+  t.sequencer_state_json = "{}";
+  t.created_ms = 1700000000000;
+  auto id = store_->InsertTrial(t);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto got = store_->GetTrial(*id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->id, *id);
+  EXPECT_EQ(got->experiment_id, exp);
+  EXPECT_EQ(got->request_id, 12345678901);
+  EXPECT_EQ(got->state, "ACTIVE");
+  EXPECT_EQ(got->hparams_json, t.hparams_json);
+  EXPECT_EQ(got->seed, 4000000000u);
+  EXPECT_EQ(got->restarts, 2);
+  EXPECT_EQ(got->run_id, 3);
+  EXPECT_EQ(got->total_batches, 937);
+  EXPECT_EQ(got->latest_checkpoint_uuid, "ckpt-1");
+  ASSERT_TRUE(got->best_validation.has_value());
+  EXPECT_DOUBLE_EQ(*got->best_validation, 0.5);
+  EXPECT_FALSE(got->latest_validation.has_value());
+  EXPECT_EQ(got->sequencer_state_json, "{}");
+  EXPECT_EQ(got->created_ms, 1700000000000);
+  EXPECT_EQ(got->ended_ms, 0);
+
+  TrialRow u = *got;
+  u.state = "COMPLETED";
+  u.best_validation.reset();
+  u.latest_validation = -1.5;
+  u.total_batches = 2000;
+  u.ended_ms = 1700000005000;
+  ASSERT_TRUE(store_->UpdateTrial(u).ok());
+  got = store_->GetTrial(*id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->state, "COMPLETED");
+  EXPECT_FALSE(got->best_validation.has_value());
+  EXPECT_DOUBLE_EQ(got->latest_validation.value_or(0), -1.5);
+  EXPECT_EQ(got->total_batches, 2000);
+  EXPECT_EQ(got->ended_ms, 1700000005000);
+
+  int64_t exp2 = AddExperiment();
+  int64_t t2 = AddTrial(exp2, "PAUSED");
+  int64_t t3 = AddTrial(exp, "ACTIVE");
+  int64_t t4 = AddTrial(exp2, "STOPPING_CANCELED");
+  auto list = store_->ListTrials(exp);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].id, *id);
+  EXPECT_EQ((*list)[1].id, t3);
+  EXPECT_TRUE(store_->ListTrials(9999).value().empty());
+
+  auto recovering = store_->ListTrialsInStates({"ACTIVE", "PAUSED", "STOPPING_CANCELED"});
+  ASSERT_TRUE(recovering.ok()) << recovering.status();
+  std::vector<int64_t> ids;
+  for (const auto& r : *recovering) ids.push_back(r.id);
+  EXPECT_EQ(ids, (std::vector<int64_t>{t2, t3, t4}));
+  EXPECT_TRUE(store_->ListTrialsInStates({}).value().empty());
+
+  // Foreign key: a trial of an unknown experiment.
+  TrialRow orphan;
+  orphan.experiment_id = 4242;
+  orphan.state = "ACTIVE";
+  auto bad = store_->InsertTrial(orphan);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition) << bad.status();
+  EXPECT_NE(bad.status().message().find("4242"), std::string::npos);
+}
+
+TEST_F(StoreTest, MetricsRoundTripWithNonFiniteValues) {
+  int64_t trial = AddTrial(AddExperiment());
+  MetricRow m;
+  m.trial_id = trial;
+  m.trial_run_id = 1;
+  m.group = "training";
+  m.total_batches = 100;
+  m.total_epochs = 0.5;
+  m.metrics = {{"loss", std::numeric_limits<double>::quiet_NaN()},
+               {"big", std::numeric_limits<double>::infinity()},
+               {"small", -std::numeric_limits<double>::infinity()},
+               {"acc", 0.1 + 0.2},
+               {"int", 3.0},
+               {"tiny", 1e-300},
+               {"name \"quoted\"", -0.0}};
+  m.time_ms = 1700000000000;
+  ASSERT_TRUE(store_->InsertMetrics({m}).ok());
+  auto rows = store_->ListMetrics(trial, "", false);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 1u);
+  const MetricRow& r = (*rows)[0];
+  EXPECT_GT(r.id, 0);
+  EXPECT_EQ(r.trial_id, trial);
+  EXPECT_EQ(r.trial_run_id, 1);
+  EXPECT_EQ(r.group, "training");
+  EXPECT_EQ(r.total_batches, 100);
+  EXPECT_DOUBLE_EQ(r.total_epochs, 0.5);
+  EXPECT_EQ(r.time_ms, 1700000000000);
+  EXPECT_FALSE(r.archived);
+  ASSERT_EQ(r.metrics.size(), m.metrics.size());
+  EXPECT_TRUE(std::isnan(r.metrics.at("loss")));
+  EXPECT_EQ(r.metrics.at("big"), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(r.metrics.at("small"), -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(r.metrics.at("acc"), 0.1 + 0.2);  // exact round trip
+  EXPECT_EQ(r.metrics.at("int"), 3.0);
+  EXPECT_EQ(r.metrics.at("tiny"), 1e-300);
+  EXPECT_EQ(r.metrics.at("name \"quoted\""), 0.0);
+}
+
+TEST_F(StoreTest, ListMetricsFiltersAndArchive) {
+  int64_t trial = AddTrial(AddExperiment());
+  int64_t other = AddTrial(AddExperiment());
+  std::vector<MetricRow> rows;
+  for (int b = 100; b <= 500; b += 100) {
+    for (const char* g : {"training", "validation"}) {
+      MetricRow m;
+      m.trial_id = trial;
+      m.trial_run_id = 1;
+      m.group = g;
+      m.total_batches = b;
+      m.metrics = {{"loss", 1.0 / b}};
+      rows.push_back(m);
+    }
+  }
+  MetricRow o;
+  o.trial_id = other;
+  o.group = "training";
+  o.total_batches = 1;
+  rows.push_back(o);
+  // Inserted out of order: listing sorts by total_batches then id.
+  std::swap(rows[0], rows[8]);
+  ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+
+  auto batches = [](const std::vector<MetricRow>& v) {
+    std::vector<int64_t> out;
+    for (const auto& m : v) out.push_back(m.total_batches);
+    return out;
+  };
+  auto all = store_->ListMetrics(trial, "", true);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 10u);
+  for (size_t i = 1; i < all->size(); ++i) {
+    EXPECT_TRUE((*all)[i - 1].total_batches < (*all)[i].total_batches ||
+                ((*all)[i - 1].total_batches == (*all)[i].total_batches && (*all)[i - 1].id < (*all)[i].id));
+  }
+  auto val = store_->ListMetrics(trial, "validation", true);
+  ASSERT_TRUE(val.ok());
+  EXPECT_EQ(batches(*val), (std::vector<int64_t>{100, 200, 300, 400, 500}));
+  for (const auto& m : *val) EXPECT_EQ(m.group, "validation");
+  auto after = store_->ListMetrics(trial, "training", true, /*after_batches=*/200);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(batches(*after), (std::vector<int64_t>{300, 400, 500}));
+  auto limited = store_->ListMetrics(trial, "training", true, 200, /*limit=*/2);
+  ASSERT_TRUE(limited.ok());
+  EXPECT_EQ(batches(*limited), (std::vector<int64_t>{300, 400}));
+
+  ASSERT_TRUE(store_->ArchiveMetricsAfter(trial, 300).ok());
+  auto live = store_->ListMetrics(trial, "training", false);
+  ASSERT_TRUE(live.ok());
+  EXPECT_EQ(batches(*live), (std::vector<int64_t>{100, 200, 300}));
+  auto with_archived = store_->ListMetrics(trial, "training", true);
+  ASSERT_TRUE(with_archived.ok());
+  EXPECT_EQ(batches(*with_archived), (std::vector<int64_t>{100, 200, 300, 400, 500}));
+  EXPECT_FALSE((*with_archived)[2].archived);
+  EXPECT_TRUE((*with_archived)[3].archived);
+  EXPECT_TRUE((*with_archived)[4].archived);
+  // The other trial is untouched.
+  auto o_rows = store_->ListMetrics(other, "", false);
+  ASSERT_TRUE(o_rows.ok());
+  EXPECT_EQ(o_rows->size(), 1u);
+  EXPECT_TRUE(store_->ArchiveMetricsAfter(9999, 0).ok());
+}
+
+TEST_F(StoreTest, InsertMetricsIsAllOrNothing) {
+  int64_t trial = AddTrial(AddExperiment());
+  std::vector<MetricRow> rows(3);
+  for (auto& m : rows) {
+    m.trial_id = trial;
+    m.group = "training";
+  }
+  rows[2].trial_id = 9999;  // unknown trial: foreign key violation
+  auto s = store_->InsertMetrics(rows);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(store_->ListMetrics(trial, "", true).value().empty());
+  // The store is still usable after the rollback.
+  rows.pop_back();
+  ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+  EXPECT_EQ(store_->ListMetrics(trial, "", true).value().size(), 2u);
+  EXPECT_TRUE(store_->InsertMetrics({}).ok());
+}
+
+TEST_F(StoreTest, CheckpointRoundTripDuplicateAndList) {
+  int64_t exp = AddExperiment();
+  int64_t t1 = AddTrial(exp);
+  int64_t t2 = AddTrial(exp);
+  int64_t exp2 = AddExperiment();
+  int64_t t3 = AddTrial(exp2);
+
+  CheckpointRow c;
+  c.uuid = "11111111-2222-3333-4444-555555555555";
+  c.trial_id = t1;
+  c.experiment_id = exp;
+  c.trial_run_id = 2;
+  c.state = "COMPLETED";
+  c.total_batches = 937;
+  c.total_epochs = 1.0;
+  c.resources = {{"model.pt", 123456789012}, {"optimizer.pt", 42}};
+  c.metadata_json = R"({"framework":"torch"})";
+  c.storage_path = "/checkpoints/1111";
+  c.time_ms = 3000;
+  c.searcher_metric = 0.123;
+  ASSERT_TRUE(store_->InsertCheckpoint(c).ok());
+  auto got = store_->GetCheckpoint(c.uuid);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->uuid, c.uuid);
+  EXPECT_EQ(got->trial_id, t1);
+  EXPECT_EQ(got->experiment_id, exp);
+  EXPECT_EQ(got->trial_run_id, 2);
+  EXPECT_EQ(got->state, "COMPLETED");
+  EXPECT_EQ(got->total_batches, 937);
+  EXPECT_DOUBLE_EQ(got->total_epochs, 1.0);
+  EXPECT_EQ(got->resources, c.resources);
+  EXPECT_EQ(got->metadata_json, c.metadata_json);
+  EXPECT_EQ(got->storage_path, c.storage_path);
+  EXPECT_EQ(got->time_ms, 3000);
+  EXPECT_DOUBLE_EQ(got->searcher_metric.value_or(0), 0.123);
+
+  auto dup = store_->InsertCheckpoint(c);
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists) << dup;
+  EXPECT_NE(dup.message().find(c.uuid), std::string::npos);
+
+  CheckpointRow c2 = c;
+  c2.uuid = "c2";
+  c2.time_ms = 1000;
+  c2.searcher_metric.reset();
+  c2.resources.clear();
+  ASSERT_TRUE(store_->InsertCheckpoint(c2).ok());
+  CheckpointRow c3 = c;
+  c3.uuid = "c3";
+  c3.trial_id = t2;
+  c3.time_ms = 2000;
+  ASSERT_TRUE(store_->InsertCheckpoint(c3).ok());
+  CheckpointRow c4 = c;
+  c4.uuid = "c4";
+  c4.trial_id = t3;
+  c4.experiment_id = exp2;
+  c4.time_ms = 500;
+  ASSERT_TRUE(store_->InsertCheckpoint(c4).ok());
+
+  auto uuids = [&](std::optional<int64_t> e, std::optional<int64_t> t) {
+    std::vector<std::string> out;
+    auto rows = store_->ListCheckpoints(e, t);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    if (rows.ok()) {
+      for (const auto& r : *rows) out.push_back(r.uuid);
+    }
+    return out;
+  };
+  EXPECT_EQ(uuids(std::nullopt, std::nullopt), (std::vector<std::string>{"c4", "c2", "c3", c.uuid}));
+  EXPECT_EQ(uuids(exp, std::nullopt), (std::vector<std::string>{"c2", "c3", c.uuid}));
+  EXPECT_EQ(uuids(std::nullopt, t1), (std::vector<std::string>{"c2", c.uuid}));
+  EXPECT_EQ(uuids(exp, t2), (std::vector<std::string>{"c3"}));
+  EXPECT_TRUE(uuids(exp2, t1).empty());
+  auto c2_got = store_->GetCheckpoint("c2");
+  ASSERT_TRUE(c2_got.ok());
+  EXPECT_FALSE(c2_got->searcher_metric.has_value());
+  EXPECT_TRUE(c2_got->resources.empty());
+
+  ASSERT_TRUE(store_->UpdateCheckpointState("c2", "DELETED").ok());
+  EXPECT_EQ(store_->GetCheckpoint("c2").value().state, "DELETED");
+
+  CheckpointRow orphan = c;
+  orphan.uuid = "orphan";
+  orphan.trial_id = 9999;
+  EXPECT_EQ(store_->InsertCheckpoint(orphan).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(StoreTest, TaskLogsRoundTripAndPaging) {
+  int64_t trial = AddTrial(AddExperiment());
+  int64_t other = AddTrial(AddExperiment());
+  std::vector<TaskLogRow> logs;
+  for (int i = 0; i < 10; ++i) {
+    TaskLogRow l;
+    l.trial_id = i == 5 ? other : trial;
+    l.allocation_id = "alloc-1";
+    l.rank = i % 2;
+    l.time_ms = 1000 + i;
+    l.level = "INFO";
+    l.stream = i % 3 == 0 ? "stderr" : "stdout";
+    l.message = "line " + std::to_string(i) + "\nwith newline";
+    logs.push_back(l);
+  }
+  ASSERT_TRUE(store_->InsertTaskLogs(logs).ok());
+  auto all = store_->ListTaskLogs(trial, 0, 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 9u);
+  EXPECT_EQ((*all)[0].message, "line 0\nwith newline");
+  EXPECT_EQ((*all)[0].stream, "stderr");
+  EXPECT_EQ((*all)[0].allocation_id, "alloc-1");
+  EXPECT_EQ((*all)[0].level, "INFO");
+  EXPECT_EQ((*all)[1].rank, 1);
+  EXPECT_EQ((*all)[1].time_ms, 1001);
+  for (size_t i = 1; i < all->size(); ++i) EXPECT_LT((*all)[i - 1].id, (*all)[i].id);
+
+  // Poll in pages of 4.
+  std::vector<std::string> seen;
+  int64_t after = 0;
+  for (;;) {
+    auto page = store_->ListTaskLogs(trial, after, 4);
+    ASSERT_TRUE(page.ok());
+    if (page->empty()) break;
+    EXPECT_LE(page->size(), 4u);
+    for (const auto& l : *page) seen.push_back(l.message);
+    after = page->back().id;
+  }
+  EXPECT_EQ(seen.size(), 9u);
+  EXPECT_EQ(store_->ListTaskLogs(other, 0, 0).value().size(), 1u);
+
+  TaskLogRow bad = logs[0];
+  bad.trial_id = 9999;
+  EXPECT_EQ(store_->InsertTaskLogs({logs[0], bad}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->ListTaskLogs(trial, 0, 0).value().size(), 9u);  // rolled back
+}
+
+TEST_F(StoreTest, AgentsUpsert) {
+  AgentRow a;
+  a.id = "agent-b";
+  a.hostname = "host-b";
+  a.resource_pool = "default";
+  a.devices_json = R"([{"type":"cpu"}])";
+  a.version = "0.1.0";
+  a.registered_ms = 100;
+  a.last_seen_ms = 200;
+  ASSERT_TRUE(store_->UpsertAgent(a).ok());
+  AgentRow b = a;
+  b.id = "agent-a";
+  b.enabled = false;
+  ASSERT_TRUE(store_->UpsertAgent(b).ok());
+  a.last_seen_ms = 300;
+  a.hostname = "host-b2";
+  ASSERT_TRUE(store_->UpsertAgent(a).ok());
+
+  auto agents = store_->ListAgents();
+  ASSERT_TRUE(agents.ok()) << agents.status();
+  ASSERT_EQ(agents->size(), 2u);
+  EXPECT_EQ((*agents)[0].id, "agent-a");
+  EXPECT_FALSE((*agents)[0].enabled);
+  EXPECT_EQ((*agents)[1].id, "agent-b");
+  EXPECT_TRUE((*agents)[1].enabled);
+  EXPECT_EQ((*agents)[1].hostname, "host-b2");
+  EXPECT_EQ((*agents)[1].resource_pool, "default");
+  EXPECT_EQ((*agents)[1].devices_json, a.devices_json);
+  EXPECT_EQ((*agents)[1].version, "0.1.0");
+  EXPECT_EQ((*agents)[1].registered_ms, 100);
+  EXPECT_EQ((*agents)[1].last_seen_ms, 300);
+}
+
+TEST_F(StoreTest, KeyValue) {
+  auto missing = store_->GetValue("cluster_id");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+  ASSERT_TRUE(store_->PutValue("cluster_id", "abc").ok());
+  EXPECT_EQ(store_->GetValue("cluster_id").value().value_or(""), "abc");
+  ASSERT_TRUE(store_->PutValue("cluster_id", "def").ok());
+  EXPECT_EQ(store_->GetValue("cluster_id").value().value_or(""), "def");
+  ASSERT_TRUE(store_->PutValue("empty", "").ok());
+  auto empty = store_->GetValue("empty");
+  ASSERT_TRUE(empty.ok());
+  ASSERT_TRUE(empty->has_value());
+  EXPECT_EQ(**empty, "");
+  std::string binary("a\0b", 3);
+  ASSERT_TRUE(store_->PutValue("binary", binary).ok());
+  EXPECT_EQ(store_->GetValue("binary").value().value_or(""), binary);
+}
+
+TEST_F(StoreTest, ConcurrentInsertMetricsLosesNothing) {
+  int64_t exp = AddExperiment();
+  std::vector<int64_t> trials;
+  for (int i = 0; i < 4; ++i) trials.push_back(AddTrial(exp));
+  constexpr int kBatches = 50;
+  constexpr int kRowsPerBatch = 20;
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int b = 0; b < kBatches; ++b) {
+        std::vector<MetricRow> rows;
+        for (int r = 0; r < kRowsPerBatch; ++r) {
+          MetricRow m;
+          m.trial_id = trials[t];
+          m.group = "training";
+          m.total_batches = b * kRowsPerBatch + r;
+          m.metrics = {{"loss", b + r * 0.01}};
+          rows.push_back(std::move(m));
+        }
+        absl::Status s = store_->InsertMetrics(rows);
+        if (!s.ok()) {
+          results[t] = s;
+          return;
+        }
+        // Interleave reads with the writes.
+        if (b % 10 == 0 && !store_->ListMetrics(trials[t], "", true, -1, 5).ok()) {
+          results[t] = absl::InternalError("read failed");
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& s : results) EXPECT_TRUE(s.ok()) << s;
+  for (int t = 0; t < 4; ++t) {
+    auto rows = store_->ListMetrics(trials[t], "", true);
+    ASSERT_TRUE(rows.ok());
+    ASSERT_EQ(rows->size(), static_cast<size_t>(kBatches * kRowsPerBatch));
+    for (size_t i = 0; i < rows->size(); ++i) EXPECT_EQ((*rows)[i].total_batches, static_cast<int64_t>(i));
+  }
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics"), 4 * kBatches * kRowsPerBatch);
+}
+
+TEST_F(StoreTest, IntegrityCheckOk) {
+  int64_t trial = AddTrial(AddExperiment());
+  MetricRow m;
+  m.trial_id = trial;
+  m.group = "validation";
+  ASSERT_TRUE(store_->InsertMetrics({m, m, m}).ok());
+  EXPECT_TRUE(store_->IntegrityCheck().ok());
+}
+
+// Not a pass/fail benchmark: prints InsertMetrics throughput so regressions
+// on the hot path are visible in the test log.
+TEST_F(StoreTest, InsertMetricsThroughput) {
+  int64_t trial = AddTrial(AddExperiment());
+  auto make = [&](int n, int start) {
+    std::vector<MetricRow> rows;
+    for (int i = 0; i < n; ++i) {
+      MetricRow m;
+      m.trial_id = trial;
+      m.trial_run_id = 1;
+      m.group = "training";
+      m.total_batches = start + i;
+      m.total_epochs = (start + i) / 937.0;
+      m.metrics = {{"loss", 0.5 / (i + 1)}, {"accuracy", 0.9}, {"lr", 1e-3}};
+      m.time_ms = 1700000000000 + i;
+      rows.push_back(std::move(m));
+    }
+    return rows;
+  };
+  using Clock = std::chrono::steady_clock;
+  for (int batch : {1, 100, 1000}) {
+    const int total = batch == 1 ? 2000 : 20000;
+    std::vector<std::vector<MetricRow>> batches;
+    for (int start = 0; start < total; start += batch) batches.push_back(make(batch, start));
+    auto t0 = Clock::now();
+    for (const auto& rows : batches) ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf("[ perf     ] InsertMetrics batch=%d: %d rows in %.3f s = %.0f rows/s (%.1f us/call)\n", batch,
+                total, secs, total / secs, 1e6 * secs / batches.size());
+  }
+  auto t0 = Clock::now();
+  auto rows = store_->ListMetrics(trial, "training", true);
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(rows.ok());
+  std::printf("[ perf     ] ListMetrics: %zu rows in %.3f s\n", rows->size(), secs);
+}
+
+}  // namespace
+}  // namespace master
+}  // namespace det

@@ -1,0 +1,198 @@
+// End-to-end tests of the cluster: a real det-master and two det-agents on
+// loopback running trials of the synthetic example through det-cli and REST.
+#include <signal.h>
+
+#include <regex>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "tests/test_util.h"
+
+namespace det::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kBin = DET_BIN_DIR;
+const std::string kSynthetic = std::string(DET_TRIALS_DIR) + "/synthetic_trial.so";
+
+std::string RandomSearchConfig(const std::string& checkpoint_dir) {
+  return absl::StrCat(R"(name: random-synthetic
+hyperparameters:
+  global_batch_size: 32
+  learning_rate:
+    type: log
+    minval: -3
+    maxval: -1
+  hidden_size:
+    type: categorical
+    vals: [16, 32]
+  dropout: 0.1
+searcher:
+  name: random
+  metric: validation_loss
+  smaller_is_better: true
+  max_trials: 4
+  max_concurrent_trials: 2
+  max_length:
+    batches: 60
+min_validation_period:
+  batches: 30
+scheduling_unit: 10
+checkpoint_storage:
+  type: shared_fs
+  host_path: )", checkpoint_dir, R"(
+reproducibility:
+  experiment_seed: 11
+data:
+  train_size: 512
+  val_size: 128
+)");
+}
+
+// A master and two agents for one test; everything is killed at the end.
+class Cluster {
+ public:
+  explicit Cluster(const TempDir& dir) : dir_(dir) {
+    master_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{kBin + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0",
+                                 "--http-port", "0", "--ports-file", dir / "ports.json"},
+        dir / "master.out", dir / "master.err");
+    EXPECT_TRUE(PollUntil([&] { return !ReadFile(dir / "ports.json").empty(); }, std::chrono::seconds(30)))
+        << ReadFile(dir / "master.err");
+    auto ports = nlohmann::json::parse(ReadFile(dir / "ports.json"));
+    grpc_ = absl::StrCat("127.0.0.1:", ports["grpc"].get<int>());
+    http_port_ = ports["http"].get<int>();
+  }
+  ~Cluster() {
+    for (auto& a : agents_) a->Signal(SIGTERM);
+    for (auto& a : agents_) a->Wait(std::chrono::seconds(10));
+    master_->Signal(SIGTERM);
+    master_->Wait(std::chrono::seconds(10));
+  }
+  Subprocess& StartAgent(const std::string& id) {
+    agents_.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{kBin + "/det-agent", "--master", grpc_, "--id", id, "--slots", "1", "--work-dir",
+                                 dir_ / ("agent-" + id + "-" + std::to_string(agents_.size()))},
+        dir_ / (id + std::to_string(agents_.size()) + ".out"), dir_ / (id + std::to_string(agents_.size()) + ".err")));
+    return *agents_.back();
+  }
+  int Cli(std::vector<std::string> args, std::string* out, std::string* err) {
+    args.insert(args.begin(), {kBin + "/det-cli", "-m", grpc_});
+    return RunProcess(args, out, err, std::chrono::minutes(5));
+  }
+  nlohmann::json Get(const std::string& path, int* status = nullptr) {
+    httplib::Client client("127.0.0.1", http_port_);
+    auto res = client.Get(path.c_str());
+    if (!res) return nullptr;
+    if (status) *status = res->status;
+    return nlohmann::json::parse(res->body, nullptr, false);
+  }
+  int ConnectedAgents() {
+    auto agents = Get("/api/v1/agents");
+    int n = 0;
+    if (agents.is_object() && agents.contains("agents")) {
+      for (const auto& a : agents["agents"]) n += a.value("connected", false) ? 1 : 0;
+    }
+    return n;
+  }
+  Subprocess& master() { return *master_; }
+
+ private:
+  const TempDir& dir_;
+  std::unique_ptr<Subprocess> master_;
+  std::vector<std::unique_ptr<Subprocess>> agents_;
+  std::string grpc_;
+  int http_port_ = 0;
+};
+
+// Must show 1: a random search of 4 trials over two agents completes, and
+// every trial has validation metrics in det-cli and in the REST API.
+TEST(ClusterTest, RandomSearchCompletesOnTwoAgents) {
+  TempDir dir;
+  Cluster cluster(dir);
+  cluster.StartAgent("a");
+  cluster.StartAgent("b");
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 2; }, std::chrono::seconds(30)));
+  WriteFile(dir / "random.yaml", RandomSearchConfig(dir / "checkpoints"));
+
+  std::string out, err;
+  int rc = cluster.Cli({"experiment", "create", dir / "random.yaml", kSynthetic, "--follow"}, &out, &err);
+  ASSERT_EQ(rc, 0) << out << err << ReadFile(dir / "master.err");
+  EXPECT_THAT(out, HasSubstr("Created experiment 1"));
+
+  auto trials = cluster.Get("/api/v1/experiments/1/trials");
+  ASSERT_TRUE(trials.contains("trials")) << trials.dump();
+  ASSERT_EQ(trials["trials"].size(), 4u) << trials.dump();
+  for (const auto& t : trials["trials"]) {
+    EXPECT_EQ(t["state"], "STATE_COMPLETED") << t.dump();
+    int id = t["id"].get<int>();
+    auto metrics = cluster.Get(absl::StrCat("/api/v1/trials/", id, "/metrics?group=validation"));
+    ASSERT_TRUE(metrics.contains("metrics")) << metrics.dump();
+    ASSERT_GE(metrics["metrics"].size(), 2u) << metrics.dump();  // at 30 and 60 batches
+    // protobuf's JSON mapping writes int64 as a string.
+    EXPECT_EQ(metrics["metrics"].back()["total_batches"], "60");
+    EXPECT_TRUE(metrics["metrics"].back()["metrics"].contains("validation_loss"));
+
+    std::string cli_out;
+    ASSERT_EQ(cluster.Cli({"trial", "metrics", std::to_string(id), "--group", "validation", "--json"}, &cli_out, &err),
+              0)
+        << err;
+    EXPECT_THAT(cli_out, HasSubstr("validation_loss"));
+    EXPECT_THAT(cli_out, HasSubstr("\"total_batches\""));
+  }
+  auto exp = cluster.Get("/api/v1/experiments/1");
+  EXPECT_EQ(exp["experiment"]["state"], "STATE_COMPLETED") << exp.dump();
+  EXPECT_EQ(exp["experiment"]["num_trials"], 4);
+}
+
+// Must show 3: bad requests get clear errors and the master keeps running.
+TEST(ClusterTest, BadRequestsGetClearErrorsAndTheMasterKeepsRunning) {
+  TempDir dir;
+  Cluster cluster(dir);
+  cluster.StartAgent("a");
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
+  std::string out, err;
+
+  // Unknown experiment id: gRPC through det-cli, and REST.
+  EXPECT_EQ(cluster.Cli({"experiment", "describe", "999"}, &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("experiment 999 not found"));
+  int status = 0;
+  auto body = cluster.Get("/api/v1/experiments/999", &status);
+  EXPECT_EQ(status, 404);
+  EXPECT_THAT(body.value("message", ""), HasSubstr("experiment 999 not found"));
+
+  // Malformed config.
+  WriteFile(dir / "bad.yaml", "name: x\nhyperparameters:\n  global_batch_size: 8\nsearcher:\n  name: single\n"
+                              "  metric: loss\n  max_lenght: 10\n");
+  EXPECT_NE(cluster.Cli({"experiment", "create", dir / "bad.yaml", kSynthetic}, &out, &err), 0);
+  EXPECT_THAT(err, HasSubstr("unknown field 'searcher.max_lenght'"));
+
+  // A trial.so that is not a shared library.
+  WriteFile(dir / "good.yaml", RandomSearchConfig(dir / "checkpoints"));
+  WriteFile(dir / "fake.so", "#!/bin/sh\necho not a library\n");
+  EXPECT_NE(cluster.Cli({"experiment", "create", dir / "good.yaml", dir / "fake.so"}, &out, &err), 0);
+  EXPECT_THAT(err, HasSubstr("not a shared library"));
+
+  // An agent whose id is taken.
+  Subprocess& dup = cluster.StartAgent("a");
+  int rc = dup.Wait(std::chrono::seconds(30));
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(rc, -1);
+  EXPECT_THAT(dup.Stderr() + dup.Stdout(), HasSubstr("already connected"));
+
+  // The master is still up and serving.
+  EXPECT_EQ(cluster.Get("/api/v1/master", &status).value("cluster_name", ""), "det-cpp");
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(cluster.Cli({"master", "info"}, &out, &err), 0) << err;
+  EXPECT_EQ(cluster.ConnectedAgents(), 1);
+  EXPECT_EQ(cluster.master().Wait(std::chrono::milliseconds(1)), -1);  // still running
+}
+
+}  // namespace
+}  // namespace det::testing

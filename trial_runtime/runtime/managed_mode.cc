@@ -1,0 +1,338 @@
+#include "trial_runtime/runtime/managed_mode.h"
+
+#include <grpcpp/grpcpp.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/experiment_config.h"
+#include "common/proto_json.h"
+#include "det/trial/v1/trial.grpc.pb.h"
+#include "trial_runtime/runtime/process_setup.h"
+#include "trial_runtime/runtime/trial_controller.h"
+#include "trial_runtime/runtime/trial_loader.h"
+
+namespace det::runtime {
+namespace {
+
+namespace tv1 = ::det::trial::v1;
+using Clock = std::chrono::steady_clock;
+
+std::string Env(const char* name, const char* fallback = "") {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+absl::Status FromGrpc(const grpc::Status& s, const char* what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+// Calls the master's TrialService with the allocation token, a deadline, and
+// retries while the master is unreachable (it may be restarting).
+class MasterClient {
+ public:
+  MasterClient(const std::string& address, std::string allocation_id, std::string token)
+      : stub_(tv1::TrialService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+        allocation_id_(std::move(allocation_id)),
+        token_(std::move(token)) {}
+
+  const std::string& allocation_id() const { return allocation_id_; }
+
+  template <typename Req, typename Resp, typename Method>
+  absl::Status Call(const char* what, Method method, Req req, Resp* resp,
+                    std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+    req.set_allocation_id(allocation_id_);
+    auto backoff = std::chrono::milliseconds(100);
+    for (int attempt = 0;; ++attempt) {
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("x-det-allocation-token", token_);
+      ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+      grpc::Status s = ((*stub_).*method)(&ctx, req, resp);
+      if (s.ok() || s.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= 20) return FromGrpc(s, what);
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    }
+  }
+
+  tv1::TrialService::Stub* stub() { return stub_.get(); }
+  const std::string& token() const { return token_; }
+
+ private:
+  std::unique_ptr<tv1::TrialService::Stub> stub_;
+  std::string allocation_id_;
+  std::string token_;
+};
+
+tv1::MetricsRow Row(int64_t total_batches, double epochs, const MetricsMap& metrics, int64_t gbs) {
+  tv1::MetricsRow row;
+  row.set_total_batches(total_batches);
+  row.set_total_records(total_batches * gbs);
+  row.set_total_epochs(epochs);
+  for (const auto& [k, v] : metrics) (*row.mutable_metrics())[k] = v;
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count();
+  row.mutable_end_time()->set_seconds(ms / 1000);
+  row.mutable_end_time()->set_nanos(static_cast<int32_t>((ms % 1000) * 1000000));
+  return row;
+}
+
+class MasterReporter final : public Reporter {
+ public:
+  MasterReporter(MasterClient* client, int64_t gbs, bool chief) : client_(client), gbs_(gbs), chief_(chief) {}
+  absl::Status ReportTrainingMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) override {
+    std::printf("[det-trial] training   batches %-7lld epochs %-8.4f%s\n", static_cast<long long>(total_batches),
+                epochs, Format(metrics).c_str());
+    std::fflush(stdout);
+    if (!chief_) return absl::OkStatus();
+    tv1::ReportTrainingMetricsRequest req;
+    *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
+    tv1::ReportTrainingMetricsResponse resp;
+    return client_->Call("ReportTrainingMetrics", &tv1::TrialService::Stub::ReportTrainingMetrics, req, &resp);
+  }
+  absl::Status ReportValidationMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) override {
+    std::printf("[det-trial] validation batches %-7lld epochs %-8.4f%s\n", static_cast<long long>(total_batches),
+                epochs, Format(metrics).c_str());
+    std::fflush(stdout);
+    if (!chief_) return absl::OkStatus();
+    tv1::ReportValidationMetricsRequest req;
+    *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
+    tv1::ReportValidationMetricsResponse resp;
+    return client_->Call("ReportValidationMetrics", &tv1::TrialService::Stub::ReportValidationMetrics, req, &resp);
+  }
+  absl::Status ReportCheckpoint(const SavedCheckpoint& checkpoint, int64_t total_batches) override {
+    std::printf("[det-trial] checkpoint batches %-7lld %s\n", static_cast<long long>(total_batches),
+                checkpoint.path.c_str());
+    std::fflush(stdout);
+    if (!chief_) return absl::OkStatus();
+    tv1::ReportCheckpointRequest req;
+    req.set_uuid(checkpoint.uuid);
+    req.set_total_batches(total_batches);
+    req.set_total_records(total_batches * gbs_);
+    for (const auto& [k, v] : checkpoint.resources) (*req.mutable_resources())[k] = v;
+    tv1::ReportCheckpointResponse resp;
+    return client_->Call("ReportCheckpoint", &tv1::TrialService::Stub::ReportCheckpoint, req, &resp);
+  }
+
+ private:
+  static std::string Format(const MetricsMap& metrics) {
+    std::string out;
+    char buf[64];
+    for (const auto& [k, v] : metrics) {
+      std::snprintf(buf, sizeof(buf), " %.6g", v);
+      out += " " + k + buf;
+    }
+    return out;
+  }
+  MasterClient* client_;
+  int64_t gbs_;
+  bool chief_;
+};
+
+// Preempts on SIGTERM or when the master says so (long-polled in a thread).
+class MasterPreemption final : public PreemptionSource {
+ public:
+  explicit MasterPreemption(MasterClient* client) : client_(client), thread_([this] { Poll(); }) {}
+  ~MasterPreemption() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  bool ShouldPreempt() override { return StopRequested() || preempt_.load(std::memory_order_relaxed); }
+
+ private:
+  void Poll() {
+    while (true) {
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        if (stop_) return;
+      }
+      tv1::ShouldPreemptRequest req;
+      req.set_allocation_id(client_->allocation_id());
+      req.set_timeout_ms(1000);
+      tv1::ShouldPreemptResponse resp;
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("x-det-allocation-token", client_->token());
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      grpc::Status s = client_->stub()->ShouldPreempt(&ctx, req, &resp);
+      if (s.ok() && resp.preempt()) {
+        preempt_ = true;
+        return;
+      }
+      std::unique_lock<std::mutex> l(mu_);
+      // After an error wait a little before asking again; a successful long
+      // poll already waited on the master.
+      cv_.wait_for(l, s.ok() ? std::chrono::milliseconds(10) : std::chrono::milliseconds(500),
+                   [&] { return stop_; });
+    }
+  }
+  MasterClient* client_;
+  std::atomic<bool> preempt_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+int Fail(int code, MasterClient* client, const absl::Status& status, bool deterministic) {
+  std::fprintf(stderr, "det-trial: error: %s\n", std::string(status.message()).c_str());
+  if (client != nullptr) {
+    tv1::ReportEarlyExitRequest req;
+    req.set_reason(deterministic ? tv1::EARLY_EXIT_REASON_INVALID_HP : tv1::EARLY_EXIT_REASON_ERRORED);
+    req.set_message(std::string(status.message()));
+    tv1::ReportEarlyExitResponse resp;
+    (void)client->Call("ReportEarlyExit", &tv1::TrialService::Stub::ReportEarlyExit, req, &resp,
+                       std::chrono::seconds(5));
+  }
+  return code;
+}
+
+}  // namespace
+
+int RunManaged(const std::string& trial_path, int threads) {
+  TuneAllocator();
+  InstallStopSignalHandlers();
+  const std::string master = Env("DET_MASTER");
+  const std::string allocation_id = Env("DET_ALLOCATION_ID");
+  if (master.empty() || allocation_id.empty()) {
+    std::fprintf(stderr, "det-trial: error: --managed needs DET_MASTER and DET_ALLOCATION_ID in the environment\n");
+    return kExitConfigError;
+  }
+  const int rank = std::atoi(Env("DET_RANK", "0").c_str());
+  MasterClient client(master, allocation_id, Env("DET_ALLOCATION_TOKEN"));
+
+  tv1::GetTrialContextRequest ctx_req;
+  ctx_req.set_rank(rank);
+  tv1::GetTrialContextResponse tc;
+  absl::Status st = client.Call("GetTrialContext", &tv1::TrialService::Stub::GetTrialContext, ctx_req, &tc);
+  if (!st.ok()) return Fail(kExitTrialError, nullptr, st, false);
+
+  auto config = ParseExperimentConfig(tc.config_yaml(), "experiment config");
+  if (!config.ok()) return Fail(kExitConfigError, &client, config.status(), true);
+  auto plugin = LoadTrialLibrary(trial_path);
+  if (!plugin.ok()) return Fail(kExitLibraryError, &client, plugin.status(), true);
+
+  if (threads > 0) torch::set_num_threads(threads);
+  torch::manual_seed(tc.trial_seed());
+  TrialInfo info;
+  info.hparams = StructToJson(tc.hparams());
+  info.experiment_config = config->raw;
+  info.experiment_id = tc.experiment_id();
+  info.trial_id = tc.trial_id();
+  info.trial_seed = tc.trial_seed();
+  info.global_batch_size = tc.global_batch_size();
+  TrialContext context(info);
+
+  std::printf("[det-trial] trial %d (experiment %d) %s, allocation %s, seed %u, hparams %s\n", tc.trial_id(),
+              tc.experiment_id(), (*plugin)->trial_class, allocation_id.c_str(), tc.trial_seed(),
+              info.hparams.dump().c_str());
+  std::fflush(stdout);
+
+  auto handle = TrialHandle::Create(*plugin, &context);
+  if (!handle.ok()) return Fail(kExitTrialError, &client, handle.status(), false);
+
+  TrainingPlan plan;
+  // The master sequences training, validation and checkpoints; the plan only
+  // sets how training metrics are grouped and where checkpoints go.
+  plan.max_length = config->searcher.max_length;
+  plan.records_per_epoch = config->records_per_epoch;
+  plan.scheduling_unit = config->scheduling_unit;
+  plan.searcher_metric = config->searcher.metric;
+  plan.checkpoint_dir = tc.checkpoint_storage_path();
+  plan.checkpoint_metadata = {{"config_yaml", config->yaml_text},
+                              {"trial_class", (*plugin)->trial_class},
+                              {"allocation_id", allocation_id}};
+  MasterReporter reporter(&client, info.global_batch_size, rank == 0);
+  MasterPreemption preemption(&client);
+  auto controller = TrialController::Create(handle->get(), &context, &reporter, &preemption, plan);
+  if (!controller.ok()) return Fail(kExitTrialError, &client, controller.status(), false);
+  TrialController& c = **controller;
+  if (!tc.latest_checkpoint().uuid().empty()) {
+    std::string dir = tc.latest_checkpoint().storage_path();
+    st = c.Restore(dir);
+    if (!st.ok()) return Fail(kExitTrialError, &client, st, false);
+    std::printf("[det-trial] resumed from checkpoint %s at batch %lld\n", dir.c_str(),
+                static_cast<long long>(c.batches_trained()));
+  }
+
+  int64_t completed_op = 0;
+  while (true) {
+    tv1::GetNextOperationRequest req;
+    req.set_completed_op_id(completed_op);
+    req.set_total_batches(c.batches_trained());
+    req.set_timeout_ms(1000);
+    tv1::GetNextOperationResponse resp;
+    st = client.Call("GetNextOperation", &tv1::TrialService::Stub::GetNextOperation, req, &resp,
+                     std::chrono::seconds(30));
+    if (!st.ok()) return Fail(kExitTrialError, nullptr, st, false);
+    const tv1::Operation& op = resp.operation();
+    switch (op.kind()) {
+      case tv1::OPERATION_KIND_TRAIN: {
+        bool preempted = false;
+        st = c.TrainTo(op.target_total_batches(), &preempted);
+        if (!st.ok()) return Fail(kExitTrialError, &client, st, false);
+        if (preempted) {
+          auto saved = c.Checkpoint();
+          if (!saved.ok()) return Fail(kExitTrialError, &client, saved.status(), false);
+          tv1::AckPreemptionRequest ack;
+          tv1::AckPreemptionResponse ack_resp;
+          (void)client.Call("AckPreemption", &tv1::TrialService::Stub::AckPreemption, ack, &ack_resp);
+          std::printf("[det-trial] preempted at batch %lld\n", static_cast<long long>(c.batches_trained()));
+          return 0;
+        }
+        completed_op = op.op_id();
+        break;
+      }
+      case tv1::OPERATION_KIND_VALIDATE: {
+        auto metrics = c.Validate();
+        if (!metrics.ok()) {
+          return Fail(metrics.status().code() == absl::StatusCode::kInvalidArgument ? kExitConfigError
+                                                                                     : kExitTrialError,
+                      &client, metrics.status(), metrics.status().code() == absl::StatusCode::kInvalidArgument);
+        }
+        tv1::CompleteSearcherOperationRequest done;
+        done.set_op_id(op.op_id());
+        done.set_searcher_metric(metrics->at(config->searcher.metric));
+        tv1::CompleteSearcherOperationResponse done_resp;
+        st = client.Call("CompleteSearcherOperation", &tv1::TrialService::Stub::CompleteSearcherOperation, done,
+                         &done_resp);
+        if (!st.ok()) return Fail(kExitTrialError, nullptr, st, false);
+        completed_op = op.op_id();
+        break;
+      }
+      case tv1::OPERATION_KIND_CHECKPOINT: {
+        auto saved = c.Checkpoint();
+        if (!saved.ok()) return Fail(kExitTrialError, &client, saved.status(), false);
+        completed_op = op.op_id();
+        break;
+      }
+      case tv1::OPERATION_KIND_EXIT:
+        std::printf("[det-trial] exiting at batch %lld (%s)\n", static_cast<long long>(c.batches_trained()),
+                    tv1::ExitReason_Name(op.exit_reason()).c_str());
+        std::fflush(stdout);
+        return 0;
+      case tv1::OPERATION_KIND_WAIT:
+      default:
+        if (preemption.ShouldPreempt()) {
+          auto saved = c.Checkpoint();
+          if (!saved.ok()) return Fail(kExitTrialError, &client, saved.status(), false);
+          return 0;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        break;
+    }
+  }
+}
+
+}  // namespace det::runtime

@@ -1,0 +1,19 @@
+// det-trial --managed: runs one rank of an allocation for the master.
+#ifndef DET_TRIAL_RUNTIME_RUNTIME_MANAGED_MODE_H_
+#define DET_TRIAL_RUNTIME_RUNTIME_MANAGED_MODE_H_
+
+#include <string>
+
+namespace det::runtime {
+
+// Reads DET_MASTER, DET_ALLOCATION_ID, DET_ALLOCATION_TOKEN and DET_RANK from
+// the environment, fetches the trial's context from the master's
+// TrialService, restores its latest checkpoint, then performs the operations
+// the master hands out (train to N batches, validate, checkpoint, exit),
+// reporting metrics and checkpoints. SIGTERM or the master's preemption make
+// it checkpoint and exit 0. Returns the process exit code.
+int RunManaged(const std::string& trial_path, int threads);
+
+}  // namespace det::runtime
+
+#endif  // DET_TRIAL_RUNTIME_RUNTIME_MANAGED_MODE_H_

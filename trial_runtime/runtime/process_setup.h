@@ -1,0 +1,32 @@
+// Process-wide setup shared by det-trial's local and managed modes.
+#ifndef DET_TRIAL_RUNTIME_RUNTIME_PROCESS_SETUP_H_
+#define DET_TRIAL_RUNTIME_RUNTIME_PROCESS_SETUP_H_
+
+#include "trial_runtime/runtime/trial_controller.h"
+
+namespace det::runtime {
+
+// det-trial's exit codes.
+inline constexpr int kExitTrialError = 1;
+inline constexpr int kExitConfigError = 2;
+inline constexpr int kExitLibraryError = 3;
+
+// Training allocates and frees the same large activation buffers every batch;
+// glibc would serve each with mmap/munmap (page faults and syscalls, up to half
+// the step time on a small CNN). Keeps them on the heap instead.
+void TuneAllocator();
+
+// SIGTERM/SIGINT ask the trial to stop after the current batch; a second one
+// exits at once with 128+signal.
+void InstallStopSignalHandlers();
+bool StopRequested();
+
+// A PreemptionSource that fires on SIGTERM/SIGINT.
+class SignalPreemption : public PreemptionSource {
+ public:
+  bool ShouldPreempt() override { return StopRequested(); }
+};
+
+}  // namespace det::runtime
+
+#endif  // DET_TRIAL_RUNTIME_RUNTIME_PROCESS_SETUP_H_
