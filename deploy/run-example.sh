@@ -43,5 +43,6 @@ best=$("$cli" experiment describe "$id" --json | tr -d '\n ' |
        sed -n 's/.*"best_validation_metric":\([0-9.eE+-]*\).*/\1/p')
 state=$("$cli" experiment describe "$id" --json | tr -d '\n ' | sed -n 's/.*"state":"\([A-Z_]*\)".*/\1/p' | head -1)
 echo "experiment $id: ${state:-?}"
+if [ -n "$best" ]; then best=$(printf '%.4f' "$best"); fi
 echo "best validation accuracy: ${best:-none}"
 [ "$state" = "STATE_COMPLETED" ] || [ "$state" = "COMPLETED" ]

@@ -669,6 +669,7 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   auto cfg = JsonToStruct(nlohmann::json::parse(exp.row.config_json, nullptr, false));
   if (cfg.ok()) *e.mutable_config() = *cfg;
   e.mutable_trial_so()->set_sha256(exp.row.trial_so_sha256);
+  e.mutable_trial_so()->set_size_bytes(artifacts_.Size(exp.row.trial_so_sha256).value_or(0));
   e.set_searcher_name(std::string(SearcherNameToString(exp.config.searcher.name)));
   e.set_searcher_metric(exp.config.searcher.metric);
   e.set_smaller_is_better(exp.config.searcher.smaller_is_better);

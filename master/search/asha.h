@@ -6,7 +6,8 @@
 //   absl::StatusOr<AshaLayout> layout = AshaLayoutFor(config, max_length_batches);
 //   std::unique_ptr<SearchMethod> m = NewAshaSearch(config, *layout);
 //
-// Most callers use NewSearchMethod (searcher.h), which calls these.
+// Most callers use NewSearchMethod (searcher.h), which calls these. The free
+// functions are pure and thread-safe; the search method is not thread-safe.
 #ifndef DET_MASTER_SEARCH_ASHA_H_
 #define DET_MASTER_SEARCH_ASHA_H_
 
