@@ -666,6 +666,31 @@ int SlotList(Client& client, const std::string& agent_id, const CommandIo& io) {
   return 0;
 }
 
+int PreviewSearch(Client& client, const std::string& config_path, bool show_trials, const CommandIo& io) {
+  v1::PreviewSearchRequest req;
+  if (!ReadFileBytes(config_path, req.mutable_config_yaml())) {
+    io.err << "det-cli: error: cannot read " << config_path << '\n';
+    return 2;
+  }
+  v1::PreviewSearchResponse resp;
+  grpc::Status status = client.Call(&Stub::PreviewSearch, req, &resp);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (io.json) {
+    PrintJson(resp, io.out);
+    return 0;
+  }
+  io.out << resp.summary();
+  if (show_trials) {
+    Table t({"TRIAL", "VALIDATES AT", "BATCHES", "STOPPED EARLY", "HPARAMS"});
+    for (const auto& tr : resp.trials()) {
+      t.AddRow({absl::StrCat(tr.request_id()), absl::StrJoin(tr.validation_points(), ","),
+                absl::StrCat(tr.total_batches()), FormatBool(tr.stopped_early()), StructJson(tr.hparams())});
+    }
+    t.Print(io.out);
+  }
+  return 0;
+}
+
 int MasterInfo(Client& client, const CommandIo& io) {
   v1::GetMasterRequest req;
   v1::GetMasterResponse resp;

@@ -75,6 +75,12 @@ int AgentList(Client& client, const CommandIo& io);
 int SlotList(Client& client, const std::string& agent_id, const CommandIo& io);
 int MasterInfo(Client& client, const CommandIo& io);
 
+// preview-search CONFIG: asks the master what the config's searcher would do
+// (PreviewSearch) and prints its brackets, rungs and totals (and, with
+// `show_trials`, every simulated trial). Nothing runs. 2 if CONFIG can't be
+// read.
+int PreviewSearch(Client& client, const std::string& config_path, bool show_trials, const CommandIo& io);
+
 }  // namespace det::cli
 
 #endif  // DET_CLI_COMMANDS_H_

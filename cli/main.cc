@@ -231,6 +231,16 @@ int Main(int argc, char** argv) {
   add_json(master_info);
   master_info->callback([&] { run = [&](Client& c, const CommandIo& io) { return MasterInfo(c, io); }; });
 
+  std::string preview_config;
+  bool preview_trials = false;
+  auto* preview = app.add_subcommand("preview-search", "Show what a config's searcher would do, without running it");
+  preview->add_option("config", preview_config, "Experiment config (YAML)")->required();
+  preview->add_flag("--trials", preview_trials, "Also list every simulated trial");
+  add_json(preview);
+  preview->callback([&] {
+    run = [&](Client& c, const CommandIo& io) { return PreviewSearch(c, preview_config, preview_trials, io); };
+  });
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -50,7 +50,11 @@ case "$cmd" in
     echo $! > "$dir/pids/master.pid"
     for _ in $(seq 1 200); do [ -f "$dir/master/ports.json" ] && break; alive "$dir/pids/master.pid" || break; sleep 0.05; done
     if [ ! -f "$dir/master/ports.json" ]; then echo "cluster.sh: the master did not start; see $dir/logs/master.log" >&2; tail -5 "$dir/logs/master.log" >&2; exit 1; fi
+    # Port 0 means "any free port": the master writes what it bound.
+    grpc_port=$(tr -d ' \n' < "$dir/master/ports.json" | sed -n 's/.*"grpc":\([0-9]*\).*/\1/p')
+    http_port=$(tr -d ' \n' < "$dir/master/ports.json" | sed -n 's/.*"http":\([0-9]*\).*/\1/p')
     master="127.0.0.1:$grpc_port"
+    echo "$master" > "$dir/master/address"
     for i in $(seq 1 "$agents"); do
       nohup "$bin/det-agent" --master "$master" --id "agent-$i" --slots "$slots" --work-dir "$dir/agent-$i" \
         > "$dir/logs/agent-$i.log" 2>&1 &

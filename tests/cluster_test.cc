@@ -194,5 +194,70 @@ TEST(ClusterTest, BadRequestsGetClearErrorsAndTheMasterKeepsRunning) {
   EXPECT_EQ(cluster.master().Wait(std::chrono::milliseconds(1)), -1);  // still running
 }
 
+
+// Issue 4, must show 2: preview-search of the Fashion-MNIST ASHA config
+// (max_trials 16, divisor 4, max_rungs 5, max_length 937 batches, standard).
+TEST(ClusterTest, PreviewSearchShowsAshaBracketsAndRungs) {
+  TempDir dir;
+  Cluster cluster(dir);
+  std::string out, err;
+  ASSERT_EQ(cluster.Cli({"preview-search", std::string(DET_SOURCE_DIR) + "/examples/fashion_mnist/adaptive.yaml"},
+                        &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(out, HasSubstr("Searcher: adaptive_asha, max_length 937 batches"));
+  EXPECT_THAT(out, HasSubstr("Bracket 1: 3 rungs, 12 trials\n"
+                             "  Rung  Trials  Batches per trial\n"
+                             "     0      12                 58\n"));
+  EXPECT_THAT(out, HasSubstr("                234\n"));
+  EXPECT_THAT(out, HasSubstr("Bracket 2: 2 rungs, 4 trials\n"
+                             "  Rung  Trials  Batches per trial\n"
+                             "     0       4                234\n"));
+  EXPECT_THAT(out, HasSubstr("                937\n"));
+  // A bad config is an error naming the field.
+  WriteFile(dir / "bad.yaml", "name: x\nhyperparameters:\n  global_batch_size: 8\nsearcher:\n  name: adaptive_asha\n"
+                              "  metric: loss\n  max_length:\n    batches: 10\n  max_trials: 0\n");
+  EXPECT_EQ(cluster.Cli({"preview-search", dir / "bad.yaml"}, &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("max_trials"));
+}
+
+// Adaptive ASHA end to end: trials stop at the first rung or are promoted and
+// resume from their checkpoints to the full length.
+TEST(ClusterTest, AdaptiveAshaPromotesFromCheckpointsAndCompletes) {
+  TempDir dir;
+  Cluster cluster(dir);
+  cluster.StartAgent("a");
+  cluster.StartAgent("b");
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 2; }, std::chrono::seconds(30)));
+  std::string config = ReadFile(std::string(DET_SOURCE_DIR) + "/examples/synthetic/adaptive.yaml");
+  config += absl::StrCat("checkpoint_storage:\n  type: shared_fs\n  host_path: ", std::string(dir / "checkpoints"), "\n");
+  WriteFile(dir / "adaptive.yaml", config);
+  std::string out, err;
+  ASSERT_EQ(cluster.Cli({"experiment", "create", dir / "adaptive.yaml", kSynthetic, "--follow"}, &out, &err), 0)
+      << out << err;
+  auto trials = cluster.Get("/api/v1/experiments/1/trials");
+  ASSERT_EQ(trials["trials"].size(), 8u) << trials.dump();
+  int full = 0, stopped = 0;
+  for (const auto& t : trials["trials"]) {
+    EXPECT_EQ(t["state"], "STATE_COMPLETED") << t.dump();
+    auto metrics = cluster.Get(absl::StrCat("/api/v1/trials/", t["id"].get<int>(), "/metrics?group=validation"));
+    ASSERT_GE(metrics["metrics"].size(), 1u) << metrics.dump();
+    EXPECT_EQ(metrics["metrics"][0]["total_batches"], "40") << metrics.dump();
+    std::string last = metrics["metrics"].back()["total_batches"];
+    if (last == "160") {
+      ++full;
+    } else {
+      EXPECT_EQ(last, "40") << metrics.dump();
+      ++stopped;
+    }
+  }
+  // Preview (results in creation order): 2 of 8 promoted to 160. Which and
+  // how many depends on the order results arrive in (a new best is promoted
+  // at once), but most trials stop at the first rung.
+  EXPECT_GE(full, 2);
+  EXPECT_GE(stopped, 4);
+  EXPECT_EQ(full + stopped, 8);
+}
+
 }  // namespace
 }  // namespace det::testing

@@ -1,0 +1,54 @@
+#include "master/service/preview_search.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/experiment_config.h"
+#include "common/hparams.h"
+#include "common/length.h"
+#include "common/proto_json.h"
+#include "common/status_macros.h"
+#include "master/search/preview.h"
+
+namespace det::master {
+
+absl::StatusOr<det::api::v1::PreviewSearchResponse> PreviewSearchFor(
+    const det::api::v1::PreviewSearchRequest& request) {
+  DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(request.config_yaml(), "config"));
+  DET_ASSIGN_OR_RETURN(int64_t gbs, GlobalBatchSize(FirstHParams(config.hyperparameters, 0)));
+  int64_t per_epoch = EpochLengthInBatches(gbs, config.records_per_epoch, 0);
+  auto max_length = ToBatches(config.searcher.max_length, gbs, per_epoch, "searcher.max_length");
+  if (!max_length.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        max_length.status().message(), per_epoch == 0 ? "; set records_per_epoch to use epochs" : ""));
+  }
+  DET_ASSIGN_OR_RETURN(SearchPreview preview, PreviewSearch(config, *max_length, request.simulation_seed()));
+
+  det::api::v1::PreviewSearchResponse resp;
+  resp.set_max_length_batches(preview.max_length_batches);
+  for (const PreviewTrial& t : preview.trials) {
+    auto* out = resp.add_trials();
+    out->set_request_id(static_cast<int32_t>(t.request_id));
+    auto hp = JsonToStruct(t.hparams);
+    if (hp.ok()) *out->mutable_hparams() = *std::move(hp);
+    for (int64_t v : t.validation_points) out->add_validation_points(v);
+    out->set_total_batches(t.total_batches);
+    out->set_stopped_early(t.stopped_early);
+  }
+  for (const PreviewBracket& b : preview.brackets) {
+    auto* bs = resp.add_brackets();
+    bs->set_bracket(static_cast<int32_t>(b.bracket));
+    bs->set_num_rungs(static_cast<int32_t>(b.rungs.size()));
+    bs->set_num_trials(static_cast<int32_t>(b.num_trials));
+    for (const PreviewRung& r : b.rungs) {
+      auto* rs = resp.add_rungs();
+      rs->set_bracket(static_cast<int32_t>(b.bracket));
+      rs->set_rung(static_cast<int32_t>(r.rung));
+      rs->set_num_trials(static_cast<int32_t>(r.num_trials));
+      rs->set_batches_per_trial(r.batches_per_trial);
+    }
+  }
+  resp.set_total_batches(preview.total_batches);
+  resp.set_summary(FormatPreview(preview));
+  return resp;
+}
+
+}  // namespace det::master
