@@ -111,7 +111,13 @@ void Agent::SleepUnlessShutdown(absl::Duration d) {
 
 absl::Status Agent::Run() {
   auto creds = options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials();
-  stub_ = av1::AgentService::NewStub(grpc::CreateChannel(options_.master_address, creds));
+  // Reconnect within a second of a restarted master coming back (gRPC's own
+  // reconnect backoff would grow to two minutes); Run() adds its backoff.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  stub_ = av1::AgentService::NewStub(grpc::CreateCustomChannel(options_.master_address, creds, args));
 
   absl::Duration backoff = options_.backoff_initial;
   bool need_register = true;

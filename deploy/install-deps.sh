@@ -13,6 +13,12 @@ PACKAGES=(
   dataset-fashion-mnist
   curl procps
 )
+# The dashboard's browser test (tests/browser): Debian's Chromium, and Node.js
+# with npm unless a node is already installed (e.g. NodeSource's nodejs, which
+# bundles npm and conflicts with Debian's npm package).
+PACKAGES+=(chromium)
+command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -2,6 +2,7 @@
 // processes) and the REST API over one core whose state lives in SQLite.
 //
 //   det-master [--data-dir DIR] [--grpc-port 8090] [--http-port 8080] [--ports-file FILE]
+//              [--heartbeat-timeout-ms 15000] [--stop-timeout-s 60]
 #include <signal.h>
 
 #include <chrono>
@@ -39,9 +40,15 @@ int main(int argc, char** argv) {
   app.add_option("--advertise-address", advertise, "gRPC address trial processes use (default HOST:GRPC_PORT)");
   app.add_option("--heartbeat-timeout-ms", options.heartbeat_timeout_ms, "Agent heartbeat timeout")
       ->capture_default_str();
+  double stop_timeout_s = options.stop_timeout_ms / 1000.0;
+  app.add_option("--stop-timeout-s", stop_timeout_s,
+                 "A trial asked to stop (pause, cancel, kill) that has not exited after this long is killed")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
+  options.stop_timeout_ms = static_cast<int64_t>(stop_timeout_s * 1000);
 
   // Signals are taken synchronously below.
   sigset_t signals;

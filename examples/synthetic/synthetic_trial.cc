@@ -3,6 +3,7 @@
 // per-batch LR scheduler, shuffling with loader workers, and a stateful
 // callback. Test-only hyperparameters: batch_delay_ms slows each batch down,
 // throw_at_batch makes train_batch throw at that batch.
+#include <cstdio>
 #include <chrono>
 #include <thread>
 
@@ -89,6 +90,12 @@ class SyntheticTrial final : public det::Trial {
 
   det::Metrics train_batch(det::Batch& batch, int64_t epoch_idx, int64_t batch_idx) override {
     if (batch_idx == throw_at_) throw std::runtime_error("synthetic failure at batch " + std::to_string(batch_idx));
+    if (delay_ms_ >= 1000) {
+      // Long delays are for tests that need to know a batch is under way.
+      std::printf("[synthetic] batch %lld started, sleeping %lld ms\n", static_cast<long long>(batch_idx),
+                  static_cast<long long>(delay_ms_));
+      std::fflush(stdout);
+    }
     if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
     auto out = model_->forward(batch[0]);
     auto loss = torch::nn::functional::cross_entropy(out, batch[1]);

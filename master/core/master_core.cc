@@ -29,6 +29,39 @@ int64_t NowMs() {
 }
 
 bool Terminal(const std::string& state) { return state == kCompleted || state == kCanceled || state == kError; }
+bool Stopping(const std::string& state) { return state == kStoppingCanceled || state == kStoppingKilled; }
+
+// det-trial's exit codes (trial_runtime/runtime/process_setup.h,
+// managed_mode.h): a bad config or an unusable trial.so fail the same way
+// every time, and a run that lost its master or agent is not the trial's fault.
+constexpr int kExitConfigError = 2;
+constexpr int kExitLibraryError = 3;
+constexpr int kExitMasterUnreachable = 4;
+
+nlohmann::json PlacementsJson(const std::vector<SlotAssignment>& placements) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : placements) out.push_back({{"agent_id", p.agent_id}, {"slots", p.slots}});
+  return out;
+}
+
+bool ParsePlacements(const std::string& text, std::vector<SlotAssignment>* out) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_array()) return false;
+  for (const auto& p : j) {
+    if (!p.is_object() || !p.contains("agent_id") || !p["agent_id"].is_string() || !p.contains("slots") ||
+        !p["slots"].is_array()) {
+      return false;
+    }
+    SlotAssignment a;
+    a.agent_id = p["agent_id"].get<std::string>();
+    for (const auto& s : p["slots"]) {
+      if (!s.is_number_integer()) return false;
+      a.slots.push_back(s.get<int>());
+    }
+    out->push_back(std::move(a));
+  }
+  return true;
+}
 
 apiv1::State StateEnum(const std::string& s) {
   apiv1::State out = apiv1::STATE_UNSPECIFIED;
@@ -133,6 +166,7 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(MasterOptions opt
   std::unique_ptr<MasterCore> core(new MasterCore(std::move(options), std::move(store)));
   {
     std::lock_guard<std::mutex> l(core->mu_);
+    WriteScope w(core.get());
     DET_RETURN_IF_ERROR(core->LoadFromStore());
   }
   core->background_ = std::thread([c = core.get()] { c->BackgroundLoop(); });
@@ -155,6 +189,22 @@ MasterCore::~MasterCore() {
   stop_cv_.notify_all();
   preempt_cv_.notify_all();
   if (background_.joinable()) background_.join();
+}
+
+MasterCore::WriteScope::~WriteScope() {
+  absl::Status st = txn_.Commit();
+  if (!st.ok()) spdlog::error("committing the master's state: {}", st.ToString());
+  std::vector<std::pair<std::string, agentv1::MasterMessage>> outbox;
+  outbox.swap(core_->agent_outbox_);
+  for (auto& [agent_id, msg] : outbox) {
+    auto it = core_->agents_.find(agent_id);
+    if (it != core_->agents_.end() && it->second->session) it->second->session->Push(std::move(msg));
+  }
+}
+
+void MasterCore::SendToAgentLocked(const std::string& agent_id, agentv1::MasterMessage msg) {
+  msg.set_seq(next_seq_++);
+  agent_outbox_.emplace_back(agent_id, std::move(msg));
 }
 
 void MasterCore::set_trial_master_address(std::string address) {
@@ -221,13 +271,103 @@ absl::Status MasterCore::LoadFromStore() {
         tr->close_requested = seq.value("close_requested", false);
         tr->last_validation = seq.value("last_validation", int64_t{0});
         tr->last_checkpoint = seq.value("last_checkpoint", int64_t{0});
+        tr->next_op_id = seq.value("next_op_id", int64_t{1});
+        tr->killed = seq.value("killed", false);
+        tr->exit_completed = seq.value("exit_completed", false);
+        tr->invalid_hp = seq.value("invalid_hp", false);
+        tr->error_message = seq.value("error_message", std::string());
       }
       exp->trial_by_request[t.request_id] = t.id;
-      int64_t tid = t.id;
-      trials_[tid] = std::move(tr);
-      if (!Terminal(t.state) && row.state == kActive) RequestAllocation(*exp, *trials_[tid]);
+      trials_[t.id] = std::move(tr);
     }
+    exp->gc_pending = true;
     experiments_[row.id] = std::move(exp);
+  }
+  // Processes that kept running while the master was down are reattached
+  // when their agents re-register; every other unfinished trial is resumed
+  // from its latest checkpoint, without counting a restart.
+  DET_RETURN_IF_ERROR(RecoverAllocations());
+  for (auto& [id, exp] : experiments_) {
+    std::vector<SearcherOp> ops;
+    for (const auto& [req, tid] : exp->trial_by_request) {
+      TrialRuntime& t = *trials_.at(tid);
+      if (Terminal(t.row.state) || !t.allocation_id.empty()) continue;
+      if (t.killed || Stopping(exp->row.state)) {
+        t.killed = true;
+        SetTrialState(t, kCanceled);
+        auto more = exp->searcher->TrialExitedEarly(t.row.request_id, ExitedReason::kUserCanceled);
+        ops.insert(ops.end(), more.begin(), more.end());
+      } else if (exp->row.state == kPaused) {
+        if (t.row.state != kPaused) SetTrialState(t, kPaused);
+      } else if (exp->row.state == kActive) {
+        if (!CompleteIfCheckpointedLocked(*exp, t, &ops)) RequestAllocation(*exp, t);
+      }
+    }
+    if (!ops.empty()) {
+      absl::Status st = ApplySearcherOps(*exp, std::move(ops));
+      if (!st.ok()) spdlog::error("experiment {}: {}", id, st.ToString());
+    }
+    MaybeFinishExperiment(*exp);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MasterCore::RecoverAllocations() {
+  DET_ASSIGN_OR_RETURN(std::vector<AllocationRow> rows, store_->ListAllocations());
+  if (rows.empty()) return absl::OkStatus();
+  DET_ASSIGN_OR_RETURN(std::vector<AgentRow> agent_rows, store_->ListAgents());
+  const int64_t now = NowMs();
+  for (const AllocationRow& row : rows) {
+    auto tit = trials_.find(row.trial_id);
+    auto eit = experiments_.find(row.experiment_id);
+    std::vector<SlotAssignment> placements;
+    if (tit == trials_.end() || eit == experiments_.end() || Terminal(tit->second->row.state) ||
+        !tit->second->allocation_id.empty() || !ParsePlacements(row.placements_json, &placements)) {
+      DET_RETURN_IF_ERROR(store_->DeleteAllocation(row.id));
+      continue;
+    }
+    TrialRuntime& trial = *tit->second;
+    ExperimentRuntime& exp = *eit->second;
+    auto alloc = std::make_unique<AllocationRuntime>();
+    alloc->id = row.id;
+    alloc->token = row.token;
+    alloc->trial_id = row.trial_id;
+    alloc->experiment_id = row.experiment_id;
+    alloc->placements = placements;
+    alloc->processes = static_cast<int>(row.processes);
+    alloc->terminated = static_cast<int>(row.terminated);
+    alloc->created_ms = row.created_ms;
+    if (exp.row.state != kActive || trial.killed) {
+      alloc->preempt = true;
+      alloc->stop_requested_ms = now;
+    }
+    for (const auto& p : placements) {
+      auto& agent = agents_[p.agent_id];
+      if (!agent) {
+        agent = std::make_unique<AgentRuntime>();
+        agent->row.id = p.agent_id;
+        for (const auto& r : agent_rows) {
+          if (r.id != p.agent_id) continue;
+          agent->row = r;
+          nlohmann::json devices = nlohmann::json::parse(r.devices_json, nullptr, false);
+          if (devices.is_array()) {
+            for (const auto& d : devices) {
+              apiv1::Device device;
+              if (JsonToMessage(d.dump(), &device).ok()) agent->devices.push_back(device);
+            }
+          }
+        }
+        // It has heartbeat_timeout_ms from now to re-register.
+        agent->last_heartbeat_ms = now;
+      }
+      for (int slot : p.slots) {
+        agent->used_slots.insert(slot);
+        agent->slot_allocation[slot] = row.id;
+      }
+    }
+    trial.allocation_id = row.id;
+    spdlog::info("trial {}: allocation {} waits for its agent(s) to re-register", trial.row.id, row.id);
+    allocations_[row.id] = std::move(alloc);
   }
   return absl::OkStatus();
 }
@@ -237,14 +377,58 @@ void MasterCore::BackgroundLoop() {
   while (!stop_) {
     stop_cv_.wait_for(l, std::chrono::milliseconds(500));
     if (stop_) break;
-    int64_t now = NowMs();
-    for (auto& [id, agent] : agents_) {
-      if (agent->connected && now - agent->last_heartbeat_ms > options_.heartbeat_timeout_ms) {
-        LoseAgent(*agent, "missed heartbeats");
-      }
+    std::vector<std::string> doomed;
+    {
+      WriteScope w(this);
+      doomed = BackgroundPassLocked();
     }
-    ScheduleLocked();
+    if (doomed.empty()) continue;
+    // Deleting checkpoint files is slow disk work: not under the lock. Their
+    // rows are already DELETED, so a crash here only leaves files behind.
+    l.unlock();
+    for (const auto& path : doomed) {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+      if (ec) spdlog::warn("checkpoint GC: cannot delete {}: {}", path, ec.message());
+    }
+    l.lock();
   }
+}
+
+std::vector<std::string> MasterCore::BackgroundPassLocked() {
+  const int64_t now = NowMs();
+  for (auto& [id, agent] : agents_) {
+    if (now - agent->last_heartbeat_ms <= options_.heartbeat_timeout_ms) continue;
+    bool has_allocations = false;
+    for (const auto& [aid, alloc] : allocations_) {
+      for (const auto& p : alloc->placements) has_allocations |= p.agent_id == id;
+    }
+    if (agent->connected || has_allocations) {
+      LoseAgent(*agent, agent->connected ? "missed heartbeats" : "did not reconnect in time");
+    }
+  }
+  // A stop (pause, cancel, kill, preemption) that is not done in time becomes
+  // a SIGKILL, so that nothing hangs in STOPPING and slots come back.
+  for (auto& [id, alloc] : allocations_) {
+    if (alloc->stop_requested_ms == 0 || alloc->force_killed ||
+        now - alloc->stop_requested_ms <= options_.stop_timeout_ms) {
+      continue;
+    }
+    std::string why = absl::StrCat("did not stop within ", options_.stop_timeout_ms / 1000.0, " s; killing it");
+    spdlog::warn("trial {}: allocation {} {}", alloc->trial_id, id, why);
+    TrialLogLocked(alloc->trial_id, id, absl::StrCat("[det-master] allocation ", id, " ", why));
+    alloc->force_killed = true;
+    KillAllocationLocked(*alloc, "stop timeout", /*grace_seconds=*/0);
+  }
+  ScheduleLocked();
+  std::vector<std::string> doomed;
+  for (auto& [id, exp] : experiments_) {
+    if (!exp->gc_pending) continue;
+    exp->gc_pending = false;
+    auto paths = CollectGarbageLocked(*exp);
+    doomed.insert(doomed.end(), paths.begin(), paths.end());
+  }
+  return doomed;
 }
 
 // ---------------------------------------------------------------- helpers
@@ -262,12 +446,24 @@ absl::StatusOr<MasterCore::TrialRuntime*> MasterCore::FindTrial(int64_t id) {
 }
 
 void MasterCore::SetTrialState(TrialRuntime& trial, const std::string& state) {
+  const bool ends = Terminal(state) && !Terminal(trial.row.state);
   trial.row.state = state;
-  if (Terminal(state)) trial.row.ended_ms = NowMs();
+  if (ends) {
+    trial.row.ended_ms = NowMs();
+    // Its checkpoints are now subject to the experiment's GC policy.
+    auto eit = experiments_.find(trial.row.experiment_id);
+    if (eit != experiments_.end()) eit->second->gc_pending = true;
+    stop_cv_.notify_all();
+  }
   nlohmann::json seq = {{"searcher_target", trial.searcher_target},
                         {"close_requested", trial.close_requested},
                         {"last_validation", trial.last_validation},
-                        {"last_checkpoint", trial.last_checkpoint}};
+                        {"last_checkpoint", trial.last_checkpoint},
+                        {"next_op_id", trial.next_op_id},
+                        {"killed", trial.killed},
+                        {"exit_completed", trial.exit_completed},
+                        {"invalid_hp", trial.invalid_hp},
+                        {"error_message", trial.error_message}};
   trial.row.sequencer_state_json = seq.dump();
   absl::Status st = store_->UpdateTrial(trial.row);
   if (!st.ok()) spdlog::error("saving trial {}: {}", trial.row.id, st.ToString());
@@ -365,7 +561,9 @@ void MasterCore::ScheduleLocked() {
   if (pending_.empty()) return;
   std::vector<SchedAgent> agents;
   for (const auto& [id, a] : agents_) {
-    if (!a->connected) continue;
+    // An agent still running processes the master gave up on has slots
+    // taken that the master cannot name: nothing goes there until they end.
+    if (!a->connected || !a->zombies.empty()) continue;
     SchedAgent s;
     s.id = id;
     s.resource_pool = a->row.resource_pool;
@@ -404,6 +602,7 @@ void MasterCore::ScheduleLocked() {
     alloc->trial_id = trial_id;
     alloc->experiment_id = exp_id;
     alloc->placements = a.placements;
+    alloc->created_ms = NowMs();
     trial.allocation_id = alloc->id;
     trial.row.run_id += 1;
     trial.current_op.reset();
@@ -415,7 +614,6 @@ void MasterCore::ScheduleLocked() {
       if (ait == agents_.end()) continue;
       AgentRuntime& agent = *ait->second;
       agentv1::MasterMessage msg;
-      msg.set_seq(next_seq_++);
       auto* start = msg.mutable_start_allocation();
       start->set_allocation_id(alloc->id);
       start->set_task_id(absl::StrCat("trial-", trial_id));
@@ -439,24 +637,69 @@ void MasterCore::ScheduleLocked() {
         alloc->processes++;
       }
       start->mutable_rendezvous()->set_world_size(static_cast<int32_t>(exp.config.resources.slots_per_trial));
-      if (agent.session) agent.session->Push(std::move(msg));
+      // Sent once the allocation is stored (WriteScope).
+      SendToAgentLocked(agent.row.id, std::move(msg));
     }
     spdlog::info("trial {}: allocation {} placed on {} process(es)", trial_id, alloc->id, alloc->processes);
+    SaveAllocation(*alloc);
     allocations_[alloc->id] = std::move(alloc);
   }
 }
 
-void MasterCore::KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason) {
+void MasterCore::KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason, int grace_seconds) {
+  alloc.kill_sent = true;
+  if (alloc.stop_requested_ms == 0) alloc.stop_requested_ms = NowMs();
   for (const auto& placement : alloc.placements) {
-    auto ait = agents_.find(placement.agent_id);
-    if (ait == agents_.end() || !ait->second->session) continue;
     agentv1::MasterMessage msg;
-    msg.set_seq(next_seq_++);
     msg.mutable_kill_allocation()->set_allocation_id(alloc.id);
-    msg.mutable_kill_allocation()->set_grace_period_seconds(10);
+    msg.mutable_kill_allocation()->set_grace_period_seconds(grace_seconds);
     msg.mutable_kill_allocation()->set_reason(reason);
-    ait->second->session->Push(std::move(msg));
+    SendToAgentLocked(placement.agent_id, std::move(msg));
   }
+}
+
+void MasterCore::RequestStopLocked(AllocationRuntime& alloc) {
+  alloc.preempt = true;
+  if (alloc.stop_requested_ms == 0) alloc.stop_requested_ms = NowMs();
+  preempt_cv_.notify_all();
+}
+
+void MasterCore::SaveAllocation(const AllocationRuntime& alloc) {
+  AllocationRow row;
+  row.id = alloc.id;
+  row.trial_id = alloc.trial_id;
+  row.experiment_id = alloc.experiment_id;
+  row.token = alloc.token;
+  row.placements_json = PlacementsJson(alloc.placements).dump();
+  row.processes = alloc.processes;
+  row.terminated = alloc.terminated;
+  row.created_ms = alloc.created_ms;
+  absl::Status st = store_->UpsertAllocation(row);
+  if (!st.ok()) spdlog::error("saving allocation {}: {}", alloc.id, st.ToString());
+}
+
+void MasterCore::TrialLogLocked(int64_t trial_id, const std::string& allocation_id, const std::string& message) {
+  TaskLogRow r;
+  r.trial_id = trial_id;
+  r.allocation_id = allocation_id;
+  r.time_ms = NowMs();
+  r.level = "LOG_LEVEL_WARNING";
+  r.stream = "system";
+  r.message = message;
+  absl::Status st = store_->InsertTaskLogs({r});
+  if (!st.ok()) spdlog::error("trial {}: storing a log line: {}", trial_id, st.ToString());
+}
+
+bool MasterCore::CompleteIfCheckpointedLocked(ExperimentRuntime& exp, TrialRuntime& trial,
+                                              std::vector<SearcherOp>* ops) {
+  if (!trial.close_requested || trial.searcher_target > 0 || trial.row.total_batches <= 0 ||
+      trial.last_checkpoint != trial.row.total_batches || !trial.allocation_id.empty() || Terminal(trial.row.state)) {
+    return false;
+  }
+  SetTrialState(trial, kCompleted);
+  auto more = exp.searcher->TrialClosed(trial.row.request_id);
+  ops->insert(ops->end(), more.begin(), more.end());
+  return true;
 }
 
 void MasterCore::EndAllocation(AllocationRuntime& alloc) {
@@ -470,19 +713,28 @@ void MasterCore::EndAllocation(AllocationRuntime& alloc) {
   }
 }
 
-void MasterCore::OnProcessTerminated(const std::string& allocation_id, int exit_code, const std::string& why) {
+void MasterCore::OnProcessTerminated(const std::string& allocation_id, int exit_code, const std::string& why,
+                                     bool lost) {
   auto it = allocations_.find(allocation_id);
   if (it == allocations_.end()) return;
   AllocationRuntime& alloc = *it->second;
   alloc.terminated++;
+  if (lost || exit_code == kExitMasterUnreachable) alloc.lost = true;
+  if (!lost && (exit_code == kExitConfigError || exit_code == kExitLibraryError)) alloc.deterministic = true;
   if (exit_code != 0 && !alloc.failed) {
     alloc.failed = true;
+    alloc.failed_unasked = alloc.stop_requested_ms == 0;
     alloc.failure = why;
-    if (alloc.terminated < alloc.processes) KillAllocationLocked(alloc, "another rank failed");
+    if (alloc.terminated < alloc.processes) KillAllocationLocked(alloc, "another rank failed", 0);
   }
-  if (alloc.terminated < alloc.processes) return;
+  if (alloc.terminated < alloc.processes) {
+    SaveAllocation(alloc);
+    return;
+  }
 
   EndAllocation(alloc);
+  absl::Status deleted = store_->DeleteAllocation(allocation_id);
+  if (!deleted.ok()) spdlog::error("deleting allocation {}: {}", allocation_id, deleted.ToString());
   std::unique_ptr<AllocationRuntime> done = std::move(it->second);
   allocations_.erase(it);
   auto tit = trials_.find(done->trial_id);
@@ -492,6 +744,9 @@ void MasterCore::OnProcessTerminated(const std::string& allocation_id, int exit_
   ExperimentRuntime& exp = *eit->second;
   trial.allocation_id.clear();
   trial.current_op.reset();
+  // Asked to stop by the master (pause, preemption, stop timeout): however
+  // the processes ended, it is not the trial's failure.
+  const bool stopped = (done->preempt || done->force_killed) && !done->failed_unasked;
   std::vector<SearcherOp> ops;
   if (trial.exit_completed && !done->failed) {
     SetTrialState(trial, kCompleted);
@@ -502,20 +757,47 @@ void MasterCore::OnProcessTerminated(const std::string& allocation_id, int exit_
   } else if (trial.invalid_hp) {
     SetTrialState(trial, kError);
     ops = exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kInvalidHp);
-  } else if (!done->failed && (exp.row.state == kPaused || done->preempt)) {
-    // Preempted cleanly (pause): stays ACTIVE/PAUSED, resumes on activate.
-    SetTrialState(trial, exp.row.state == kPaused ? std::string(kPaused) : trial.row.state);
-    if (exp.row.state == kActive) RequestAllocation(exp, trial);
+  } else if (done->failed && done->deterministic && !done->lost && !stopped) {
+    // A bad config or an unusable trial.so fails the same way every time.
+    std::string msg = absl::StrCat("trial ", trial.row.id, " failed (", done->failure,
+                                   "): a configuration or library error, not retried: ERROR");
+    spdlog::warn("{}", msg);
+    TrialLogLocked(trial.row.id, done->id, absl::StrCat("[det-master] ", msg));
+    if (trial.error_message.empty()) trial.error_message = done->failure;
+    SetTrialState(trial, kError);
+    ops = exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kErrored);
+  } else if (!done->failed || done->lost || stopped) {
+    // Paused, preempted, or lost with its agent or master: resumes from its
+    // latest checkpoint without counting a restart.
+    if (done->failed) {
+      std::string msg = absl::StrCat("trial ", trial.row.id, ": allocation ", done->id, " ended (", done->failure,
+                                     "); it resumes from its latest checkpoint (not counted as a restart)");
+      spdlog::warn("{}", msg);
+      TrialLogLocked(trial.row.id, done->id, absl::StrCat("[det-master] ", msg));
+    }
+    if (exp.row.state == kPaused) {
+      SetTrialState(trial, kPaused);
+    } else if (exp.row.state == kActive && !CompleteIfCheckpointedLocked(exp, trial, &ops)) {
+      SetTrialState(trial, trial.row.state);
+      RequestAllocation(exp, trial);
+    }
   } else {
-    trial.row.restarts += 1;
-    if (trial.row.restarts > exp.config.max_restarts) {
-      spdlog::warn("trial {} failed ({}); {} restarts used, max_restarts {}: ERROR", trial.row.id, done->failure,
-                   trial.row.restarts - 1, exp.config.max_restarts);
+    if (trial.row.restarts >= exp.config.max_restarts) {
+      std::string msg = absl::StrCat("trial ", trial.row.id, " failed (", done->failure, "); ",
+                                     trial.row.restarts, " restart(s) used of max_restarts ",
+                                     exp.config.max_restarts, ": ERROR");
+      spdlog::warn("{}", msg);
+      TrialLogLocked(trial.row.id, done->id, absl::StrCat("[det-master] ", msg));
+      if (trial.error_message.empty()) trial.error_message = done->failure;
       SetTrialState(trial, kError);
       ops = exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kErrored);
     } else {
-      spdlog::warn("trial {} failed ({}); restart {} of {} from its latest checkpoint", trial.row.id, done->failure,
-                   trial.row.restarts, exp.config.max_restarts);
+      trial.row.restarts += 1;
+      std::string msg = absl::StrCat("trial ", trial.row.id, " failed (", done->failure, "); restart ",
+                                     trial.row.restarts, " of ", exp.config.max_restarts,
+                                     " from its latest checkpoint");
+      spdlog::warn("{}", msg);
+      TrialLogLocked(trial.row.id, done->id, absl::StrCat("[det-master] ", msg));
       SetTrialState(trial, trial.row.state);
       if (exp.row.state == kActive) RequestAllocation(exp, trial);
     }
@@ -547,19 +829,38 @@ void MasterCore::LoseAgent(AgentRuntime& agent, const std::string& why) {
   agent.connected = false;
   if (agent.session) agent.session->Close();
   agent.session.reset();
+  // It must register again, reporting what it still runs (which is killed).
+  agent.session_token.clear();
   std::vector<std::string> affected;
   for (const auto& [id, alloc] : allocations_) {
     for (const auto& p : alloc->placements) {
       if (p.agent_id == agent.row.id) affected.push_back(id);
     }
   }
-  for (const auto& id : affected) {
-    auto it = allocations_.find(id);
-    if (it == allocations_.end()) continue;
-    int remaining = it->second->processes - it->second->terminated;
-    for (int i = 0; i < remaining && allocations_.count(id); ++i) {
-      OnProcessTerminated(id, 137, absl::StrCat("agent ", agent.row.id, " lost: ", why));
-    }
+  for (const auto& id : affected) GiveUpAllocationLocked(id, agent.row.id, absl::StrCat("agent ", agent.row.id, " lost: ", why));
+}
+
+void MasterCore::GiveUpAllocationLocked(const std::string& allocation_id, const std::string& except_agent,
+                                        const std::string& why) {
+  auto it = allocations_.find(allocation_id);
+  if (it == allocations_.end()) return;
+  AllocationRuntime& alloc = *it->second;
+  // Ranks on other agents may still run: kill them and keep those agents'
+  // slots taken until their heartbeats stop listing the allocation.
+  for (const auto& p : alloc.placements) {
+    if (p.agent_id == except_agent) continue;
+    auto ait = agents_.find(p.agent_id);
+    if (ait == agents_.end()) continue;
+    ait->second->zombies.insert(allocation_id);
+    agentv1::MasterMessage msg;
+    msg.mutable_kill_allocation()->set_allocation_id(allocation_id);
+    msg.mutable_kill_allocation()->set_grace_period_seconds(0);
+    msg.mutable_kill_allocation()->set_reason(why);
+    SendToAgentLocked(p.agent_id, std::move(msg));
+  }
+  int remaining = alloc.processes - alloc.terminated;
+  for (int i = 0; i < std::max(remaining, 1) && allocations_.count(allocation_id); ++i) {
+    OnProcessTerminated(allocation_id, 137, why, /*lost=*/true);
   }
 }
 
@@ -624,6 +925,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   if (req.validate_only()) return resp;
 
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   auto exp = std::make_unique<ExperimentRuntime>();
   exp->row.name = config.name;
   exp->row.description = config.description;
@@ -695,6 +997,7 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   SetTime(e.mutable_start_time(), exp.row.created_ms);
   if (exp.row.ended_ms > 0) SetTime(e.mutable_end_time(), exp.row.ended_ms);
   e.set_resource_pool(exp.config.resources.resource_pool);
+  *e.mutable_checkpoint_gc_policy() = GcPolicy(exp);
   return e;
 }
 
@@ -776,6 +1079,7 @@ absl::StatusOr<apiv1::Experiment> MasterCore::GetExperiment(int64_t id) {
 
 absl::Status MasterCore::ActivateExperiment(int64_t id) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
   if (exp->row.state == kActive) return absl::OkStatus();
   if (exp->row.state != kPaused) {
@@ -794,6 +1098,7 @@ absl::Status MasterCore::ActivateExperiment(int64_t id) {
 
 absl::Status MasterCore::PauseExperiment(int64_t id) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
   if (exp->row.state == kPaused) return absl::OkStatus();
   if (exp->row.state != kActive) {
@@ -807,17 +1112,18 @@ absl::Status MasterCore::PauseExperiment(int64_t id) {
     if (Terminal(t.row.state)) continue;
     auto ait = allocations_.find(t.allocation_id);
     if (ait != allocations_.end()) {
-      ait->second->preempt = true;
+      // It checkpoints at its next batch and exits; then it is PAUSED.
+      RequestStopLocked(*ait->second);
     } else {
       SetTrialState(t, kPaused);
     }
   }
-  preempt_cv_.notify_all();
   return absl::OkStatus();
 }
 
 absl::Status MasterCore::CancelExperiment(int64_t id) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
   if (Terminal(exp->row.state)) return absl::OkStatus();
   SetExperimentState(*exp, kStoppingCanceled);
@@ -829,18 +1135,19 @@ absl::Status MasterCore::CancelExperiment(int64_t id) {
     t.killed = true;
     auto ait = allocations_.find(t.allocation_id);
     if (ait != allocations_.end()) {
-      ait->second->preempt = true;
+      SetTrialState(t, t.row.state);
+      RequestStopLocked(*ait->second);
     } else {
       SetTrialState(t, kCanceled);
     }
   }
-  preempt_cv_.notify_all();
   MaybeFinishExperiment(*exp);
   return absl::OkStatus();
 }
 
 absl::Status MasterCore::KillExperiment(int64_t id) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
   if (Terminal(exp->row.state)) return absl::OkStatus();
   SetExperimentState(*exp, kStoppingKilled);
@@ -852,6 +1159,7 @@ absl::Status MasterCore::KillExperiment(int64_t id) {
     t.killed = true;
     auto ait = allocations_.find(t.allocation_id);
     if (ait != allocations_.end()) {
+      SetTrialState(t, t.row.state);
       KillAllocationLocked(*ait->second, "experiment killed");
     } else {
       SetTrialState(t, kCanceled);
@@ -863,11 +1171,13 @@ absl::Status MasterCore::KillExperiment(int64_t id) {
 
 absl::Status MasterCore::KillTrial(int64_t id) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(TrialRuntime * t, FindTrial(id));
   if (Terminal(t->row.state)) return absl::OkStatus();
   t->killed = true;
   auto ait = allocations_.find(t->allocation_id);
   if (ait != allocations_.end()) {
+    SetTrialState(*t, t->row.state);
     KillAllocationLocked(*ait->second, "trial killed");
     return absl::OkStatus();
   }
@@ -879,6 +1189,119 @@ absl::Status MasterCore::KillTrial(int64_t id) {
   SetTrialState(*t, kCanceled);
   auto& exp = *experiments_[t->row.experiment_id];
   return ApplySearcherOps(exp, exp.searcher->TrialExitedEarly(t->row.request_id, ExitedReason::kUserCanceled));
+}
+
+absl::StatusOr<apiv1::Experiment> MasterCore::PatchExperiment(const apiv1::PatchExperimentRequest& req) {
+  if (req.has_name() && (req.name().empty() || req.name().size() > 255)) {
+    return absl::InvalidArgumentError("name: must be 1 to 255 bytes");
+  }
+  if (req.has_labels()) {
+    std::set<std::string> seen;
+    for (const auto& label : req.labels().labels()) {
+      if (label.empty() || label.size() > 255) return absl::InvalidArgumentError("labels: each must be 1 to 255 bytes");
+      if (!seen.insert(label).second) return absl::InvalidArgumentError(absl::StrCat("labels: duplicate '", label, "'"));
+    }
+  }
+  if (req.has_checkpoint_gc_policy()) {
+    const auto& p = req.checkpoint_gc_policy();
+    if (p.save_experiment_best() < 0) return absl::InvalidArgumentError("checkpoint_gc_policy.save_experiment_best: must be >= 0");
+    if (p.save_trial_best() < 0) return absl::InvalidArgumentError("checkpoint_gc_policy.save_trial_best: must be >= 0");
+    if (p.save_trial_latest() < 0) return absl::InvalidArgumentError("checkpoint_gc_policy.save_trial_latest: must be >= 0");
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(req.experiment_id()));
+  if (req.has_name()) exp->row.name = req.name();
+  if (req.has_description()) exp->row.description = req.description();
+  if (req.has_labels()) exp->row.labels.assign(req.labels().labels().begin(), req.labels().labels().end());
+  if (req.has_checkpoint_gc_policy()) {
+    const auto& p = req.checkpoint_gc_policy();
+    exp->row.checkpoint_gc_policy_json = nlohmann::json{{"save_experiment_best", p.save_experiment_best()},
+                                                        {"save_trial_best", p.save_trial_best()},
+                                                        {"save_trial_latest", p.save_trial_latest()}}
+                                             .dump();
+    // Applied to the trials that have ended (by the background loop).
+    exp->gc_pending = true;
+    stop_cv_.notify_all();
+    spdlog::info("experiment {}: checkpoint GC policy {}", exp->row.id, exp->row.checkpoint_gc_policy_json);
+  }
+  DET_RETURN_IF_ERROR(store_->UpdateExperiment(exp->row));
+  return ExperimentProto(*exp);
+}
+
+apiv1::CheckpointGcPolicy MasterCore::GcPolicy(const ExperimentRuntime& exp) const {
+  apiv1::CheckpointGcPolicy p;
+  CheckpointStorageConfig defaults;
+  const CheckpointStorageConfig& c = exp.config.checkpoint_storage ? *exp.config.checkpoint_storage : defaults;
+  p.set_save_experiment_best(static_cast<int32_t>(c.save_experiment_best));
+  p.set_save_trial_best(static_cast<int32_t>(c.save_trial_best));
+  p.set_save_trial_latest(static_cast<int32_t>(c.save_trial_latest));
+  if (!exp.row.checkpoint_gc_policy_json.empty()) {
+    nlohmann::json j = nlohmann::json::parse(exp.row.checkpoint_gc_policy_json, nullptr, false);
+    if (j.is_object()) {
+      p.set_save_experiment_best(j.value("save_experiment_best", p.save_experiment_best()));
+      p.set_save_trial_best(j.value("save_trial_best", p.save_trial_best()));
+      p.set_save_trial_latest(j.value("save_trial_latest", p.save_trial_latest()));
+    }
+  }
+  return p;
+}
+
+std::vector<std::string> MasterCore::CollectGarbageLocked(ExperimentRuntime& exp) {
+  std::vector<std::string> doomed;
+  auto rows = store_->ListCheckpoints(exp.row.id, std::nullopt);
+  if (!rows.ok()) {
+    spdlog::error("experiment {}: checkpoint GC: {}", exp.row.id, rows.status().ToString());
+    return doomed;
+  }
+  const apiv1::CheckpointGcPolicy policy = GcPolicy(exp);
+  const bool smaller = exp.config.searcher.smaller_is_better;
+  std::vector<const CheckpointRow*> live;
+  for (const auto& c : *rows) {
+    if (c.state == "COMPLETED") live.push_back(&c);
+  }
+  auto better = [&](const CheckpointRow* a, const CheckpointRow* b) {
+    if (*a->searcher_metric != *b->searcher_metric) {
+      return smaller ? *a->searcher_metric < *b->searcher_metric : *a->searcher_metric > *b->searcher_metric;
+    }
+    return a->total_batches > b->total_batches;
+  };
+  auto later = [](const CheckpointRow* a, const CheckpointRow* b) {
+    return a->total_batches != b->total_batches ? a->total_batches > b->total_batches : a->time_ms > b->time_ms;
+  };
+  std::set<std::string> keep;
+  auto keep_first = [&](std::vector<const CheckpointRow*> v, int64_t n, auto cmp) {
+    std::stable_sort(v.begin(), v.end(), cmp);
+    for (int64_t i = 0; i < n && i < static_cast<int64_t>(v.size()); ++i) keep.insert(v[i]->uuid);
+  };
+  std::vector<const CheckpointRow*> scored;
+  std::map<int64_t, std::vector<const CheckpointRow*>> by_trial, scored_by_trial;
+  for (const CheckpointRow* c : live) {
+    by_trial[c->trial_id].push_back(c);
+    if (c->searcher_metric && !std::isnan(*c->searcher_metric)) {
+      scored.push_back(c);
+      scored_by_trial[c->trial_id].push_back(c);
+    }
+  }
+  keep_first(scored, policy.save_experiment_best(), better);
+  for (auto& [tid, v] : scored_by_trial) keep_first(v, policy.save_trial_best(), better);
+  for (auto& [tid, v] : by_trial) keep_first(v, policy.save_trial_latest(), later);
+  for (const CheckpointRow* c : live) {
+    if (keep.count(c->uuid)) continue;
+    // Only trials that have ended: the others may still resume from theirs.
+    auto tit = trials_.find(c->trial_id);
+    if (tit == trials_.end() || !Terminal(tit->second->row.state) || !tit->second->allocation_id.empty()) continue;
+    absl::Status st = store_->UpdateCheckpointState(c->uuid, "DELETED");
+    if (!st.ok()) {
+      spdlog::error("checkpoint GC: {}", st.ToString());
+      continue;
+    }
+    if (fs::path(c->storage_path).filename() == c->uuid) doomed.push_back(c->storage_path);
+  }
+  if (!doomed.empty()) {
+    spdlog::info("experiment {}: checkpoint GC deletes {} checkpoint(s)", exp.row.id, doomed.size());
+  }
+  return doomed;
 }
 
 absl::StatusOr<apiv1::GetExperimentTrialsResponse> MasterCore::GetExperimentTrials(
@@ -1031,6 +1454,7 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
   if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id is required");
   if (req.devices_size() == 0) return absl::InvalidArgumentError(absl::StrCat("agent '", req.agent_id(), "' reports no slots"));
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   auto it = agents_.find(req.agent_id());
   if (it != agents_.end() && it->second->connected) {
     bool same_session = !req.previous_session_token().empty() &&
@@ -1039,7 +1463,10 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
       return absl::AlreadyExistsError(absl::StrCat("agent '", req.agent_id(),
                                                    "' is already connected; choose another --id"));
     }
-    LoseAgent(*it->second, "re-registered");
+    // The same agent whose stream broke: what it runs is reconciled below.
+    if (it->second->session) it->second->session->Close();
+    it->second->session.reset();
+    it->second->connected = false;
   }
   if (it == agents_.end()) it = agents_.emplace(req.agent_id(), std::make_unique<AgentRuntime>()).first;
   AgentRuntime& agent = *it->second;
@@ -1064,9 +1491,36 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
   resp.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
   resp.set_cluster_id(cluster_id_);
   resp.set_enabled(agent.row.enabled);
-  // Processes the agent still runs but the master no longer knows are killed.
-  for (const auto& running : req.running_allocation_ids()) {
-    if (allocations_.count(running) == 0) resp.add_kill_allocation_ids(running);
+  // Reconcile what the agent runs with what the master thinks it runs (after
+  // a master restart, or a reconnect): what both know is reattached and
+  // keeps its slots; what only the master knows ended unseen and resumes
+  // from its checkpoint; what only the agent runs is killed, and its slots
+  // stay taken until the agent reports it gone.
+  std::set<std::string> running(req.running_allocation_ids().begin(), req.running_allocation_ids().end());
+  std::vector<std::string> gone;
+  for (const auto& [id, alloc] : allocations_) {
+    bool here = false;
+    for (const auto& p : alloc->placements) here |= p.agent_id == agent.row.id;
+    if (!here) continue;
+    if (running.count(id)) {
+      spdlog::info("agent {}: reattached allocation {} (trial {})", agent.row.id, id, alloc->trial_id);
+    } else {
+      gone.push_back(id);
+    }
+  }
+  for (const auto& id : gone) {
+    GiveUpAllocationLocked(id, agent.row.id, absl::StrCat("not running on agent ", agent.row.id, " when it registered"));
+  }
+  std::set<std::string> zombies;
+  for (const auto& id : running) {
+    if (allocations_.count(id)) continue;
+    resp.add_kill_allocation_ids(id);
+    zombies.insert(id);
+  }
+  agent.zombies = std::move(zombies);
+  if (!agent.zombies.empty()) {
+    spdlog::info("agent {}: killing {} allocation(s) the master does not run: {}", agent.row.id,
+                 agent.zombies.size(), absl::StrJoin(agent.zombies, ", "));
   }
   spdlog::info("agent {} registered: {} slot(s) in pool {}", agent.row.id, agent.devices.size(), agent.row.resource_pool);
   return resp;
@@ -1074,6 +1528,7 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
 
 absl::StatusOr<std::shared_ptr<AgentSession>> MasterCore::AttachAgent(const std::string& session_token) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   for (auto& [id, agent] : agents_) {
     if (!session_token.empty() && agent->session_token == session_token) {
       if (agent->session) agent->session->Close();
@@ -1089,9 +1544,15 @@ absl::StatusOr<std::shared_ptr<AgentSession>> MasterCore::AttachAgent(const std:
 
 void MasterCore::DetachAgent(const std::shared_ptr<AgentSession>& session) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   auto it = agents_.find(session->agent_id());
   if (it == agents_.end() || it->second->session != session) return;
-  LoseAgent(*it->second, "connection closed");
+  // Its processes may well keep running: it has heartbeat_timeout_ms to come
+  // back (reconnect or re-register) before its trials are rescheduled.
+  spdlog::warn("agent {}: connection closed; its allocations wait {} ms for it to come back", it->first,
+               options_.heartbeat_timeout_ms);
+  it->second->connected = false;
+  it->second->session.reset();
 }
 
 void MasterCore::HandleAgentMessage(const std::string& agent_id, const agentv1::AgentMessage& message) {
@@ -1115,9 +1576,38 @@ void MasterCore::HandleAgentMessage(const std::string& agent_id, const agentv1::
     return;
   }
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   auto it = agents_.find(agent_id);
   if (it == agents_.end()) return;
-  it->second->last_heartbeat_ms = NowMs();
+  AgentRuntime& agent = *it->second;
+  agent.last_heartbeat_ms = NowMs();
+  if (message.has_heartbeat()) {
+    std::set<std::string> running(message.heartbeat().running_allocation_ids().begin(),
+                                  message.heartbeat().running_allocation_ids().end());
+    for (auto z = agent.zombies.begin(); z != agent.zombies.end();) {
+      z = running.count(*z) ? std::next(z) : agent.zombies.erase(z);
+    }
+    // An allocation the agent has not listed for a while (its start command
+    // was lost with a broken stream) is given up.
+    const int64_t now = NowMs();
+    const int64_t grace = std::max<int64_t>(5000, 3 * options_.heartbeat_interval_ms);
+    std::vector<std::string> missing;
+    for (auto& [id, alloc] : allocations_) {
+      bool here = false;
+      for (const auto& p : alloc->placements) here |= p.agent_id == agent_id;
+      if (!here) continue;
+      if (running.count(id) || now - alloc->created_ms < grace) {
+        alloc->missing_since_ms = 0;
+      } else if (alloc->missing_since_ms == 0) {
+        alloc->missing_since_ms = now;
+      } else if (now - alloc->missing_since_ms > grace) {
+        missing.push_back(id);
+      }
+    }
+    for (const auto& id : missing) {
+      GiveUpAllocationLocked(id, agent_id, absl::StrCat("agent ", agent_id, " does not run it"));
+    }
+  }
   if (message.has_process_state()) {
     const auto& ps = message.process_state();
     if (ps.state() == agentv1::PROCESS_STATE_TERMINATED) {
@@ -1135,6 +1625,7 @@ void MasterCore::HandleAgentMessage(const std::string& agent_id, const agentv1::
 absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(const trialv1::GetTrialContextRequest& req,
                                                                               const std::string& token) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
@@ -1169,9 +1660,16 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
     absl::Status st = store_->ArchiveMetricsAfter(trial.row.id, restored_batches);
     if (!st.ok()) spdlog::error("trial {}: archiving metrics: {}", trial.row.id, st.ToString());
     trial.row.total_batches = restored_batches;
-    trial.last_validation = std::min(trial.last_validation, restored_batches);
+    // The last validation the restored run has behind it, so that the next
+    // ones fall where an uninterrupted run's do.
+    if (trial.last_validation > restored_batches) {
+      trial.last_validation = 0;
+      auto validations = store_->ListMetrics(trial.row.id, "validation", /*include_archived=*/false);
+      if (validations.ok() && !validations->empty()) trial.last_validation = validations->back().total_batches;
+    }
     trial.last_checkpoint = restored_batches;
     trial.current_op.reset();
+    SetTrialState(trial, trial.row.state);
   }
   return resp;
 }
@@ -1190,7 +1688,7 @@ trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntim
     if (trial.last_checkpoint != batches && batches > 0) return make(trialv1::OPERATION_KIND_CHECKPOINT);
     auto op = make(trialv1::OPERATION_KIND_EXIT);
     op.set_exit_reason(trial.killed ? trialv1::EXIT_REASON_STOPPED : trialv1::EXIT_REASON_PREEMPTED);
-    alloc.preempt = true;
+    RequestStopLocked(alloc);
     return op;
   }
   if (trial.searcher_target > 0) {
@@ -1216,6 +1714,7 @@ trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntim
     auto op = make(trialv1::OPERATION_KIND_EXIT);
     op.set_exit_reason(trialv1::EXIT_REASON_COMPLETED);
     trial.exit_completed = true;
+    if (alloc.stop_requested_ms == 0) alloc.stop_requested_ms = NowMs();
     return op;
   }
   // The searcher has nothing for this trial now (e.g. ASHA: not promoted
@@ -1224,7 +1723,7 @@ trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntim
   if (batches > 0) {
     auto op = make(trialv1::OPERATION_KIND_EXIT);
     op.set_exit_reason(trialv1::EXIT_REASON_PREEMPTED);
-    alloc.preempt = true;
+    RequestStopLocked(alloc);
     return op;
   }
   return make(trialv1::OPERATION_KIND_WAIT);
@@ -1233,6 +1732,7 @@ trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntim
 absl::StatusOr<trialv1::GetNextOperationResponse> MasterCore::GetNextOperation(
     const trialv1::GetNextOperationRequest& req, const std::string& token) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
@@ -1247,9 +1747,8 @@ absl::StatusOr<trialv1::GetNextOperationResponse> MasterCore::GetNextOperation(
     return resp;
   }
   trial.current_op = NextOperation(exp, trial, *alloc, req.total_batches());
-  if (trial.current_op->kind() == trialv1::OPERATION_KIND_WAIT) {
-    SetTrialState(trial, trial.row.state);
-  }
+  // Persists the op counter and exit_completed with the batches trained.
+  SetTrialState(trial, trial.row.state);
   *resp.mutable_operation() = *trial.current_op;
   return resp;
 }
@@ -1283,6 +1782,7 @@ absl::Status MasterCore::ReportTrainingMetrics(const trialv1::ReportTrainingMetr
 absl::Status MasterCore::ReportValidationMetrics(const trialv1::ReportValidationMetricsRequest& req,
                                                  const std::string& token) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
@@ -1316,11 +1816,23 @@ absl::Status MasterCore::ReportValidationMetrics(const trialv1::ReportValidation
 
 absl::Status MasterCore::ReportCheckpoint(const trialv1::ReportCheckpointRequest& req, const std::string& token) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
   if (req.uuid().empty() || req.uuid().find('/') != std::string::npos || req.uuid().find("..") != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("bad checkpoint uuid '", req.uuid(), "'"));
+  }
+  auto existing = store_->GetCheckpoint(req.uuid());
+  if (existing.ok()) {
+    if (existing->trial_id != trial.row.id) {
+      return absl::AlreadyExistsError(absl::StrCat("checkpoint ", req.uuid(), " belongs to trial ", existing->trial_id));
+    }
+    // A retried report (the reply was lost, e.g. to a master restart).
+    trial.row.latest_checkpoint_uuid = existing->uuid;
+    trial.last_checkpoint = existing->total_batches;
+    SetTrialState(trial, trial.row.state);
+    return absl::OkStatus();
   }
   CheckpointRow row;
   row.uuid = req.uuid();
@@ -1347,6 +1859,7 @@ absl::Status MasterCore::ReportCheckpoint(const trialv1::ReportCheckpointRequest
 absl::Status MasterCore::CompleteSearcherOperation(const trialv1::CompleteSearcherOperationRequest& req,
                                                    const std::string& token) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
@@ -1362,10 +1875,12 @@ absl::Status MasterCore::CompleteSearcherOperation(const trialv1::CompleteSearch
 
 absl::Status MasterCore::ReportEarlyExit(const trialv1::ReportEarlyExitRequest& req, const std::string& token) {
   std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   trial.error_message = req.message();
   if (req.reason() == trialv1::EARLY_EXIT_REASON_INVALID_HP) trial.invalid_hp = true;
+  SetTrialState(trial, trial.row.state);
   return absl::OkStatus();
 }
 

@@ -44,7 +44,13 @@ struct MasterOptions {
   std::string checkpoint_root;  // default <data_dir>/checkpoints (used when a config has no checkpoint_storage)
   std::string cluster_name = "det-cpp";
   int heartbeat_interval_ms = 1000;
+  // An agent silent (or disconnected) this long is lost: its trials are
+  // rescheduled elsewhere. After a master restart, an agent has this long to
+  // re-register before the allocations it ran are given up.
   int heartbeat_timeout_ms = 15000;
+  // A trial asked to stop (pause, cancel, kill, preemption) that has not
+  // exited after this long is killed (SIGKILL through its agent).
+  int64_t stop_timeout_ms = 60000;
   int64_t max_trial_so_bytes = 256 << 20;
 };
 
@@ -85,6 +91,9 @@ class MasterCore {
   absl::Status PauseExperiment(int64_t id);
   absl::Status CancelExperiment(int64_t id);
   absl::Status KillExperiment(int64_t id);
+  // Changes name, description, labels and/or the checkpoint GC policy (which
+  // is applied at once to the checkpoints of trials that have ended).
+  absl::StatusOr<apiv1::Experiment> PatchExperiment(const apiv1::PatchExperimentRequest& req);
   absl::StatusOr<apiv1::GetExperimentTrialsResponse> GetExperimentTrials(const apiv1::GetExperimentTrialsRequest& req);
   absl::StatusOr<std::vector<apiv1::Checkpoint>> GetCheckpoints(std::optional<int64_t> experiment_id,
                                                                 std::optional<int64_t> trial_id);
@@ -138,7 +147,7 @@ class MasterCore {
     std::optional<trialv1::Operation> current_op;
     std::string allocation_id;  // current allocation ("" when none)
     bool exit_completed = false;  // EXIT(COMPLETED) was handed out
-    bool killed = false;
+    bool killed = false;  // killed or canceled by the user
     bool invalid_hp = false;
     std::string error_message;
   };
@@ -153,6 +162,7 @@ class MasterCore {
     int64_t global_batch_size = 0;
     bool search_done = false;
     std::string checkpoint_dir;
+    bool gc_pending = false;  // run checkpoint GC at the next chance
   };
   struct AllocationRuntime {
     std::string id;
@@ -163,8 +173,17 @@ class MasterCore {
     int processes = 0;
     int terminated = 0;
     bool failed = false;
-    bool preempt = false;
+    bool preempt = false;  // asked to checkpoint and exit
     std::string failure;
+    // How the allocation ends decides whether it counts as a restart:
+    bool lost = false;       // its agent was lost, or it could not be reattached
+    bool kill_sent = false;  // KillAllocation was sent
+    bool failed_unasked = false;  // a rank failed before any stop was asked
+    bool deterministic = false;  // a rank exited with det-trial's config/library error code
+    int64_t stop_requested_ms = 0;  // when preempt/kill was first asked (0: never)
+    bool force_killed = false;  // the stop timeout escalated to SIGKILL
+    int64_t created_ms = 0;
+    int64_t missing_since_ms = 0;  // first heartbeat of its agent not listing it
   };
   struct AgentRuntime {
     AgentRow row;
@@ -174,25 +193,73 @@ class MasterCore {
     std::string session_token;
     std::shared_ptr<AgentSession> session;
     int64_t last_heartbeat_ms = 0;
-    bool connected = false;
+    bool connected = false;  // a Connect stream is attached
     std::vector<std::string> addresses;
+    // Allocations the agent still runs that the master gave up (after a
+    // master restart or an agent loss): they hold unknown slots, so nothing
+    // is placed on the agent until its heartbeats stop listing them.
+    std::set<std::string> zombies;
+  };
+
+  // Holds one store transaction for the life of a locked core operation and,
+  // when it ends, commits it and only then sends the agent messages queued
+  // meanwhile: a crash never leaves an agent running what the database does
+  // not know. Construct right after locking mu_.
+  class WriteScope {
+   public:
+    explicit WriteScope(MasterCore* core) : core_(core), txn_(core->store_.get()) {}
+    ~WriteScope();
+
+   private:
+    MasterCore* core_;
+    Store::Transaction txn_;
   };
 
   MasterCore(MasterOptions options, std::unique_ptr<Store> store);
   void BackgroundLoop();
+  // One pass of the background work: heartbeat timeouts, stop timeouts,
+  // scheduling, checkpoint GC decisions. Returns checkpoint directories to
+  // delete (after releasing mu_).
+  std::vector<std::string> BackgroundPassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // All below require mu_.
   absl::Status ApplySearcherOps(ExperimentRuntime& exp, std::vector<SearcherOp> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveSearcher(ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnProcessTerminated(const std::string& allocation_id, int exit_code, const std::string& why)
+  // One rank of `allocation_id` ended with `exit_code` (128+signal when
+  // killed). `lost`: the master gave up on it (agent lost, not reattachable):
+  // rescheduled without counting a restart.
+  void OnProcessTerminated(const std::string& allocation_id, int exit_code, const std::string& why,
+                           bool lost = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends `alloc` now as lost: kills what may still run of it on other agents
+  // (marking them zombies there) and reschedules its trial.
+  void GiveUpAllocationLocked(const std::string& allocation_id, const std::string& except_agent,
+                              const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveAllocation(const AllocationRuntime& alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the allocation's processes to checkpoint and exit.
+  void RequestStopLocked(AllocationRuntime& alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `msg` for agent `agent_id`; sent when the current WriteScope ends.
+  void SendToAgentLocked(const std::string& agent_id, agentv1::MasterMessage msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A trial the searcher has closed whose latest checkpoint is at its last
+  // batch has nothing left to run: COMPLETED without an allocation.
+  bool CompleteIfCheckpointedLocked(ExperimentRuntime& exp, TrialRuntime& trial, std::vector<SearcherOp>* ops)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends a line from the master to a trial's logs.
+  void TrialLogLocked(int64_t trial_id, const std::string& allocation_id, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the checkpoints the experiment's GC policy no longer keeps DELETED
+  // and returns their directories.
+  std::vector<std::string> CollectGarbageLocked(ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  apiv1::CheckpointGcPolicy GcPolicy(const ExperimentRuntime& exp) const;
   void EndAllocation(AllocationRuntime& alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeFinishExperiment(ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetTrialState(TrialRuntime& trial, const std::string& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetExperimentState(ExperimentRuntime& exp, const std::string& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends KillAllocation to every agent of `alloc` (SIGTERM, then SIGKILL
+  // after `grace_seconds`; 0: SIGKILL at once).
+  void KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason, int grace_seconds = 10)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseAgent(AgentRuntime& agent, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<AllocationRuntime*> Authorize(const std::string& allocation_id, const std::string& token)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -203,6 +270,9 @@ class MasterCore {
   absl::StatusOr<ExperimentRuntime*> FindExperiment(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<TrialRuntime*> FindTrial(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status LoadFromStore() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rebuilds the allocations that were running when the master stopped; they
+  // wait for their agents to re-register (see RegisterAgent).
+  absl::Status RecoverAllocations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const MasterOptions options_;
   std::unique_ptr<Store> store_;
@@ -220,6 +290,7 @@ class MasterCore {
   std::vector<SchedRequest> pending_ ABSL_GUARDED_BY(mu_);
   int64_t submit_order_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<std::pair<std::string, agentv1::MasterMessage>> agent_outbox_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::condition_variable stop_cv_;
   std::thread background_;

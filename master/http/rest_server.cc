@@ -125,6 +125,21 @@ void RestServer::Routes() {
     SendMessage(res, r);
   });
 
+  // PatchExperimentRequest as JSON; the id comes from the path.
+  s.Patch(R"(/api/v1/experiments/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    auto id = Id(req, 1, "experiment");
+    if (!id.ok()) return SendError(res, id.status());
+    apiv1::PatchExperimentRequest r;
+    absl::Status st = JsonToMessage(req.body.empty() ? "{}" : req.body, &r);
+    if (!st.ok()) return SendError(res, st);
+    r.set_experiment_id(static_cast<int32_t>(*id));
+    auto e = core_->PatchExperiment(r);
+    if (!e.ok()) return SendError(res, e.status());
+    apiv1::PatchExperimentResponse out;
+    *out.mutable_experiment() = *e;
+    SendMessage(res, out);
+  });
+
   s.Get(R"(/api/v1/experiments/([^/]+)/trials)", [this](const httplib::Request& req, httplib::Response& res) {
     auto id = Id(req, 1, "experiment");
     if (!id.ok()) return SendError(res, id.status());

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "master/service/preview_search.h"
 
 namespace det::master {
 namespace {
@@ -43,6 +44,11 @@ grpc::Status ApiService::GetMaster(grpc::ServerContext*, const apiv1::GetMasterR
   return grpc::Status::OK;
 }
 
+grpc::Status ApiService::PreviewSearch(grpc::ServerContext*, const apiv1::PreviewSearchRequest* req,
+                                       apiv1::PreviewSearchResponse* resp) {
+  return Reply(PreviewSearchFor(*req), resp);
+}
+
 grpc::Status ApiService::CreateExperiment(grpc::ServerContext*, const apiv1::CreateExperimentRequest* req,
                                           apiv1::CreateExperimentResponse* resp) {
   return Reply(core_->CreateExperiment(*req), resp);
@@ -76,6 +82,11 @@ grpc::Status ApiService::CancelExperiment(grpc::ServerContext*, const apiv1::Can
 grpc::Status ApiService::KillExperiment(grpc::ServerContext*, const apiv1::KillExperimentRequest* req,
                                         apiv1::KillExperimentResponse*) {
   return ToGrpc(core_->KillExperiment(req->experiment_id()));
+}
+
+grpc::Status ApiService::PatchExperiment(grpc::ServerContext*, const apiv1::PatchExperimentRequest* req,
+                                         apiv1::PatchExperimentResponse* resp) {
+  return Reply(core_->PatchExperiment(*req), resp->mutable_experiment());
 }
 
 grpc::Status ApiService::GetExperimentTrials(grpc::ServerContext*, const apiv1::GetExperimentTrialsRequest* req,

@@ -16,6 +16,8 @@ class ApiService final : public apiv1::Determined::Service {
  public:
   explicit ApiService(MasterCore* core) : core_(core) {}
   grpc::Status GetMaster(grpc::ServerContext*, const apiv1::GetMasterRequest*, apiv1::GetMasterResponse*) override;
+  grpc::Status PreviewSearch(grpc::ServerContext*, const apiv1::PreviewSearchRequest*,
+                             apiv1::PreviewSearchResponse*) override;
   grpc::Status CreateExperiment(grpc::ServerContext*, const apiv1::CreateExperimentRequest*,
                                 apiv1::CreateExperimentResponse*) override;
   grpc::Status GetExperiments(grpc::ServerContext*, const apiv1::GetExperimentsRequest*,
@@ -30,6 +32,8 @@ class ApiService final : public apiv1::Determined::Service {
                                 apiv1::CancelExperimentResponse*) override;
   grpc::Status KillExperiment(grpc::ServerContext*, const apiv1::KillExperimentRequest*,
                               apiv1::KillExperimentResponse*) override;
+  grpc::Status PatchExperiment(grpc::ServerContext*, const apiv1::PatchExperimentRequest*,
+                               apiv1::PatchExperimentResponse*) override;
   grpc::Status GetExperimentTrials(grpc::ServerContext*, const apiv1::GetExperimentTrialsRequest*,
                                    apiv1::GetExperimentTrialsResponse*) override;
   grpc::Status GetExperimentCheckpoints(grpc::ServerContext*, const apiv1::GetExperimentCheckpointsRequest*,

@@ -120,6 +120,26 @@ CREATE TABLE kv (
   value TEXT NOT NULL
 );
 )sql",
+      // 2: allocations survive a master restart; per-experiment checkpoint GC
+      // policy; a retried metrics report is stored once.
+      R"sql(
+CREATE TABLE allocations (
+  id TEXT PRIMARY KEY,
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  experiment_id INTEGER NOT NULL,
+  token TEXT NOT NULL,
+  placements_json TEXT NOT NULL,      -- JSON array of {agent_id, slots}
+  processes INTEGER NOT NULL,
+  terminated INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+ALTER TABLE experiments ADD COLUMN checkpoint_gc_policy_json TEXT NOT NULL DEFAULT '';
+DELETE FROM metrics WHERE id NOT IN
+  (SELECT MIN(id) FROM metrics GROUP BY trial_id, trial_run_id, metric_group, total_batches);
+DROP INDEX metrics_trial_id_total_batches;
+CREATE UNIQUE INDEX metrics_trial_id_total_batches_run
+  ON metrics(trial_id, total_batches, metric_group, trial_run_id);
+)sql",
   };
   return *kMigrations;
 }
@@ -128,7 +148,7 @@ CREATE TABLE kv (
 
 #define DET_EXPERIMENT_COLUMNS                                                                 \
   "id, name, description, labels, state, config_yaml, config_json, trial_so_sha256, "          \
-  "searcher_state_json, owner, archived, progress, created_ms, ended_ms"
+  "searcher_state_json, owner, archived, progress, created_ms, ended_ms, checkpoint_gc_policy_json"
 #define DET_TRIAL_COLUMNS                                                                      \
   "id, experiment_id, request_id, state, hparams_json, seed, restarts, run_id, total_batches, " \
   "latest_checkpoint_uuid, best_validation, latest_validation, sequencer_state_json, "          \
@@ -139,12 +159,17 @@ CREATE TABLE kv (
   "uuid, trial_id, experiment_id, trial_run_id, state, total_batches, total_epochs, resources, " \
   "metadata_json, storage_path, time_ms, searcher_metric"
 #define DET_TASK_LOG_COLUMNS "id, trial_id, allocation_id, rank, time_ms, level, stream, message"
+#define DET_ALLOCATION_COLUMNS \
+  "id, trial_id, experiment_id, token, placements_json, processes, terminated, created_ms"
 #define DET_AGENT_COLUMNS \
   "id, hostname, resource_pool, devices_json, version, enabled, registered_ms, last_seen_ms"
 
 constexpr char kBegin[] = "BEGIN IMMEDIATE";
 constexpr char kCommit[] = "COMMIT";
 constexpr char kRollback[] = "ROLLBACK";
+constexpr char kSavepoint[] = "SAVEPOINT det_nested";
+constexpr char kRelease[] = "RELEASE det_nested";
+constexpr char kRollbackTo[] = "ROLLBACK TO det_nested";
 constexpr char kSchemaVersion[] = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations";
 constexpr char kRecordMigration[] =
     "INSERT INTO schema_migrations(version, applied_at) "
@@ -152,12 +177,12 @@ constexpr char kRecordMigration[] =
 
 constexpr char kInsertExperiment[] =
     "INSERT INTO experiments(name, description, labels, state, config_yaml, config_json, "
-    "trial_so_sha256, searcher_state_json, owner, archived, progress, created_ms, ended_ms) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    "trial_so_sha256, searcher_state_json, owner, archived, progress, created_ms, ended_ms, "
+    "checkpoint_gc_policy_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 constexpr char kUpdateExperiment[] =
     "UPDATE experiments SET name = ?, description = ?, labels = ?, state = ?, config_yaml = ?, "
     "config_json = ?, trial_so_sha256 = ?, searcher_state_json = ?, owner = ?, archived = ?, "
-    "progress = ?, ended_ms = ? WHERE id = ?";
+    "progress = ?, ended_ms = ?, checkpoint_gc_policy_json = ? WHERE id = ?";
 constexpr char kGetExperiment[] = "SELECT " DET_EXPERIMENT_COLUMNS " FROM experiments WHERE id = ?";
 
 constexpr char kInsertTrial[] =
@@ -172,7 +197,7 @@ constexpr char kGetTrial[] = "SELECT " DET_TRIAL_COLUMNS " FROM trials WHERE id 
 constexpr char kListTrials[] = "SELECT " DET_TRIAL_COLUMNS " FROM trials WHERE experiment_id = ? ORDER BY id";
 
 constexpr char kInsertMetric[] =
-    "INSERT INTO metrics(trial_id, trial_run_id, metric_group, total_batches, total_epochs, "
+    "INSERT OR IGNORE INTO metrics(trial_id, trial_run_id, metric_group, total_batches, total_epochs, "
     "metrics, time_ms, archived) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
 constexpr char kListMetrics[] =
     "SELECT " DET_METRIC_COLUMNS
@@ -207,6 +232,14 @@ constexpr char kUpsertAgent[] =
     "resource_pool = excluded.resource_pool, devices_json = excluded.devices_json, "
     "version = excluded.version, enabled = excluded.enabled, "
     "registered_ms = excluded.registered_ms, last_seen_ms = excluded.last_seen_ms";
+constexpr char kUpsertAllocation[] =
+    "INSERT INTO allocations(" DET_ALLOCATION_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT(id) DO UPDATE SET trial_id = excluded.trial_id, experiment_id = excluded.experiment_id, "
+    "token = excluded.token, placements_json = excluded.placements_json, processes = excluded.processes, "
+    "terminated = excluded.terminated, created_ms = excluded.created_ms";
+constexpr char kDeleteAllocation[] = "DELETE FROM allocations WHERE id = ?";
+constexpr char kListAllocations[] = "SELECT " DET_ALLOCATION_COLUMNS " FROM allocations ORDER BY created_ms, id";
+
 constexpr char kListAgents[] = "SELECT " DET_AGENT_COLUMNS " FROM agents ORDER BY id";
 
 constexpr char kPutValue[] =
@@ -359,6 +392,7 @@ absl::StatusOr<ExperimentRow> ReadExperiment(sqlite3_stmt* s) {
   r.progress = ColDouble(s, 11);
   r.created_ms = ColInt(s, 12);
   r.ended_ms = ColInt(s, 13);
+  r.checkpoint_gc_policy_json = ColText(s, 14);
   return r;
 }
 
@@ -423,6 +457,19 @@ TaskLogRow ReadTaskLog(sqlite3_stmt* s) {
   r.level = ColText(s, 5);
   r.stream = ColText(s, 6);
   r.message = ColText(s, 7);
+  return r;
+}
+
+AllocationRow ReadAllocation(sqlite3_stmt* s) {
+  AllocationRow r;
+  r.id = ColText(s, 0);
+  r.trial_id = ColInt(s, 1);
+  r.experiment_id = ColInt(s, 2);
+  r.token = ColText(s, 3);
+  r.placements_json = ColText(s, 4);
+  r.processes = ColInt(s, 5);
+  r.terminated = ColInt(s, 6);
+  r.created_ms = ColInt(s, 7);
   return r;
 }
 
@@ -496,18 +543,31 @@ class Store::Stmt {
 };
 
 // BEGIN IMMEDIATE on Begin(); ROLLBACK on destruction unless committed.
+// Inside a Store::Transaction it is a savepoint instead: its failure undoes
+// only its own writes and its success commits nothing yet.
 // Requires store->mu_ for its whole life.
 class Store::Txn {
  public:
   explicit Txn(Store* store) : store_(store) {}
   ~Txn() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (open_) {
+    if (!open_) return;
+    if (nested_) {
+      auto st = store_->Cached(kRollbackTo);
+      if (st.ok()) sqlite3_step(st->get());
+      auto rel = store_->Cached(kRelease);
+      if (rel.ok()) sqlite3_step(rel->get());
+    } else {
       auto st = store_->Cached(kRollback);
       if (st.ok()) sqlite3_step(st->get());
     }
   }
-  absl::Status Begin() ABSL_NO_THREAD_SAFETY_ANALYSIS { return Run(kBegin, "begin transaction", true); }
-  absl::Status Commit() ABSL_NO_THREAD_SAFETY_ANALYSIS { return Run(kCommit, "commit transaction", false); }
+  absl::Status Begin() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    nested_ = sqlite3_get_autocommit(store_->db_) == 0;
+    return Run(nested_ ? kSavepoint : kBegin, "begin transaction", true);
+  }
+  absl::Status Commit() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return Run(nested_ ? kRelease : kCommit, "commit transaction", false);
+  }
 
  private:
   absl::Status Run(const char* sql, absl::string_view what, bool opens) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -520,14 +580,50 @@ class Store::Txn {
 
   Store* store_;
   bool open_ = false;
+  bool nested_ = false;
 };
+
+// ---- Store::Transaction ----
+
+Store::Transaction::Transaction(Store* store) : store_(store) {
+  store_->mu_.lock();
+  if (store_->txn_depth_++ == 0) {
+    absl::Status st = store_->Exec(kBegin, "begin transaction");
+    if (!st.ok()) {
+      // The writes below then commit one by one, as without a Transaction.
+      first_error_ = st;
+    } else {
+      began_ = true;
+    }
+  }
+}
+
+Store::Transaction::~Transaction() {
+  if (!done_) (void)Commit();
+}
+
+absl::Status Store::Transaction::Commit() {
+  if (done_) return first_error_;
+  done_ = true;
+  absl::Status st = first_error_;
+  if (--store_->txn_depth_ == 0 && began_) {
+    absl::Status commit = store_->Exec(kCommit, "commit transaction");
+    if (!commit.ok()) {
+      (void)store_->Exec(kRollback, "roll back transaction");
+      if (st.ok()) st = commit;
+    }
+  }
+  store_->mu_.unlock();
+  first_error_ = st;
+  return st;
+}
 
 // ---- Store ----
 
 Store::Store(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 
 Store::~Store() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   for (auto& [sql, stmt] : stmts_) sqlite3_finalize(stmt);
   stmts_.clear();
   sqlite3_close_v2(db_);
@@ -548,7 +644,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
   std::unique_ptr<Store> store(new Store(path, db));
   {
-    std::lock_guard<std::mutex> lock(store->mu_);
+    std::lock_guard<std::recursive_mutex> lock(store->mu_);
     DET_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL", "set journal_mode=WAL"));
     DET_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL", "set synchronous=NORMAL"));
     DET_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON", "enable foreign keys"));
@@ -645,7 +741,7 @@ absl::Status Store::Migrate() {
 }
 
 absl::StatusOr<int64_t> Store::SchemaVersion() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kSchemaVersion));
   int rc = sqlite3_step(st.get());
   if (rc != SQLITE_ROW) return Error(rc, "read schema version");
@@ -656,7 +752,7 @@ absl::StatusOr<int64_t> Store::SchemaVersion() {
 
 absl::StatusOr<int64_t> Store::InsertExperiment(const ExperimentRow& row) {
   const std::string labels = EncodeLabels(row.labels);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertExperiment));
   Binder b(st.get());
   b.Text(row.name)
@@ -671,7 +767,8 @@ absl::StatusOr<int64_t> Store::InsertExperiment(const ExperimentRow& row) {
       .Int(row.archived ? 1 : 0)
       .Double(row.progress)
       .Int(row.created_ms)
-      .Int(row.ended_ms);
+      .Int(row.ended_ms)
+      .Text(row.checkpoint_gc_policy_json);
   if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind experiment");
   int rc = sqlite3_step(st.get());
   if (rc != SQLITE_DONE) return Error(rc, "insert experiment");
@@ -680,7 +777,7 @@ absl::StatusOr<int64_t> Store::InsertExperiment(const ExperimentRow& row) {
 
 absl::Status Store::UpdateExperiment(const ExperimentRow& row) {
   const std::string labels = EncodeLabels(row.labels);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateExperiment));
   Binder b(st.get());
   b.Text(row.name)
@@ -695,6 +792,7 @@ absl::Status Store::UpdateExperiment(const ExperimentRow& row) {
       .Int(row.archived ? 1 : 0)
       .Double(row.progress)
       .Int(row.ended_ms)
+      .Text(row.checkpoint_gc_policy_json)
       .Int(row.id);
   if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind experiment");
   int rc = sqlite3_step(st.get());
@@ -704,7 +802,7 @@ absl::Status Store::UpdateExperiment(const ExperimentRow& row) {
 }
 
 absl::StatusOr<ExperimentRow> Store::GetExperiment(int64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetExperiment));
   Binder b(st.get());
   b.Int(id);
@@ -720,7 +818,7 @@ absl::StatusOr<std::vector<ExperimentRow>> Store::ListExperiments(const Experime
   std::string sql = absl::StrCat("SELECT " DET_EXPERIMENT_COLUMNS " FROM experiments",
                                  ExperimentWhere(filter, &binds), " ORDER BY id", filter.order_desc ? " DESC" : "",
                                  " LIMIT ", SqlLimit(filter.limit), " OFFSET ", std::max<int64_t>(filter.offset, 0));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
   Binder b(st.get());
   for (const auto& v : binds) b.Text(v);
@@ -738,7 +836,7 @@ absl::StatusOr<std::vector<ExperimentRow>> Store::ListExperiments(const Experime
 absl::StatusOr<int64_t> Store::CountExperiments(const ExperimentFilter& filter) {
   std::vector<std::string> binds;
   std::string sql = absl::StrCat("SELECT COUNT(*) FROM experiments", ExperimentWhere(filter, &binds));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
   Binder b(st.get());
   for (const auto& v : binds) b.Text(v);
@@ -751,7 +849,7 @@ absl::StatusOr<int64_t> Store::CountExperiments(const ExperimentFilter& filter) 
 // ---- Trials ----
 
 absl::StatusOr<int64_t> Store::InsertTrial(const TrialRow& row) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertTrial));
   Binder b(st.get());
   b.Int(row.experiment_id)
@@ -779,7 +877,7 @@ absl::StatusOr<int64_t> Store::InsertTrial(const TrialRow& row) {
 }
 
 absl::Status Store::UpdateTrial(const TrialRow& row) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateTrial));
   Binder b(st.get());
   b.Text(row.state)
@@ -802,7 +900,7 @@ absl::Status Store::UpdateTrial(const TrialRow& row) {
 }
 
 absl::StatusOr<TrialRow> Store::GetTrial(int64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetTrial));
   Binder b(st.get());
   b.Int(id);
@@ -814,7 +912,7 @@ absl::StatusOr<TrialRow> Store::GetTrial(int64_t id) {
 }
 
 absl::StatusOr<std::vector<TrialRow>> Store::ListTrials(int64_t experiment_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListTrials));
   Binder b(st.get());
   b.Int(experiment_id);
@@ -832,7 +930,7 @@ absl::StatusOr<std::vector<TrialRow>> Store::ListTrialsInStates(const std::vecto
   std::string sql =
       absl::StrCat("SELECT " DET_TRIAL_COLUMNS " FROM trials WHERE state IN (", Placeholders(states.size()),
                    ") ORDER BY id");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
   Binder b(st.get());
   for (const auto& s : states) b.Text(s);
@@ -852,7 +950,7 @@ absl::Status Store::InsertMetrics(const std::vector<MetricRow>& rows) {
   encoded.reserve(rows.size());
   for (const auto& r : rows) encoded.push_back(EncodeMetrics(r.metrics));
 
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   Txn txn(this);
   DET_RETURN_IF_ERROR(txn.Begin());
   {
@@ -883,7 +981,7 @@ absl::Status Store::InsertMetrics(const std::vector<MetricRow>& rows) {
 absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, const std::string& group,
                                                           bool include_archived, int64_t after_batches,
                                                           int64_t limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListMetrics));
   Binder b(st.get());
   b.Int(trial_id).Text(group).Int(include_archived ? 1 : 0).Int(after_batches).Int(SqlLimit(limit));
@@ -899,7 +997,7 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, cons
 }
 
 absl::Status Store::ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kArchiveMetricsAfter));
   Binder b(st.get());
   b.Int(trial_id).Int(total_batches);
@@ -913,7 +1011,7 @@ absl::Status Store::ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches)
 
 absl::Status Store::InsertCheckpoint(const CheckpointRow& row) {
   const std::string resources = EncodeResources(row.resources);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertCheckpoint));
   Binder b(st.get());
   b.Text(row.uuid)
@@ -943,7 +1041,7 @@ absl::Status Store::InsertCheckpoint(const CheckpointRow& row) {
 }
 
 absl::StatusOr<CheckpointRow> Store::GetCheckpoint(const std::string& uuid) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetCheckpoint));
   Binder b(st.get());
   b.Text(uuid);
@@ -959,7 +1057,7 @@ absl::StatusOr<std::vector<CheckpointRow>> Store::ListCheckpoints(std::optional<
   const char* sql = experiment_id.has_value()
                         ? (trial_id.has_value() ? kListCheckpointsByBoth : kListCheckpointsByExperiment)
                         : (trial_id.has_value() ? kListCheckpointsByTrial : kListCheckpointsAll);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(sql));
   Binder b(st.get());
   if (experiment_id.has_value()) b.Int(*experiment_id);
@@ -976,7 +1074,7 @@ absl::StatusOr<std::vector<CheckpointRow>> Store::ListCheckpoints(std::optional<
 }
 
 absl::Status Store::UpdateCheckpointState(const std::string& uuid, const std::string& state) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateCheckpointState));
   Binder b(st.get());
   b.Text(state).Text(uuid);
@@ -991,7 +1089,7 @@ absl::Status Store::UpdateCheckpointState(const std::string& uuid, const std::st
 
 absl::Status Store::InsertTaskLogs(const std::vector<TaskLogRow>& rows) {
   if (rows.empty()) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   Txn txn(this);
   DET_RETURN_IF_ERROR(txn.Begin());
   {
@@ -1012,7 +1110,7 @@ absl::Status Store::InsertTaskLogs(const std::vector<TaskLogRow>& rows) {
 }
 
 absl::StatusOr<std::vector<TaskLogRow>> Store::ListTaskLogs(int64_t trial_id, int64_t after_id, int64_t limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListTaskLogs));
   Binder b(st.get());
   b.Int(trial_id).Int(after_id).Int(SqlLimit(limit));
@@ -1027,7 +1125,7 @@ absl::StatusOr<std::vector<TaskLogRow>> Store::ListTaskLogs(int64_t trial_id, in
 // ---- Agents ----
 
 absl::Status Store::UpsertAgent(const AgentRow& row) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpsertAgent));
   Binder b(st.get());
   b.Text(row.id)
@@ -1045,7 +1143,7 @@ absl::Status Store::UpsertAgent(const AgentRow& row) {
 }
 
 absl::StatusOr<std::vector<AgentRow>> Store::ListAgents() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListAgents));
   std::vector<AgentRow> out;
   int rc;
@@ -1057,7 +1155,7 @@ absl::StatusOr<std::vector<AgentRow>> Store::ListAgents() {
 // ---- Key-value ----
 
 absl::Status Store::PutValue(const std::string& key, const std::string& value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kPutValue));
   Binder b(st.get());
   b.Text(key).Text(value);
@@ -1068,7 +1166,7 @@ absl::Status Store::PutValue(const std::string& key, const std::string& value) {
 }
 
 absl::StatusOr<std::optional<std::string>> Store::GetValue(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetValue));
   Binder b(st.get());
   b.Text(key);
@@ -1079,10 +1177,55 @@ absl::StatusOr<std::optional<std::string>> Store::GetValue(const std::string& ke
   return std::optional<std::string>(ColText(st.get(), 0));
 }
 
+// ---- Allocations ----
+
+absl::Status Store::UpsertAllocation(const AllocationRow& row) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpsertAllocation));
+  Binder b(st.get());
+  b.Text(row.id)
+      .Int(row.trial_id)
+      .Int(row.experiment_id)
+      .Text(row.token)
+      .Text(row.placements_json)
+      .Int(row.processes)
+      .Int(row.terminated)
+      .Int(row.created_ms);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind allocation");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot store allocation ", row.id, ": trial ", row.trial_id, " not found"));
+  }
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("upsert allocation ", row.id));
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeleteAllocation(const std::string& id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteAllocation));
+  Binder b(st.get());
+  b.Text(id);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind allocation id");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("delete allocation ", id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<AllocationRow>> Store::ListAllocations() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListAllocations));
+  std::vector<AllocationRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(ReadAllocation(st.get()));
+  if (rc != SQLITE_DONE) return Error(rc, "list allocations");
+  return out;
+}
+
 // ---- Maintenance ----
 
 absl::Status Store::IntegrityCheck() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kIntegrityCheck));
   std::vector<std::string> lines;
   int rc;

@@ -8,6 +8,8 @@
 // that writes several rows does so in one transaction: it either writes all of
 // them or none.
 //
+// Store::Transaction groups several calls into one atomic write.
+//
 // Errors (canonical absl codes):
 //   NotFound           an unknown id ("experiment 42 not found");
 //   AlreadyExists      a duplicate primary key (checkpoint uuid);
@@ -60,6 +62,9 @@ struct ExperimentRow {
   double progress = 0;
   int64_t created_ms = 0;
   int64_t ended_ms = 0;  // 0 = not ended
+  // The checkpoint GC policy set after creation (PatchExperiment), as JSON
+  // {"save_experiment_best": N, ...}; "" = the config's.
+  std::string checkpoint_gc_policy_json;
 };
 
 struct TrialRow {
@@ -120,6 +125,19 @@ struct TaskLogRow {
   std::string message;
 };
 
+// A trial's allocation (its running processes) while it runs, so that a
+// restarted master can reattach to processes that kept running.
+struct AllocationRow {
+  std::string id;
+  int64_t trial_id = 0;
+  int64_t experiment_id = 0;
+  std::string token;
+  std::string placements_json;  // JSON array of {"agent_id": ..., "slots": [...]}
+  int64_t processes = 0;
+  int64_t terminated = 0;  // processes already reported terminated
+  int64_t created_ms = 0;
+};
+
 struct AgentRow {
   std::string id;
   std::string hostname;
@@ -145,6 +163,28 @@ struct ExperimentFilter {
 
 class Store {
  public:
+  // Groups every call this thread makes on the Store while it lives into one
+  // SQLite transaction (BEGIN IMMEDIATE ... COMMIT), so that a crash keeps
+  // all of them or none. Nests (only the outermost commits). Other threads'
+  // calls wait until it ends, so keep it short. A failed call inside it undoes
+  // only its own writes; the others still commit. Not movable.
+  class Transaction {
+   public:
+    explicit Transaction(Store* store);
+    ~Transaction();  // Commit() unless already called
+    Transaction(const Transaction&) = delete;
+    Transaction& operator=(const Transaction&) = delete;
+    // Commits (outermost only) and releases the Store; at most once. Returns
+    // the error of BEGIN or COMMIT (after which the writes were rolled back).
+    absl::Status Commit();
+
+   private:
+    Store* store_;
+    bool began_ = false;
+    bool done_ = false;
+    absl::Status first_error_;
+  };
+
   // Opens (creating if missing) the SQLite database at `path`, sets WAL
   // journaling, synchronous=NORMAL, foreign keys and a busy timeout, and
   // applies every migration not yet recorded in schema_migrations, each in its
@@ -214,7 +254,9 @@ class Store {
 
   // Inserts every row (row.id is ignored) in one transaction, with one
   // prepared statement reused for all rows: all are written or none.
-  // FailedPrecondition if a row's trial_id names no trial.
+  // FailedPrecondition if a row's trial_id names no trial. A row with the
+  // same (trial_id, trial_run_id, group, total_batches) as a stored one is a
+  // retried report and is skipped.
   absl::Status InsertMetrics(const std::vector<MetricRow>& rows);
 
   // The metrics of `trial_id` in `group` ("" = every group) with
@@ -257,6 +299,18 @@ class Store {
   // of them (0 = all). Poll with after_id = the last id seen.
   absl::StatusOr<std::vector<TaskLogRow>> ListTaskLogs(int64_t trial_id, int64_t after_id, int64_t limit);
 
+  // ---- Allocations ----
+
+  // Inserts allocation `row.id`, or overwrites every field of it.
+  // FailedPrecondition if row.trial_id names no trial.
+  absl::Status UpsertAllocation(const AllocationRow& row);
+
+  // Deletes allocation `id`; OK if there is none.
+  absl::Status DeleteAllocation(const std::string& id);
+
+  // Every allocation, ordered by created_ms then id.
+  absl::StatusOr<std::vector<AllocationRow>> ListAllocations();
+
   // ---- Agents ----
 
   // Inserts agent `row.id`, or overwrites every field of it.
@@ -295,7 +349,9 @@ class Store {
   absl::Status Error(int rc, absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
-  std::mutex mu_;
+  // Recursive: a Transaction holds it while the same thread calls methods.
+  std::recursive_mutex mu_;
+  int txn_depth_ ABSL_GUARDED_BY(mu_) = 0;
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
 };

@@ -168,6 +168,7 @@ TEST_F(StoreTest, ExperimentRoundTrip) {
   EXPECT_DOUBLE_EQ(got->progress, 0.25);
   EXPECT_EQ(got->created_ms, e.created_ms);
   EXPECT_EQ(got->ended_ms, 0);
+  EXPECT_EQ(got->checkpoint_gc_policy_json, "");
 
   ExperimentRow u = *got;
   u.state = "COMPLETED";
@@ -175,10 +176,12 @@ TEST_F(StoreTest, ExperimentRoundTrip) {
   u.archived = true;
   u.labels = {};
   u.ended_ms = 1700000009999;
+  u.checkpoint_gc_policy_json = R"({"save_trial_best":0})";
   u.created_ms = 1;  // immutable: not updated
   ASSERT_TRUE(store_->UpdateExperiment(u).ok());
   got = store_->GetExperiment(*id);
   ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->checkpoint_gc_policy_json, u.checkpoint_gc_policy_json);
   EXPECT_EQ(got->state, "COMPLETED");
   EXPECT_DOUBLE_EQ(got->progress, 1.0);
   EXPECT_TRUE(got->archived);
@@ -473,9 +476,10 @@ TEST_F(StoreTest, ListMetricsFiltersAndArchive) {
 TEST_F(StoreTest, InsertMetricsIsAllOrNothing) {
   int64_t trial = AddTrial(AddExperiment());
   std::vector<MetricRow> rows(3);
-  for (auto& m : rows) {
-    m.trial_id = trial;
-    m.group = "training";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].trial_id = trial;
+    rows[i].group = "training";
+    rows[i].total_batches = static_cast<int64_t>(i);
   }
   rows[2].trial_id = 9999;  // unknown trial: foreign key violation
   auto s = store_->InsertMetrics(rows);
@@ -714,6 +718,100 @@ TEST_F(StoreTest, ConcurrentInsertMetricsLosesNothing) {
     for (size_t i = 0; i < rows->size(); ++i) EXPECT_EQ((*rows)[i].total_batches, static_cast<int64_t>(i));
   }
   EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics"), 4 * kBatches * kRowsPerBatch);
+}
+
+TEST_F(StoreTest, RetriedMetricsReportIsStoredOnce) {
+  int64_t trial = AddTrial(AddExperiment());
+  MetricRow m;
+  m.trial_id = trial;
+  m.trial_run_id = 1;
+  m.group = "training";
+  m.total_batches = 10;
+  m.metrics = {{"loss", 0.5}};
+  ASSERT_TRUE(store_->InsertMetrics({m}).ok());
+  ASSERT_TRUE(store_->InsertMetrics({m}).ok());  // the same report, retried
+  MetricRow validation = m;
+  validation.group = "validation";
+  MetricRow next_run = m;
+  next_run.trial_run_id = 2;  // a restart reports batch 10 again: kept
+  ASSERT_TRUE(store_->InsertMetrics({validation, next_run}).ok());
+  auto rows = store_->ListMetrics(trial, "", true);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->size(), 3u);
+}
+
+TEST_F(StoreTest, TransactionCommitsAllOrNothingAtCrash) {
+  int64_t exp = AddExperiment();
+  int64_t trial = AddTrial(exp);
+  {
+    Store::Transaction txn(store_.get());
+    TrialRow t = store_->GetTrial(trial).value();
+    t.state = "COMPLETED";
+    ASSERT_TRUE(store_->UpdateTrial(t).ok());
+    // A failing call inside undoes only itself.
+    MetricRow bad;
+    bad.trial_id = 9999;
+    EXPECT_FALSE(store_->InsertMetrics({bad}).ok());
+    MetricRow good;
+    good.trial_id = trial;
+    good.group = "training";
+    ASSERT_TRUE(store_->InsertMetrics({good}).ok());
+    {
+      Store::Transaction nested(store_.get());
+      ASSERT_TRUE(store_->PutValue("k", "v").ok());
+    }
+    // Nothing is visible to another connection before the commit.
+    EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics"), 0);
+    EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'k'"), 0);
+    ASSERT_TRUE(txn.Commit().ok());
+  }
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics"), 1);
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'k'"), 1);
+  EXPECT_EQ(store_->GetTrial(trial).value().state, "COMPLETED");
+  // Another thread's call waits for the transaction instead of joining it.
+  std::thread other;
+  {
+    Store::Transaction txn(store_.get());
+    other = std::thread([&] { ASSERT_TRUE(store_->PutValue("other", "1").ok()); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'other'"), 0);
+  }
+  other.join();
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'other'"), 1);
+}
+
+TEST_F(StoreTest, AllocationsUpsertListDelete) {
+  int64_t exp = AddExperiment();
+  int64_t trial = AddTrial(exp);
+  AllocationRow a;
+  a.id = "trial-1.1.abcd";
+  a.trial_id = trial;
+  a.experiment_id = exp;
+  a.token = "secret";
+  a.placements_json = R"([{"agent_id":"a","slots":[0]}])";
+  a.processes = 1;
+  a.created_ms = 5;
+  ASSERT_TRUE(store_->UpsertAllocation(a).ok());
+  a.terminated = 1;
+  ASSERT_TRUE(store_->UpsertAllocation(a).ok());
+  AllocationRow b = a;
+  b.id = "trial-1.2.ef01";
+  b.created_ms = 6;
+  ASSERT_TRUE(store_->UpsertAllocation(b).ok());
+  auto all = store_->ListAllocations();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].id, a.id);
+  EXPECT_EQ((*all)[0].token, "secret");
+  EXPECT_EQ((*all)[0].placements_json, a.placements_json);
+  EXPECT_EQ((*all)[0].terminated, 1);
+  EXPECT_EQ((*all)[1].id, b.id);
+  ASSERT_TRUE(store_->DeleteAllocation(a.id).ok());
+  ASSERT_TRUE(store_->DeleteAllocation("missing").ok());
+  EXPECT_EQ(store_->ListAllocations().value().size(), 1u);
+  AllocationRow orphan = a;
+  orphan.trial_id = 9999;
+  EXPECT_EQ(store_->UpsertAllocation(orphan).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(StoreTest, IntegrityCheckOk) {

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -60,8 +61,42 @@ std::string NewUuid() {
                          w[2] & 0xffff, w[3]);
 }
 
+RngState CaptureRngState(TrialContext& context) {
+  RngState s;
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    s.cpu = gen.get_state();
+  }
+  std::ostringstream engine;
+  engine << context.random_engine();
+  s.std_engine = engine.str();
+  return s;
+}
+
+nlohmann::json RngStateToJson(const RngState& state) {
+  torch::Tensor cpu = state.cpu.contiguous();
+  const auto* data = cpu.data_ptr<uint8_t>();
+  std::vector<uint8_t> bytes(data, data + cpu.numel());
+  return {{"cpu", nlohmann::json::binary(std::move(bytes))}, {"std_engine", state.std_engine}};
+}
+
+absl::StatusOr<RngState> RngStateFromJson(const nlohmann::json& json) {
+  if (!json.is_object() || !json.contains("cpu") || !json["cpu"].is_binary() || !json.contains("std_engine") ||
+      !json["std_engine"].is_string()) {
+    return absl::InvalidArgumentError("malformed random state");
+  }
+  const auto& bytes = json["cpu"].get_binary();
+  RngState s;
+  s.cpu = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  if (!bytes.empty()) std::memcpy(s.cpu.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  s.std_engine = json["std_engine"].get<std::string>();
+  return s;
+}
+
 absl::StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& storage_dir, TrialContext& context,
-                                               const CallbackMap& callbacks, const nlohmann::json& metadata) {
+                                               const CallbackMap& callbacks, const nlohmann::json& metadata,
+                                               const std::vector<RngState>& rank_rng_states) {
   SavedCheckpoint out;
   out.uuid = NewUuid();
   fs::path final_dir = fs::path(storage_dir) / out.uuid;
@@ -90,6 +125,10 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& storage_dir, T
     }
     torch::serialize::OutputArchive rng;
     rng.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
+    // Other ranks' states under cpu_rank_<r> (rank 0's is "cpu").
+    for (size_t r = 1; r < rank_rng_states.size(); ++r) {
+      rng.write(absl::StrCat("cpu_rank_", r), rank_rng_states[r].cpu);
+    }
     rng.save_to((tmp_dir / "rng.pt").string());
   } catch (const c10::Error& e) {
     return fail(e.what_without_backtrace());
@@ -115,6 +154,12 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& storage_dir, T
   std::ostringstream std_rng;
   std_rng << context.random_engine();
   meta["std_rng_state"] = std_rng.str();
+  if (rank_rng_states.size() > 1) {
+    nlohmann::json engines = nlohmann::json::array();
+    for (const auto& st : rank_rng_states) engines.push_back(st.std_engine);
+    meta["std_rng_states"] = engines;  // index = rank
+  }
+  meta["world_size"] = context.distributed().size();
   meta["hparams"] = context.hparams();
   meta["trial_id"] = context.get_trial_id();
   meta["experiment_id"] = context.get_experiment_id();
@@ -211,7 +256,8 @@ absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialConte
     torch::serialize::InputArchive rng;
     rng.load_from((d / "rng.pt").string());
     torch::Tensor cpu_state;
-    rng.read("cpu", cpu_state);
+    const int rank = context.distributed().rank();
+    if (rank == 0 || !rng.try_read(absl::StrCat("cpu_rank_", rank), cpu_state)) rng.read("cpu", cpu_state);
     at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();  // shares the default generator
     std::lock_guard<std::mutex> lock(cpu_gen.mutex());
     cpu_gen.set_state(cpu_state);
@@ -220,7 +266,13 @@ absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialConte
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("loading checkpoint '", dir, "': ", e.what()));
   }
-  std::istringstream std_rng(meta.value("std_rng_state", std::string()));
+  std::string engine_state = meta.value("std_rng_state", std::string());
+  const size_t rank = static_cast<size_t>(context.distributed().rank());
+  if (meta.contains("std_rng_states") && meta["std_rng_states"].is_array() && rank < meta["std_rng_states"].size() &&
+      meta["std_rng_states"][rank].is_string()) {
+    engine_state = meta["std_rng_states"][rank].get<std::string>();
+  }
+  std::istringstream std_rng(engine_state);
   std_rng >> context.random_engine();
 
   nlohmann::json cb_state = nlohmann::json::parse(ReadFile(d / "callbacks.json"), nullptr, false);

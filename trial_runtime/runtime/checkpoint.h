@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,18 +25,36 @@ struct SavedCheckpoint {
   std::map<std::string, int64_t> resources;  // file -> size in bytes
 };
 
+// The random state of one rank: LibTorch's default CPU generator and the
+// trial's std engine (TrialContext::random_engine()).
+struct RngState {
+  torch::Tensor cpu;       // at::Generator::get_state()
+  std::string std_engine;  // the engine written with operator<<
+};
+RngState CaptureRngState(TrialContext& context);
+// RngState as JSON (the generator state as a binary value) and back;
+// InvalidArgument when malformed.
+nlohmann::json RngStateToJson(const RngState& state);
+absl::StatusOr<RngState> RngStateFromJson(const nlohmann::json& json);
+
 // Saves the context's state plus `metadata` (merged into metadata.json; must
 // hold "batches_trained") under storage_dir (created if missing).
-// Callbacks' on_checkpoint_save sees the temporary directory. Errors:
-// Internal on I/O or serialization failure (nothing is left at the final path).
+// Callbacks' on_checkpoint_save sees the temporary directory. In a
+// distributed trial only the chief saves, passing every rank's random state
+// in `rank_rng_states` (index = rank; empty: this process's state only);
+// LoadCheckpoint gives each rank its own. Errors: Internal on I/O or
+// serialization failure (nothing is left at the final path).
 absl::StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& storage_dir, TrialContext& context,
-                                               const CallbackMap& callbacks, const nlohmann::json& metadata);
+                                               const CallbackMap& callbacks, const nlohmann::json& metadata,
+                                               const std::vector<RngState>& rank_rng_states = {});
 
 // Reads metadata.json of checkpoint `dir`. NotFound / InvalidArgument.
 absl::StatusOr<nlohmann::json> ReadCheckpointMetadata(const std::string& dir);
 
 // Restores the context's models, optimizers, LR schedulers, RNGs and the
-// callbacks' state from `dir`; returns its metadata. The numbers of wrapped
+// callbacks' state from `dir`; returns its metadata. The RNGs get the state
+// of this process's rank (context.distributed().rank()) when the checkpoint
+// holds one, else the chief's. The numbers of wrapped
 // objects must match the checkpoint (FailedPrecondition otherwise).
 absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialContext& context,
                                               const CallbackMap& callbacks);

@@ -1,6 +1,6 @@
 // det-trial: runs one trial of a user's trial.so.
 //
-//   det-trial --local CONFIG.yaml TRIAL.so [--resume CHECKPOINT_DIR] [--output-dir DIR]
+//   det-trial --local CONFIG.yaml TRIAL.so [--resume CHECKPOINT_DIR] [--output-dir DIR] [--nproc N]
 //   det-trial --managed TRIAL.so          (started by det-agent for the master)
 //
 // Local mode trains with no master: hyperparameters come from the config
@@ -9,22 +9,35 @@
 // or DIR/checkpoints. SIGTERM (or Ctrl-C) finishes the current batch, writes a
 // checkpoint and exits 0; --resume continues from it exactly.
 //
+// --nproc N (N > 1) makes this process a launcher: it starts N ranks of
+// itself on this machine (DET_RANK ... DET_CHIEF_PORT set as det-agent sets
+// them), forwards SIGTERM/SIGINT to them and fails when any rank fails. A
+// process started with DET_WORLD_SIZE > 1 joins that process group instead;
+// only the chief (rank 0) writes metrics.csv and checkpoints.
+//
 // Exit codes: 0 completed or paused; 1 the trial failed; 2 bad usage or
 // config; 3 the trial library cannot be used.
 #include <unistd.h>
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <thread>
+#include <variant>
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/experiment_config.h"
 #include "common/hparams.h"
 #include "trial_runtime/runtime/checkpoint.h"
+#include "trial_runtime/runtime/distributed.h"
+#include "trial_runtime/runtime/local_launcher.h"
 #include "trial_runtime/runtime/local_reporter.h"
 #include "trial_runtime/runtime/managed_mode.h"
 #include "trial_runtime/runtime/process_setup.h"
@@ -51,56 +64,170 @@ struct Flags {
   std::string metrics_csv;
   int threads = 0;
   bool no_progress = false;
+  int nproc = 1;
+  std::string seed;  // decimal; empty: from the checkpoint, the config, or random
 };
 
-int RunLocal(const Flags& flags) {
-  TuneAllocator();
+// What local mode derives from the flags before building the trial.
+struct LocalSetup {
+  nlohmann::json resume_meta;  // metadata.json of --resume, or null
+  ExperimentConfig config;
+  uint64_t seed = 0;
+  nlohmann::json hparams;
+  int64_t global_batch_size = 0;
+};
+
+// Exit code and error of a failed PrepareLocal.
+struct SetupError {
+  int code;
+  absl::Status status;
+};
+
+std::variant<LocalSetup, SetupError> PrepareLocal(const Flags& flags) {
+  LocalSetup setup;
   // The checkpoint to resume, if any, also supplies hparams and the seed.
-  nlohmann::json resume_meta;
   if (!flags.resume.empty()) {
     auto meta = ReadCheckpointMetadata(flags.resume);
-    if (!meta.ok()) return Fail(kExitConfigError, meta.status());
-    resume_meta = *std::move(meta);
+    if (!meta.ok()) return SetupError{kExitConfigError, meta.status()};
+    setup.resume_meta = *std::move(meta);
   }
-  std::string config_path = flags.config_path;
+  const nlohmann::json& resume_meta = setup.resume_meta;
   absl::StatusOr<ExperimentConfig> config_or =
-      config_path.empty() && resume_meta.contains("config_yaml")
+      flags.config_path.empty() && resume_meta.contains("config_yaml")
           ? ParseExperimentConfig(resume_meta["config_yaml"].get<std::string>(), flags.resume + "/metadata.json")
-          : LoadExperimentConfigFile(config_path);
-  if (!config_or.ok()) return Fail(kExitConfigError, config_or.status());
-  ExperimentConfig config = *std::move(config_or);
+          : LoadExperimentConfigFile(flags.config_path);
+  if (!config_or.ok()) return SetupError{kExitConfigError, config_or.status()};
+  setup.config = *std::move(config_or);
 
+  uint64_t flag_seed = 0;
+  if (!flags.seed.empty() && !absl::SimpleAtoi(flags.seed, &flag_seed)) {
+    return SetupError{kExitConfigError,
+                      absl::InvalidArgumentError(absl::StrCat("--seed must be a non-negative integer, got '",
+                                                              flags.seed, "'"))};
+  }
+  if (resume_meta.contains("trial_seed")) {
+    setup.seed = resume_meta["trial_seed"].get<uint64_t>();
+  } else if (!flags.seed.empty()) {
+    setup.seed = flag_seed;
+  } else if (setup.config.reproducibility.experiment_seed) {
+    setup.seed = *setup.config.reproducibility.experiment_seed;
+  } else {
+    setup.seed = std::random_device()() & 0x7fffffffu;
+  }
+  setup.hparams = resume_meta.contains("hparams") ? resume_meta["hparams"]
+                                                  : FirstHParams(setup.config.hyperparameters, setup.seed);
+  const nlohmann::json& hparams = setup.hparams;
+  if (!hparams.contains("global_batch_size") || !hparams["global_batch_size"].is_number_integer() ||
+      hparams["global_batch_size"].get<int64_t>() <= 0) {
+    return SetupError{kExitConfigError,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          flags.config_path, ": hyperparameters.global_batch_size must be a positive integer, got ",
+                          hparams.value("global_batch_size", nlohmann::json()).dump()))};
+  }
+  setup.global_batch_size = hparams["global_batch_size"].get<int64_t>();
+  return setup;
+}
+
+absl::Status CheckDivisible(int64_t global_batch_size, int world_size) {
+  if (global_batch_size % world_size == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("hyperparameters.global_batch_size ", global_batch_size,
+                                                 " is not divisible by the ", world_size,
+                                                 " ranks (slots) of this trial"));
+}
+
+// Reports nothing: the non-chief ranks of a distributed trial.
+class NullReporter final : public Reporter {
+ public:
+  absl::Status ReportTrainingMetrics(int64_t, double, const MetricsMap&) override { return absl::OkStatus(); }
+  absl::Status ReportValidationMetrics(int64_t, double, const MetricsMap&) override { return absl::OkStatus(); }
+  absl::Status ReportCheckpoint(const SavedCheckpoint&, int64_t) override { return absl::OkStatus(); }
+};
+
+// det-trial --local ... --nproc N: checks what all ranks would check alike
+// (config, batch size, library), then starts the ranks.
+int RunLauncher(const Flags& flags) {
+  if (std::getenv("DET_WORLD_SIZE") != nullptr && std::string(std::getenv("DET_WORLD_SIZE")) != "" &&
+      std::string(std::getenv("DET_WORLD_SIZE")) != "1") {
+    return Fail(kExitConfigError, absl::InvalidArgumentError(
+                                      "--nproc cannot be used in a process that already is a rank (DET_WORLD_SIZE "
+                                      "is set)"));
+  }
+  auto prepared = PrepareLocal(flags);
+  if (auto* e = std::get_if<SetupError>(&prepared)) return Fail(e->code, e->status);
+  const LocalSetup& setup = std::get<LocalSetup>(prepared);
+  absl::Status st = CheckDivisible(setup.global_batch_size, flags.nproc);
+  if (!st.ok()) return Fail(kExitConfigError, st);
   auto plugin = LoadTrialLibrary(flags.trial_path);
   if (!plugin.ok()) return Fail(kExitLibraryError, plugin.status());
 
-  uint64_t seed;
-  if (resume_meta.contains("trial_seed")) {
-    seed = resume_meta["trial_seed"].get<uint64_t>();
-  } else if (config.reproducibility.experiment_seed) {
-    seed = *config.reproducibility.experiment_seed;
-  } else {
-    seed = std::random_device()() & 0x7fffffffu;
+  std::error_code ec;
+  std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return Fail(kExitTrialError, absl::InternalError("cannot find det-trial's own executable"));
+  int threads = flags.threads;
+  if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / flags.nproc);
+  std::vector<std::string> args = {"--local"};
+  if (!flags.config_path.empty()) args.push_back(flags.config_path);
+  args.push_back(flags.trial_path);
+  // Every rank must agree on the seed: fix it here.
+  args.insert(args.end(), {"--seed", std::to_string(setup.seed), "--threads", std::to_string(threads),
+                           "--output-dir", flags.output_dir});
+  if (!flags.resume.empty()) args.insert(args.end(), {"--resume", flags.resume});
+  if (!flags.checkpoint_dir.empty()) args.insert(args.end(), {"--checkpoint-dir", flags.checkpoint_dir});
+  if (!flags.metrics_csv.empty()) args.insert(args.end(), {"--metrics-csv", flags.metrics_csv});
+  if (flags.no_progress) args.push_back("--no-progress");
+  std::fflush(stdout);
+  return LaunchLocalRanks(exe, args, flags.nproc);
+}
+
+int RunLocal(const Flags& flags) {
+  TuneAllocator();
+  auto env = ReadDistributedEnv();
+  if (!env.ok()) return Fail(kExitConfigError, env.status());
+  const bool chief = env->rank == 0;
+  // A rank's errors name it; after an error a distributed rank exits at once
+  // (its peers' collectives fail and the launcher stops them).
+  auto fail = [&](int code, const absl::Status& status) {
+    if (!env->distributed()) return Fail(code, status);
+    std::fprintf(stderr, "det-trial: error: rank %d: %s\n", env->rank, std::string(status.message()).c_str());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(code);
+    return code;
+  };
+
+  auto prepared = PrepareLocal(flags);
+  if (auto* e = std::get_if<SetupError>(&prepared)) return fail(e->code, e->status);
+  const LocalSetup& setup = std::get<LocalSetup>(prepared);
+  const ExperimentConfig& config = setup.config;
+  const nlohmann::json& resume_meta = setup.resume_meta;
+  const nlohmann::json& hparams = setup.hparams;
+  const uint64_t seed = setup.seed;
+  if (env->distributed()) {
+    absl::Status st = CheckDivisible(setup.global_batch_size, env->world_size);
+    if (!st.ok()) return fail(kExitConfigError, st);
   }
-  nlohmann::json hparams =
-      resume_meta.contains("hparams") ? resume_meta["hparams"] : FirstHParams(config.hyperparameters, seed);
-  if (!hparams.contains("global_batch_size") || !hparams["global_batch_size"].is_number_integer() ||
-      hparams["global_batch_size"].get<int64_t>() <= 0) {
-    return Fail(kExitConfigError,
-                absl::InvalidArgumentError(absl::StrCat(flags.config_path,
-                                                        ": hyperparameters.global_batch_size must be a positive "
-                                                        "integer, got ",
-                                                        hparams.value("global_batch_size", nlohmann::json()).dump())));
-  }
+
+  auto plugin = LoadTrialLibrary(flags.trial_path);
+  if (!plugin.ok()) return fail(kExitLibraryError, plugin.status());
 
   if (flags.threads > 0) torch::set_num_threads(flags.threads);
   torch::manual_seed(seed);
+
+  std::unique_ptr<Distributed> dist;
+  if (env->distributed()) {
+    auto joined = Distributed::Join(*env);
+    if (!joined.ok()) return fail(kExitTrialError, joined.status());
+    dist = *std::move(joined);
+  }
 
   TrialInfo info;
   info.hparams = hparams;
   info.experiment_config = config.raw;
   info.trial_seed = seed;
-  info.global_batch_size = hparams["global_batch_size"].get<int64_t>();
+  info.global_batch_size = setup.global_batch_size;
+  info.distributed = env->context();
   TrialContext context(info);
+  if (dist) context.set_gradient_reducer(dist->MakeGradientReducer());
 
   std::string checkpoint_dir = flags.checkpoint_dir;
   if (checkpoint_dir.empty() && config.checkpoint_storage) {
@@ -124,36 +251,56 @@ int RunLocal(const Flags& flags) {
 
   InstallStopSignalHandlers();
 
-  std::printf("[det-trial] trial %s from %s, seed %llu, %d torch threads, hparams %s\n", (*plugin)->trial_class,
-              flags.trial_path.c_str(), static_cast<unsigned long long>(seed), torch::get_num_threads(),
-              hparams.dump().c_str());
-  std::fflush(stdout);
+  if (chief) {
+    std::printf("[det-trial] trial %s from %s, seed %llu, %d torch threads%s, hparams %s\n", (*plugin)->trial_class,
+                flags.trial_path.c_str(), static_cast<unsigned long long>(seed), torch::get_num_threads(),
+                env->distributed() ? absl::StrCat(" per rank, ", env->world_size, " ranks").c_str() : "",
+                hparams.dump().c_str());
+    std::fflush(stdout);
+  }
 
   auto handle = TrialHandle::Create(*plugin, &context);
-  if (!handle.ok()) return Fail(kExitTrialError, handle.status());
+  if (!handle.ok()) return fail(kExitTrialError, handle.status());
   // Local reporter after the trial is built, so a failing constructor leaves
-  // no metrics file behind.
-  std::optional<int64_t> keep;
-  if (!flags.resume.empty()) keep = resume_meta.value("batches_trained", int64_t{0});
-  auto reporter = LocalReporter::Open(csv, !flags.no_progress && isatty(STDERR_FILENO), keep, config.searcher.metric,
-                                     config.searcher.smaller_is_better);
-  if (!reporter.ok()) return Fail(kExitTrialError, reporter.status());
+  // no metrics file behind. Only the chief reports.
+  std::unique_ptr<Reporter> reporter_owner;
+  LocalReporter* local_reporter = nullptr;
+  if (chief) {
+    std::optional<int64_t> keep;
+    if (!flags.resume.empty()) keep = resume_meta.value("batches_trained", int64_t{0});
+    auto reporter = LocalReporter::Open(csv, !flags.no_progress && isatty(STDERR_FILENO), keep,
+                                        config.searcher.metric, config.searcher.smaller_is_better);
+    if (!reporter.ok()) return fail(kExitTrialError, reporter.status());
+    local_reporter = reporter->get();
+    reporter_owner = *std::move(reporter);
+  } else {
+    reporter_owner = std::make_unique<NullReporter>();
+  }
   SignalPreemption preemption;
-  auto controller = TrialController::Create(handle->get(), &context, reporter->get(), &preemption, plan);
+  auto controller =
+      TrialController::Create(handle->get(), &context, reporter_owner.get(), &preemption, plan, dist.get());
   if (!controller.ok()) {
-    return Fail(controller.status().code() == absl::StatusCode::kInvalidArgument ? kExitConfigError : kExitTrialError,
+    return fail(controller.status().code() == absl::StatusCode::kInvalidArgument ? kExitConfigError : kExitTrialError,
                 controller.status());
   }
   if (!flags.resume.empty()) {
     absl::Status st = (*controller)->Restore(flags.resume);
-    if (!st.ok()) return Fail(kExitTrialError, st);
-    std::printf("[det-trial] resumed from %s at batch %lld\n", flags.resume.c_str(),
-                static_cast<long long>((*controller)->batches_trained()));
+    if (!st.ok()) return fail(kExitTrialError, st);
+    if (chief) {
+      std::printf("[det-trial] resumed from %s at batch %lld\n", flags.resume.c_str(),
+                  static_cast<long long>((*controller)->batches_trained()));
+    }
   }
   auto outcome = (*controller)->Run();
-  auto best = (*reporter)->best();
-  reporter->reset();
-  if (!outcome.ok()) return Fail(kExitTrialError, outcome.status());
+  std::optional<std::pair<double, int64_t>> best;
+  if (local_reporter != nullptr) best = local_reporter->best();
+  reporter_owner.reset();
+  if (!outcome.ok()) return fail(kExitTrialError, outcome.status());
+  if (dist) {
+    absl::Status st = dist->Finish();
+    if (!st.ok()) return fail(kExitTrialError, st);
+  }
+  if (!chief) return 0;
 
   const TrialController& c = **controller;
   double secs = c.training_seconds();
@@ -162,9 +309,10 @@ int RunLocal(const Flags& flags) {
               static_cast<long long>(c.batches_this_run()), secs);
   const std::string ckpt = c.latest_checkpoint() ? c.latest_checkpoint()->path : "";
   if (*outcome == TrialOutcome::kPaused) {
-    std::printf("[det-trial] paused at batch %lld; checkpoint %s\n[det-trial] resume with: det-trial --local %s %s --resume %s\n",
+    const std::string nproc = env->distributed() ? absl::StrCat(" --nproc ", env->world_size) : "";
+    std::printf("[det-trial] paused at batch %lld; checkpoint %s\n[det-trial] resume with: det-trial --local %s %s%s --resume %s\n",
                 static_cast<long long>(c.batches_trained()), ckpt.c_str(), flags.config_path.c_str(),
-                flags.trial_path.c_str(), ckpt.c_str());
+                flags.trial_path.c_str(), nproc.c_str(), ckpt.c_str());
   } else {
     std::printf("[det-trial] completed %lld batches; checkpoint %s\n", static_cast<long long>(c.batches_trained()),
                 ckpt.c_str());
@@ -198,7 +346,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--checkpoint-dir", flags.checkpoint_dir, "Checkpoint directory (overrides checkpoint_storage)");
   app.add_option("--metrics-csv", flags.metrics_csv, "Metrics history file (default OUTPUT_DIR/metrics.csv)");
-  app.add_option("--threads", flags.threads, "LibTorch intra-op threads (default: LibTorch's)");
+  app.add_option("--threads", flags.threads,
+                 "LibTorch intra-op threads (per rank; default: LibTorch's, or cores / N with --nproc N)");
+  app.add_option("--nproc", flags.nproc,
+                 "Local mode: run the trial as N ranks on this machine (distributed training, like torchrun)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--seed", flags.seed, "Trial seed (default: the checkpoint's, else reproducibility.experiment_seed, "
+                                       "else random)");
   app.add_flag("--no-progress", flags.no_progress, "No progress bar");
   try {
     app.parse(argc, argv);
@@ -226,5 +380,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "det-trial: error: give --local (no master) or --managed (started by det-agent)\n");
     return det::runtime::kExitConfigError;
   }
+  if (flags.nproc > 1) return det::runtime::RunLauncher(flags);
   return det::runtime::RunLocal(flags);
 }

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -36,14 +37,35 @@ absl::Status FromGrpc(const grpc::Status& s, const char* what) {
                       absl::StrCat(what, ": ", s.error_message()));
 }
 
-// Calls the master's TrialService with the allocation token, a deadline, and
-// retries while the master is unreachable (it may be restarting).
+// Reconnects within a second of a restarted master coming back (gRPC's
+// default reconnect backoff grows to two minutes).
+std::shared_ptr<grpc::Channel> MasterChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// How long calls keep retrying an unreachable master (it may be restarting)
+// before the run gives up with kExitMasterUnreachable:
+// DET_MASTER_RETRY_TIMEOUT_S, default 10 minutes.
+std::chrono::milliseconds MasterRetryTimeout() {
+  const char* v = std::getenv("DET_MASTER_RETRY_TIMEOUT_S");
+  double s = v != nullptr ? std::atof(v) : 0;
+  return std::chrono::milliseconds(static_cast<int64_t>((s > 0 ? s : 600) * 1000));
+}
+
+// Calls the master's TrialService with the allocation token and a deadline,
+// retrying while the master is unreachable. Every call is safe to repeat:
+// the master ignores a report it already stored.
 class MasterClient {
  public:
   MasterClient(const std::string& address, std::string allocation_id, std::string token)
-      : stub_(tv1::TrialService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+      : stub_(tv1::TrialService::NewStub(MasterChannel(address))),
         allocation_id_(std::move(allocation_id)),
-        token_(std::move(token)) {}
+        token_(std::move(token)),
+        retry_timeout_(MasterRetryTimeout()) {}
 
   const std::string& allocation_id() const { return allocation_id_; }
 
@@ -52,16 +74,34 @@ class MasterClient {
                     std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
     req.set_allocation_id(allocation_id_);
     auto backoff = std::chrono::milliseconds(100);
-    for (int attempt = 0;; ++attempt) {
+    const auto give_up = Clock::now() + retry_timeout_;
+    for (bool reported = false;;) {
       grpc::ClientContext ctx;
       ctx.AddMetadata("x-det-allocation-token", token_);
       ctx.set_deadline(std::chrono::system_clock::now() + deadline);
       grpc::Status s = ((*stub_).*method)(&ctx, req, resp);
-      if (s.ok() || s.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= 20) return FromGrpc(s, what);
+      Note(s.error_code());
+      if (s.ok()) return absl::OkStatus();
+      if (s.error_code() != grpc::StatusCode::UNAVAILABLE || Clock::now() >= give_up) return FromGrpc(s, what);
+      if (!reported) {
+        std::fprintf(stderr, "[det-trial] master unreachable (%s); retrying %s\n", s.error_message().c_str(), what);
+        reported = true;
+      }
       std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }
   }
+
+  // Records what a call's outcome says about the allocation: the master is
+  // unreachable (until a call gets through again), or it no longer knows the
+  // allocation (it gave up on it: for good).
+  void Note(grpc::StatusCode code) {
+    unreachable_ = code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (code == grpc::StatusCode::NOT_FOUND || code == grpc::StatusCode::PERMISSION_DENIED) revoked_ = true;
+  }
+  // Whether the run lost its master or its allocation (not the trial's fault).
+  bool lost() const { return unreachable_.load() || revoked_.load(); }
+  bool revoked() const { return revoked_.load(); }
 
   tv1::TrialService::Stub* stub() { return stub_.get(); }
   const std::string& token() const { return token_; }
@@ -70,6 +110,9 @@ class MasterClient {
   std::unique_ptr<tv1::TrialService::Stub> stub_;
   std::string allocation_id_;
   std::string token_;
+  std::chrono::milliseconds retry_timeout_;
+  std::atomic<bool> unreachable_{false};
+  std::atomic<bool> revoked_{false};
 };
 
 tv1::MetricsRow Row(int64_t total_batches, double epochs, const MetricsMap& metrics, int64_t gbs) {
@@ -138,9 +181,14 @@ class MasterReporter final : public Reporter {
 };
 
 // Preempts on SIGTERM or when the master says so (long-polled in a thread).
+// Exits the process at once when the agent that started it is gone (nobody
+// would report its end) or the master no longer knows its allocation
+// (nothing it reports would be accepted); the master resumes the trial
+// elsewhere from its latest checkpoint.
 class MasterPreemption final : public PreemptionSource {
  public:
-  explicit MasterPreemption(MasterClient* client) : client_(client), thread_([this] { Poll(); }) {}
+  explicit MasterPreemption(MasterClient* client)
+      : client_(client), parent_(getppid()), thread_([this] { Poll(); }) {}
   ~MasterPreemption() override {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -170,6 +218,9 @@ class MasterPreemption final : public PreemptionSource {
         preempt_ = true;
         return;
       }
+      client_->Note(s.error_code());
+      if (client_->revoked()) Abandon("the master no longer knows allocation " + client_->allocation_id());
+      if (getppid() != parent_) Abandon("the agent that started this process is gone");
       std::unique_lock<std::mutex> l(mu_);
       // After an error wait a little before asking again; a successful long
       // poll already waited on the master.
@@ -177,7 +228,15 @@ class MasterPreemption final : public PreemptionSource {
                    [&] { return stop_; });
     }
   }
+  [[noreturn]] static void Abandon(const std::string& why) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "det-trial: %s; exiting\n", why.c_str());
+    std::fflush(stderr);
+    std::_Exit(kExitMasterUnreachable);
+  }
+
   MasterClient* client_;
+  const pid_t parent_;
   std::atomic<bool> preempt_{false};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -185,11 +244,16 @@ class MasterPreemption final : public PreemptionSource {
   std::thread thread_;
 };
 
+// Ends the run on an error. A config or library error (codes 2 and 3) fails
+// the same way every time: the master does not retry those. A run that lost
+// its master or allocation exits kExitMasterUnreachable, which the master
+// does not count as a restart.
 int Fail(int code, MasterClient* client, const absl::Status& status, bool deterministic) {
   std::fprintf(stderr, "det-trial: error: %s\n", std::string(status.message()).c_str());
+  if (client != nullptr && client->lost() && !deterministic) return kExitMasterUnreachable;
   if (client != nullptr) {
     tv1::ReportEarlyExitRequest req;
-    req.set_reason(deterministic ? tv1::EARLY_EXIT_REASON_INVALID_HP : tv1::EARLY_EXIT_REASON_ERRORED);
+    req.set_reason(tv1::EARLY_EXIT_REASON_ERRORED);
     req.set_message(std::string(status.message()));
     tv1::ReportEarlyExitResponse resp;
     (void)client->Call("ReportEarlyExit", &tv1::TrialService::Stub::ReportEarlyExit, req, &resp,
@@ -216,7 +280,7 @@ int RunManaged(const std::string& trial_path, int threads) {
   ctx_req.set_rank(rank);
   tv1::GetTrialContextResponse tc;
   absl::Status st = client.Call("GetTrialContext", &tv1::TrialService::Stub::GetTrialContext, ctx_req, &tc);
-  if (!st.ok()) return Fail(kExitTrialError, nullptr, st, false);
+  if (!st.ok()) return Fail(client.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
 
   auto config = ParseExperimentConfig(tc.config_yaml(), "experiment config");
   if (!config.ok()) return Fail(kExitConfigError, &client, config.status(), true);
@@ -275,7 +339,7 @@ int RunManaged(const std::string& trial_path, int threads) {
     tv1::GetNextOperationResponse resp;
     st = client.Call("GetNextOperation", &tv1::TrialService::Stub::GetNextOperation, req, &resp,
                      std::chrono::seconds(30));
-    if (!st.ok()) return Fail(kExitTrialError, nullptr, st, false);
+    if (!st.ok()) return Fail(client.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
     const tv1::Operation& op = resp.operation();
     switch (op.kind()) {
       case tv1::OPERATION_KIND_TRAIN: {
@@ -307,7 +371,7 @@ int RunManaged(const std::string& trial_path, int threads) {
         tv1::CompleteSearcherOperationResponse done_resp;
         st = client.Call("CompleteSearcherOperation", &tv1::TrialService::Stub::CompleteSearcherOperation, done,
                          &done_resp);
-        if (!st.ok()) return Fail(kExitTrialError, nullptr, st, false);
+        if (!st.ok()) return Fail(client.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
         completed_op = op.op_id();
         break;
       }

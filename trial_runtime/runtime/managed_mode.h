@@ -6,12 +6,22 @@
 
 namespace det::runtime {
 
+// Exit code of a managed run that lost its master (unreachable for longer
+// than DET_MASTER_RETRY_TIMEOUT_S, default 600 s), its allocation (the master
+// gave up on it) or the agent that started it. Not the trial's fault: the
+// master resumes the trial from its latest checkpoint without counting a
+// restart. (1: the trial failed; 2: bad config; 3: unusable trial.so.)
+inline constexpr int kExitMasterUnreachable = 4;
+
 // Reads DET_MASTER, DET_ALLOCATION_ID, DET_ALLOCATION_TOKEN and DET_RANK from
 // the environment, fetches the trial's context from the master's
 // TrialService, restores its latest checkpoint, then performs the operations
 // the master hands out (train to N batches, validate, checkpoint, exit),
 // reporting metrics and checkpoints. SIGTERM or the master's preemption make
-// it checkpoint and exit 0. Returns the process exit code.
+// it checkpoint and exit 0. A master outage is ridden out: calls are retried
+// (and are idempotent on the master) until it is back. Returns the process
+// exit code; a config or library error reports ReportEarlyExit(ERRORED) and
+// exits 2 or 3, which the master does not retry.
 int RunManaged(const std::string& trial_path, int threads);
 
 }  // namespace det::runtime

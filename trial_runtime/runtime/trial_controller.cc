@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "trial_runtime/runtime/distributed.h"
 
 namespace det::runtime {
 namespace {
@@ -42,20 +43,93 @@ absl::StatusOr<std::optional<Batch>> NextBatch(BatchStream& stream, const char* 
   }
 }
 
+std::string Pack(const nlohmann::json& j) {
+  std::vector<uint8_t> v = nlohmann::json::to_msgpack(j);
+  return std::string(v.begin(), v.end());
+}
+
+absl::StatusOr<nlohmann::json> Unpack(const std::string& bytes, const char* what) {
+  nlohmann::json j = nlohmann::json::from_msgpack(bytes, /*strict=*/true, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InternalError(absl::StrCat("malformed ", what, " from another rank"));
+  return j;
+}
+
+using ValueLists = std::map<std::string, std::vector<double>>;
+
+absl::StatusOr<ValueLists> ToValueLists(const nlohmann::json& j, const char* what) {
+  try {
+    return j.get<ValueLists>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InternalError(absl::StrCat("malformed ", what, " from another rank: ", e.what()));
+  }
+}
+
+// The per-batch mean over ranks of every rank's training metrics (index =
+// rank); the ranks must report the same metrics for the same batches.
+absl::StatusOr<ValueLists> MeanOverRanks(std::vector<ValueLists> per_rank) {
+  ValueLists sum = std::move(per_rank.at(0));
+  for (size_t r = 1; r < per_rank.size(); ++r) {
+    if (per_rank[r].size() != sum.size()) {
+      return absl::InternalError(absl::StrCat("ranks 0 and ", r, " report different training metrics: the trial ",
+                                              "must return the same metrics on every rank"));
+    }
+    for (const auto& [name, values] : per_rank[r]) {
+      auto it = sum.find(name);
+      if (it == sum.end() || it->second.size() != values.size()) {
+        return absl::InternalError(absl::StrCat("ranks 0 and ", r, " disagree on training metric '", name,
+                                                "': the trial must return the same metrics on every rank"));
+      }
+      for (size_t i = 0; i < values.size(); ++i) it->second[i] += values[i];
+    }
+  }
+  const double n = static_cast<double>(per_rank.size());
+  for (auto& [name, values] : sum) {
+    for (double& v : values) v /= n;
+  }
+  return sum;
+}
+
 }  // namespace
+
+bool TrialController::distributed() const { return dist_ != nullptr && dist_->size() > 1; }
+
+bool TrialController::reports() const { return !distributed() || dist_->is_chief(); }
+
+absl::StatusOr<bool> TrialController::ShouldStop() {
+  bool local = preemption_->ShouldPreempt();
+  if (!distributed()) return local;
+  return dist_->AnyTrue(local);
+}
+
+absl::Status TrialController::AverageMetricsAcrossRanks() {
+  DET_ASSIGN_OR_RETURN(std::vector<std::string> all, dist_->AllGather(Pack(pending_)));
+  std::vector<ValueLists> per_rank;
+  for (const std::string& bytes : all) {
+    DET_ASSIGN_OR_RETURN(nlohmann::json j, Unpack(bytes, "training metrics"));
+    DET_ASSIGN_OR_RETURN(ValueLists lists, ToValueLists(j, "training metrics"));
+    per_rank.push_back(std::move(lists));
+  }
+  DET_ASSIGN_OR_RETURN(pending_, MeanOverRanks(std::move(per_rank)));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<TrialController>> TrialController::Create(TrialHandle* handle, TrialContext* context,
                                                                          Reporter* reporter,
                                                                          PreemptionSource* preemption,
-                                                                         TrainingPlan plan) {
-  std::unique_ptr<TrialController> c(new TrialController(handle, context, reporter, preemption, std::move(plan)));
+                                                                         TrainingPlan plan, Distributed* dist) {
+  if (dist != nullptr && (dist->size() != context->distributed().size() ||
+                          dist->rank() != context->distributed().rank())) {
+    return absl::InternalError("the trial context's rank and size differ from the process group's");
+  }
+  std::unique_ptr<TrialController> c(
+      new TrialController(handle, context, reporter, preemption, std::move(plan), dist));
   DET_ASSIGN_OR_RETURN(c->train_loader_, handle->BuildTrainingDataLoader());
   DET_ASSIGN_OR_RETURN(c->validation_loader_, handle->BuildValidationDataLoader());
   DET_ASSIGN_OR_RETURN(c->callbacks_, handle->BuildCallbacks());
-  const auto& dist = context->distributed();
+  const auto& ranks = context->distributed();
   try {
-    c->train_loader_->Configure(dist.rank(), dist.size(), context->get_trial_seed());
-    c->validation_loader_->Configure(dist.rank(), dist.size(), context->get_trial_seed());
+    c->train_loader_->Configure(ranks.rank(), ranks.size(), context->get_trial_seed());
+    c->validation_loader_->Configure(ranks.rank(), ranks.size(), context->get_trial_seed());
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(e.what());
   }
@@ -122,10 +196,12 @@ absl::Status TrialController::Restore(const std::string& checkpoint_dir) {
 
 absl::Status TrialController::ReportTraining() {
   if (pending_batches_ == 0) return absl::OkStatus();
+  if (distributed()) DET_RETURN_IF_ERROR(AverageMetricsAcrossRanks());
   MetricsMap avg;
   for (const auto& [name, values] : pending_) avg[name] = Reduce(Reducer::kAvg, values);
   pending_.clear();
   pending_batches_ = 0;
+  if (!reports()) return absl::OkStatus();
   return reporter_->ReportTrainingMetrics(batches_trained_, epochs(), avg);
 }
 
@@ -177,10 +253,17 @@ absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
       status = ReportTraining();
       if (!status.ok()) break;
     }
-    reporter_->ReportProgress(batches_trained_, max_batches_);
-    if (batches_trained_ < target && preemption_->ShouldPreempt()) {
-      *preempted = true;
-      break;
+    if (reports()) reporter_->ReportProgress(batches_trained_, max_batches_);
+    if (batches_trained_ < target) {
+      auto stop = ShouldStop();
+      if (!stop.ok()) {
+        status = stop.status();
+        break;
+      }
+      if (*stop) {
+        *preempted = true;
+        break;
+      }
     }
   }
   training_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
@@ -193,11 +276,16 @@ absl::StatusOr<MetricsMap> TrialController::Validate() {
   MetricsMap result;
   {
     torch::NoGradGuard no_grad;
-    DET_ASSIGN_OR_RETURN(std::optional<MetricsMap> full, handle_->EvaluateFullDataset(*validation_loader_));
+    std::optional<MetricsMap> full;
+    if (!distributed()) {
+      DET_ASSIGN_OR_RETURN(full, handle_->EvaluateFullDataset(*validation_loader_));
+    } else if (full_dataset_.value_or(true)) {
+      DET_ASSIGN_OR_RETURN(full, EvaluateFullDatasetOnChief());
+    }
     if (full) {
       result = std::move(*full);
     } else {
-      std::map<std::string, std::vector<double>> values;
+      ValueLists values;
       const torch::Device device = context_->device();
       auto stream = validation_loader_->Stream(0, validation_loader_->batches_per_epoch());
       for (int64_t idx = 0;; ++idx) {
@@ -206,6 +294,17 @@ absl::StatusOr<MetricsMap> TrialController::Validate() {
         Batch batch = device.is_cpu() ? std::move(*next) : next->to(device);
         DET_ASSIGN_OR_RETURN(MetricsMap m, handle_->EvaluateBatch(batch, idx));
         for (const auto& [name, v] : m) values[name].push_back(v);
+      }
+      if (distributed()) {
+        // Every rank's batch values, in rank order: reducing them all at once
+        // weighs each rank by its number of batches, as one rank would.
+        DET_ASSIGN_OR_RETURN(std::vector<std::string> all, dist_->AllGather(Pack(values)));
+        values.clear();
+        for (const std::string& bytes : all) {
+          DET_ASSIGN_OR_RETURN(nlohmann::json j, Unpack(bytes, "validation metrics"));
+          DET_ASSIGN_OR_RETURN(ValueLists lists, ToValueLists(j, "validation metrics"));
+          for (auto& [name, v] : lists) values[name].insert(values[name].end(), v.begin(), v.end());
+        }
       }
       for (const auto& [name, v] : values) {
         auto it = reducers_.find(name);
@@ -226,13 +325,86 @@ absl::StatusOr<MetricsMap> TrialController::Validate() {
                                                    names.empty() ? "nothing" : absl::StrJoin(names, ", ")));
   }
   last_validation_batch_ = batches_trained_;
-  DET_RETURN_IF_ERROR(reporter_->ReportValidationMetrics(batches_trained_, epochs(), result));
+  if (reports()) DET_RETURN_IF_ERROR(reporter_->ReportValidationMetrics(batches_trained_, epochs(), result));
   DET_RETURN_IF_ERROR(
       ForEachCallback(callbacks_, "on_validation_end", [&](Callback& cb) { cb.on_validation_end(result); }));
   return result;
 }
 
+absl::StatusOr<std::optional<MetricsMap>> TrialController::EvaluateFullDatasetOnChief() {
+  std::optional<MetricsMap> full;
+  if (dist_->is_chief()) {
+    DataLoader whole = *validation_loader_;
+    whole.Configure(0, 1, context_->get_trial_seed());
+    // An error ends the chief, which ends the others' wait.
+    DET_ASSIGN_OR_RETURN(full, handle_->EvaluateFullDataset(whole));
+    nlohmann::json msg = {{"full", full.has_value()}, {"metrics", full ? nlohmann::json(*full) : nlohmann::json()}};
+    DET_RETURN_IF_ERROR(dist_->Publish(Pack(msg)));
+  } else {
+    DET_ASSIGN_OR_RETURN(std::string bytes, dist_->Receive());
+    DET_ASSIGN_OR_RETURN(nlohmann::json msg, Unpack(bytes, "full-dataset validation result"));
+    try {
+      if (msg.at("full").get<bool>()) full = msg.at("metrics").get<MetricsMap>();
+    } catch (const nlohmann::json::exception& e) {
+      return absl::InternalError(absl::StrCat("malformed full-dataset validation result from the chief: ", e.what()));
+    }
+  }
+  full_dataset_ = full.has_value();
+  return full;
+}
+
+absl::StatusOr<SavedCheckpoint> TrialController::SaveOnChief(const nlohmann::json& meta,
+                                                            const std::vector<RngState>& rank_rng) {
+  if (!distributed() || dist_->is_chief()) {
+    auto saved = SaveCheckpoint(plan_.checkpoint_dir, *context_, callbacks_, meta, rank_rng);
+    if (distributed()) {
+      nlohmann::json msg = saved.ok() ? nlohmann::json{{"ok", true},
+                                                       {"uuid", saved->uuid},
+                                                       {"path", saved->path},
+                                                       {"resources", saved->resources}}
+                                      : nlohmann::json{{"ok", false}, {"error", std::string(saved.status().message())}};
+      DET_RETURN_IF_ERROR(dist_->Publish(Pack(msg)));
+    }
+    return saved;
+  }
+  DET_ASSIGN_OR_RETURN(std::string bytes, dist_->Receive());
+  DET_ASSIGN_OR_RETURN(nlohmann::json msg, Unpack(bytes, "checkpoint result"));
+  try {
+    if (!msg.at("ok").get<bool>()) {
+      return absl::InternalError(
+          absl::StrCat("the chief failed to write the checkpoint: ", msg.at("error").get<std::string>()));
+    }
+    SavedCheckpoint ck;
+    ck.uuid = msg.at("uuid").get<std::string>();
+    ck.path = msg.at("path").get<std::string>();
+    ck.resources = msg.at("resources").get<std::map<std::string, int64_t>>();
+    return ck;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InternalError(absl::StrCat("malformed checkpoint result from the chief: ", e.what()));
+  }
+}
+
 absl::StatusOr<SavedCheckpoint> TrialController::Checkpoint() {
+  std::vector<RngState> rank_rng;
+  if (distributed()) {
+    // One exchange: the training metrics not yet reported (averaged over the
+    // ranks, so the checkpoint holds what every rank will report) and every
+    // rank's random state (the chief saves them all).
+    nlohmann::json mine = {{"pending", pending_}, {"rng", RngStateToJson(CaptureRngState(*context_))}};
+    DET_ASSIGN_OR_RETURN(std::vector<std::string> all, dist_->AllGather(Pack(mine)));
+    std::vector<ValueLists> per_rank;
+    for (const std::string& bytes : all) {
+      DET_ASSIGN_OR_RETURN(nlohmann::json j, Unpack(bytes, "checkpoint state"));
+      if (!j.is_object() || !j.contains("pending") || !j.contains("rng")) {
+        return absl::InternalError("malformed checkpoint state from another rank");
+      }
+      DET_ASSIGN_OR_RETURN(RngState st, RngStateFromJson(j["rng"]));
+      rank_rng.push_back(std::move(st));
+      DET_ASSIGN_OR_RETURN(ValueLists lists, ToValueLists(j["pending"], "training metrics"));
+      per_rank.push_back(std::move(lists));
+    }
+    DET_ASSIGN_OR_RETURN(pending_, MeanOverRanks(std::move(per_rank)));
+  }
   int64_t previous = last_checkpoint_batch_;
   last_checkpoint_batch_ = batches_trained_;
   nlohmann::json meta = plan_.checkpoint_metadata;
@@ -240,13 +412,13 @@ absl::StatusOr<SavedCheckpoint> TrialController::Checkpoint() {
   meta["epochs_trained"] = epochs();
   meta["data_position"] = {{"training_batches", batches_trained_}};
   meta["runtime_state"] = RuntimeState();
-  auto saved = SaveCheckpoint(plan_.checkpoint_dir, *context_, callbacks_, meta);
+  auto saved = SaveOnChief(meta, rank_rng);
   if (!saved.ok()) {
     last_checkpoint_batch_ = previous;
     return saved.status();
   }
   latest_checkpoint_ = *saved;
-  DET_RETURN_IF_ERROR(reporter_->ReportCheckpoint(*saved, batches_trained_));
+  if (reports()) DET_RETURN_IF_ERROR(reporter_->ReportCheckpoint(*saved, batches_trained_));
   return *saved;
 }
 

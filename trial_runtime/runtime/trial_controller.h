@@ -20,7 +20,10 @@
 
 namespace det::runtime {
 
-// Where a trial's results go. Calls come from the training thread only.
+class Distributed;
+
+// Where a trial's results go. Calls come from the training thread only, and
+// in a distributed trial from the chief (rank 0) only.
 class Reporter {
  public:
   virtual ~Reporter() = default;
@@ -52,13 +55,24 @@ struct TrainingPlan {
 
 enum class TrialOutcome { kCompleted, kPaused };
 
+// In a distributed trial (`dist` given, size > 1) every rank runs its own
+// controller through the same sequence of calls, and the controller keeps
+// the ranks in step: each rank trains on its shard of every global batch;
+// training metrics are averaged over ranks and batches; validation metrics
+// are reduced over all ranks' batches with the trial's evaluation_reducer
+// (evaluate_full_dataset runs on the chief alone, over the whole validation
+// set); every rank stops at the same batch when any rank's preemption source
+// fires; only the chief reports and writes checkpoints (holding every rank's
+// random state), the others learn the result. A rank whose peer failed gets
+// an Unavailable error from the next collective call.
 class TrialController {
  public:
   // Builds the data loaders and callbacks and converts the plan's lengths to
-  // batches. Requires handle/context/reporter/preemption to outlive it.
+  // batches. Requires handle/context/reporter/preemption (and dist, when
+  // given) to outlive it; context's distributed() must match dist.
   static absl::StatusOr<std::unique_ptr<TrialController>> Create(TrialHandle* handle, TrialContext* context,
                                                                  Reporter* reporter, PreemptionSource* preemption,
-                                                                 TrainingPlan plan);
+                                                                 TrainingPlan plan, Distributed* dist = nullptr);
 
   // Restores state from a checkpoint directory; call before Run().
   absl::Status Restore(const std::string& checkpoint_dir);
@@ -86,17 +100,37 @@ class TrialController {
 
  private:
   TrialController(TrialHandle* handle, TrialContext* context, Reporter* reporter, PreemptionSource* preemption,
-                  TrainingPlan plan)
-      : handle_(handle), context_(context), reporter_(reporter), preemption_(preemption), plan_(std::move(plan)) {}
+                  TrainingPlan plan, Distributed* dist)
+      : handle_(handle),
+        context_(context),
+        reporter_(reporter),
+        preemption_(preemption),
+        plan_(std::move(plan)),
+        dist_(dist) {}
   absl::Status ReportTraining();
   double epochs() const;
   nlohmann::json RuntimeState() const;
+  bool distributed() const;
+  // Whether this rank reports (1 rank, or the chief).
+  bool reports() const;
+  // Whether any rank's preemption source fires (a collective when distributed).
+  absl::StatusOr<bool> ShouldStop();
+  // Replaces pending_ by its per-batch mean over the ranks (collective).
+  absl::Status AverageMetricsAcrossRanks();
+  // The chief runs evaluate_full_dataset over the whole validation set and
+  // hands the result (or "not overridden") to the others.
+  absl::StatusOr<std::optional<MetricsMap>> EvaluateFullDatasetOnChief();
+  absl::StatusOr<SavedCheckpoint> SaveOnChief(const nlohmann::json& meta, const std::vector<RngState>& rank_rng);
 
   TrialHandle* handle_;
   TrialContext* context_;
   Reporter* reporter_;
   PreemptionSource* preemption_;
   TrainingPlan plan_;
+  Distributed* dist_;  // null: one rank
+  // Whether the trial overrides evaluate_full_dataset (known after the first
+  // validation; only asked of the chief in a distributed trial).
+  std::optional<bool> full_dataset_;
   std::unique_ptr<DataLoader> train_loader_;
   std::unique_ptr<DataLoader> validation_loader_;
   std::unique_ptr<BatchStream> train_stream_;

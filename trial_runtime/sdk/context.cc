@@ -42,8 +42,10 @@ void TrialContext::register_model(std::shared_ptr<torch::nn::Module> model) {
   if (!model) throw std::invalid_argument("wrap_model: model is null");
   model->to(info_.device);
   if (reducer_) {
-    auto params = model->parameters();
-    reducer_->BroadcastParameters(params);
+    // Every rank starts from the chief's initial weights and buffers.
+    auto tensors = model->parameters();
+    for (const auto& b : model->buffers()) tensors.push_back(b);
+    reducer_->BroadcastParameters(tensors);
   }
   models_.push_back(std::move(model));
 }

@@ -58,11 +58,15 @@ class DistributedContext {
 };
 
 // Hook the distributed runtime installs to all-reduce gradients after
-// backward(); absent in a 1-rank trial.
+// backward(); absent in a 1-rank trial. Both calls are collective (every rank
+// makes them in the same order) and throw std::runtime_error when a peer
+// failed or timed out.
 class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
+  // Replaces the parameters' gradients by their mean over the ranks.
   virtual void ReduceGradients(const std::vector<torch::Tensor>& params) = 0;
+  // Overwrites the tensors (parameters and buffers) with rank 0's values.
   virtual void BroadcastParameters(const std::vector<torch::Tensor>& params) = 0;
 };
 
@@ -101,7 +105,9 @@ class TrialContext {
   const nlohmann::json& hparams() const { return info_.hparams; }
 
   // Registers a model for checkpointing (and gradient all-reduce), moves it
-  // to device() and returns it. Call once per model, in a stable order.
+  // to device() and returns it. Call once per model, in a stable order. In a
+  // distributed trial every rank then holds rank 0's initial parameters and
+  // buffers.
   template <typename ModuleHolder>
   ModuleHolder wrap_model(ModuleHolder model) {
     register_model(model.ptr());
@@ -126,13 +132,17 @@ class TrialContext {
     return scheduler;
   }
 
-  // loss.backward(), then (distributed) all-reduce of the wrapped models'
-  // gradients.
+  // loss.backward(), then (distributed) the wrapped models' gradients are
+  // averaged over the ranks (bucketed all-reduce), so every rank steps with
+  // the gradient of the whole global batch.
   void backward(const torch::Tensor& loss);
-  // Optional clipping, optimizer.step(), then zero_grad (unless disabled).
+  // Optional clipping (of the averaged gradients), optimizer.step(), then
+  // zero_grad (unless disabled).
   void step_optimizer(torch::optim::Optimizer& optimizer,
                       const StepOptimizerOptions& options = StepOptimizerOptions());
 
+  // global_batch_size / distributed().size(); throws std::invalid_argument
+  // when it does not divide.
   int64_t get_per_slot_batch_size() const;
   int64_t get_global_batch_size() const { return info_.global_batch_size; }
   const DistributedContext& distributed() const { return info_.distributed; }

@@ -1,0 +1,309 @@
+// bench/search_efficiency: adaptive ASHA next to random search on the
+// Fashion-MNIST example with the same budget (hyperparameter space,
+// max_trials, max_length, concurrency), through a real det-master and two
+// det-agents on loopback. Prints, for each, the best validation accuracy and
+// the total batches trained (over all trials, in the order things happened)
+// until the experiment first reached the best accuracy random search finds;
+// the ratio ASHA / random is the figure of merit (goal: at most 1/3).
+//
+//   search_efficiency [--max-trials 16] [--max-length 256] [--train-limit 16384]
+//                     [--validation-limit 2000] [--tolerance 0.005]
+//
+// The defaults are a reduced budget that runs in a few minutes on two cores;
+// --max-length 937 --train-limit 0 --validation-limit 0 is the full example.
+// The simulated 1000-trial / 64-slot run is bench/search_sim.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/experiment_config.h"
+#include "det/api/v1/api.grpc.pb.h"
+#include "master/search/preview.h"
+#include "tests/test_util.h"
+
+namespace {
+using det::testing::PollUntil;
+using det::testing::ReadFile;
+using det::testing::Subprocess;
+using det::testing::TempDir;
+using det::testing::WriteFile;
+namespace v1 = det::api::v1;
+
+const std::string kBin = DET_BIN_DIR;
+const std::string kTrial = std::string(DET_TRIALS_DIR) + "/fashion_mnist_trial.so";
+
+struct Options {
+  int max_trials = 16;
+  int asha_trials = 0;  // 0: as many as fit in random search's batch budget
+  int max_length = 256;
+  int train_limit = 16384;
+  int validation_limit = 2000;
+  double tolerance = 0.005;
+};
+
+std::string Config(const Options& o, const std::string& searcher, const std::string& checkpoints,
+                   int max_trials) {
+  std::string s = absl::StrCat(R"(name: search-efficiency-)", searcher, R"(
+hyperparameters:
+  global_batch_size: 64
+  learning_rate:
+    type: log
+    minval: -4.0
+    maxval: -1.5
+    base: 10
+  n_filters1:
+    type: int
+    minval: 4
+    maxval: 32
+  n_filters2:
+    type: int
+    minval: 8
+    maxval: 64
+  hidden_size:
+    type: categorical
+    vals: [32, 64, 128, 256]
+  dropout:
+    type: double
+    minval: 0.0
+    maxval: 0.5
+searcher:
+  name: )", searcher, R"(
+  metric: accuracy
+  smaller_is_better: false
+  max_length:
+    batches: )", o.max_length, R"(
+  max_trials: )", max_trials, R"(
+  max_concurrent_trials: 2
+)");
+  if (searcher == "adaptive_asha") s += "  mode: standard\n  divisor: 4\n  max_rungs: 5\n";
+  absl::StrAppend(&s, R"(records_per_epoch: 60000
+scheduling_unit: 16
+reproducibility:
+  experiment_seed: 1234
+checkpoint_storage:
+  type: shared_fs
+  host_path: )", checkpoints, R"(
+data:
+  source_dir: /usr/share/datasets/fashion-mnist
+  train_limit: )", o.train_limit, R"(
+  validation_limit: )", o.validation_limit, R"(
+  workers: 0
+)");
+  return s;
+}
+
+int64_t Ms(const google::protobuf::Timestamp& t) { return t.seconds() * 1000 + t.nanos() / 1000000; }
+
+struct Outcome {
+  double best = 0;
+  int64_t total_batches = 0;
+  double seconds = 0;
+  // (time, cumulative batches trained by then, accuracy) per validation.
+  struct Point {
+    int64_t time_ms;
+    int64_t batches;
+    double accuracy;
+  };
+  std::vector<Point> points;
+  // Batches trained until accuracy >= target; -1 if never.
+  int64_t BatchesToReach(double target) const {
+    for (const auto& p : points) {
+      if (p.accuracy >= target) return p.batches;
+    }
+    return -1;
+  }
+};
+
+Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
+  std::ifstream so(kTrial, std::ios::binary);
+  std::stringstream bytes;
+  bytes << so.rdbuf();
+  v1::CreateExperimentRequest create;
+  create.set_config_yaml(ReadFile(config_path));
+  create.set_trial_so(bytes.str());
+  create.set_activate(true);
+  v1::CreateExperimentResponse created;
+  {
+    grpc::ClientContext ctx;
+    auto s = api.CreateExperiment(&ctx, create, &created);
+    if (!s.ok()) {
+      std::fprintf(stderr, "CreateExperiment: %s\n", s.error_message().c_str());
+      std::exit(1);
+    }
+  }
+  const int32_t id = created.experiment().id();
+  auto t0 = std::chrono::steady_clock::now();
+  bool done = PollUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        v1::GetExperimentRequest r;
+        r.set_experiment_id(id);
+        v1::GetExperimentResponse e;
+        if (!api.GetExperiment(&ctx, r, &e).ok()) return false;
+        auto st = e.experiment().state();
+        return st == v1::STATE_COMPLETED || st == v1::STATE_ERROR || st == v1::STATE_CANCELED;
+      },
+      std::chrono::hours(2));
+  if (!done) {
+    std::fprintf(stderr, "experiment %d did not finish\n", id);
+    std::exit(1);
+  }
+  Outcome out;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  grpc::ClientContext ctx;
+  v1::GetExperimentTrialsRequest tr;
+  tr.set_experiment_id(id);
+  tr.set_limit(1000);
+  v1::GetExperimentTrialsResponse trials;
+  if (!api.GetExperimentTrials(&ctx, tr, &trials).ok()) std::exit(1);
+  // Events: a training report moves its trial's batch count; a validation
+  // is a point on the (batches trained so far, accuracy) curve.
+  struct Event {
+    int64_t time_ms;
+    int32_t trial;
+    int64_t batches;
+    bool validation;
+    double accuracy;
+  };
+  std::vector<Event> events;
+  for (const auto& t : trials.trials()) {
+    grpc::ClientContext mctx;
+    v1::GetTrialMetricsRequest mr;
+    mr.set_trial_id(t.id());
+    v1::GetTrialMetricsResponse metrics;
+    if (!api.GetTrialMetrics(&mctx, mr, &metrics).ok()) std::exit(1);
+    for (const auto& m : metrics.metrics()) {
+      bool val = m.group() == "validation";
+      auto it = m.metrics().find("accuracy");
+      events.push_back({Ms(m.end_time()), t.id(), m.total_batches(), val,
+                        val && it != m.metrics().end() ? it->second : 0.0});
+    }
+  }
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.time_ms < b.time_ms; });
+  std::map<int32_t, int64_t> trained;
+  int64_t sum = 0;
+  for (const auto& e : events) {
+    int64_t& b = trained[e.trial];
+    if (e.batches > b) {
+      sum += e.batches - b;
+      b = e.batches;
+    }
+    if (e.validation) {
+      out.points.push_back({e.time_ms, sum, e.accuracy});
+      out.best = std::max(out.best, e.accuracy);
+    }
+  }
+  out.total_batches = sum;
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--max-trials") o.max_trials = std::atoi(argv[i + 1]);
+    else if (a == "--asha-trials") o.asha_trials = std::atoi(argv[i + 1]);
+    else if (a == "--max-length") o.max_length = std::atoi(argv[i + 1]);
+    else if (a == "--train-limit") o.train_limit = std::atoi(argv[i + 1]);
+    else if (a == "--validation-limit") o.validation_limit = std::atoi(argv[i + 1]);
+    else if (a == "--tolerance") o.tolerance = std::atof(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  TempDir dir;
+  Subprocess master({kBin + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0", "--http-port", "0",
+                     "--ports-file", dir / "ports.json", "--log-level", "warn"},
+                    dir / "master.out", dir / "master.err");
+  if (!PollUntil([&] { return !ReadFile(dir / "ports.json").empty(); }, std::chrono::seconds(30))) return 1;
+  auto ports = nlohmann::json::parse(ReadFile(dir / "ports.json"));
+  std::string address = absl::StrCat("127.0.0.1:", ports["grpc"].get<int>());
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{kBin + "/det-agent", "--master", address, "--id", absl::StrCat("agent-", i),
+                                 "--work-dir", dir / absl::StrCat("agent-", i), "--log-level", "warn"},
+        dir / absl::StrCat("agent-", i, ".out"), dir / absl::StrCat("agent-", i, ".err")));
+  }
+  auto api = v1::Determined::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  PollUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        v1::GetAgentsResponse resp;
+        if (!api->GetAgents(&ctx, v1::GetAgentsRequest(), &resp).ok()) return false;
+        int n = 0;
+        for (const auto& a : resp.agents()) n += a.connected() ? 1 : 0;
+        return n == 2;
+      },
+      std::chrono::seconds(30));
+
+  std::printf("search_efficiency: Fashion-MNIST, %d trials, max_length %d batches, 2 slots, train_limit %d, "
+              "validation_limit %d\n",
+              o.max_trials, o.max_length, o.train_limit, o.validation_limit);
+  std::fflush(stdout);
+  WriteFile(dir / "random.yaml", Config(o, "random", dir / "checkpoints", o.max_trials));
+  // The same budget: ASHA gets as many trials as fit in the batches random
+  // search plans (max_trials x max_length), by the searcher's own preview.
+  const int64_t budget = static_cast<int64_t>(o.max_trials) * o.max_length;
+  int asha_trials = o.asha_trials;
+  int64_t asha_planned = 0;
+  for (int m = o.max_trials; o.asha_trials == 0 || m <= o.asha_trials; ++m) {
+    auto config = det::ParseExperimentConfig(Config(o, "adaptive_asha", dir / "checkpoints", m), "asha.yaml");
+    if (!config.ok()) {
+      std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
+      return 1;
+    }
+    auto preview = det::master::PreviewSearch(*config, o.max_length, 0);
+    if (!preview.ok()) return 1;
+    if (o.asha_trials == 0 && preview->total_batches > budget) break;
+    asha_trials = m;
+    asha_planned = preview->total_batches;
+    if (m >= 4096) break;
+  }
+  std::printf("budget: %lld batches; random: %d trials x %d batches; adaptive_asha: %d trials, %lld batches planned\n",
+              static_cast<long long>(budget), o.max_trials, o.max_length, asha_trials,
+              static_cast<long long>(asha_planned));
+  std::fflush(stdout);
+  WriteFile(dir / "asha.yaml", Config(o, "adaptive_asha", dir / "checkpoints", asha_trials));
+  Outcome random = Run(*api, dir / "random.yaml");
+  std::printf("random:        best accuracy %.4f, %lld batches in all, %.0f s\n", random.best,
+              static_cast<long long>(random.total_batches), random.seconds);
+  std::fflush(stdout);
+  Outcome asha = Run(*api, dir / "asha.yaml");
+  std::printf("adaptive_asha: best accuracy %.4f, %lld batches in all, %.0f s\n", asha.best,
+              static_cast<long long>(asha.total_batches), asha.seconds);
+
+  for (double tol : {0.0, o.tolerance}) {
+    double target = random.best - tol;
+    int64_t r = random.BatchesToReach(target);
+    int64_t a = asha.BatchesToReach(target);
+    std::printf("batches trained to reach accuracy %.4f (random's best%s): random %lld, adaptive_asha %s",
+                target, tol > 0 ? absl::StrCat(" - ", tol).c_str() : "", static_cast<long long>(r),
+                a < 0 ? "never" : std::to_string(a).c_str());
+    if (a >= 0) std::printf("; ratio asha / random %.3f (goal <= 0.333)", static_cast<double>(a) / r);
+    std::printf("\n");
+  }
+  std::printf("total batches ratio asha / random: %.3f\n",
+              static_cast<double>(asha.total_batches) / random.total_batches);
+  for (auto& a : agents) a->Signal(SIGTERM);
+  for (auto& a : agents) a->Wait(std::chrono::seconds(10));
+  master.Signal(SIGTERM);
+  master.Wait(std::chrono::seconds(10));
+  return 0;
+}

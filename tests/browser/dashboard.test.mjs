@@ -1,0 +1,507 @@
+#!/usr/bin/env node
+// Browser test of the web dashboard (issue 7), in real headless Chromium.
+//
+// Starts a det-master and a det-agent, runs a short random search to
+// COMPLETED and starts a slow experiment that keeps running; then opens the
+// dashboard and checks that
+//   * the experiment list shows the finished experiment COMPLETED with the
+//     REST API's best validation metric,
+//   * its trials table shows every trial's stored best validation value,
+//   * the learning-curve SVG has one path per trial with exactly the stored
+//     validation (and, after switching the metric, training) points,
+//   * the hyperparameter scatter has a point per trial at (hparam, best),
+//   * the trial page shows the stored metrics, checkpoints and logs,
+//   * clicking Pause on the running experiment turns its state to PAUSED;
+// and writes screenshots ($DET_SCREENSHOT_DIR, else the test's temp dir).
+//
+//   node tests/browser/dashboard.test.mjs     (after tests/browser/setup.sh)
+//
+// Env: DET_BUILD_DIR (default <repo>/build), DET_CHROMIUM (default
+// /usr/bin/chromium), DET_SCREENSHOT_DIR, DET_KEEP_TMP=1 (keep everything).
+// Exit status: 0 pass, 1 fail, 77 skipped (no chromium / playwright-core).
+import {spawn, execFile} from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import {fileURLToPath} from 'node:url';
+
+const SKIP = 77;
+const started = Date.now();
+const here = path.dirname(fileURLToPath(import.meta.url));
+const sourceDir = path.resolve(here, '../..');
+const buildDir = path.resolve(process.env.DET_BUILD_DIR || path.join(sourceDir, 'build'));
+const chromiumPath = process.env.DET_CHROMIUM || '/usr/bin/chromium';
+const bin = (name) => path.join(buildDir, 'bin', name);
+const trialSo = path.join(buildDir, 'trials', 'synthetic_trial.so');
+
+const log = (...a) => console.log(`[dashboard-test +${((Date.now() - started) / 1000).toFixed(1)}s]`, ...a);
+
+if (!fs.existsSync(chromiumPath)) {
+  console.log(`SKIP: no Chromium at ${chromiumPath} (apt-get install chromium, or set DET_CHROMIUM)`);
+  process.exit(SKIP);
+}
+let chromium;
+try {
+  ({chromium} = await import('playwright-core'));
+} catch (e) {
+  console.log(`SKIP: playwright-core is not installed (run tests/browser/setup.sh): ${e.message}`);
+  process.exit(SKIP);
+}
+for (const f of [bin('det-master'), bin('det-agent'), bin('det-cli'), trialSo]) {
+  if (!fs.existsSync(f)) {
+    console.error(`FAIL: ${f} is missing; build det-master det-agent det-cli synthetic_trial first`);
+    process.exit(1);
+  }
+}
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'det-dashboard-test-'));
+const shotDir = process.env.DET_SCREENSHOT_DIR ? path.resolve(process.env.DET_SCREENSHOT_DIR) : tmp;
+fs.mkdirSync(shotDir, {recursive: true});
+
+// ---- helpers --------------------------------------------------------------
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+class TestFailure extends Error {}
+function check(cond, message) {
+  if (!cond) throw new TestFailure(message);
+}
+
+// Polls fn() until it returns a truthy value (returned) or the deadline passes.
+async function waitFor(what, fn, timeoutMs, intervalMs = 100) {
+  const end = Date.now() + timeoutMs;
+  let last = null;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+      last = null;
+    } catch (e) {
+      if (e instanceof TestFailure) throw e;
+      last = e;
+    }
+    if (Date.now() > end) {
+      throw new TestFailure(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${last.message})` : ''}`);
+    }
+    await sleep(intervalMs);
+  }
+}
+
+const children = [];
+function startProcess(name, argv) {
+  const out = fs.openSync(path.join(tmp, `${name}.log`), 'w');
+  const p = spawn(argv[0], argv.slice(1), {stdio: ['ignore', out, out]});
+  fs.closeSync(out);
+  p.exited = new Promise((resolve) => p.on('exit', (code, sig) => resolve(sig || code)));
+  children.push({name, p});
+  return p;
+}
+
+async function stopProcesses() {
+  for (const {name, p} of children.slice().reverse()) {
+    if (p.exitCode !== null || p.signalCode !== null) continue;
+    p.kill('SIGTERM');
+    const r = await Promise.race([p.exited, sleep(15000).then(() => 'timeout')]);
+    if (r === 'timeout') {
+      log(`${name} did not exit on SIGTERM; SIGKILL`);
+      p.kill('SIGKILL');
+      await p.exited;
+    }
+  }
+}
+process.on('exit', () => {
+  for (const {p} of children) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+});
+
+function run(argv, timeoutMs = 120000) {
+  return new Promise((resolve, reject) => {
+    execFile(argv[0], argv.slice(1), {timeout: timeoutMs}, (err, stdout, stderr) => {
+      if (err) reject(new Error(`${argv.join(' ')} failed: ${err.message}\n${stdout}\n${stderr}`));
+      else resolve(stdout);
+    });
+  });
+}
+
+let httpBase = '';
+async function api(p, method = 'GET') {
+  const res = await fetch(`${httpBase}${p}`, {method});
+  const body = await res.json();
+  if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${JSON.stringify(body)}`);
+  return body;
+}
+
+const closeTo = (a, b) => Math.abs(a - b) <= 1e-3 * Math.max(1, Math.abs(b));
+
+// ---- the test -------------------------------------------------------------
+
+let grpc = '';
+const COMPLETED_YAML = `name: dashboard-finished
+hyperparameters:
+  global_batch_size: 32
+  learning_rate:
+    type: log
+    minval: -3
+    maxval: -1
+  hidden_size:
+    type: categorical
+    vals: [16, 32]
+  dropout: 0.1
+searcher:
+  name: random
+  metric: validation_loss
+  smaller_is_better: true
+  max_trials: 2
+  max_length:
+    batches: 60
+min_validation_period:
+  batches: 20
+scheduling_unit: 10
+reproducibility:
+  experiment_seed: 7
+data:
+  train_size: 512
+  val_size: 128
+`;
+const SLOW_YAML = `name: dashboard-running
+hyperparameters:
+  global_batch_size: 32
+  learning_rate: 0.01
+  hidden_size: 16
+  dropout: 0.1
+  batch_delay_ms: 200
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: 400
+min_validation_period:
+  batches: 20
+scheduling_unit: 10
+data:
+  train_size: 512
+  val_size: 128
+`;
+
+async function createExperiment(name, yaml) {
+  const cfg = path.join(tmp, `${name}.yaml`);
+  fs.writeFileSync(cfg, yaml);
+  const out = await run([bin('det-cli'), '-m', grpc, 'experiment', 'create', cfg, trialSo]);
+  const m = out.match(/Created experiment (\d+)/);
+  check(m, `det-cli experiment create printed no experiment id: ${out}`);
+  return Number(m[1]);
+}
+
+async function startCluster() {
+  const portsFile = path.join(tmp, 'ports.json');
+  startProcess('master', [bin('det-master'), '--data-dir', path.join(tmp, 'master'), '--grpc-port', '0',
+    '--http-port', '0', '--ports-file', portsFile]);
+  const ports = await waitFor('the master ports file', () => {
+    const text = fs.existsSync(portsFile) ? fs.readFileSync(portsFile, 'utf8') : '';
+    return text.trim() ? JSON.parse(text) : null;
+  }, 30000);
+  grpc = `127.0.0.1:${ports.grpc}`;
+  httpBase = `http://127.0.0.1:${ports.http}`;
+  startProcess('agent', [bin('det-agent'), '--master', grpc, '--id', 'a', '--slots', '1', '--work-dir',
+    path.join(tmp, 'agent')]);
+  await waitFor('agent a to connect', async () => {
+    const r = await api('/api/v1/agents');
+    return (r.agents || []).some((a) => a.id === 'a' && a.connected);
+  }, 30000);
+  log(`cluster up: gRPC ${grpc}, REST ${httpBase}`);
+}
+
+async function waitExperimentState(id, state, timeoutMs) {
+  return waitFor(`experiment ${id} to be ${state}`, async () => {
+    const e = (await api(`/api/v1/experiments/${id}`)).experiment;
+    if (e.state === state) return e;
+    check(!['STATE_COMPLETED', 'STATE_CANCELED', 'STATE_ERROR'].includes(e.state),
+      `experiment ${id} ended ${e.state} (${e.error_message}) while waiting for ${state}`);
+    return null;
+  }, timeoutMs, 250);
+}
+
+// The dashboard's URL: det-master's own "/" once it serves the dashboard, else
+// tests/browser/serve.mjs (same paths, /api proxied to the master).
+let staticServer = null;
+async function dashboardUrl() {
+  let root = '';
+  try {
+    const res = await fetch(`${httpBase}/`);
+    if (res.ok) root = await res.text();
+  } catch {
+    // not served
+  }
+  if (/<meta\s+name="det-dashboard"/.test(root)) {
+    log('det-master serves the dashboard itself');
+    return httpBase;
+  }
+  const {startServer} = await import('./serve.mjs');
+  staticServer = await startServer({master: httpBase.replace('http://', '')});
+  log(`det-master does not serve "/" yet; using tests/browser/serve.mjs at ${staticServer.url}`);
+  return staticServer.url;
+}
+
+// The client side of auth (the master's login route may not exist yet): the
+// API is made to answer 401 without `Authorization: Bearer tok-1`; the page
+// must show the login form, POST /api/v1/auth/login, store the token, send it
+// on every request and then show the data.
+async function checkLogin(browser, base, expId) {
+  const context = await browser.newContext();
+  try {
+    const page = await context.newPage();
+    const logins = [];
+    let authorized = 0;
+    await page.route('**/api/v1/**', async (route) => {
+      const req = route.request();
+      const url = new URL(req.url());
+      const json = (status, body) => route.fulfill({status, contentType: 'application/json', body: JSON.stringify(body)});
+      if (url.pathname === '/api/v1/auth/login') {
+        const body = req.postDataJSON();
+        logins.push(body);
+        if (body.username === 'determined' && body.password === 'secret') return json(200, {token: 'tok-1'});
+        return json(401, {code: 16, error: 'UNAUTHENTICATED', message: 'invalid credentials'});
+      }
+      if (req.headers().authorization !== 'Bearer tok-1') {
+        return json(401, {code: 16, error: 'UNAUTHENTICATED', message: 'missing or invalid token'});
+      }
+      authorized++;
+      return route.continue();
+    });
+    const byId = (id) => `[data-testid="${id}"]`;
+    await page.goto(`${base}/#/experiments`);
+    await page.waitForSelector(byId('login-form'));
+    await page.fill(byId('login-username'), 'determined');
+    await page.fill(byId('login-password'), 'wrong');
+    await page.click(byId('login-submit'));
+    await page.waitForFunction((s) => document.querySelector(s)?.textContent === 'invalid credentials',
+      byId('login-error'));
+    await page.fill(byId('login-password'), 'secret');
+    await page.click(byId('login-submit'));
+    await page.waitForSelector(byId('login-form'), {state: 'detached'});
+    await page.waitForFunction((s) => document.querySelector(s)?.textContent === 'COMPLETED',
+      byId(`exp-state-${expId}`));
+    const token = await page.evaluate(() => localStorage.getItem('det.token'));
+    check(token === 'tok-1', `token in localStorage: ${token}`);
+    check(logins.length === 2 && authorized > 0, `logins ${JSON.stringify(logins)}, authorized requests ${authorized}`);
+    check(await page.isVisible(byId('logout')), 'no logout button after login');
+    log(`auth: 401 -> login form -> POST /api/v1/auth/login -> ${authorized} requests with the bearer token`);
+  } finally {
+    await context.close();
+  }
+}
+
+async function main() {
+  await startCluster();
+
+  const finished = await createExperiment('finished', COMPLETED_YAML);
+  log(`experiment ${finished} created; waiting for COMPLETED`);
+  const exp = await waitExperimentState(finished, 'STATE_COMPLETED', 150000);
+  const metric = exp.searcher_metric;
+  const trials = (await api(`/api/v1/experiments/${finished}/trials`)).trials;
+  check(trials.length === 2, `expected 2 trials, got ${trials.length}`);
+  const stored = {};
+  for (const t of trials) {
+    stored[t.id] = {
+      validation: (await api(`/api/v1/trials/${t.id}/metrics?group=validation`)).metrics,
+      training: (await api(`/api/v1/trials/${t.id}/metrics?group=training`)).metrics,
+      checkpoints: (await api(`/api/v1/trials/${t.id}/checkpoints`)).checkpoints || [],
+    };
+    check(stored[t.id].validation.length > 0, `trial ${t.id} has no stored validation metrics`);
+  }
+  log(`experiment ${finished} COMPLETED: best ${metric} ${exp.best_validation_metric}; trials ` +
+      trials.map((t) => `${t.id} (${stored[t.id].validation.length} validation, ` +
+                        `${stored[t.id].training.length} training rows)`).join(', '));
+
+  const running = await createExperiment('running', SLOW_YAML);
+  await waitFor(`experiment ${running} to train`, async () => {
+    const ts = (await api(`/api/v1/experiments/${running}/trials`)).trials || [];
+    return ts.length > 0 && ts[0].state === 'STATE_ACTIVE' && Number(ts[0].total_batches_processed) > 0;
+  }, 60000, 250);
+  log(`experiment ${running} is running`);
+
+  const base = await dashboardUrl();
+  const browser = await chromium.launch({
+    executablePath: chromiumPath, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'],
+  });
+  const pageErrors = [];
+  try {
+    const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
+    page.setDefaultTimeout(30000);
+    page.on('pageerror', (e) => pageErrors.push(`pageerror: ${e.message}`));
+    page.on('console', (m) => {
+      if (m.type() === 'error') pageErrors.push(`console: ${m.text()}`);
+    });
+    const byId = (id) => `[data-testid="${id}"]`;
+    const text = async (id) => (await page.textContent(byId(id)))?.trim();
+    const waitText = (id, want, timeout = 30000) => page.waitForFunction(
+      ([sel, w]) => document.querySelector(sel)?.textContent.trim() === w, [byId(id), want], {timeout});
+
+    // Experiment list.
+    await page.goto(`${base}/#/experiments`);
+    await waitText(`exp-state-${finished}`, 'COMPLETED');
+    const listBest = await page.getAttribute(byId(`exp-best-${finished}`), 'data-value');
+    check(Number(listBest) === exp.best_validation_metric,
+      `list: best metric ${listBest} != REST ${exp.best_validation_metric}`);
+    log(`list: experiment ${finished} COMPLETED, best ${await text(`exp-best-${finished}`)}`);
+
+    // Experiment page: trials table.
+    await page.click(byId(`exp-name-${finished}`));
+    await page.waitForSelector(byId('experiment-view'));
+    await waitText(`exp-state-${finished}`, 'COMPLETED');
+    for (const t of trials) {
+      const want = t.best_validation.metrics[metric];
+      await page.waitForSelector(byId(`trial-row-${t.id}`));
+      await waitText(`trial-state-${t.id}`, 'COMPLETED');
+      const v = await page.getAttribute(byId(`trial-best-${t.id}`), 'data-value');
+      const shown = await text(`trial-best-${t.id}`);
+      check(Number(v) === want, `trial ${t.id}: best validation data-value ${v} != REST ${want}`);
+      check(closeTo(Number(shown), want), `trial ${t.id}: best validation shown as ${shown}, REST ${want}`);
+      check(stored[t.id].validation.some((r) => r.metrics[metric] === want),
+        `trial ${t.id}: best ${want} is not among the stored validation rows`);
+    }
+    log(`experiment page: ${trials.length} trial rows with the stored best ${metric}`);
+
+    // Learning curves: one path per trial, one point per stored row.
+    const checkCurves = async (group, name) => {
+      for (const t of trials) {
+        const rows = stored[t.id][group].filter((r) => name in r.metrics);
+        const sel = byId(`curve-line-${t.id}`);
+        await page.waitForFunction(([s, n]) => document.querySelector(s)?.getAttribute('data-points') === String(n),
+          [sel, rows.length]);
+        const d = await page.getAttribute(sel, 'd');
+        const points = (d.match(/[ML]/g) || []).length;
+        check(points === rows.length, `trial ${t.id} ${group} ${name}: path has ${points} points, stored ${rows.length}`);
+        // Marker titles carry the exact values.
+        const titles = await page.$$eval(`[data-series="${t.id}"] circle title`, (ts) => ts.map((x) => x.textContent));
+        const shownValues = titles.map((x) => Number(x.slice(x.lastIndexOf(': ') + 2))).sort();
+        const storedValues = rows.map((r) => r.metrics[name]).sort();
+        check(JSON.stringify(shownValues) === JSON.stringify(storedValues),
+          `trial ${t.id} ${group} ${name}: curve values ${shownValues} != stored ${storedValues}`);
+      }
+      log(`curves: ${group} ${name}: ${trials.map((t) => `trial ${t.id} ${stored[t.id][group].length} points`).join(', ')}`);
+    };
+    check(await page.inputValue(byId('curve-metric')) === `validation:${metric}`,
+      `curve metric defaults to ${await page.inputValue(byId('curve-metric'))}, not the searcher metric`);
+    await checkCurves('validation', metric);
+    await page.selectOption(byId('curve-metric'), 'training:loss');
+    await checkCurves('training', 'loss');
+    await page.selectOption(byId('curve-metric'), `validation:${metric}`);
+    await checkCurves('validation', metric);
+
+    // Scatter: learning_rate vs. best validation.
+    await page.selectOption(byId('scatter-hparam'), 'learning_rate');
+    for (const t of trials) {
+      const sel = byId(`scatter-point-${t.id}`);
+      await page.waitForFunction(([s, x]) => document.querySelector(s)?.getAttribute('data-x') === x,
+        [sel, JSON.stringify(t.hparams.learning_rate)]);
+      const y = Number(await page.getAttribute(sel, 'data-y'));
+      check(y === t.best_validation.metrics[metric], `scatter: trial ${t.id} y ${y} != ${t.best_validation.metrics[metric]}`);
+    }
+    log('scatter: a point per trial at (learning_rate, best validation)');
+
+    // Live updates keep the DOM: after two more refreshes the rows and the
+    // curve paths are the same nodes (updated in place, not re-rendered).
+    const marked = await page.evaluate((ids) => {
+      window.__probe = ids.map((id) => document.querySelector(id));
+      return window.__probe.every(Boolean);
+    }, trials.flatMap((t) => [byId(`trial-row-${t.id}`), byId(`curve-line-${t.id}`), byId(`trial-best-${t.id}`)]));
+    check(marked, 'trial rows / curve paths not found');
+    const refreshes = Number(await page.getAttribute(byId('poll-status'), 'data-refreshes'));
+    await page.waitForFunction(([s, n]) => Number(document.querySelector(s).getAttribute('data-refreshes')) >= n,
+      [byId('poll-status'), refreshes + 2], {timeout: 15000});
+    const stable = await page.evaluate(() => window.__probe.every((el) => el.isConnected));
+    check(stable, 'polling replaced table rows or curve paths instead of updating them in place');
+    log(`live updates: ${refreshes} -> ${refreshes + 2} refreshes, rows and paths kept in place`);
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.mouse.move(0, 0);
+    const expShot = path.join(shotDir, `dashboard-experiment-${finished}.png`);
+    await page.screenshot({path: expShot, fullPage: true});
+
+    // Trial page: metrics table, checkpoints, logs.
+    const t0 = trials[0];
+    await page.click(`${byId(`trial-row-${t0.id}`)} a`);
+    await page.waitForSelector(byId('trial-view'));
+    await waitText(`trial-state-${t0.id}`, 'COMPLETED');
+    const nVal = stored[t0.id].validation.length;
+    await page.waitForFunction(([s, n]) => document.querySelectorAll(s).length === n,
+      [byId('validation-metrics-table-row'), nVal]);
+    const tableValues = await page.$$eval(`${byId('validation-metrics-table-row')} td[data-value]`,
+      (tds) => tds.map((td) => Number(td.getAttribute('data-value'))));
+    for (const r of stored[t0.id].validation) {
+      check(tableValues.includes(r.metrics[metric]), `trial page: ${metric} ${r.metrics[metric]} not in the table`);
+    }
+    await page.waitForFunction(([s, n]) => document.querySelectorAll(`${s} tbody tr[data-testid^="checkpoint-row-"]`)
+      .length === n, [byId('checkpoints-table'), stored[t0.id].checkpoints.length]);
+    await page.waitForFunction((s) => document.querySelectorAll(`${s} .log-line`).length > 0, byId('trial-logs'));
+    const nLogs = await page.$$eval(`${byId('trial-logs')} .log-line`, (ls) => ls.length);
+    log(`trial ${t0.id} page: ${nVal} validation rows, ${stored[t0.id].checkpoints.length} checkpoint(s), ${nLogs} log lines`);
+    await page.mouse.move(0, 0);
+    const trialShot = path.join(shotDir, `dashboard-trial-${t0.id}.png`);
+    await page.screenshot({path: trialShot, fullPage: true});
+
+    // Agents page.
+    await page.click(byId('nav-agents'));
+    await page.waitForSelector(byId('agent-row-a'));
+
+    // Pause the running experiment from the list and watch its state change.
+    await page.click(byId('nav-experiments'));
+    await waitText(`exp-state-${running}`, 'ACTIVE');
+    await page.click(byId(`pause-${running}`));
+    const seen = ['ACTIVE'];
+    await waitFor(`the page to show experiment ${running} PAUSED`, async () => {
+      const s = await text(`exp-state-${running}`);
+      if (s !== seen[seen.length - 1]) seen.push(s);
+      return s === 'PAUSED';
+    }, 60000, 50);
+    log(`pause clicked: the page showed ${seen.join(' -> ')}`);
+    const after = (await api(`/api/v1/experiments/${running}`)).experiment;
+    check(after.state === 'STATE_PAUSED', `REST says experiment ${running} is ${after.state}`);
+    await page.waitForFunction((s) => !document.querySelector(s).disabled, byId(`activate-${running}`));
+    check(await page.isDisabled(byId(`pause-${running}`)), 'pause button still enabled on a paused experiment');
+    await page.mouse.move(0, 0);
+    const listShot = path.join(shotDir, 'dashboard-experiments.png');
+    await page.screenshot({path: listShot, fullPage: true});
+
+    await checkLogin(browser, base, finished);
+
+    check(pageErrors.length === 0, `errors in the page:\n${pageErrors.join('\n')}`);
+    log(`screenshots: ${expShot} ${trialShot} ${listShot}`);
+  } finally {
+    await browser.close();
+  }
+  await api(`/api/v1/experiments/${running}/kill`, 'POST').catch(() => {});
+}
+
+const timer = setTimeout(async () => {
+  console.error('FAIL: the test took longer than 240 s');
+  await stopProcesses();
+  console.error(`logs in ${tmp}`);
+  process.exit(1);
+}, 240000);
+
+let ok = false;
+try {
+  await main();
+  ok = true;
+} catch (e) {
+  console.error(`FAIL: ${e instanceof TestFailure ? e.message : e.stack}`);
+} finally {
+  clearTimeout(timer);
+  if (staticServer) staticServer.server.close();
+  await stopProcesses();
+}
+if (ok) {
+  if (!process.env.DET_KEEP_TMP) {
+    for (const d of ['master', 'agent']) fs.rmSync(path.join(tmp, d), {recursive: true, force: true});
+  }
+  log(`PASS in ${((Date.now() - started) / 1000).toFixed(1)} s (logs and screenshots in ${tmp})`);
+  process.exit(0);
+}
+for (const {name} of children) {
+  const f = path.join(tmp, `${name}.log`);
+  const tail = fs.existsSync(f) ? fs.readFileSync(f, 'utf8').split('\n').slice(-15).join('\n') : '';
+  console.error(`--- ${name}.log (tail) ---\n${tail}`);
+}
+console.error(`logs in ${tmp}`);
+process.exit(1);
