@@ -104,6 +104,12 @@ std::vector<std::string> Agent::RunningIdsLocked() {
   return ids;
 }
 
+void Agent::AddClusterSecret(grpc::ClientContext* ctx) const {
+  // Every AgentService call carries the secret (the master checks it when it
+  // has one configured).
+  if (!options_.cluster_secret.empty()) ctx->AddMetadata("x-det-cluster-secret", options_.cluster_secret);
+}
+
 void Agent::SleepUnlessShutdown(absl::Duration d) {
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(&shutdown_), d);
@@ -179,6 +185,8 @@ absl::Status Agent::Register(bool re_register) {
   for (const auto& d : options_.devices) *req.add_devices() = d;
   req.set_version(options_.version);
   req.set_cluster_secret(options_.cluster_secret);
+  req.mutable_rendezvous_ports()->set_first(options_.rendezvous_first_port);
+  req.mutable_rendezvous_ports()->set_last(options_.rendezvous_last_port);
   std::string previous_token;
   {
     absl::MutexLock lock(&mu_);
@@ -190,6 +198,7 @@ absl::Status Agent::Register(bool re_register) {
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  AddClusterSecret(&ctx);
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return absl::CancelledError("shutting down");
@@ -234,6 +243,7 @@ grpc::Status Agent::RunSession(bool* received) {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return grpc::Status(grpc::StatusCode::CANCELLED, "shutting down");
     ctx.AddMetadata("authorization", "Bearer " + session_token_);
+    AddClusterSecret(&ctx);
     contexts_.insert(&ctx);
     session_done_ = false;
   }
@@ -398,6 +408,7 @@ absl::Status Agent::FetchArtifact(const std::string& sha256,
     absl::MutexLock lock(&mu_);
     if (shutdown_) return absl::CancelledError("shutting down");
     ctx.AddMetadata("authorization", "Bearer " + session_token_);
+    AddClusterSecret(&ctx);
     contexts_.insert(&ctx);
   }
   av1::FetchArtifactRequest req;

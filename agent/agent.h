@@ -36,12 +36,18 @@ struct AgentOptions {
   // Addresses of this host; empty: {hostname}.
   std::vector<std::string> addresses;
   std::string resource_pool = "default";
+  // Ports the master may give a distributed allocation's chief (rank 0) on
+  // this host for its process group's store; 0/0: the master's default
+  // (29400..29499).
+  int rendezvous_first_port = 0;
+  int rendezvous_last_port = 0;
   // The slots offered (see devices.h); at least one.
   std::vector<det::api::v1::Device> devices;
   // Holds cache/<sha256>.so and allocations/<allocation id>/; required.
   std::string work_dir;
   // The det-trial binary run for every rank; required.
   std::string det_trial_path;
+  // Sent as x-det-cluster-secret on every call (and in RegisterAgent).
   std::string cluster_secret;
   std::string version = "0.1.0";
   // Reconnect backoff: initial, doubling up to max.
@@ -135,6 +141,8 @@ class Agent {
   // Removes finished allocations and joins finished workers.
   void Reap();
   void SleepUnlessShutdown(absl::Duration d);
+  // Adds x-det-cluster-secret when the agent has a secret.
+  void AddClusterSecret(grpc::ClientContext* ctx) const;
 
   const AgentOptions options_;
   ArtifactCache cache_;

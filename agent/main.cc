@@ -3,13 +3,17 @@
 //
 //   det-agent --master HOST:PORT [--id ID] [--slots N] [--resource-pool P]
 //             [--work-dir DIR] [--det-trial PATH] [--hostname H]
-//             [--address A]... [--cluster-secret S] [--log-level L]
+//             [--address A]... [--rendezvous-ports FIRST-LAST] [--cluster-secret S]
+//             [--cluster-secret-file F] [--tls-ca PEM] [--log-level L]
 #include <signal.h>
 #include <unistd.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -43,6 +47,9 @@ std::string DefaultDetTrial() {
 
 int main(int argc, char** argv) {
   CLI::App app{"det-agent: runs trial processes on this node for the det master"};
+  // Every flag can also come from a TOML file (keys = flag names without
+  // "--"), e.g. deploy/config/agent.toml; flags on the command line win.
+  app.set_config("--config", "", "Read flags from this TOML file (see deploy/config/agent.toml)");
   det::agent::AgentOptions opts;
   opts.master_address = Env("DET_MASTER");
   opts.cluster_secret = Env("DET_CLUSTER_SECRET");
@@ -60,15 +67,63 @@ int main(int argc, char** argv) {
   app.add_option("--hostname", opts.hostname, "this host's name (default: gethostname)");
   app.add_option("--address", opts.addresses,
                  "address other nodes reach this host at (repeatable; default: hostname)");
+  std::string rendezvous_ports;
+  app.add_option("--rendezvous-ports", rendezvous_ports,
+                 "FIRST-LAST: ports a distributed trial's chief may listen on here (default 29400-29499)");
   app.add_option("--cluster-secret", opts.cluster_secret,
-                 "the cluster's agent secret (env DET_CLUSTER_SECRET)");
+                 "the cluster's agent secret (env DET_CLUSTER_SECRET; prefer --cluster-secret-file, argv is "
+                 "visible to other users)");
+  std::string secret_file;
+  app.add_option("--cluster-secret-file", secret_file, "file holding the cluster's agent secret")
+      ->check(CLI::ExistingFile);
+  std::string tls_ca;
+  app.add_option("--tls-ca", tls_ca, "PEM CA certificate: reach the master over TLS")
+      ->check(CLI::ExistingFile);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::from_str(log_level));
+  auto read_file = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  if (!secret_file.empty()) {
+    opts.cluster_secret = read_file(secret_file);
+    // Files usually end in a newline; the master trims the same way.
+    const char* ws = " \t\r\n";
+    opts.cluster_secret.erase(opts.cluster_secret.find_last_not_of(ws) + 1);
+    opts.cluster_secret.erase(0, opts.cluster_secret.find_first_not_of(ws));
+    if (opts.cluster_secret.empty()) {
+      spdlog::error("--cluster-secret-file {} is empty", secret_file);
+      return 2;
+    }
+  }
+  // Trial processes inherit this environment: they must never see the
+  // agent's secret (they authenticate with their allocation token).
+  unsetenv("DET_CLUSTER_SECRET");
+  if (!tls_ca.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = read_file(tls_ca);
+    opts.credentials = grpc::SslCredentials(ssl);
+    // det-trial (managed mode) reaches the master over TLS with this CA.
+    setenv("DET_MASTER_CERT_FILE", std::filesystem::absolute(tls_ca).c_str(), 1);
+  }
   if (opts.master_address.empty()) {
     spdlog::error("--master (or DET_MASTER) is required");
     return 2;
+  }
+  if (!rendezvous_ports.empty()) {
+    int first = 0, last = 0;
+    char dash = 0;
+    if (std::sscanf(rendezvous_ports.c_str(), "%d%c%d", &first, &dash, &last) != 3 || dash != '-' || first < 1 ||
+        last > 65535 || first > last) {
+      spdlog::error("--rendezvous-ports must be FIRST-LAST within 1-65535, got '{}'", rendezvous_ports);
+      return 2;
+    }
+    opts.rendezvous_first_port = first;
+    opts.rendezvous_last_port = last;
   }
   if (opts.hostname.empty()) opts.hostname = Hostname();
   if (opts.agent_id.empty()) opts.agent_id = opts.hostname;

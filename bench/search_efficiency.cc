@@ -126,6 +126,10 @@ struct Outcome {
   }
 };
 
+// The token every API call carries (from Login as `determined`).
+std::string g_token;
+void Authorize(grpc::ClientContext* ctx) { ctx->AddMetadata("authorization", "Bearer " + g_token); }
+
 Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
   std::ifstream so(kTrial, std::ios::binary);
   std::stringstream bytes;
@@ -137,6 +141,7 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
   v1::CreateExperimentResponse created;
   {
     grpc::ClientContext ctx;
+    Authorize(&ctx);
     auto s = api.CreateExperiment(&ctx, create, &created);
     if (!s.ok()) {
       std::fprintf(stderr, "CreateExperiment: %s\n", s.error_message().c_str());
@@ -148,6 +153,7 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
   bool done = PollUntil(
       [&] {
         grpc::ClientContext ctx;
+        Authorize(&ctx);
         v1::GetExperimentRequest r;
         r.set_experiment_id(id);
         v1::GetExperimentResponse e;
@@ -164,6 +170,8 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   grpc::ClientContext ctx;
+
+  Authorize(&ctx);
   v1::GetExperimentTrialsRequest tr;
   tr.set_experiment_id(id);
   tr.set_limit(1000);
@@ -181,6 +189,7 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
   std::vector<Event> events;
   for (const auto& t : trials.trials()) {
     grpc::ClientContext mctx;
+    Authorize(&mctx);
     v1::GetTrialMetricsRequest mr;
     mr.set_trial_id(t.id());
     v1::GetTrialMetricsResponse metrics;
@@ -245,6 +254,18 @@ int main(int argc, char** argv) {
   PollUntil(
       [&] {
         grpc::ClientContext ctx;
+        v1::LoginRequest login;
+        login.set_username("determined");
+        v1::LoginResponse resp;
+        if (!api->Login(&ctx, login, &resp).ok()) return false;
+        g_token = resp.token();
+        return true;
+      },
+      std::chrono::seconds(30));
+  PollUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        Authorize(&ctx);
         v1::GetAgentsResponse resp;
         if (!api->GetAgents(&ctx, v1::GetAgentsRequest(), &resp).ok()) return false;
         int n = 0;

@@ -1,6 +1,8 @@
 #include "cli/client.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 namespace det::cli {
@@ -13,23 +15,34 @@ ClientOptions ClientOptionsFromEnv(const std::string& flag_master) {
     options.master = env;
   }
   if (const char* token = std::getenv("DET_USER_TOKEN"); token != nullptr) options.token = token;
+  if (const char* ca = std::getenv("DET_MASTER_CERT_FILE"); ca != nullptr) options.tls_ca = ca;
   return options;
 }
 
 namespace {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::string& tls_ca) {
+  if (tls_ca.empty()) return grpc::InsecureChannelCredentials();
+  std::ifstream in(tls_ca, std::ios::binary);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  return grpc::SslCredentials(ssl);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const std::string& tls_ca) {
   grpc::ChannelArguments args;
   // Trial libraries travel inline in CreateExperiment (the master bounds the
   // size); long listings and log batches may exceed the 4 MiB default.
   args.SetMaxSendMessageSize(-1);
   args.SetMaxReceiveMessageSize(-1);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(target, Credentials(tls_ca), args);
 }
 
 }  // namespace
 
-Client::Client(ClientOptions options) : Client(options, MakeChannel(options.master)) {}
+Client::Client(ClientOptions options) : Client(options, MakeChannel(options.master, options.tls_ca)) {}
 
 Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
     : options_(std::move(options)),

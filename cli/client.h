@@ -19,12 +19,15 @@ struct ClientOptions {
   std::string master = "localhost:8090";
   // Sent as `authorization: Bearer <token>` when non-empty.
   std::string token;
+  // PEM CA certificate file: connect over TLS (empty: plaintext).
+  std::string tls_ca;
   // Deadline of every unary RPC; streams with follow get none.
   std::chrono::milliseconds deadline{std::chrono::seconds(30)};
 };
 
 // Resolves the master address and token: `flag_master` if non-empty, else
-// $DET_MASTER, else localhost:8090; the token from $DET_USER_TOKEN.
+// $DET_MASTER, else localhost:8090; the token from $DET_USER_TOKEN; the TLS
+// CA from $DET_MASTER_CERT_FILE.
 ClientOptions ClientOptionsFromEnv(const std::string& flag_master);
 
 // Thread-compatible: one Client may be used by one thread at a time (the
@@ -39,6 +42,8 @@ class Client {
   Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
 
   const ClientOptions& options() const { return options_; }
+  // Replaces the token sent with later calls.
+  void set_token(std::string token) { options_.token = std::move(token); }
   Stub& stub() { return *stub_; }
 
   // Prepares `ctx` for a call: the token metadata and, unless `streaming`,

@@ -556,6 +556,33 @@ int TrialMetrics(Client& client, int32_t trial_id, const std::string& group, con
   return 0;
 }
 
+int ExperimentSetGcPolicy(Client& client, int32_t experiment_id, const GcPolicyArgs& args, const CommandIo& io) {
+  v1::GetExperimentRequest get;
+  get.set_experiment_id(experiment_id);
+  v1::GetExperimentResponse current;
+  grpc::Status status = client.Call(&Stub::GetExperiment, get, &current);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  v1::PatchExperimentRequest req;
+  req.set_experiment_id(experiment_id);
+  v1::CheckpointGcPolicy* p = req.mutable_checkpoint_gc_policy();
+  *p = current.experiment().checkpoint_gc_policy();
+  if (args.save_experiment_best) p->set_save_experiment_best(*args.save_experiment_best);
+  if (args.save_trial_best) p->set_save_trial_best(*args.save_trial_best);
+  if (args.save_trial_latest) p->set_save_trial_latest(*args.save_trial_latest);
+  v1::PatchExperimentResponse resp;
+  status = client.Call(&Stub::PatchExperiment, req, &resp);
+  if (!status.ok()) return ReportError(client, status, io.err);
+  if (io.json) {
+    PrintJson(resp, io.out);
+    return 0;
+  }
+  const auto& q = resp.experiment().checkpoint_gc_policy();
+  io.out << "Experiment " << experiment_id << " checkpoint GC policy: save_experiment_best "
+         << q.save_experiment_best() << ", save_trial_best " << q.save_trial_best() << ", save_trial_latest "
+         << q.save_trial_latest() << '\n';
+  return 0;
+}
+
 int TrialKill(Client& client, int32_t trial_id, const CommandIo& io) {
   v1::KillTrialRequest req;
   req.set_trial_id(trial_id);

@@ -8,6 +8,7 @@
 #ifndef DET_CLI_COMMANDS_H_
 #define DET_CLI_COMMANDS_H_
 
+#include <optional>
 #include <chrono>
 #include <cstdint>
 #include <ostream>
@@ -60,6 +61,15 @@ int ExperimentListCheckpoints(Client& client, int32_t experiment_id, const Comma
 
 enum class ExperimentAction { kPause, kActivate, kCancel, kKill };
 int ExperimentChangeState(Client& client, ExperimentAction action, int32_t experiment_id, const CommandIo& io);
+
+// Sets the experiment's checkpoint GC policy; a count left unset keeps its
+// current value. The master applies it at once to ended trials' checkpoints.
+struct GcPolicyArgs {
+  std::optional<int32_t> save_experiment_best;
+  std::optional<int32_t> save_trial_best;
+  std::optional<int32_t> save_trial_latest;
+};
+int ExperimentSetGcPolicy(Client& client, int32_t experiment_id, const GcPolicyArgs& args, const CommandIo& io);
 
 int TrialDescribe(Client& client, int32_t trial_id, const CommandIo& io);
 // With `follow`, streams until the trial is terminal (no deadline).

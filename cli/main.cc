@@ -4,12 +4,18 @@
 //   det-cli [-m HOST:PORT] experiment create CONFIG TRIAL.so [--follow] [--paused]
 //   det-cli experiment create --local CONFIG TRIAL.so [--resume DIR] [det-trial options]
 //   det-cli experiment list|describe|logs|list-trials|list-checkpoints|pause|activate|cancel|kill ...
+//   det-cli experiment set gc-policy ID [--save-experiment-best N] [--save-trial-best N] [--save-trial-latest N]
 //   det-cli trial describe|logs|metrics|kill ID
 //   det-cli checkpoint list EXPERIMENT_ID | describe UUID
 //   det-cli agent list | slot list | master info
+//   det-cli user login [USERNAME] [--password-stdin] | logout | whoami | list
+//   det-cli user create NAME [--admin] [--password-stdin] | change-password [USERNAME] [--password-stdin]
 //
 // The master is -m/--master, else $DET_MASTER, else localhost:8090; a token
-// in $DET_USER_TOKEN is sent with every call. Local mode runs the trial in
+// in $DET_USER_TOKEN is sent with every call, else the one `user login`
+// stored ($DET_AUTH_FILE, else ~/.det/auth.json), else det-cli logs in as
+// `determined` with an empty password (as Determined's CLI does). --tls-ca
+// (or $DET_MASTER_CERT_FILE) connects over TLS. Local mode runs the trial in
 // this terminal through det-trial (found next to det-cli, or on PATH), with
 // no master.
 #include <unistd.h>
@@ -26,6 +32,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/user_commands.h"
 #include "common/experiment_config.h"
 
 namespace det::cli {
@@ -77,6 +84,11 @@ int Main(int argc, char** argv) {
   std::string master;
   const char* kMasterHelp = "Master gRPC address HOST:PORT (default $DET_MASTER, else localhost:8090)";
   app.add_option("-m,--master", master, kMasterHelp);
+  std::string tls_ca;
+  app.add_option("--tls-ca", tls_ca, "PEM CA certificate of a TLS master (default $DET_MASTER_CERT_FILE)")
+      ->check(CLI::ExistingFile);
+  // Commands that manage the login themselves skip the automatic one.
+  bool manages_login = false;
 
   // What to run once parsing succeeded; `local_run` is set instead for local mode.
   Command run;
@@ -171,6 +183,20 @@ int Main(int argc, char** argv) {
     sub->callback([&run, &id, fn] { run = [&id, fn](Client& c, const CommandIo& io) { return fn(c, id, io); }; });
   }
 
+  GcPolicyArgs gc;
+  auto* exp_set = experiment->add_subcommand("set", "Change an experiment's settings")->require_subcommand(1);
+  auto* set_gc = exp_set->add_subcommand("gc-policy", "Set the checkpoint GC policy (applied at once)");
+  add_id(set_gc, id, "EXPERIMENT_ID", "Experiment id");
+  set_gc->add_option("--save-experiment-best", gc.save_experiment_best, "Keep the experiment's best N checkpoints")
+      ->check(CLI::NonNegativeNumber);
+  set_gc->add_option("--save-trial-best", gc.save_trial_best, "Keep each trial's best N checkpoints")
+      ->check(CLI::NonNegativeNumber);
+  set_gc->add_option("--save-trial-latest", gc.save_trial_latest, "Keep each trial's latest N checkpoints")
+      ->check(CLI::NonNegativeNumber);
+  add_json(set_gc);
+  set_gc->callback(
+      [&] { run = [&](Client& c, const CommandIo& io) { return ExperimentSetGcPolicy(c, id, gc, io); }; });
+
   // -------------------------------------------------------------- trial
   auto* trial = app.add_subcommand("trial", "Inspect and control trials")->require_subcommand(1);
   trial->alias("t");
@@ -231,6 +257,60 @@ int Main(int argc, char** argv) {
   add_json(master_info);
   master_info->callback([&] { run = [&](Client& c, const CommandIo& io) { return MasterInfo(c, io); }; });
 
+  // --------------------------------------------------------------- user
+  auto* user = app.add_subcommand("user", "Log in and manage users")->require_subcommand(1);
+  std::string username;
+  bool password_stdin = false;
+  auto add_password_stdin = [&password_stdin](CLI::App* sub) {
+    sub->add_flag("--password-stdin", password_stdin, "Read the password from stdin instead of the terminal");
+  };
+  auto* login = user->add_subcommand("login", "Log in and store the token for this master");
+  login->add_option("USERNAME", username, "User (default determined)");
+  add_password_stdin(login);
+  add_json(login);
+  login->callback([&] {
+    manages_login = true;
+    run = [&](Client& c, const CommandIo& io) {
+      std::string name = username.empty() ? "determined" : username;
+      return UserLogin(c, name, ReadPassword("Password for user '" + name + "': ", password_stdin), io);
+    };
+  });
+  auto* logout = user->add_subcommand("logout", "Revoke and forget the stored token");
+  logout->callback([&] {
+    manages_login = true;
+    run = [&](Client& c, const CommandIo& io) { return UserLogout(c, io); };
+  });
+  auto* whoami = user->add_subcommand("whoami", "Show the logged-in user");
+  add_json(whoami);
+  whoami->callback([&] { run = [&](Client& c, const CommandIo& io) { return UserWhoami(c, io); }; });
+  auto* user_list = user->add_subcommand("list", "List users");
+  add_json(user_list);
+  user_list->callback([&] { run = [&](Client& c, const CommandIo& io) { return UserList(c, io); }; });
+  bool new_admin = false;
+  auto* user_create = user->add_subcommand("create", "Create a user (admin only; empty password unless given)");
+  user_create->add_option("USERNAME", username, "New user's name")->required();
+  user_create->add_flag("--admin", new_admin, "Make the user an admin");
+  add_password_stdin(user_create);
+  add_json(user_create);
+  user_create->callback([&] {
+    run = [&](Client& c, const CommandIo& io) {
+      std::string password = password_stdin ? ReadPassword("", true) : "";
+      return UserCreate(c, username, new_admin, password, io);
+    };
+  });
+  auto* change_password = user->add_subcommand("change-password", "Change your password (or, as admin, a user's)");
+  change_password->add_option("USERNAME", username, "User (default: you)");
+  add_password_stdin(change_password);
+  change_password->callback([&] {
+    run = [&](Client& c, const CommandIo& io) {
+      std::string password = ReadPassword("New password: ", password_stdin);
+      if (!password_stdin && password != ReadPassword("Confirm password: ", false)) {
+        return UsageError("passwords do not match");
+      }
+      return UserChangePassword(c, username, password, io);
+    };
+  });
+
   std::string preview_config;
   bool preview_trials = false;
   auto* preview = app.add_subcommand("preview-search", "Show what a config's searcher would do, without running it");
@@ -249,7 +329,10 @@ int Main(int argc, char** argv) {
   }
   if (local_run) return local_run();
   if (!run) return UsageError("no command given");
-  Client client(ClientOptionsFromEnv(master));
+  ClientOptions options = ClientOptionsFromEnv(master);
+  if (!tls_ca.empty()) options.tls_ca = tls_ca;
+  Client client(options);
+  if (!manages_login) EnsureLoggedIn(client);
   CommandIo io{std::cout, std::cerr, json};
   int rc = run(client, io);
   std::cout.flush();

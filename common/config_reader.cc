@@ -71,6 +71,41 @@ std::optional<nlohmann::json> ParseInteger(std::string_view digits, int base, bo
   return std::nullopt;
 }
 
+// Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, at most
+// U+10FFFF. JSON strings must be UTF-8 (nlohmann::json::dump throws on
+// anything else), so the converter rejects other bytes up front.
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int n;
+    uint32_t cp;
+    uint32_t min;
+    if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;  // truncated sequence
+    for (int k = 1; k <= n; ++k) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 class YamlConverter {
  public:
   explicit YamlConverter(ConfigSource* source) : source_(source) {}
@@ -84,6 +119,11 @@ class YamlConverter {
       case YAML::NodeType::Null:
         return nlohmann::json(nullptr);
       case YAML::NodeType::Scalar: {
+        if (!IsValidUtf8(node.Scalar())) {
+          if (!node.Mark().is_null()) source_->lines[path] = node.Mark().line + 1;
+          return source_->Error(path, path.empty() ? "the config is not valid UTF-8"
+                                                   : absl::StrCat("field '", path, "' is not valid UTF-8"));
+        }
         const std::string& tag = node.Tag();
         if (tag == "?") return ResolvePlainYamlScalar(node.Scalar());
         if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
@@ -118,6 +158,11 @@ class YamlConverter {
                                                      " must be scalars"));
           }
           std::string name = key.IsNull() ? "" : key.Scalar();
+          if (!IsValidUtf8(name)) {
+            if (line > 0) source_->lines[path] = line;
+            return source_->Error(path, absl::StrCat("a key of ", path.empty() ? "the config" : "field '" + path + "'",
+                                                     " is not valid UTF-8"));
+          }
           std::string child = JoinPath(path, name);
           if (out.contains(name)) {
             if (line > 0) source_->lines[child] = line;

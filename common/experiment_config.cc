@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/config_reader.h"
+#include "common/safe_path.h"
 #include "common/status_macros.h"
 
 namespace det {
@@ -143,6 +144,8 @@ absl::Status ParseCheckpointStorage(const ConfigMapReader& r, CheckpointStorageC
   DET_RETURN_IF_ERROR(r.GetString("host_path", &c->host_path));
   if (c->host_path.empty()) return r.TypeError("host_path", "a non-empty path");
   DET_RETURN_IF_ERROR(r.GetString("storage_path", &c->storage_path));
+  // Checkpoints must stay under host_path.
+  DET_RETURN_IF_ERROR(ValidateRelativePath(c->storage_path, r.PathOf("storage_path")));
   DET_RETURN_IF_ERROR(r.GetInt("save_experiment_best", &c->save_experiment_best, 0, kInt64Max));
   DET_RETURN_IF_ERROR(r.GetInt("save_trial_best", &c->save_trial_best, 0, kInt64Max));
   DET_RETURN_IF_ERROR(r.GetInt("save_trial_latest", &c->save_trial_latest, 0, kInt64Max));

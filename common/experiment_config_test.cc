@@ -519,5 +519,25 @@ TEST(ConfigReaderTest, ScalarResolution) {
   EXPECT_TRUE(ResolvePlainYamlScalar("-99999999999999999999").is_number_float());
 }
 
+// Inputs found by fuzz/experiment_config_fuzzer: each must be a clear
+// InvalidArgument, never an exception or crash.
+TEST(ExperimentConfigFuzzRegressionTest, InvalidUtf8IsAnError) {
+  // A key with a stray continuation byte used to parse, then throw from
+  // nlohmann::json::dump (type_error.316) when the config was serialized.
+  EXPECT_EQ(ErrorOf(Replace(kMinimal, "  global_batch_size: 32\n", "  global_batch_size: 32\n  lr\x97: 1\n")),
+            "config.yaml:3: a key of field 'hyperparameters' is not valid UTF-8");
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "description: \"caf\xc3\"\n"),
+            "config.yaml:8: field 'description' is not valid UTF-8");
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "labels: [ok, \xed\xa0\x80]\n"),  // a UTF-16 surrogate
+            "config.yaml:8: field 'labels[1]' is not valid UTF-8");
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "description: \xc0\xaf\n"),  // overlong '/'
+            "config.yaml:8: field 'description' is not valid UTF-8");
+  // Valid multi-byte UTF-8 is fine.
+  auto c = Parse(std::string(kMinimal) + "description: \"caf\xc3\xa9 \xf0\x9f\x9a\x80\"\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->description, "caf\xc3\xa9 \xf0\x9f\x9a\x80");
+  EXPECT_NO_THROW(ExperimentConfigToJson(*c).dump());
+}
+
 }  // namespace
 }  // namespace det

@@ -7,7 +7,10 @@
 #   deploy/cluster.sh status
 #
 # State lives in $DET_CLUSTER_DIR (default ./det-cluster): master data (the
-# SQLite database, artifacts, checkpoints), logs/*.log and pids/*.pid.
+# SQLite database, artifacts, checkpoints), logs/*.log and pids/*.pid. The
+# agents authenticate with a random cluster secret generated on the first
+# start (master/cluster-secret, mode 0600); det-cli logs in as `determined`
+# (empty password) by itself.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${DET_BIN_DIR:-${DET_BUILD_DIR:-$root/build}/bin}"
@@ -45,8 +48,12 @@ case "$cmd" in
     mkdir -p "$dir/logs" "$dir/pids" "$dir/master"
     if alive "$dir/pids/master.pid"; then echo "cluster.sh: a master is already running (pid $(cat "$dir/pids/master.pid"))" >&2; exit 1; fi
     rm -f "$dir/master/ports.json"
+    secret="$dir/master/cluster-secret"
+    if [ ! -s "$secret" ]; then
+      (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret")
+    fi
     nohup "$bin/det-master" --data-dir "$dir/master" --grpc-port "$grpc_port" --http-port "$http_port" \
-      --ports-file "$dir/master/ports.json" > "$dir/logs/master.log" 2>&1 &
+      --cluster-secret-file "$secret" --ports-file "$dir/master/ports.json" > "$dir/logs/master.log" 2>&1 &
     echo $! > "$dir/pids/master.pid"
     for _ in $(seq 1 200); do [ -f "$dir/master/ports.json" ] && break; alive "$dir/pids/master.pid" || break; sleep 0.05; done
     if [ ! -f "$dir/master/ports.json" ]; then echo "cluster.sh: the master did not start; see $dir/logs/master.log" >&2; tail -5 "$dir/logs/master.log" >&2; exit 1; fi
@@ -57,7 +64,7 @@ case "$cmd" in
     echo "$master" > "$dir/master/address"
     for i in $(seq 1 "$agents"); do
       nohup "$bin/det-agent" --master "$master" --id "agent-$i" --slots "$slots" --work-dir "$dir/agent-$i" \
-        > "$dir/logs/agent-$i.log" 2>&1 &
+        --cluster-secret-file "$secret" > "$dir/logs/agent-$i.log" 2>&1 &
       echo $! > "$dir/pids/agent-$i.pid"
     done
     # Wait until every agent is registered.

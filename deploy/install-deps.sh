@@ -12,11 +12,18 @@ PACKAGES=(
   libcpp-httplib-dev libssl-dev
   dataset-fashion-mnist
   curl procps
+  # tests/distributed_test.cc makes two network namespaces ("two hosts").
+  iproute2
+  # bench/ddp_scaling compares with torch.distributed (DDP over Gloo).
+  python3-torch
 )
 # The dashboard's browser test (tests/browser): Debian's Chromium, and Node.js
 # with npm unless a node is already installed (e.g. NodeSource's nodejs, which
 # bundles npm and conflicts with Debian's npm package).
 PACKAGES+=(chromium)
+# The libFuzzer targets (fuzz/): clang with compiler-rt's libFuzzer and
+# sanitizer runtimes; without them the fuzz tests are skipped.
+PACKAGES+=(clang libclang-rt-dev)
 command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 

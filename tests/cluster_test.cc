@@ -59,6 +59,7 @@ data:
 class Cluster {
  public:
   explicit Cluster(const TempDir& dir) : dir_(dir) {
+    IsolateCliAuth(dir.path());
     master_ = std::make_unique<Subprocess>(
         std::vector<std::string>{kBin + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0",
                                  "--http-port", "0", "--ports-file", dir / "ports.json"},
@@ -88,6 +89,9 @@ class Cluster {
   }
   nlohmann::json Get(const std::string& path, int* status = nullptr) {
     httplib::Client client("127.0.0.1", http_port_);
+    // Every API route needs a token; log in once as `determined`.
+    if (token_.empty()) token_ = RestLogin(http_port_);
+    client.set_bearer_token_auth(token_.c_str());
     auto res = client.Get(path.c_str());
     if (!res) return nullptr;
     if (status) *status = res->status;
@@ -109,6 +113,7 @@ class Cluster {
   std::vector<std::unique_ptr<Subprocess>> agents_;
   std::string grpc_;
   int http_port_ = 0;
+  std::string token_;
 };
 
 // Must show 1: a random search of 4 trials over two agents completes, and

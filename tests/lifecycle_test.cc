@@ -84,6 +84,7 @@ class Cluster {
  public:
   Cluster(const TempDir& dir, std::vector<std::string> master_flags = {})
       : dir_(dir), master_flags_(std::move(master_flags)) {
+    IsolateCliAuth(dir.path());
     StartMaster(0);
   }
   ~Cluster() {
@@ -150,17 +151,26 @@ class Cluster {
   json Get(const std::string& path) {
     httplib::Client client("127.0.0.1", http_port_);
     client.set_read_timeout(10, 0);
+    client.set_bearer_token_auth(Token().c_str());
     auto res = client.Get(path.c_str());
     if (!res) return nullptr;
     return json::parse(res->body, nullptr, false);
   }
   json Send(const std::string& method, const std::string& path, const std::string& body, int* status = nullptr) {
     httplib::Client client("127.0.0.1", http_port_);
+    client.set_bearer_token_auth(Token().c_str());
     auto res = method == "PATCH" ? client.Patch(path.c_str(), body, "application/json")
                                  : client.Post(path.c_str(), body, "application/json");
     if (!res) return nullptr;
     if (status) *status = res->status;
     return json::parse(res->body, nullptr, false);
+  }
+
+  // A REST token (logged in once as `determined`; tokens live in the
+  // database, so they survive a master restart).
+  const std::string& Token() {
+    if (token_.empty()) token_ = RestLogin(http_port_);
+    return token_;
   }
 
   int ConnectedAgents() {
@@ -235,6 +245,7 @@ class Cluster {
   int grpc_port_ = 0;
   int http_port_ = 0;
   int master_runs_ = 0;
+  std::string token_;
 };
 
 // The det-trial process of `allocation_id` (found by its environment), or 0.
@@ -666,7 +677,8 @@ TEST(LifecycleTest, StopTimeoutEscalatesToKill) {
 
 // Checkpoint GC: when a trial ends, the checkpoints the policy does not keep
 // (save_trial_best 1 + save_trial_latest 1 here) are deleted, files and all;
-// a new policy set through the API (PatchExperiment) is applied at once.
+// a new policy set with `det-cli experiment set gc-policy` or through REST
+// (PatchExperiment) is applied at once.
 TEST(LifecycleTest, CheckpointGcFollowsThePolicy) {
   TempDir dir;
   Cluster cluster(dir);
@@ -711,7 +723,17 @@ TEST(LifecycleTest, CheckpointGcFollowsThePolicy) {
   auto e = cluster.Get(absl::StrCat("/api/v1/experiments/", exp));
   EXPECT_EQ(e["experiment"]["checkpoint_gc_policy"]["save_trial_latest"], 1) << e.dump();
 
-  // A new policy: keep nothing.
+  // Through det-cli: keep only each trial's latest checkpoint.
+  std::string out;
+  ASSERT_EQ(cluster.Cli({"experiment", "set", "gc-policy", std::to_string(exp), "--save-trial-best", "0"}, &out), 0);
+  EXPECT_THAT(out, HasSubstr("save_trial_best 0, save_trial_latest 1"));
+  ASSERT_TRUE(PollUntil([&] { return count("CHECKPOINT_STATE_DELETED") == 5; }, std::chrono::seconds(30)))
+      << checkpoints().dump();
+  for (const auto& c : checkpoints()) {
+    if (c.value("state", "") == "CHECKPOINT_STATE_COMPLETED") EXPECT_EQ(c.value("uuid", ""), latest) << c.dump();
+  }
+
+  // A new policy through REST: keep nothing.
   int status = 0;
   auto patched = cluster.Send("PATCH", absl::StrCat("/api/v1/experiments/", exp),
                               R"({"checkpoint_gc_policy": {"save_experiment_best": 0, "save_trial_best": 0,

@@ -13,6 +13,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
 extern char** environ;
 
 namespace det::testing {
@@ -107,6 +110,19 @@ int RunProcess(const std::vector<std::string>& argv, std::string* out, std::stri
   if (err) *err = ReadFile(tmp / "stderr");
   return rc;
 }
+
+std::string RestLogin(int http_port, const std::string& username, const std::string& password) {
+  httplib::Client client("127.0.0.1", http_port);
+  client.set_read_timeout(30, 0);
+  nlohmann::json body = {{"username", username}, {"password", password}};
+  auto res = client.Post("/api/v1/auth/login", body.dump(), "application/json");
+  if (!res || res->status != 200) return "";
+  auto j = nlohmann::json::parse(res->body, nullptr, false);
+  if (!j.is_object() || !j.contains("token") || !j["token"].is_string()) return "";
+  return j["token"].get<std::string>();
+}
+
+void IsolateCliAuth(const std::string& dir) { setenv("DET_AUTH_FILE", (dir + "/det-auth.json").c_str(), 1); }
 
 bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -55,6 +55,15 @@ int RunProcess(const std::vector<std::string>& argv, std::string* out, std::stri
 // Polls `pred` every 20 ms until it is true or `timeout` passes.
 bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
+// Logs in through the master's REST API at 127.0.0.1:`http_port`
+// (POST /api/v1/auth/login) and returns the token ("" on failure). The
+// master bootstraps `determined` with an empty password.
+std::string RestLogin(int http_port, const std::string& username = "determined", const std::string& password = "");
+
+// Points det-cli's token file ($DET_AUTH_FILE) into `dir`, so that a test's
+// det-cli runs never share (or touch) ~/.det/auth.json.
+void IsolateCliAuth(const std::string& dir);
+
 }  // namespace det::testing
 
 #endif  // DET_TESTS_TEST_UTIL_H_

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/safe_path.h"
 
 namespace det::master {
 namespace fs = std::filesystem;
@@ -79,6 +80,8 @@ absl::StatusOr<std::string> ArtifactStore::Put(const std::string& bytes) {
 }
 
 absl::StatusOr<int64_t> ArtifactStore::Size(const std::string& sha256) const {
+  // The hash names a file: never let it name one outside dir_.
+  if (absl::Status st = ValidateSha256(sha256, "sha256"); !st.ok()) return st;
   std::error_code ec;
   auto size = fs::file_size(PathOf(sha256), ec);
   if (ec) return absl::NotFoundError(absl::StrCat("artifact ", sha256, " not found"));
@@ -86,6 +89,7 @@ absl::StatusOr<int64_t> ArtifactStore::Size(const std::string& sha256) const {
 }
 
 absl::StatusOr<std::string> ArtifactStore::Read(const std::string& sha256, int64_t offset, int64_t max_bytes) const {
+  if (absl::Status st = ValidateSha256(sha256, "sha256"); !st.ok()) return st;
   std::ifstream in(PathOf(sha256), std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("artifact ", sha256, " not found"));
   in.seekg(0, std::ios::end);

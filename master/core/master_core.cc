@@ -7,8 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/exit_codes.h"
 #include "common/length.h"
 #include "common/proto_json.h"
+#include "common/safe_path.h"
 #include "common/status_macros.h"
 
 namespace det::master {
@@ -31,12 +33,6 @@ int64_t NowMs() {
 bool Terminal(const std::string& state) { return state == kCompleted || state == kCanceled || state == kError; }
 bool Stopping(const std::string& state) { return state == kStoppingCanceled || state == kStoppingKilled; }
 
-// det-trial's exit codes (trial_runtime/runtime/process_setup.h,
-// managed_mode.h): a bad config or an unusable trial.so fail the same way
-// every time, and a run that lost its master or agent is not the trial's fault.
-constexpr int kExitConfigError = 2;
-constexpr int kExitLibraryError = 3;
-constexpr int kExitMasterUnreachable = 4;
 
 nlohmann::json PlacementsJson(const std::vector<SlotAssignment>& placements) {
   nlohmann::json out = nlohmann::json::array();
@@ -608,6 +604,7 @@ void MasterCore::ScheduleLocked() {
     trial.current_op.reset();
     trial.exit_completed = false;
     SetTrialState(trial, trial.row.state);
+    FillRendezvousLocked(*alloc);
     int rank = 0;
     for (const auto& placement : a.placements) {
       auto ait = agents_.find(placement.agent_id);
@@ -636,7 +633,7 @@ void MasterCore::ScheduleLocked() {
         proc->add_device_ids(slot);
         alloc->processes++;
       }
-      start->mutable_rendezvous()->set_world_size(static_cast<int32_t>(exp.config.resources.slots_per_trial));
+      *start->mutable_rendezvous() = alloc->rendezvous;
       // Sent once the allocation is stored (WriteScope).
       SendToAgentLocked(agent.row.id, std::move(msg));
     }
@@ -644,6 +641,64 @@ void MasterCore::ScheduleLocked() {
     SaveAllocation(*alloc);
     allocations_[alloc->id] = std::move(alloc);
   }
+}
+
+void MasterCore::FillRendezvousLocked(AllocationRuntime& alloc) {
+  // Ranks in placement order: the first placement's agent is node 0 and
+  // holds the chief (rank 0), whose process group store listens on a port
+  // of that agent's rendezvous range.
+  apiv1::RendezvousInfo& rdv = alloc.rendezvous;
+  rdv.Clear();
+  alloc.rendezvous_reported.clear();
+  int rank = 0;
+  int node = 0;
+  for (const auto& placement : alloc.placements) {
+    auto ait = agents_.find(placement.agent_id);
+    std::string address;
+    if (ait != agents_.end()) {
+      address = ait->second->addresses.empty() ? ait->second->row.hostname : ait->second->addresses.front();
+    }
+    int local_rank = 0;
+    for (int slot : placement.slots) {
+      auto* r = rdv.add_ranks();
+      r->set_rank(rank++);
+      r->set_local_rank(local_rank++);
+      r->set_node_rank(node);
+      r->set_agent_id(placement.agent_id);
+      r->set_address(address);
+      r->add_device_ids(slot);
+    }
+    ++node;
+  }
+  rdv.set_world_size(rank);
+  rdv.set_num_nodes(node);
+  if (rank <= 1) return;  // one rank: no process group
+  AgentRuntime* chief = nullptr;
+  auto cit = agents_.find(rdv.ranks(0).agent_id());
+  if (cit != agents_.end()) chief = cit->second.get();
+  rdv.set_chief_address(rdv.ranks(0).address());
+  if (chief == nullptr) return;
+  // A port of the chief agent's range that no other live allocation's chief
+  // uses there, round robin so that a port a failed run left busy (or that
+  // another program holds) is not picked again right away.
+  std::set<int> taken;
+  for (const auto& [id, other] : allocations_) {
+    if (other.get() != &alloc && other->rendezvous.ranks_size() > 0 &&
+        other->rendezvous.ranks(0).agent_id() == chief->row.id) {
+      taken.insert(other->rendezvous.chief_port());
+    }
+  }
+  const int n = chief->rendezvous_last - chief->rendezvous_first + 1;
+  int port = chief->rendezvous_first + chief->next_rendezvous_port % n;
+  for (int i = 0; i < n; ++i) {
+    int candidate = chief->rendezvous_first + (chief->next_rendezvous_port + i) % n;
+    if (taken.count(candidate) == 0) {
+      port = candidate;
+      break;
+    }
+  }
+  chief->next_rendezvous_port = (port - chief->rendezvous_first + 1) % n;
+  rdv.set_chief_port(port);
 }
 
 void MasterCore::KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason, int grace_seconds) {
@@ -703,6 +758,7 @@ bool MasterCore::CompleteIfCheckpointedLocked(ExperimentRuntime& exp, TrialRunti
 }
 
 void MasterCore::EndAllocation(AllocationRuntime& alloc) {
+  rendezvous_cv_.notify_all();  // its ranks' rendezvous waits end
   for (const auto& placement : alloc.placements) {
     auto ait = agents_.find(placement.agent_id);
     if (ait == agents_.end()) continue;
@@ -1453,6 +1509,13 @@ apiv1::GetSlotsResponse MasterCore::GetSlots() {
 absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const agentv1::RegisterAgentRequest& req) {
   if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id is required");
   if (req.devices_size() == 0) return absl::InvalidArgumentError(absl::StrCat("agent '", req.agent_id(), "' reports no slots"));
+  if ((req.rendezvous_ports().first() != 0 || req.rendezvous_ports().last() != 0) &&
+      (req.rendezvous_ports().first() < 1 || req.rendezvous_ports().last() > 65535 ||
+       req.rendezvous_ports().first() > req.rendezvous_ports().last())) {
+    return absl::InvalidArgumentError(absl::StrCat("agent '", req.agent_id(), "': rendezvous_ports ",
+                                                   req.rendezvous_ports().first(), "..", req.rendezvous_ports().last(),
+                                                   " is not a port range within 1..65535"));
+  }
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   auto it = agents_.find(req.agent_id());
@@ -1478,6 +1541,10 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
   agent.row.last_seen_ms = NowMs();
   agent.devices.assign(req.devices().begin(), req.devices().end());
   agent.addresses.assign(req.addresses().begin(), req.addresses().end());
+  if (req.rendezvous_ports().first() != 0 || req.rendezvous_ports().last() != 0) {
+    agent.rendezvous_first = req.rendezvous_ports().first();
+    agent.rendezvous_last = req.rendezvous_ports().last();
+  }
   agent.session_token = RandomHex(16);
   agent.last_heartbeat_ms = NowMs();
   nlohmann::json devices = nlohmann::json::array();
@@ -1627,6 +1694,11 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  const int world = std::max(alloc->rendezvous.world_size(), 1);
+  if (req.rank() < 0 || (alloc->rendezvous.world_size() > 0 && req.rank() >= world)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", req.rank(), " is outside [0, ", world, ") of allocation '", alloc->id, "'"));
+  }
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
   trialv1::GetTrialContextResponse resp;
@@ -1643,6 +1715,7 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
   resp.set_checkpoint_storage_path(exp.checkpoint_dir);
   resp.set_scheduling_unit(exp.config.scheduling_unit);
   resp.set_trial_so_sha256(exp.row.trial_so_sha256);
+  *resp.mutable_rendezvous() = alloc->rendezvous;
   int64_t restored_batches = 0;
   if (!trial.row.latest_checkpoint_uuid.empty()) {
     auto ck = store_->GetCheckpoint(trial.row.latest_checkpoint_uuid);
@@ -1672,6 +1745,49 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
     SetTrialState(trial, trial.row.state);
   }
   return resp;
+}
+
+absl::StatusOr<trialv1::AllocationRendezvousResponse> MasterCore::AllocationRendezvous(
+    const trialv1::AllocationRendezvousRequest& req, const std::string& token, std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> l(mu_);
+  const std::string id = req.allocation_id();
+  {
+    WriteScope w(this);
+    DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(id, token));
+    apiv1::RendezvousInfo& rdv = alloc->rendezvous;
+    if (req.rank() < 0 || req.rank() >= rdv.ranks_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", req.rank(), " is outside [0, ", rdv.ranks_size(),
+                                                     ") of allocation '", id, "'"));
+    }
+    if (req.port() < 0 || req.port() > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("port ", req.port(), " is not a TCP port"));
+    }
+    apiv1::RankInfo* r = rdv.mutable_ranks(req.rank());
+    if (!req.address().empty()) r->set_address(req.address());
+    r->set_port(req.port());
+    if (req.rank() == 0 && !req.address().empty()) rdv.set_chief_address(req.address());
+    alloc->rendezvous_reported.insert(req.rank());
+  }
+  rendezvous_cv_.notify_all();
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (true) {
+    auto it = allocations_.find(id);
+    if (it == allocations_.end() || it->second->token != token) {
+      return absl::FailedPreconditionError(absl::StrCat("allocation '", id, "' ended during the rendezvous"));
+    }
+    AllocationRuntime& alloc = *it->second;
+    if (static_cast<int>(alloc.rendezvous_reported.size()) >= alloc.rendezvous.ranks_size()) {
+      trialv1::AllocationRendezvousResponse resp;
+      *resp.mutable_rendezvous() = alloc.rendezvous;
+      return resp;
+    }
+    if (rendezvous_cv_.wait_until(l, deadline) == std::cv_status::timeout &&
+        std::chrono::steady_clock::now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "allocation '", id, "': ", alloc.rendezvous_reported.size(), " of ", alloc.rendezvous.ranks_size(),
+          " ranks reached the rendezvous within ", wait.count(), " ms"));
+    }
+  }
 }
 
 trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntime& trial, AllocationRuntime& alloc,
@@ -1820,9 +1936,7 @@ absl::Status MasterCore::ReportCheckpoint(const trialv1::ReportCheckpointRequest
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
-  if (req.uuid().empty() || req.uuid().find('/') != std::string::npos || req.uuid().find("..") != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("bad checkpoint uuid '", req.uuid(), "'"));
-  }
+  DET_RETURN_IF_ERROR(ValidatePathComponent(req.uuid(), "uuid"));
   auto existing = store_->GetCheckpoint(req.uuid());
   if (existing.ok()) {
     if (existing->trial_id != trial.row.id) {
@@ -1844,7 +1958,7 @@ absl::Status MasterCore::ReportCheckpoint(const trialv1::ReportCheckpointRequest
   row.total_epochs = req.total_epochs();
   row.resources.insert(req.resources().begin(), req.resources().end());
   row.metadata_json = StructToJson(req.metadata()).dump();
-  row.storage_path = (fs::path(exp.checkpoint_dir) / req.uuid()).string();
+  DET_ASSIGN_OR_RETURN(row.storage_path, JoinUnder(exp.checkpoint_dir, req.uuid(), "uuid"));
   row.time_ms = NowMs();
   if (trial.last_validation == req.total_batches() && trial.row.latest_validation) {
     row.searcher_metric = trial.row.latest_validation;
@@ -1902,6 +2016,11 @@ absl::StatusOr<bool> MasterCore::ShouldPreempt(const trialv1::ShouldPreemptReque
 absl::Status MasterCore::AckPreemption(const trialv1::AckPreemptionRequest& req, const std::string& token) {
   std::lock_guard<std::mutex> l(mu_);
   return Authorize(req.allocation_id(), token).status();
+}
+
+absl::Status MasterCore::AuthorizeAllocation(const std::string& allocation_id, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  return Authorize(allocation_id, token).status();
 }
 
 absl::Status MasterCore::ReportTrialLogs(const trialv1::ReportTrialLogsRequest& req, const std::string& token) {

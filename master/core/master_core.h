@@ -131,6 +131,18 @@ class MasterCore {
   // Waits up to req.timeout_ms for a preemption request.
   absl::StatusOr<bool> ShouldPreempt(const trialv1::ShouldPreemptRequest& req, const std::string& token);
   absl::Status AckPreemption(const trialv1::AckPreemptionRequest& req, const std::string& token);
+  // Records rank req.rank's address (empty: its agent's first address) and
+  // port, then waits up to `wait` until every rank of the allocation has
+  // reported; returns the rendezvous with every rank's address.
+  // InvalidArgument for a rank outside [0, world_size); DeadlineExceeded when
+  // some rank has not reported within `wait`; FailedPrecondition when the
+  // allocation ends meanwhile.
+  absl::StatusOr<trialv1::AllocationRendezvousResponse> AllocationRendezvous(
+      const trialv1::AllocationRendezvousRequest& req, const std::string& token,
+      std::chrono::milliseconds wait = std::chrono::seconds(60));
+  // OK when `token` is the token of live allocation `allocation_id`: NotFound
+  // for an unknown allocation, PermissionDenied for another one's token.
+  absl::Status AuthorizeAllocation(const std::string& allocation_id, const std::string& token);
   absl::Status ReportTrialLogs(const trialv1::ReportTrialLogsRequest& req, const std::string& token);
 
   // Store access for benchmarks and tests.
@@ -184,6 +196,11 @@ class MasterCore {
     bool force_killed = false;  // the stop timeout escalated to SIGKILL
     int64_t created_ms = 0;
     int64_t missing_since_ms = 0;  // first heartbeat of its agent not listing it
+    // How its ranks find each other (world size, chief address/port, every
+    // rank's agent and address), as sent in StartAllocation; addresses and
+    // ports reported through AllocationRendezvous are filled in.
+    apiv1::RendezvousInfo rendezvous;
+    std::set<int> rendezvous_reported;  // ranks that called AllocationRendezvous
   };
   struct AgentRuntime {
     AgentRow row;
@@ -195,6 +212,11 @@ class MasterCore {
     int64_t last_heartbeat_ms = 0;
     bool connected = false;  // a Connect stream is attached
     std::vector<std::string> addresses;
+    // Ports this agent lets the master hand out as chief_port
+    // (RegisterAgentRequest.rendezvous_ports), and where the next pick starts.
+    int rendezvous_first = 29400;
+    int rendezvous_last = 29499;
+    int next_rendezvous_port = 0;
     // Allocations the agent still runs that the master gave up (after a
     // master restart or an agent loss): they hold unknown slots, so nothing
     // is placed on the agent until its heartbeats stop listing them.
@@ -227,6 +249,10 @@ class MasterCore {
   absl::Status SaveSearcher(ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills alloc.rendezvous from its placements: ranks in placement order
+  // (node 0 holds the chief), each rank's agent address, and for more than
+  // one rank the chief's address and a port of its agent's rendezvous range.
+  void FillRendezvousLocked(AllocationRuntime& alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One rank of `allocation_id` ended with `exit_code` (128+signal when
   // killed). `lost`: the master gave up on it (agent lost, not reattachable):
   // rescheduled without counting a restart.
@@ -282,6 +308,7 @@ class MasterCore {
 
   std::mutex mu_;
   std::condition_variable preempt_cv_;
+  std::condition_variable rendezvous_cv_;  // a rank reported in AllocationRendezvous
   std::string trial_master_address_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::unique_ptr<ExperimentRuntime>> experiments_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::unique_ptr<TrialRuntime>> trials_ ABSL_GUARDED_BY(mu_);

@@ -6,8 +6,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "master/core/auth.h"
 #include "master/core/master_core.h"
 
 namespace httplib {
@@ -16,19 +20,55 @@ class Server;
 
 namespace det::master {
 
+// Authentication: every /api/ route except kPublicRoutes needs a user token
+// (`Authorization: Bearer <token>` or the det_token cookie), checked once in
+// a pre-routing handler through master/service/request_auth.h, the same code
+// the gRPC services use; the dashboard's files (/, /dashboard/*) need none.
 class RestServer {
  public:
-  explicit RestServer(MasterCore* core);
+  // One registered API route: method and httplib path pattern (a regex).
+  struct Route {
+    std::string method;
+    std::string pattern;
+    bool authenticated = true;
+  };
+
+  // `auth` checks tokens; null: every authenticated route answers 401 (tests
+  // of the unauthenticated routes and the dashboard need no AuthCore).
+  explicit RestServer(MasterCore* core, AuthCore* auth = nullptr);
   ~RestServer();
   // Binds host:port (0: any free port) and serves in a background thread;
   // returns the bound port.
   absl::StatusOr<int> Start(const std::string& host, int port);
   void Stop();
 
+  // Serves the web dashboard's files from `dir` (e.g. master/http/dashboard,
+  // to edit them without rebuilding) instead of the copies embedded in the
+  // binary. Call before Start; empty: embedded (the default).
+  void set_dashboard_dir(std::string dir) { dashboard_dir_ = std::move(dir); }
+
+  // Largest accepted request body (default 300 MiB). Call before Start.
+  void set_max_request_bytes(int64_t bytes);
+
+  // Every API route (also served as GET /api/v1/routes), for tests that must
+  // cover all of them.
+  const std::vector<Route>& routes() const { return routes_; }
+
+  // Runs one raw HTTP/1.1 request (request line, headers, body) through the
+  // same parser and routes as a connection would, in-process and without a
+  // socket, and returns the raw response ("HTTP/1.1 200 OK\r\n..."), or ""
+  // when the request could not be parsed far enough to answer. For fuzzing
+  // and tests; needs no Start. Thread-safe.
+  std::string ServeRawForTesting(const std::string& request);
+
  private:
   void Routes();
+  class Server;  // httplib::Server that can also serve an in-memory stream
   MasterCore* core_;
-  std::unique_ptr<httplib::Server> server_;
+  AuthCore* auth_;
+  std::vector<Route> routes_;
+  std::string dashboard_dir_;
+  std::unique_ptr<Server> server_;
   std::thread thread_;
 };
 

@@ -1,63 +1,124 @@
-// Thin gRPC layer over MasterCore: each method translates the request, calls
-// the core once and converts its absl::Status into a grpc::Status.
+// Thin gRPC layer over MasterCore and AuthCore: each method authenticates the
+// call (master/service/request_auth.h), translates the request, calls the
+// core once and converts its absl::Status into a grpc::Status.
+//
+// Threading (gRPC callback API):
+//   * det.api.v1.Determined and det.trial.v1.TrialService are
+//     CallbackServices. Unary methods run on gRPC's callback threads and
+//     finish before returning: the core calls they make only take short locks
+//     and SQLite writes, never wait for events.
+//   * Long-polls never block a callback thread. ShouldPreempt (waits up to
+//     its timeout_ms for a preemption) and AllocationRendezvous (waits for
+//     every rank) run on TrialServiceImpl's own thread pool (LongPollPool),
+//     waiting in slices of at most 1 s so that a cancelled call, the
+//     client's deadline (which also bounds the wait) or Shutdown() ends
+//     them promptly.
+//   * TrialLogs is a ServerWriteReactor: it writes one batch at a time
+//     (OnWriteDone fetches the next) and, when following an idle trial, waits
+//     on a grpc::Alarm (200 ms) instead of a thread.
+//   * det.agent.v1.AgentService stays on the synchronous API: its Connect
+//     stream is bidirectional with a long-lived writer thread per agent,
+//     which is simplest with blocking Read/Write; there is one stream per
+//     agent, so the sync thread pool is not a bottleneck.
+//   Every method not implemented by the core still authenticates first and
+//   then answers UNIMPLEMENTED, so no RPC is ever reachable without
+//   credentials (tests/auth_test.cc sweeps them all).
 #ifndef DET_MASTER_SERVICE_GRPC_SERVICES_H_
 #define DET_MASTER_SERVICE_GRPC_SERVICES_H_
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
 #include "det/agent/v1/agent.grpc.pb.h"
 #include "det/api/v1/api.grpc.pb.h"
 #include "det/trial/v1/trial.grpc.pb.h"
+#include "master/core/auth.h"
 #include "master/core/master_core.h"
 
 namespace det::master {
 
 grpc::Status ToGrpc(const absl::Status& status);
 
-class ApiService final : public apiv1::Determined::Service {
+// Declares the callback-API override of unary method M of package P
+// (request P::MRequest, response P::MResponse).
+#define DET_CALLBACK_UNARY(P, M) \
+  grpc::ServerUnaryReactor* M(grpc::CallbackServerContext*, const P::M##Request*, P::M##Response*) override
+
+class ApiService final : public apiv1::Determined::CallbackService {
  public:
-  explicit ApiService(MasterCore* core) : core_(core) {}
-  grpc::Status GetMaster(grpc::ServerContext*, const apiv1::GetMasterRequest*, apiv1::GetMasterResponse*) override;
-  grpc::Status PreviewSearch(grpc::ServerContext*, const apiv1::PreviewSearchRequest*,
-                             apiv1::PreviewSearchResponse*) override;
-  grpc::Status CreateExperiment(grpc::ServerContext*, const apiv1::CreateExperimentRequest*,
-                                apiv1::CreateExperimentResponse*) override;
-  grpc::Status GetExperiments(grpc::ServerContext*, const apiv1::GetExperimentsRequest*,
-                              apiv1::GetExperimentsResponse*) override;
-  grpc::Status GetExperiment(grpc::ServerContext*, const apiv1::GetExperimentRequest*,
-                             apiv1::GetExperimentResponse*) override;
-  grpc::Status ActivateExperiment(grpc::ServerContext*, const apiv1::ActivateExperimentRequest*,
-                                  apiv1::ActivateExperimentResponse*) override;
-  grpc::Status PauseExperiment(grpc::ServerContext*, const apiv1::PauseExperimentRequest*,
-                               apiv1::PauseExperimentResponse*) override;
-  grpc::Status CancelExperiment(grpc::ServerContext*, const apiv1::CancelExperimentRequest*,
-                                apiv1::CancelExperimentResponse*) override;
-  grpc::Status KillExperiment(grpc::ServerContext*, const apiv1::KillExperimentRequest*,
-                              apiv1::KillExperimentResponse*) override;
-  grpc::Status PatchExperiment(grpc::ServerContext*, const apiv1::PatchExperimentRequest*,
-                               apiv1::PatchExperimentResponse*) override;
-  grpc::Status GetExperimentTrials(grpc::ServerContext*, const apiv1::GetExperimentTrialsRequest*,
-                                   apiv1::GetExperimentTrialsResponse*) override;
-  grpc::Status GetExperimentCheckpoints(grpc::ServerContext*, const apiv1::GetExperimentCheckpointsRequest*,
-                                        apiv1::GetExperimentCheckpointsResponse*) override;
-  grpc::Status GetTrial(grpc::ServerContext*, const apiv1::GetTrialRequest*, apiv1::GetTrialResponse*) override;
-  grpc::Status KillTrial(grpc::ServerContext*, const apiv1::KillTrialRequest*, apiv1::KillTrialResponse*) override;
-  grpc::Status GetTrialMetrics(grpc::ServerContext*, const apiv1::GetTrialMetricsRequest*,
-                               apiv1::GetTrialMetricsResponse*) override;
-  grpc::Status TrialLogs(grpc::ServerContext*, const apiv1::TrialLogsRequest*,
-                         grpc::ServerWriter<apiv1::TrialLogsResponse>*) override;
-  grpc::Status GetTrialCheckpoints(grpc::ServerContext*, const apiv1::GetTrialCheckpointsRequest*,
-                                   apiv1::GetTrialCheckpointsResponse*) override;
-  grpc::Status GetCheckpoint(grpc::ServerContext*, const apiv1::GetCheckpointRequest*,
-                             apiv1::GetCheckpointResponse*) override;
-  grpc::Status GetAgents(grpc::ServerContext*, const apiv1::GetAgentsRequest*, apiv1::GetAgentsResponse*) override;
-  grpc::Status GetSlots(grpc::ServerContext*, const apiv1::GetSlotsRequest*, apiv1::GetSlotsResponse*) override;
+  // Neither pointer is owned; both must outlive the service.
+  ApiService(MasterCore* core, AuthCore* auth) : core_(core), auth_(auth) {}
+
+  DET_CALLBACK_UNARY(apiv1, GetMaster);
+  DET_CALLBACK_UNARY(apiv1, Login);
+  DET_CALLBACK_UNARY(apiv1, Logout);
+  DET_CALLBACK_UNARY(apiv1, GetMe);
+  DET_CALLBACK_UNARY(apiv1, GetUsers);
+  DET_CALLBACK_UNARY(apiv1, PostUser);
+  DET_CALLBACK_UNARY(apiv1, PatchUser);
+  grpc::ServerReadReactor<apiv1::UploadArtifactRequest>* UploadArtifact(grpc::CallbackServerContext*,
+                                                                        apiv1::UploadArtifactResponse*) override;
+  DET_CALLBACK_UNARY(apiv1, CreateExperiment);
+  DET_CALLBACK_UNARY(apiv1, GetExperiments);
+  DET_CALLBACK_UNARY(apiv1, GetExperiment);
+  DET_CALLBACK_UNARY(apiv1, PreviewSearch);
+  DET_CALLBACK_UNARY(apiv1, ActivateExperiment);
+  DET_CALLBACK_UNARY(apiv1, PauseExperiment);
+  DET_CALLBACK_UNARY(apiv1, CancelExperiment);
+  DET_CALLBACK_UNARY(apiv1, KillExperiment);
+  DET_CALLBACK_UNARY(apiv1, ArchiveExperiment);
+  DET_CALLBACK_UNARY(apiv1, UnarchiveExperiment);
+  DET_CALLBACK_UNARY(apiv1, DeleteExperiment);
+  DET_CALLBACK_UNARY(apiv1, PatchExperiment);
+  DET_CALLBACK_UNARY(apiv1, GetExperimentTrials);
+  DET_CALLBACK_UNARY(apiv1, GetExperimentCheckpoints);
+  DET_CALLBACK_UNARY(apiv1, GetExperimentValidationHistory);
+  DET_CALLBACK_UNARY(apiv1, GetTrial);
+  DET_CALLBACK_UNARY(apiv1, KillTrial);
+  DET_CALLBACK_UNARY(apiv1, PauseTrial);
+  DET_CALLBACK_UNARY(apiv1, ActivateTrial);
+  DET_CALLBACK_UNARY(apiv1, GetTrialMetrics);
+  grpc::ServerWriteReactor<apiv1::StreamTrialMetricsResponse>* StreamTrialMetrics(
+      grpc::CallbackServerContext*, const apiv1::StreamTrialMetricsRequest*) override;
+  grpc::ServerWriteReactor<apiv1::TrialLogsResponse>* TrialLogs(grpc::CallbackServerContext*,
+                                                                const apiv1::TrialLogsRequest*) override;
+  DET_CALLBACK_UNARY(apiv1, GetTrialCheckpoints);
+  DET_CALLBACK_UNARY(apiv1, GetCheckpoint);
+  DET_CALLBACK_UNARY(apiv1, DeleteCheckpoints);
+  grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>* DownloadCheckpoint(
+      grpc::CallbackServerContext*, const apiv1::DownloadCheckpointRequest*) override;
+  DET_CALLBACK_UNARY(apiv1, GetAgents);
+  DET_CALLBACK_UNARY(apiv1, GetAgent);
+  DET_CALLBACK_UNARY(apiv1, EnableAgent);
+  DET_CALLBACK_UNARY(apiv1, DisableAgent);
+  DET_CALLBACK_UNARY(apiv1, GetSlots);
+  DET_CALLBACK_UNARY(apiv1, EnableSlot);
+  DET_CALLBACK_UNARY(apiv1, DisableSlot);
+  DET_CALLBACK_UNARY(apiv1, GetResourcePools);
+  DET_CALLBACK_UNARY(apiv1, GetJobQueue);
+  DET_CALLBACK_UNARY(apiv1, UpdateJob);
 
  private:
-  MasterCore* core_;
+  // Authenticates the caller, then finishes with `body(user)`.
+  template <typename Body>
+  grpc::ServerUnaryReactor* Authed(grpc::CallbackServerContext* ctx, Body&& body);
+
+  MasterCore* const core_;
+  AuthCore* const auth_;
 };
 
+// Synchronous (see the file comment). Every call needs the cluster secret
+// (metadata x-det-cluster-secret; RegisterAgent also accepts its
+// cluster_secret field) when the master has one; Connect also needs the
+// session token from RegisterAgent.
 class AgentServiceImpl final : public agentv1::AgentService::Service {
  public:
-  explicit AgentServiceImpl(MasterCore* core) : core_(core) {}
+  AgentServiceImpl(MasterCore* core, AuthCore* auth) : core_(core), auth_(auth) {}
   grpc::Status RegisterAgent(grpc::ServerContext*, const agentv1::RegisterAgentRequest*,
                              agentv1::RegisterAgentResponse*) override;
   grpc::Status Connect(grpc::ServerContext*,
@@ -66,38 +127,69 @@ class AgentServiceImpl final : public agentv1::AgentService::Service {
                              grpc::ServerWriter<agentv1::FetchArtifactResponse>*) override;
 
  private:
-  MasterCore* core_;
+  MasterCore* const core_;
+  AuthCore* const auth_;
 };
 
-class TrialServiceImpl final : public trialv1::TrialService::Service {
+// A growing pool of threads for calls that wait (long-polls). Threads are
+// added while every one is busy (up to kMaxThreads; beyond that calls queue).
+// Thread-safe.
+class LongPollPool {
  public:
-  explicit TrialServiceImpl(MasterCore* core) : core_(core) {}
-  grpc::Status GetTrialContext(grpc::ServerContext*, const trialv1::GetTrialContextRequest*,
-                               trialv1::GetTrialContextResponse*) override;
-  grpc::Status GetNextOperation(grpc::ServerContext*, const trialv1::GetNextOperationRequest*,
-                                trialv1::GetNextOperationResponse*) override;
-  grpc::Status ReportTrainingMetrics(grpc::ServerContext*, const trialv1::ReportTrainingMetricsRequest*,
-                                     trialv1::ReportTrainingMetricsResponse*) override;
-  grpc::Status ReportValidationMetrics(grpc::ServerContext*, const trialv1::ReportValidationMetricsRequest*,
-                                       trialv1::ReportValidationMetricsResponse*) override;
-  grpc::Status ReportCheckpoint(grpc::ServerContext*, const trialv1::ReportCheckpointRequest*,
-                                trialv1::ReportCheckpointResponse*) override;
-  grpc::Status CompleteSearcherOperation(grpc::ServerContext*, const trialv1::CompleteSearcherOperationRequest*,
-                                         trialv1::CompleteSearcherOperationResponse*) override;
-  grpc::Status ReportProgress(grpc::ServerContext*, const trialv1::ReportProgressRequest*,
-                              trialv1::ReportProgressResponse*) override;
-  grpc::Status ShouldPreempt(grpc::ServerContext*, const trialv1::ShouldPreemptRequest*,
-                             trialv1::ShouldPreemptResponse*) override;
-  grpc::Status AckPreemption(grpc::ServerContext*, const trialv1::AckPreemptionRequest*,
-                             trialv1::AckPreemptionResponse*) override;
-  grpc::Status ReportEarlyExit(grpc::ServerContext*, const trialv1::ReportEarlyExitRequest*,
-                               trialv1::ReportEarlyExitResponse*) override;
-  grpc::Status ReportTrialLogs(grpc::ServerContext*, const trialv1::ReportTrialLogsRequest*,
-                               trialv1::ReportTrialLogsResponse*) override;
+  static constexpr int kMaxThreads = 512;
+  LongPollPool() = default;
+  ~LongPollPool();  // Shutdown()
+  // Runs `task` on a pool thread; after Shutdown(), on the caller's thread.
+  // Tasks must check stopping() and then end quickly.
+  void Submit(std::function<void()> task);
+  // Makes stopping() true, runs what is queued and joins every thread.
+  void Shutdown();
+  bool stopping() const;
 
  private:
-  MasterCore* core_;
+  void Work();
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// Every call needs x-det-allocation-token (UNAUTHENTICATED without); the
+// core checks it against the allocation the request names
+// (PERMISSION_DENIED for another allocation's token).
+class TrialServiceImpl final : public trialv1::TrialService::CallbackService {
+ public:
+  explicit TrialServiceImpl(MasterCore* core) : core_(core) {}
+  // Ends the long-polls in flight (each within ~1 s) and joins their threads.
+  // Call before shutting the server down.
+  void Shutdown() { pool_.Shutdown(); }
+
+  DET_CALLBACK_UNARY(trialv1, GetTrialContext);
+  DET_CALLBACK_UNARY(trialv1, AllocationRendezvous);
+  DET_CALLBACK_UNARY(trialv1, GetNextOperation);
+  DET_CALLBACK_UNARY(trialv1, ReportTrainingMetrics);
+  DET_CALLBACK_UNARY(trialv1, ReportValidationMetrics);
+  DET_CALLBACK_UNARY(trialv1, ReportCheckpoint);
+  DET_CALLBACK_UNARY(trialv1, CompleteSearcherOperation);
+  DET_CALLBACK_UNARY(trialv1, ReportProgress);
+  DET_CALLBACK_UNARY(trialv1, ShouldPreempt);
+  DET_CALLBACK_UNARY(trialv1, AckPreemption);
+  DET_CALLBACK_UNARY(trialv1, ReportEarlyExit);
+  DET_CALLBACK_UNARY(trialv1, ReportTrialLogs);
+
+ private:
+  // Checks that the call carries an allocation token, then finishes with
+  // `body(token)`.
+  template <typename Body>
+  grpc::ServerUnaryReactor* Authed(grpc::CallbackServerContext* ctx, Body&& body);
+
+  MasterCore* const core_;
+  LongPollPool pool_;
+};
+
+#undef DET_CALLBACK_UNARY
 
 }  // namespace det::master
 

@@ -140,6 +140,27 @@ DROP INDEX metrics_trial_id_total_batches;
 CREATE UNIQUE INDEX metrics_trial_id_total_batches_run
   ON metrics(trial_id, total_batches, metric_group, trial_run_id);
 )sql",
+      // 3: users (salted, slow password hashes) and their login tokens
+      // (stored as SHA-256 of the token, never the token itself).
+      R"sql(
+CREATE TABLE users (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  username TEXT NOT NULL UNIQUE,
+  display_name TEXT NOT NULL,
+  password_hash TEXT NOT NULL,
+  admin INTEGER NOT NULL,
+  active INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  modified_ms INTEGER NOT NULL
+);
+CREATE TABLE user_tokens (
+  token_hash TEXT PRIMARY KEY,
+  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+  created_ms INTEGER NOT NULL,
+  expires_ms INTEGER NOT NULL
+);
+CREATE INDEX user_tokens_user_id ON user_tokens(user_id);
+)sql",
   };
   return *kMigrations;
 }
@@ -245,6 +266,23 @@ constexpr char kListAgents[] = "SELECT " DET_AGENT_COLUMNS " FROM agents ORDER B
 constexpr char kPutValue[] =
     "INSERT INTO kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value";
 constexpr char kGetValue[] = "SELECT value FROM kv WHERE key = ?";
+
+#define DET_USER_COLUMNS "id, username, display_name, password_hash, admin, active, created_ms, modified_ms"
+constexpr char kInsertUser[] =
+    "INSERT INTO users(username, display_name, password_hash, admin, active, created_ms, modified_ms) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)";
+constexpr char kUpdateUser[] =
+    "UPDATE users SET display_name = ?, password_hash = ?, admin = ?, active = ?, modified_ms = ? WHERE id = ?";
+constexpr char kGetUser[] = "SELECT " DET_USER_COLUMNS " FROM users WHERE id = ?";
+constexpr char kGetUserByName[] = "SELECT " DET_USER_COLUMNS " FROM users WHERE username = ?";
+constexpr char kListUsers[] = "SELECT " DET_USER_COLUMNS " FROM users ORDER BY id";
+constexpr char kInsertUserToken[] =
+    "INSERT INTO user_tokens(token_hash, user_id, created_ms, expires_ms) VALUES (?, ?, ?, ?)";
+constexpr char kGetUserToken[] =
+    "SELECT token_hash, user_id, created_ms, expires_ms FROM user_tokens WHERE token_hash = ?";
+constexpr char kDeleteUserToken[] = "DELETE FROM user_tokens WHERE token_hash = ?";
+constexpr char kDeleteUserTokens[] = "DELETE FROM user_tokens WHERE user_id = ? AND token_hash != ?";
+constexpr char kDeleteExpiredUserTokens[] = "DELETE FROM user_tokens WHERE expires_ms <= ?";
 
 constexpr char kIntegrityCheck[] = "PRAGMA integrity_check";
 
@@ -1220,6 +1258,161 @@ absl::StatusOr<std::vector<AllocationRow>> Store::ListAllocations() {
   while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(ReadAllocation(st.get()));
   if (rc != SQLITE_DONE) return Error(rc, "list allocations");
   return out;
+}
+
+// ---- Users and tokens ----
+
+namespace {
+
+UserRow ReadUser(sqlite3_stmt* s) {
+  UserRow u;
+  u.id = ColInt(s, 0);
+  u.username = ColText(s, 1);
+  u.display_name = ColText(s, 2);
+  u.password_hash = ColText(s, 3);
+  u.admin = ColInt(s, 4) != 0;
+  u.active = ColInt(s, 5) != 0;
+  u.created_ms = ColInt(s, 6);
+  u.modified_ms = ColInt(s, 7);
+  return u;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> Store::InsertUser(const UserRow& row) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertUser));
+  Binder b(st.get());
+  b.Text(row.username)
+      .Text(row.display_name)
+      .Text(row.password_hash)
+      .Int(row.admin ? 1 : 0)
+      .Int(row.active ? 1 : 0)
+      .Int(row.created_ms)
+      .Int(row.modified_ms);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_CONSTRAINT_UNIQUE) {
+    return absl::AlreadyExistsError(absl::StrCat("user '", row.username, "' already exists"));
+  }
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert user ", row.username));
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+absl::Status Store::UpdateUser(const UserRow& row) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateUser));
+  Binder b(st.get());
+  b.Text(row.display_name)
+      .Text(row.password_hash)
+      .Int(row.admin ? 1 : 0)
+      .Int(row.active ? 1 : 0)
+      .Int(row.modified_ms)
+      .Int(row.id);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update user ", row.id));
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("user ", row.id, " not found"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UserRow> Store::GetUser(int64_t id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetUser));
+  Binder b(st.get());
+  b.Int(id);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user id");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("user ", id, " not found"));
+  if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("get user ", id));
+  return ReadUser(st.get());
+}
+
+absl::StatusOr<UserRow> Store::GetUserByName(const std::string& username) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetUserByName));
+  Binder b(st.get());
+  b.Text(username);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind username");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("user '", username, "' not found"));
+  if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("get user ", username));
+  return ReadUser(st.get());
+}
+
+absl::StatusOr<std::vector<UserRow>> Store::ListUsers() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListUsers));
+  std::vector<UserRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(ReadUser(st.get()));
+  if (rc != SQLITE_DONE) return Error(rc, "list users");
+  return out;
+}
+
+absl::Status Store::InsertUserToken(const UserTokenRow& row) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertUserToken));
+  Binder b(st.get());
+  b.Text(row.token_hash).Int(row.user_id).Int(row.created_ms).Int(row.expires_ms);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user token");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot store token: user ", row.user_id, " not found"));
+  }
+  if (rc == SQLITE_CONSTRAINT_PRIMARYKEY) return absl::AlreadyExistsError("token already exists");
+  if (rc != SQLITE_DONE) return Error(rc, "insert user token");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UserTokenRow> Store::GetUserToken(const std::string& token_hash) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetUserToken));
+  Binder b(st.get());
+  b.Text(token_hash);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind token hash");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_DONE) return absl::NotFoundError("token not found");
+  if (rc != SQLITE_ROW) return Error(rc, "get user token");
+  UserTokenRow t;
+  t.token_hash = ColText(st.get(), 0);
+  t.user_id = ColInt(st.get(), 1);
+  t.created_ms = ColInt(st.get(), 2);
+  t.expires_ms = ColInt(st.get(), 3);
+  return t;
+}
+
+absl::Status Store::DeleteUserToken(const std::string& token_hash) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteUserToken));
+  Binder b(st.get());
+  b.Text(token_hash);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind token hash");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, "delete user token");
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeleteUserTokens(int64_t user_id, const std::string& except_token_hash) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteUserTokens));
+  Binder b(st.get());
+  b.Int(user_id).Text(except_token_hash);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user id");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("delete tokens of user ", user_id));
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeleteExpiredUserTokens(int64_t now_ms) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteExpiredUserTokens));
+  Binder b(st.get());
+  b.Int(now_ms);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind time");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, "delete expired user tokens");
+  return absl::OkStatus();
 }
 
 // ---- Maintenance ----

@@ -149,6 +149,26 @@ struct AgentRow {
   int64_t last_seen_ms = 0;
 };
 
+struct UserRow {
+  int64_t id = 0;
+  std::string username;  // unique
+  std::string display_name;
+  // "pbkdf2-sha256$<iterations>$<salt hex>$<hash hex>" (see master/core/auth.h).
+  std::string password_hash;
+  bool admin = false;
+  bool active = true;
+  int64_t created_ms = 0;
+  int64_t modified_ms = 0;
+};
+
+// A login token, stored as the hex SHA-256 of the token.
+struct UserTokenRow {
+  std::string token_hash;
+  int64_t user_id = 0;
+  int64_t created_ms = 0;
+  int64_t expires_ms = 0;
+};
+
 // Selects experiments for ListExperiments / CountExperiments. Empty fields
 // match everything.
 struct ExperimentFilter {
@@ -326,6 +346,38 @@ class Store {
 
   // The value of `key`, or nullopt if it was never set.
   absl::StatusOr<std::optional<std::string>> GetValue(const std::string& key);
+
+  // ---- Users and login tokens ----
+
+  // Inserts `row` (row.id is ignored) and returns the new user's id.
+  // AlreadyExists when the username is taken.
+  absl::StatusOr<int64_t> InsertUser(const UserRow& row);
+
+  // Overwrites display_name, password_hash, admin, active and modified_ms of
+  // user `row.id` (the username never changes). NotFound for an unknown id.
+  absl::Status UpdateUser(const UserRow& row);
+
+  // NotFound for an unknown id / username.
+  absl::StatusOr<UserRow> GetUser(int64_t id);
+  absl::StatusOr<UserRow> GetUserByName(const std::string& username);
+
+  // Every user, ordered by id.
+  absl::StatusOr<std::vector<UserRow>> ListUsers();
+
+  // Stores a token; FailedPrecondition when row.user_id names no user.
+  absl::Status InsertUserToken(const UserTokenRow& row);
+
+  // NotFound when no token has this hash.
+  absl::StatusOr<UserTokenRow> GetUserToken(const std::string& token_hash);
+
+  // Deletes one token; OK if there is none.
+  absl::Status DeleteUserToken(const std::string& token_hash);
+
+  // Deletes every token of `user_id` except `except_token_hash`.
+  absl::Status DeleteUserTokens(int64_t user_id, const std::string& except_token_hash);
+
+  // Deletes the tokens with expires_ms <= now_ms.
+  absl::Status DeleteExpiredUserTokens(int64_t now_ms);
 
   // ---- Maintenance ----
 

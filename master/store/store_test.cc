@@ -860,6 +860,41 @@ TEST_F(StoreTest, InsertMetricsThroughput) {
   std::printf("[ perf     ] ListMetrics: %zu rows in %.3f s\n", rows->size(), secs);
 }
 
+TEST_F(StoreTest, UsersAndTokens) {
+  UserRow u;
+  u.username = "alice";
+  u.password_hash = "pbkdf2-sha256$1$00$00";
+  u.created_ms = u.modified_ms = 1000;
+  auto id = store_->InsertUser(u);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(store_->InsertUser(u).status().code(), absl::StatusCode::kAlreadyExists);
+  auto got = store_->GetUserByName("alice");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->id, *id);
+  EXPECT_TRUE(got->active);
+  EXPECT_FALSE(got->admin);
+  got->admin = true;
+  got->display_name = "Alice";
+  ASSERT_TRUE(store_->UpdateUser(*got).ok());
+  EXPECT_TRUE(store_->GetUser(*id)->admin);
+  EXPECT_EQ(store_->GetUser(999).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetUserByName("bob").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->ListUsers()->size(), 1u);
+
+  ASSERT_TRUE(store_->InsertUserToken({"h1", *id, 1000, 2000}).ok());
+  ASSERT_TRUE(store_->InsertUserToken({"h2", *id, 1000, 5000}).ok());
+  EXPECT_EQ(store_->InsertUserToken({"h3", 999, 1000, 2000}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->GetUserToken("h1")->expires_ms, 2000);
+  ASSERT_TRUE(store_->DeleteExpiredUserTokens(2000).ok());
+  EXPECT_EQ(store_->GetUserToken("h1").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(store_->InsertUserToken({"h4", *id, 1000, 5000}).ok());
+  ASSERT_TRUE(store_->DeleteUserTokens(*id, "h4").ok());
+  EXPECT_EQ(store_->GetUserToken("h2").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store_->GetUserToken("h4").ok());
+  ASSERT_TRUE(store_->DeleteUserToken("h4").ok());
+  EXPECT_EQ(store_->GetUserToken("h4").status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace master
 }  // namespace det

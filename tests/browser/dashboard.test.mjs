@@ -3,7 +3,8 @@
 //
 // Starts a det-master and a det-agent, runs a short random search to
 // COMPLETED and starts a slow experiment that keeps running; then opens the
-// dashboard and checks that
+// dashboard that det-master serves itself (GET / on its HTTP port; the asset
+// routes are checked too) and checks that
 //   * the experiment list shows the finished experiment COMPLETED with the
 //     REST API's best validation metric,
 //   * its trials table shows every trial's stored best validation value,
@@ -11,8 +12,13 @@
 //     validation (and, after switching the metric, training) points,
 //   * the hyperparameter scatter has a point per trial at (hparam, best),
 //   * the trial page shows the stored metrics, checkpoints and logs,
-//   * clicking Pause on the running experiment turns its state to PAUSED;
-// and writes screenshots ($DET_SCREENSHOT_DIR, else the test's temp dir).
+//   * the agents page lists the agent,
+//   * clicking Pause on the running experiment turns its state to PAUSED,
+//     Activate back to ACTIVE, and Kill (on its page) to CANCELED, all
+//     without reloading;
+// and writes screenshots ($DET_SCREENSHOT_DIR, else the test's temp dir):
+// dashboard-experiment-<id>.png, dashboard-trial-<id>.png,
+// dashboard-experiments.png.
 //
 //   node tests/browser/dashboard.test.mjs     (after tests/browser/setup.sh)
 //
@@ -57,6 +63,8 @@ for (const f of [bin('det-master'), bin('det-agent'), bin('det-cli'), trialSo]) 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'det-dashboard-test-'));
 const shotDir = process.env.DET_SCREENSHOT_DIR ? path.resolve(process.env.DET_SCREENSHOT_DIR) : tmp;
 fs.mkdirSync(shotDir, {recursive: true});
+// det-cli logs in as `determined` by itself; keep its token file here.
+process.env.DET_AUTH_FILE = path.join(tmp, 'det-auth.json');
 
 // ---- helpers --------------------------------------------------------------
 
@@ -123,8 +131,21 @@ function run(argv, timeoutMs = 120000) {
 }
 
 let httpBase = '';
+// Every API route needs a token: log in once as `determined` (empty password,
+// bootstrapped by the master).
+let apiToken = '';
+async function login() {
+  const res = await fetch(`${httpBase}/api/v1/auth/login`, {
+    method: 'POST', headers: {'Content-Type': 'application/json'},
+    body: JSON.stringify({username: 'determined', password: ''}),
+  });
+  const body = await res.json();
+  check(res.ok && body.token, `POST /api/v1/auth/login: ${res.status} ${JSON.stringify(body)}`);
+  return body.token;
+}
 async function api(p, method = 'GET') {
-  const res = await fetch(`${httpBase}${p}`, {method});
+  if (!apiToken) apiToken = await login();
+  const res = await fetch(`${httpBase}${p}`, {method, headers: {Authorization: `Bearer ${apiToken}`}});
   const body = await res.json();
   if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${JSON.stringify(body)}`);
   return body;
@@ -221,25 +242,33 @@ async function waitExperimentState(id, state, timeoutMs) {
   }, timeoutMs, 250);
 }
 
-// The dashboard's URL: det-master's own "/" once it serves the dashboard, else
-// tests/browser/serve.mjs (same paths, /api proxied to the master).
-let staticServer = null;
+// The dashboard is served by det-master itself on its HTTP port (assets
+// embedded in the binary): checks the asset routes, returns the page's URL.
 async function dashboardUrl() {
-  let root = '';
-  try {
-    const res = await fetch(`${httpBase}/`);
-    if (res.ok) root = await res.text();
-  } catch {
-    // not served
+  const get = async (p) => {
+    const res = await fetch(`${httpBase}${p}`);
+    return {status: res.status, type: res.headers.get('content-type') || '', body: await res.text()};
+  };
+  for (const p of ['/', '/dashboard', '/dashboard/']) {
+    const r = await get(p);
+    check(r.status === 200 && r.type.startsWith('text/html') && /<meta\s+name="det-dashboard"/.test(r.body),
+      `GET ${p}: ${r.status} ${r.type}, not the dashboard page`);
   }
-  if (/<meta\s+name="det-dashboard"/.test(root)) {
-    log('det-master serves the dashboard itself');
-    return httpBase;
+  const types = {'.js': 'text/javascript', '.css': 'text/css', '.html': 'text/html'};
+  const assetDir = path.join(sourceDir, 'master/http/dashboard');
+  for (const file of fs.readdirSync(assetDir)) {
+    const type = types[path.extname(file)] || '';
+    const r = await get(`/dashboard/${file}`);
+    const onDisk = fs.readFileSync(path.join(assetDir, file), 'utf8');
+    check(r.status === 200 && r.type.startsWith(type), `GET /dashboard/${file}: ${r.status} ${r.type}`);
+    check(r.body === onDisk, `GET /dashboard/${file}: differs from master/http/dashboard/${file} (rebuild det-master)`);
   }
-  const {startServer} = await import('./serve.mjs');
-  staticServer = await startServer({master: httpBase.replace('http://', '')});
-  log(`det-master does not serve "/" yet; using tests/browser/serve.mjs at ${staticServer.url}`);
-  return staticServer.url;
+  for (const p of ['/dashboard/nope.js', '/dashboard/..%2f..%2fCMakeLists.txt', '/dashboard/%2e%2e/CMakeLists.txt']) {
+    const r = await get(p);
+    check(r.status === 404 && !r.body.includes('cmake_minimum_required'), `GET ${p}: ${r.status}, want 404`);
+  }
+  log(`det-master serves the dashboard at ${httpBase}/`);
+  return httpBase;
 }
 
 // The client side of auth (the master's login route may not exist yet): the
@@ -266,7 +295,8 @@ async function checkLogin(browser, base, expId) {
         return json(401, {code: 16, error: 'UNAUTHENTICATED', message: 'missing or invalid token'});
       }
       authorized++;
-      return route.continue();
+      // The page sent the mock's token; the real master wants a real one.
+      return route.continue({headers: {...req.headers(), authorization: `Bearer ${apiToken}`}});
     });
     const byId = (id) => `[data-testid="${id}"]`;
     await page.goto(`${base}/#/experiments`);
@@ -329,16 +359,31 @@ async function main() {
     const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
     page.setDefaultTimeout(30000);
     page.on('pageerror', (e) => pageErrors.push(`pageerror: ${e.message}`));
+    // Until the login below, the API's 401s are expected (Chromium logs each
+    // as "Failed to load resource"); afterwards every console error counts.
+    let loggedIn = false;
     page.on('console', (m) => {
-      if (m.type() === 'error') pageErrors.push(`console: ${m.text()}`);
+      if (m.type() !== 'error') return;
+      if (!loggedIn && /status of 401/.test(m.text())) return;
+      pageErrors.push(`console: ${m.text()}`);
     });
     const byId = (id) => `[data-testid="${id}"]`;
     const text = async (id) => (await page.textContent(byId(id)))?.trim();
     const waitText = (id, want, timeout = 30000) => page.waitForFunction(
       ([sel, w]) => document.querySelector(sel)?.textContent.trim() === w, [byId(id), want], {timeout});
 
-    // Experiment list.
+    // The master answers 401 until the page logs in: as `determined`, with
+    // the empty password the master bootstraps.
     await page.goto(`${base}/#/experiments`);
+    await page.waitForSelector(byId('login-form'));
+    await page.fill(byId('login-username'), 'determined');
+    await page.fill(byId('login-password'), '');
+    await page.click(byId('login-submit'));
+    await page.waitForSelector(byId('login-form'), {state: 'detached'});
+    loggedIn = true;
+    log('logged in through the dashboard as determined');
+
+    // Experiment list.
     await waitText(`exp-state-${finished}`, 'COMPLETED');
     const listBest = await page.getAttribute(byId(`exp-best-${finished}`), 'data-value');
     check(Number(listBest) === exp.best_validation_metric,
@@ -463,9 +508,28 @@ async function main() {
     const listShot = path.join(shotDir, 'dashboard-experiments.png');
     await page.screenshot({path: listShot, fullPage: true});
 
+    // Activate it again, then kill it from its own page (the confirm dialog
+    // is accepted): ACTIVE, then CANCELED, without reloading.
+    await page.click(byId(`activate-${running}`));
+    await waitText(`exp-state-${running}`, 'ACTIVE', 60000);
+    check((await api(`/api/v1/experiments/${running}`)).experiment.state === 'STATE_ACTIVE',
+      `REST: experiment ${running} not ACTIVE after the activate click`);
+    await page.click(`${byId(`exp-row-${running}`)} a`);
+    await page.waitForSelector(byId('experiment-view'));
+    page.once('dialog', (d) => d.accept());
+    await page.waitForFunction((s) => !document.querySelector(s).disabled, byId(`kill-${running}`));
+    await page.click(byId(`kill-${running}`));
+    await waitText(`exp-state-${running}`, 'CANCELED', 90000);
+    log(`activate clicked: ACTIVE; kill clicked on the experiment page: CANCELED`);
+
     await checkLogin(browser, base, finished);
 
     check(pageErrors.length === 0, `errors in the page:\n${pageErrors.join('\n')}`);
+    for (const f of [expShot, trialShot, listShot]) {
+      const head = fs.readFileSync(f).subarray(0, 8);
+      check(head.equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])) && fs.statSync(f).size > 10000,
+        `screenshot ${f} is not a PNG`);
+    }
     log(`screenshots: ${expShot} ${trialShot} ${listShot}`);
   } finally {
     await browser.close();
@@ -488,7 +552,6 @@ try {
   console.error(`FAIL: ${e instanceof TestFailure ? e.message : e.stack}`);
 } finally {
   clearTimeout(timer);
-  if (staticServer) staticServer.server.close();
   await stopProcesses();
 }
 if (ok) {

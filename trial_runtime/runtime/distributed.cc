@@ -8,6 +8,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +50,34 @@ std::string What(const std::exception& e) {
 
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+// This host's address on the route to host:port (a UDP "connect" sends
+// nothing; it only makes the kernel choose the source address); empty when
+// there is no route or the host does not resolve.
+std::string LocalAddressToward(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  for (addrinfo* ai = res; ai != nullptr && out.empty(); ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, SOCK_DGRAM, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* a = local.ss_family == AF_INET
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (inet_ntop(local.ss_family, a, buf, sizeof(buf)) != nullptr) out = buf;
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return out;
 }
 
 // A bucket of tensors of one dtype and device, flattened into one buffer.
@@ -208,7 +241,12 @@ absl::StatusOr<std::unique_ptr<Distributed>> Distributed::Join(const Distributed
     } else if (env.num_nodes == 1 || IsLoopback(env.chief_addr)) {
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     } else {
-      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      // The address the other ranks reach this one at: the one on the route
+      // to the chief (on the chief, its own address). The default device
+      // would resolve the hostname, which on many hosts means 127.0.1.1.
+      const std::string local = LocalAddressToward(env.chief_addr, env.chief_port);
+      options->devices.push_back(local.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                               : c10d::ProcessGroupGloo::createDeviceForHostname(local));
     }
     options->threads = 2;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("det/gloo", d->impl_->store);

@@ -4,18 +4,24 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <memory>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/experiment_config.h"
 #include "common/proto_json.h"
 #include "det/trial/v1/trial.grpc.pb.h"
+#include "trial_runtime/runtime/distributed.h"
+#include "trial_runtime/runtime/operation_relay.h"
 #include "trial_runtime/runtime/process_setup.h"
 #include "trial_runtime/runtime/trial_controller.h"
 #include "trial_runtime/runtime/trial_loader.h"
@@ -44,7 +50,17 @@ std::shared_ptr<grpc::Channel> MasterChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  // A TLS master: det-agent --tls-ca passes its CA file down.
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (const char* ca = std::getenv("DET_MASTER_CERT_FILE"); ca != nullptr && *ca != '\0') {
+    std::ifstream in(ca, std::ios::binary);
+    std::stringstream pem;
+    pem << in.rdbuf();
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem.str();
+    creds = grpc::SslCredentials(ssl);
+  }
+  return grpc::CreateCustomChannel(address, creds, args);
 }
 
 // How long calls keep retrying an unreachable master (it may be restarting)
@@ -287,8 +303,49 @@ int RunManaged(const std::string& trial_path, int threads) {
   auto plugin = LoadTrialLibrary(trial_path);
   if (!plugin.ok()) return Fail(kExitLibraryError, &client, plugin.status(), true);
 
+  // A distributed trial (DET_WORLD_SIZE > 1, set by det-agent from the
+  // master's rendezvous): every rank joins the process group before the
+  // trial is built, so that wrap_model hands every rank the chief's weights.
+  auto denv = ReadDistributedEnv();
+  if (!denv.ok()) return Fail(kExitConfigError, rank == 0 ? &client : nullptr, denv.status(), true);
+  if (denv->distributed() && tc.global_batch_size() % denv->world_size != 0) {
+    return Fail(kExitConfigError, rank == 0 ? &client : nullptr,
+                absl::InvalidArgumentError(absl::StrCat("hyperparameters.global_batch_size ", tc.global_batch_size(),
+                                                        " is not divisible by the ", denv->world_size,
+                                                        " slots of this trial (resources.slots_per_trial)")),
+                true);
+  }
+  // The ranks on one agent share its cores: by default each gets its share.
+  if (threads <= 0 && denv->local_size > 1 && Env("OMP_NUM_THREADS").empty()) {
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / denv->local_size);
+  }
   if (threads > 0) torch::set_num_threads(threads);
   torch::manual_seed(tc.trial_seed());
+  std::unique_ptr<Distributed> dist;
+  if (denv->distributed()) {
+    // Every rank reports to the master and waits for the others there first:
+    // a rank that never started then fails the rendezvous with a message
+    // naming how many arrived, rather than a store timeout. A master without
+    // AllocationRendezvous is skipped (the store's own wait still applies).
+    tv1::AllocationRendezvousRequest rdv_req;
+    rdv_req.set_rank(rank);
+    tv1::AllocationRendezvousResponse rdv_resp;
+    st = client.Call("AllocationRendezvous", &tv1::TrialService::Stub::AllocationRendezvous, rdv_req, &rdv_resp,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(denv->timeout));
+    if (!st.ok() && st.code() != absl::StatusCode::kUnimplemented) {
+      return Fail(client.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
+    }
+    auto joined = Distributed::Join(*denv);
+    if (!joined.ok()) return Fail(kExitTrialError, nullptr, joined.status(), false);
+    dist = *std::move(joined);
+    if (rank == 0) {
+      std::printf("[det-trial] rank 0 of %d: process group over %s:%d formed (%d node(s))\n", denv->world_size,
+                  denv->chief_addr.c_str(), denv->chief_port, denv->num_nodes);
+      std::fflush(stdout);
+    }
+  }
+  const bool chief = !dist || dist->is_chief();
+  MasterClient* reporting_client = chief ? &client : nullptr;  // only the chief calls the master from here on
   TrialInfo info;
   info.hparams = StructToJson(tc.hparams());
   info.experiment_config = config->raw;
@@ -296,7 +353,9 @@ int RunManaged(const std::string& trial_path, int threads) {
   info.trial_id = tc.trial_id();
   info.trial_seed = tc.trial_seed();
   info.global_batch_size = tc.global_batch_size();
+  info.distributed = denv->context();
   TrialContext context(info);
+  if (dist) context.set_gradient_reducer(dist->MakeGradientReducer());
 
   std::printf("[det-trial] trial %d (experiment %d) %s, allocation %s, seed %u, hparams %s\n", tc.trial_id(),
               tc.experiment_id(), (*plugin)->trial_class, allocation_id.c_str(), tc.trial_seed(),
@@ -304,7 +363,7 @@ int RunManaged(const std::string& trial_path, int threads) {
   std::fflush(stdout);
 
   auto handle = TrialHandle::Create(*plugin, &context);
-  if (!handle.ok()) return Fail(kExitTrialError, &client, handle.status(), false);
+  if (!handle.ok()) return Fail(kExitTrialError, reporting_client, handle.status(), false);
 
   TrainingPlan plan;
   // The master sequences training, validation and checkpoints; the plan only
@@ -317,18 +376,42 @@ int RunManaged(const std::string& trial_path, int threads) {
   plan.checkpoint_metadata = {{"config_yaml", config->yaml_text},
                               {"trial_class", (*plugin)->trial_class},
                               {"allocation_id", allocation_id}};
-  MasterReporter reporter(&client, info.global_batch_size, rank == 0);
-  MasterPreemption preemption(&client);
-  auto controller = TrialController::Create(handle->get(), &context, &reporter, &preemption, plan);
-  if (!controller.ok()) return Fail(kExitTrialError, &client, controller.status(), false);
+  MasterReporter reporter(&client, info.global_batch_size, chief);
+  // The chief asks the master whether to stop; the others follow its vote
+  // (TrialController stops every rank at the same batch) or their SIGTERM.
+  std::unique_ptr<PreemptionSource> preemption;
+  if (chief) {
+    preemption = std::make_unique<MasterPreemption>(&client);
+  } else {
+    preemption = std::make_unique<SignalPreemption>();
+  }
+  auto controller =
+      TrialController::Create(handle->get(), &context, &reporter, preemption.get(), plan, dist.get());
+  if (!controller.ok()) return Fail(kExitTrialError, reporting_client, controller.status(), false);
   TrialController& c = **controller;
   if (!tc.latest_checkpoint().uuid().empty()) {
     std::string dir = tc.latest_checkpoint().storage_path();
     st = c.Restore(dir);
-    if (!st.ok()) return Fail(kExitTrialError, &client, st, false);
-    std::printf("[det-trial] resumed from checkpoint %s at batch %lld\n", dir.c_str(),
-                static_cast<long long>(c.batches_trained()));
+    if (!st.ok()) return Fail(kExitTrialError, reporting_client, st, false);
+    if (chief) {
+      std::printf("[det-trial] resumed from checkpoint %s at batch %lld\n", dir.c_str(),
+                  static_cast<long long>(c.batches_trained()));
+    }
   }
+  // A successful exit: the chief waits until the others are done with the
+  // process group it hosts.
+  auto finish = [&]() -> int {
+    if (!dist) return 0;
+    absl::Status done = dist->Finish();
+    if (!done.ok()) return Fail(kExitTrialError, nullptr, done, false);
+    return 0;
+  };
+  if (!chief) {
+    int rc = RunRelayedOperations(c, *dist);
+    return rc == 0 ? finish() : rc;
+  }
+  // The chief hands each operation to the others before performing it.
+  auto relay = [&](const tv1::Operation& op) { return RelayOperation(dist.get(), op); };
 
   int64_t completed_op = 0;
   while (true) {
@@ -341,6 +424,8 @@ int RunManaged(const std::string& trial_path, int threads) {
                      std::chrono::seconds(30));
     if (!st.ok()) return Fail(client.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
     const tv1::Operation& op = resp.operation();
+    st = relay(op);
+    if (!st.ok()) return Fail(kExitTrialError, &client, st, false);
     switch (op.kind()) {
       case tv1::OPERATION_KIND_TRAIN: {
         bool preempted = false;
@@ -353,7 +438,8 @@ int RunManaged(const std::string& trial_path, int threads) {
           tv1::AckPreemptionResponse ack_resp;
           (void)client.Call("AckPreemption", &tv1::TrialService::Stub::AckPreemption, ack, &ack_resp);
           std::printf("[det-trial] preempted at batch %lld\n", static_cast<long long>(c.batches_trained()));
-          return 0;
+          std::fflush(stdout);
+          return finish();
         }
         completed_op = op.op_id();
         break;
@@ -385,13 +471,15 @@ int RunManaged(const std::string& trial_path, int threads) {
         std::printf("[det-trial] exiting at batch %lld (%s)\n", static_cast<long long>(c.batches_trained()),
                     tv1::ExitReason_Name(op.exit_reason()).c_str());
         std::fflush(stdout);
-        return 0;
+        return finish();
       case tv1::OPERATION_KIND_WAIT:
       default:
-        if (preemption.ShouldPreempt()) {
+        if (preemption->ShouldPreempt()) {
+          st = RelayPreemption(dist.get());
+          if (!st.ok()) return Fail(kExitTrialError, &client, st, false);
           auto saved = c.Checkpoint();
           if (!saved.ok()) return Fail(kExitTrialError, &client, saved.status(), false);
-          return 0;
+          return finish();
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         break;

@@ -4,14 +4,13 @@
 
 #include <string>
 
+#include "common/exit_codes.h"
+
 namespace det::runtime {
 
-// Exit code of a managed run that lost its master (unreachable for longer
-// than DET_MASTER_RETRY_TIMEOUT_S, default 600 s), its allocation (the master
-// gave up on it) or the agent that started it. Not the trial's fault: the
-// master resumes the trial from its latest checkpoint without counting a
-// restart. (1: the trial failed; 2: bad config; 3: unusable trial.so.)
-inline constexpr int kExitMasterUnreachable = 4;
+// Exit code of a managed run that lost its master, its allocation or its
+// agent (common/exit_codes.h).
+using det::kExitMasterUnreachable;
 
 // Reads DET_MASTER, DET_ALLOCATION_ID, DET_ALLOCATION_TOKEN and DET_RANK from
 // the environment, fetches the trial's context from the master's

@@ -2,14 +2,15 @@
 #ifndef DET_TRIAL_RUNTIME_RUNTIME_PROCESS_SETUP_H_
 #define DET_TRIAL_RUNTIME_RUNTIME_PROCESS_SETUP_H_
 
+#include "common/exit_codes.h"
 #include "trial_runtime/runtime/trial_controller.h"
 
 namespace det::runtime {
 
-// det-trial's exit codes.
-inline constexpr int kExitTrialError = 1;
-inline constexpr int kExitConfigError = 2;
-inline constexpr int kExitLibraryError = 3;
+// det-trial's exit codes (common/exit_codes.h).
+using det::kExitConfigError;
+using det::kExitLibraryError;
+using det::kExitTrialError;
 
 // Training allocates and frees the same large activation buffers every batch;
 // glibc would serve each with mmap/munmap (page faults and syscalls, up to half

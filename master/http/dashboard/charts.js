@@ -41,7 +41,8 @@ function logTicks(lo, hi) {
   const out = [];
   const a = Math.floor(Math.log10(lo));
   const b = Math.ceil(Math.log10(hi));
-  const mults = b - a <= 2 ? [1, 2, 5] : [1];
+  const decades = Math.log10(hi / lo);  // the span shown, not the rounded one
+  const mults = decades <= 2.5 ? [1, 2, 5] : decades <= 4 ? [1, 3] : [1];
   for (let e = a; e <= b; e++) {
     for (const m of mults) {
       const v = m * Math.pow(10, e);
@@ -209,7 +210,8 @@ export class ScatterChart extends Chart {
       return;
     }
     const numeric = ok.every((p) => typeof p.x === 'number' && Number.isFinite(p.x));
-    const [ylo, yhi] = padDomain(Math.min(...ok.map((p) => p.y)), Math.max(...ok.map((p) => p.y)));
+    // 10% margins: a point (r = 6) at an extreme stays clear of the axes.
+    const [ylo, yhi] = padDomain(Math.min(...ok.map((p) => p.y)), Math.max(...ok.map((p) => p.y)), 0.1);
     const sy = scale(ylo, yhi, H - M.bottom, M.top);
     let sx;
     let xTicks;
@@ -218,11 +220,11 @@ export class ScatterChart extends Chart {
       const useLog = logX && xs.every((x) => x > 0);
       let [xlo, xhi] = [Math.min(...xs), Math.max(...xs)];
       if (useLog) {
-        const f = xlo === xhi ? 2 : Math.pow(xhi / xlo, 0.05);
+        const f = xlo === xhi ? 2 : Math.pow(xhi / xlo, 0.1);
         [xlo, xhi] = [xlo / f, xhi * f];
         xTicks = logTicks(xlo, xhi).map((v) => ({v, label: fmtTick(v)}));
       } else {
-        [xlo, xhi] = padDomain(xlo, xhi);
+        [xlo, xhi] = padDomain(xlo, xhi, 0.1);
         xTicks = niceTicks(xlo, xhi, 6).map((v) => ({v, label: fmtTick(v)}));
       }
       sx = scale(xlo, xhi, M.left, W - M.right, useLog);

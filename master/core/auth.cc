@@ -1,0 +1,267 @@
+#include "master/core/auth.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <chrono>
+#include <regex>
+#include <vector>
+
+#include <google/protobuf/util/time_util.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+
+namespace det::master {
+namespace {
+
+namespace apiv1 = ::det::api::v1;
+using google::protobuf::util::TimeUtil;
+
+std::string RandomBytes(size_t n) {
+  std::string out(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1) {
+    // RAND_bytes only fails when the OS has no entropy source: never go on
+    // with predictable tokens.
+    spdlog::critical("OpenSSL RAND_bytes failed");
+    std::abort();
+  }
+  return out;
+}
+
+std::string Pbkdf2(const std::string& password, const std::string& salt, int iterations) {
+  unsigned char out[32];
+  PKCS5_PBKDF2_HMAC(password.data(), static_cast<int>(password.size()),
+                    reinterpret_cast<const unsigned char*>(salt.data()), static_cast<int>(salt.size()), iterations,
+                    EVP_sha256(), sizeof(out), out);
+  return std::string(reinterpret_cast<char*>(out), sizeof(out));
+}
+
+absl::Status ValidUsername(const std::string& name) {
+  static const std::regex* const kRe = new std::regex("[a-zA-Z0-9_.-]{1,64}");
+  if (!std::regex_match(name, *kRe)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("user.username: '", name, "' must be 1-64 characters of [a-zA-Z0-9_.-]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Unauthenticated() { return absl::UnauthenticatedError("invalid credentials"); }
+
+}  // namespace
+
+apiv1::User UserProto(const UserRow& row) {
+  apiv1::User u;
+  u.set_id(static_cast<int32_t>(row.id));
+  u.set_username(row.username);
+  u.set_display_name(row.display_name);
+  u.set_admin(row.admin);
+  u.set_active(row.active);
+  *u.mutable_created_time() = TimeUtil::MillisecondsToTimestamp(row.created_ms);
+  *u.mutable_modified_time() = TimeUtil::MillisecondsToTimestamp(row.modified_ms);
+  return u;
+}
+
+std::string AuthCore::HashPassword(const std::string& password, int iterations) {
+  std::string salt = RandomBytes(16);
+  return absl::StrCat("pbkdf2-sha256$", iterations, "$", absl::BytesToHexString(salt), "$",
+                      absl::BytesToHexString(Pbkdf2(password, salt, iterations)));
+}
+
+bool AuthCore::VerifyPassword(const std::string& password, const std::string& stored_hash) {
+  std::vector<std::string> parts = absl::StrSplit(stored_hash, '$');
+  int iterations = 0;
+  if (parts.size() != 4 || parts[0] != "pbkdf2-sha256" || !absl::SimpleAtoi(parts[1], &iterations) ||
+      iterations <= 0) {
+    return false;
+  }
+  std::string salt = absl::HexStringToBytes(parts[2]);
+  std::string expected = absl::HexStringToBytes(parts[3]);
+  return ConstantTimeEquals(Pbkdf2(password, salt, iterations), expected);
+}
+
+std::string AuthCore::Sha256Hex(absl::string_view data) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(md), sizeof(md)));
+}
+
+bool AuthCore::ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  if (a.empty()) return true;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+AuthCore::AuthCore(Store* store, AuthOptions options) : store_(store), options_(std::move(options)) {}
+
+int64_t AuthCore::Now() const {
+  if (options_.now_ms) return options_.now_ms();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::StatusOr<std::unique_ptr<AuthCore>> AuthCore::Create(Store* store, AuthOptions options) {
+  std::unique_ptr<AuthCore> auth(new AuthCore(store, std::move(options)));
+  DET_RETURN_IF_ERROR(auth->Bootstrap());
+  DET_RETURN_IF_ERROR(store->DeleteExpiredUserTokens(auth->Now()));
+  return auth;
+}
+
+absl::Status AuthCore::Bootstrap() {
+  DET_ASSIGN_OR_RETURN(std::vector<UserRow> users, store_->ListUsers());
+  if (!users.empty()) return absl::OkStatus();
+  Store::Transaction txn(store_);
+  for (const char* name : {"admin", "determined"}) {
+    UserRow row;
+    row.username = name;
+    row.password_hash = HashPassword("", options_.pbkdf2_iterations);
+    row.admin = std::string(name) == "admin";
+    row.created_ms = row.modified_ms = Now();
+    DET_RETURN_IF_ERROR(store_->InsertUser(row).status());
+  }
+  DET_RETURN_IF_ERROR(txn.Commit());
+  spdlog::warn("created users 'admin' and 'determined' with empty passwords; set passwords with "
+               "`det-cli user change-password`");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<apiv1::LoginResponse> AuthCore::Login(const std::string& username, const std::string& password) {
+  auto row = store_->GetUserByName(username);
+  if (!row.ok()) {
+    if (row.status().code() != absl::StatusCode::kNotFound) return row.status();
+    // Spend the same time as a real check so that timing does not reveal
+    // which usernames exist.
+    VerifyPassword(password, HashPassword("", options_.pbkdf2_iterations));
+    return Unauthenticated();
+  }
+  if (!VerifyPassword(password, row->password_hash) || !row->active) return Unauthenticated();
+  std::string token = absl::BytesToHexString(RandomBytes(32));
+  UserTokenRow t;
+  t.token_hash = Sha256Hex(token);
+  t.user_id = row->id;
+  t.created_ms = Now();
+  t.expires_ms = t.created_ms + options_.token_ttl_ms;
+  DET_RETURN_IF_ERROR(store_->InsertUserToken(t));
+  apiv1::LoginResponse resp;
+  resp.set_token(token);
+  *resp.mutable_user() = UserProto(*row);
+  *resp.mutable_expires_time() = TimeUtil::MillisecondsToTimestamp(t.expires_ms);
+  return resp;
+}
+
+absl::StatusOr<apiv1::User> AuthCore::Authenticate(const std::string& token) {
+  if (token.empty()) return absl::UnauthenticatedError("missing token: log in (det-cli user login) first");
+  const std::string hash = Sha256Hex(token);
+  const int64_t now = Now();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = cache_.find(hash);
+    if (it != cache_.end()) {
+      if (it->second.expires_ms > now) return it->second.user;
+      cache_.erase(it);
+    }
+  }
+  auto t = store_->GetUserToken(hash);
+  if (!t.ok()) {
+    if (t.status().code() == absl::StatusCode::kNotFound) {
+      return absl::UnauthenticatedError("invalid or revoked token: log in again");
+    }
+    return t.status();
+  }
+  if (t->expires_ms <= now) return absl::UnauthenticatedError("token expired: log in again");
+  auto row = store_->GetUser(t->user_id);
+  if (!row.ok() || !row->active) return absl::UnauthenticatedError("invalid or revoked token: log in again");
+  apiv1::User user = UserProto(*row);
+  std::lock_guard<std::mutex> l(mu_);
+  if (cache_.size() > 10000) cache_.clear();
+  cache_[hash] = CachedToken{user, t->expires_ms};
+  return user;
+}
+
+absl::Status AuthCore::Logout(const std::string& token) {
+  const std::string hash = Sha256Hex(token);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    cache_.erase(hash);
+  }
+  return store_->DeleteUserToken(hash);
+}
+
+absl::StatusOr<apiv1::GetUsersResponse> AuthCore::GetUsers(const apiv1::GetUsersRequest& req) {
+  if (req.offset() < 0) return absl::InvalidArgumentError("offset: must be >= 0");
+  if (req.limit() < 0) return absl::InvalidArgumentError("limit: must be >= 0");
+  DET_ASSIGN_OR_RETURN(std::vector<UserRow> rows, store_->ListUsers());
+  apiv1::GetUsersResponse resp;
+  int32_t end = req.limit() == 0 ? static_cast<int32_t>(rows.size())
+                                 : std::min<int32_t>(static_cast<int32_t>(rows.size()), req.offset() + req.limit());
+  for (int32_t i = req.offset(); i < end; ++i) *resp.add_users() = UserProto(rows[i]);
+  auto* p = resp.mutable_pagination();
+  p->set_offset(req.offset());
+  p->set_limit(req.limit());
+  p->set_start_index(std::min<int32_t>(req.offset(), static_cast<int32_t>(rows.size())));
+  p->set_end_index(std::max(end, p->start_index()));
+  p->set_total(static_cast<int32_t>(rows.size()));
+  return resp;
+}
+
+absl::StatusOr<apiv1::User> AuthCore::PostUser(const apiv1::User& caller, const apiv1::PostUserRequest& req) {
+  if (!caller.admin()) return absl::PermissionDeniedError("creating users needs an admin");
+  DET_RETURN_IF_ERROR(ValidUsername(req.user().username()));
+  UserRow row;
+  row.username = req.user().username();
+  row.display_name = req.user().display_name();
+  row.password_hash = HashPassword(req.password(), options_.pbkdf2_iterations);
+  row.admin = req.user().admin();
+  row.active = true;
+  row.created_ms = row.modified_ms = Now();
+  DET_ASSIGN_OR_RETURN(row.id, store_->InsertUser(row));
+  return UserProto(row);
+}
+
+absl::StatusOr<apiv1::User> AuthCore::PatchUser(const apiv1::User& caller, const std::string& caller_token,
+                                                const apiv1::PatchUserRequest& req) {
+  const bool self = caller.id() == req.user_id();
+  if (!caller.admin() && (!self || req.has_admin() || req.has_active())) {
+    return absl::PermissionDeniedError("changing another user, or admin/active, needs an admin");
+  }
+  Store::Transaction txn(store_);
+  DET_ASSIGN_OR_RETURN(UserRow row, store_->GetUser(req.user_id()));
+  if (req.has_display_name()) row.display_name = req.display_name();
+  if (req.has_password()) row.password_hash = HashPassword(req.password(), options_.pbkdf2_iterations);
+  if (req.has_admin()) row.admin = req.admin();
+  if (req.has_active()) row.active = req.active();
+  if (!row.admin || !row.active) {
+    DET_ASSIGN_OR_RETURN(std::vector<UserRow> users, store_->ListUsers());
+    bool other_admin = std::any_of(users.begin(), users.end(),
+                                   [&](const UserRow& u) { return u.id != row.id && u.admin && u.active; });
+    if (!other_admin) return absl::FailedPreconditionError("the cluster needs at least one active admin");
+  }
+  row.modified_ms = Now();
+  DET_RETURN_IF_ERROR(store_->UpdateUser(row));
+  if (req.has_password() || !row.active) {
+    DET_RETURN_IF_ERROR(store_->DeleteUserTokens(row.id, self && row.active ? Sha256Hex(caller_token) : ""));
+  }
+  DET_RETURN_IF_ERROR(txn.Commit());
+  std::lock_guard<std::mutex> l(mu_);
+  cache_.clear();
+  return UserProto(row);
+}
+
+absl::Status AuthCore::CheckClusterSecret(absl::string_view presented) const {
+  if (options_.cluster_secret.empty()) return absl::OkStatus();
+  if (presented.empty()) return absl::UnauthenticatedError("missing cluster secret (x-det-cluster-secret)");
+  // Compare digests so the comparison time does not depend on the length.
+  if (!ConstantTimeEquals(Sha256Hex(presented), Sha256Hex(options_.cluster_secret))) {
+    return absl::UnauthenticatedError("wrong cluster secret");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace det::master

@@ -1,0 +1,113 @@
+// AuthCore: users, passwords, login tokens and the agents' cluster secret.
+// The gRPC services and the REST server both call it (through
+// master/service/auth_context.h), so the two transports cannot disagree about
+// who may call what.
+//
+// Passwords are stored as PBKDF2-HMAC-SHA256 with a random 16-byte salt
+// ("pbkdf2-sha256$<iterations>$<salt hex>$<hash hex>"). Tokens are 32 random
+// bytes in hex; only their SHA-256 is stored, with an expiry.
+//
+// On first start (no users in the database) Create adds `admin` (admin) and
+// `determined` (not admin), both with an empty password, as Determined does;
+// change them with PatchUser (`det-cli user change-password`).
+//
+// Thread-safe.
+#ifndef DET_MASTER_CORE_AUTH_H_
+#define DET_MASTER_CORE_AUTH_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "det/api/v1/api.pb.h"
+#include "master/store/store.h"
+
+namespace det::master {
+
+struct AuthOptions {
+  // Lifetime of a login token.
+  int64_t token_ttl_ms = int64_t{7} * 24 * 3600 * 1000;
+  // PBKDF2 iterations for new password hashes (existing hashes keep theirs).
+  int pbkdf2_iterations = 100000;
+  // Agents must present this secret (constant-time compare); empty: agent
+  // calls are not authenticated.
+  std::string cluster_secret;
+  // Unix milliseconds; tests inject a fake clock.
+  std::function<int64_t()> now_ms;
+};
+
+class AuthCore {
+ public:
+  // Bootstraps `admin` and `determined` when the store has no users.
+  static absl::StatusOr<std::unique_ptr<AuthCore>> Create(Store* store, AuthOptions options);
+
+  // Checks the password and returns a new token. Unauthenticated with the same
+  // message for an unknown user, a wrong password and an inactive user.
+  absl::StatusOr<::det::api::v1::LoginResponse> Login(const std::string& username, const std::string& password);
+
+  // The active user owning `token`. Unauthenticated for an empty, unknown,
+  // expired or revoked token, or an inactive user.
+  absl::StatusOr<::det::api::v1::User> Authenticate(const std::string& token);
+
+  // Revokes `token`. OK when it was unknown.
+  absl::Status Logout(const std::string& token);
+
+  // Sorted by id; offset/limit as in the proto (limit 0: all).
+  absl::StatusOr<::det::api::v1::GetUsersResponse> GetUsers(const ::det::api::v1::GetUsersRequest& req);
+
+  // Admin only (PermissionDenied otherwise). InvalidArgument for a bad
+  // username; AlreadyExists when taken. An empty password is allowed (as in
+  // Determined) so that scripts can create users and set passwords later.
+  absl::StatusOr<::det::api::v1::User> PostUser(const ::det::api::v1::User& caller,
+                                                const ::det::api::v1::PostUserRequest& req);
+
+  // A user may change their own display_name and password; anything else
+  // needs admin. Changing a password revokes the user's other tokens
+  // (`caller_token` survives). FailedPrecondition when the change would leave
+  // no active admin.
+  absl::StatusOr<::det::api::v1::User> PatchUser(const ::det::api::v1::User& caller, const std::string& caller_token,
+                                                 const ::det::api::v1::PatchUserRequest& req);
+
+  // OK when no cluster secret is configured or `presented` equals it
+  // (constant time); Unauthenticated otherwise.
+  absl::Status CheckClusterSecret(absl::string_view presented) const;
+  bool cluster_secret_required() const { return !options_.cluster_secret.empty(); }
+
+  // Password hashing, exposed for tests.
+  static std::string HashPassword(const std::string& password, int iterations);
+  static bool VerifyPassword(const std::string& password, const std::string& stored_hash);
+  // Hex SHA-256.
+  static std::string Sha256Hex(absl::string_view data);
+  // Constant-time equality (length leaks only).
+  static bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
+ private:
+  AuthCore(Store* store, AuthOptions options);
+  absl::Status Bootstrap();
+  int64_t Now() const;
+
+  Store* const store_;
+  const AuthOptions options_;
+
+  // token hash -> (user, expires_ms): spares a SQLite lookup per call.
+  // Cleared whenever a user or token changes.
+  struct CachedToken {
+    ::det::api::v1::User user;
+    int64_t expires_ms = 0;
+  };
+  std::mutex mu_;
+  std::map<std::string, CachedToken> cache_ ABSL_GUARDED_BY(mu_);
+};
+
+// Converts a stored row to the API message (no password hash).
+::det::api::v1::User UserProto(const UserRow& row);
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_CORE_AUTH_H_

@@ -1,0 +1,38 @@
+#include "master/service/request_auth.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace det::master {
+
+bool IsUnauthenticatedMethod(absl::string_view method) {
+  for (const char* m : kUnauthenticatedMethods) {
+    if (method == m) return true;
+  }
+  return false;
+}
+
+std::string UserToken(absl::string_view authorization, absl::string_view cookie) {
+  absl::string_view a = absl::StripAsciiWhitespace(authorization);
+  if (absl::ConsumePrefix(&a, "Bearer ") || absl::ConsumePrefix(&a, "bearer ")) {
+    return std::string(absl::StripAsciiWhitespace(a));
+  }
+  for (absl::string_view part : absl::StrSplit(cookie, ';')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (absl::ConsumePrefix(&part, kTokenCookie) && absl::ConsumePrefix(&part, "=")) return std::string(part);
+  }
+  return "";
+}
+
+absl::StatusOr<::det::api::v1::User> AuthenticateUser(AuthCore& auth, absl::string_view authorization,
+                                                      absl::string_view cookie) {
+  return auth.Authenticate(UserToken(authorization, cookie));
+}
+
+absl::Status RequireAllocationToken(absl::string_view token) {
+  if (token.empty()) return absl::UnauthenticatedError("missing allocation token (x-det-allocation-token)");
+  return absl::OkStatus();
+}
+
+}  // namespace det::master

@@ -1,0 +1,51 @@
+// The one place that turns a request's credentials into an authenticated
+// caller, shared by the gRPC services (metadata) and the REST server (HTTP
+// headers), so the two transports cannot disagree.
+//
+// Credentials:
+//   users   `authorization: Bearer <token>` (gRPC metadata or HTTP header),
+//           or the `det_token` cookie (the dashboard);
+//   agents  `x-det-cluster-secret: <secret>` on every det.agent.v1 call;
+//   trials  `x-det-allocation-token: <token>` on every det.trial.v1 call,
+//           checked against the allocation the request names.
+//
+// The only det.api.v1 calls that need no token are kUnauthenticatedMethods.
+#ifndef DET_MASTER_SERVICE_REQUEST_AUTH_H_
+#define DET_MASTER_SERVICE_REQUEST_AUTH_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "det/api/v1/user.pb.h"
+#include "master/core/auth.h"
+
+namespace det::master {
+
+// Method names of det.api.v1.Determined callable without a token: Login, and
+// GetMaster (version checks by clients before they log in; it reveals only
+// the version, ids and whether auth is required).
+inline constexpr const char* kUnauthenticatedMethods[] = {"Login", "GetMaster"};
+bool IsUnauthenticatedMethod(absl::string_view method);
+
+inline constexpr char kAuthorizationKey[] = "authorization";
+inline constexpr char kClusterSecretKey[] = "x-det-cluster-secret";
+inline constexpr char kAllocationTokenKey[] = "x-det-allocation-token";
+inline constexpr char kTokenCookie[] = "det_token";
+
+// The user token of a request: "Bearer <t>" in `authorization`, else the
+// det_token cookie in `cookie` (a Cookie header), else "".
+std::string UserToken(absl::string_view authorization, absl::string_view cookie);
+
+// Authenticates the user of a request (see UserToken). Unauthenticated when
+// the token is missing or invalid.
+absl::StatusOr<::det::api::v1::User> AuthenticateUser(AuthCore& auth, absl::string_view authorization,
+                                                      absl::string_view cookie);
+
+// Unauthenticated when `token` (x-det-allocation-token) is empty; the token's
+// match with the named allocation is checked by MasterCore (PermissionDenied).
+absl::Status RequireAllocationToken(absl::string_view token);
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_SERVICE_REQUEST_AUTH_H_
