@@ -519,9 +519,9 @@ grpc::ServerUnaryReactor* TrialServiceImpl::GetTrialContext(grpc::CallbackServer
   return Authed(ctx, [&](const std::string& token) { return Reply(core_->GetTrialContext(*req, token), resp); });
 }
 
-grpc::ServerUnaryReactor* TrialServiceImpl::AllocationRendezvous(grpc::CallbackServerContext* ctx,
-                                                                 const trialv1::AllocationRendezvousRequest* req,
-                                                                 trialv1::AllocationRendezvousResponse* resp) {
+grpc::ServerUnaryReactor* TrialServiceImpl::LongPoll(
+    grpc::CallbackServerContext* ctx, std::chrono::milliseconds max_wait,
+    std::function<PollStep(const std::string& token, std::chrono::milliseconds slice)> step) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::string token = AllocationToken(ctx);
   absl::Status present = RequireAllocationToken(token);
@@ -529,27 +529,31 @@ grpc::ServerUnaryReactor* TrialServiceImpl::AllocationRendezvous(grpc::CallbackS
     reactor->Finish(ToGrpc(present));
     return reactor;
   }
-  // Waits for every rank on pool_, in slices of at most 1 s (a repeated call
-  // by the same rank only records its address again), for at most 10 minutes
-  // or the client's deadline.
-  pool_.Submit([this, ctx, req, resp, reactor, token] {
-    auto end = std::chrono::steady_clock::now() +
-               std::min<std::chrono::milliseconds>(std::chrono::minutes(10), UntilDeadline(ctx));
+  pool_.Submit([this, ctx, reactor, token, max_wait, step = std::move(step)] {
+    auto end = std::chrono::steady_clock::now() + std::min(max_wait, UntilDeadline(ctx));
     while (true) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
       auto slice = std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(1000));
-      auto r = core_->AllocationRendezvous(*req, token, slice);
-      if (r.ok()) {
-        *resp = *std::move(r);
-        return reactor->Finish(grpc::Status::OK);
-      }
-      if (r.status().code() != absl::StatusCode::kDeadlineExceeded || left <= slice || ctx->IsCancelled() ||
-          pool_.stopping()) {
-        return reactor->Finish(ToGrpc(r.status()));
-      }
+      PollStep r = step(token, slice);
+      if (r.done || left <= slice || ctx->IsCancelled() || pool_.stopping()) return reactor->Finish(r.status);
     }
   });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* TrialServiceImpl::AllocationRendezvous(grpc::CallbackServerContext* ctx,
+                                                                 const trialv1::AllocationRendezvousRequest* req,
+                                                                 trialv1::AllocationRendezvousResponse* resp) {
+  // Waits for every rank (a repeated call by the same rank only records its
+  // address again), for at most 10 minutes or the client's deadline.
+  return LongPoll(ctx, std::chrono::minutes(10), [this, req, resp](const std::string& token, auto slice) {
+    auto r = core_->AllocationRendezvous(*req, token, slice);
+    if (r.ok()) {
+      *resp = *std::move(r);
+      return PollStep{grpc::Status::OK, true};
+    }
+    return PollStep{ToGrpc(r.status()), r.status().code() != absl::StatusCode::kDeadlineExceeded};
+  });
 }
 
 grpc::ServerUnaryReactor* TrialServiceImpl::GetNextOperation(grpc::CallbackServerContext* ctx,
@@ -594,32 +598,16 @@ grpc::ServerUnaryReactor* TrialServiceImpl::ReportProgress(grpc::CallbackServerC
 grpc::ServerUnaryReactor* TrialServiceImpl::ShouldPreempt(grpc::CallbackServerContext* ctx,
                                                           const trialv1::ShouldPreemptRequest* req,
                                                           trialv1::ShouldPreemptResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  std::string token = AllocationToken(ctx);
-  absl::Status present = RequireAllocationToken(token);
-  if (!present.ok()) {
-    reactor->Finish(ToGrpc(present));
-    return reactor;
-  }
-  // Waits on pool_ in slices of at most 1 s, so that cancellation, the
-  // client's deadline and Shutdown() end the wait promptly.
-  pool_.Submit([this, ctx, req, resp, reactor, token] {
-    auto end = std::chrono::steady_clock::now() +
-               std::min<std::chrono::milliseconds>(std::chrono::milliseconds(std::clamp(req->timeout_ms(), 0, 60000)),
-                                                   UntilDeadline(ctx));
-    trialv1::ShouldPreemptRequest slice = *req;
-    while (true) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-      slice.set_timeout_ms(static_cast<int32_t>(std::clamp<int64_t>(left.count(), 0, 1000)));
-      auto r = core_->ShouldPreempt(slice, token);
-      if (!r.ok()) return reactor->Finish(ToGrpc(r.status()));
-      if (*r || left.count() <= 1000 || ctx->IsCancelled() || pool_.stopping()) {
-        resp->set_preempt(*r);
-        return reactor->Finish(grpc::Status::OK);
-      }
-    }
+  // Waits up to the request's timeout_ms (at most 60 s) for a preemption.
+  auto max_wait = std::chrono::milliseconds(std::clamp(req->timeout_ms(), 0, 60000));
+  return LongPoll(ctx, max_wait, [this, req, resp](const std::string& token, auto slice) {
+    trialv1::ShouldPreemptRequest one = *req;
+    one.set_timeout_ms(static_cast<int32_t>(slice.count()));
+    auto r = core_->ShouldPreempt(one, token);
+    if (!r.ok()) return PollStep{ToGrpc(r.status()), true};
+    resp->set_preempt(*r);
+    return PollStep{grpc::Status::OK, *r};
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* TrialServiceImpl::AckPreemption(grpc::CallbackServerContext* ctx,

@@ -26,6 +26,7 @@
 #ifndef DET_MASTER_SERVICE_GRPC_SERVICES_H_
 #define DET_MASTER_SERVICE_GRPC_SERVICES_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -184,6 +185,20 @@ class TrialServiceImpl final : public trialv1::TrialService::CallbackService {
   // `body(token)`.
   template <typename Body>
   grpc::ServerUnaryReactor* Authed(grpc::CallbackServerContext* ctx, Body&& body);
+
+  // One wait of a long-poll: `status` is the answer; `done` says it is final
+  // (otherwise it is the answer only if the poll's time is over).
+  struct PollStep {
+    grpc::Status status;
+    bool done = false;
+  };
+  // Checks that the call carries an allocation token, then, on pool_, calls
+  // `step(token, slice)` (each call may wait up to `slice`, at most 1 s) until
+  // it is done, `max_wait` or the client's deadline has passed, the call is
+  // cancelled or the server shuts down, and finishes with its last status.
+  grpc::ServerUnaryReactor* LongPoll(
+      grpc::CallbackServerContext* ctx, std::chrono::milliseconds max_wait,
+      std::function<PollStep(const std::string& token, std::chrono::milliseconds slice)> step);
 
   MasterCore* const core_;
   LongPollPool pool_;
