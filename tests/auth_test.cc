@@ -4,7 +4,6 @@
 // every REST route, taken from the master's own route table
 // (GET /api/v1/routes), is called without credentials, with bad ones and
 // with another trial's allocation token.
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +28,7 @@
 #include "det/api/v1/api.grpc.pb.h"
 #include "det/trial/v1/trial.grpc.pb.h"
 #include "master/store/store.h"
+#include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
 namespace det::testing {
@@ -161,52 +161,17 @@ std::string Request(const pb::MethodDescriptor* method, const std::string& alloc
   return m->SerializeAsString();
 }
 
-class AuthCluster {
+// A master with the cluster secret dir/secret, reached by REST (30 s read
+// timeouts) and by a gRPC channel without credentials.
+class AuthCluster : public TestCluster {
  public:
-  explicit AuthCluster(const TempDir& dir) : dir_(dir) {
-    IsolateCliAuth(dir.path());
-    WriteFile(dir / "secret", std::string(kSecret) + "\n");
-    master_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kBin + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0",
-                                 "--http-port", "0", "--ports-file", dir / "ports.json", "--cluster-secret-file",
-                                 dir / "secret"},
-        dir / "master.out", dir / "master.err");
-    EXPECT_TRUE(PollUntil([&] { return !ReadFile(dir / "ports.json").empty(); }, std::chrono::seconds(30)))
-        << ReadFile(dir / "master.err");
-    auto ports = json::parse(ReadFile(dir / "ports.json"));
-    grpc_ = absl::StrCat("127.0.0.1:", ports["grpc"].get<int>());
-    http_port_ = ports["http"].get<int>();
-    channel_ = grpc::CreateChannel(grpc_, grpc::InsecureChannelCredentials());
-  }
-  ~AuthCluster() {
-    for (auto& a : agents_) a->Signal(SIGTERM);
-    for (auto& a : agents_) a->Wait(std::chrono::seconds(10));
-    master_->Signal(SIGTERM);
-    master_->Wait(std::chrono::seconds(10));
-  }
+  explicit AuthCluster(const TempDir& dir)
+      : TestCluster(dir, Options(dir)),
+        channel_(grpc::CreateChannel(grpc_address(), grpc::InsecureChannelCredentials())) {}
+  // A `slots`-slot agent that reads its secret from `secret_file`.
   Subprocess& StartAgent(const std::string& id, int slots, const std::string& secret_file) {
-    agents_.push_back(std::make_unique<Subprocess>(
-        std::vector<std::string>{kBin + "/det-agent", "--master", grpc_, "--id", id, "--slots",
-                                 std::to_string(slots), "--work-dir", dir_ / ("agent-" + id),
-                                 "--cluster-secret-file", secret_file},
-        dir_ / (id + ".out"), dir_ / (id + ".err")));
-    return *agents_.back();
-  }
-  int Cli(std::vector<std::string> args, std::string* out, std::string* err, const std::string& stdin_text = "") {
-    std::string cmd = absl::StrCat("printf '%s' '", stdin_text, "' | '", kBin, "/det-cli' -m ", grpc_);
-    for (const auto& a : args) absl::StrAppend(&cmd, " '", a, "'");
-    return RunProcess({"/bin/sh", "-c", cmd}, out, err, std::chrono::minutes(2));
-  }
-  // A REST call; `headers` as given (no token unless there).
-  httplib::Result Http(const std::string& method, const std::string& path, const httplib::Headers& headers,
-                       const std::string& body = "{}") {
-    httplib::Client client("127.0.0.1", http_port_);
-    client.set_read_timeout(30, 0);
-    if (method == "GET") return client.Get(path.c_str(), headers);
-    if (method == "POST") return client.Post(path.c_str(), headers, body, "application/json");
-    if (method == "PATCH") return client.Patch(path.c_str(), headers, body, "application/json");
-    if (method == "PUT") return client.Put(path.c_str(), headers, body, "application/json");
-    return client.Delete(path.c_str(), headers, body, "application/json");
+    return TestCluster::StartAgent(
+        id, AgentOptions().set_slots(slots).add_flags({"--cluster-secret-file", secret_file}));
   }
   json GetJson(const std::string& path, const std::string& token) {
     auto res = Http("GET", path, {{"Authorization", "Bearer " + token}});
@@ -214,15 +179,17 @@ class AuthCluster {
     return json::parse(res->body, nullptr, false);
   }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
-  int http_port() const { return http_port_; }
-  std::string db() const { return dir_ / "master/det.db"; }
+  std::string db() const { return db_path(); }
 
  private:
-  const TempDir& dir_;
-  std::unique_ptr<Subprocess> master_;
-  std::vector<std::unique_ptr<Subprocess>> agents_;
-  std::string grpc_;
-  int http_port_ = 0;
+  // Writes the secret before the master starts.
+  static TestClusterOptions Options(const TempDir& dir) {
+    WriteFile(dir / "secret", std::string(kSecret) + "\n");
+    return TestClusterOptions()
+        .add_master_flags({"--cluster-secret-file", dir / "secret"})
+        .set_http_read_timeout(std::chrono::seconds(30));
+  }
+
   std::shared_ptr<grpc::Channel> channel_;
 };
 
@@ -459,15 +426,11 @@ TEST(AuthTest, TlsEndToEnd) {
                        &out, &err),
             0)
       << err;
-  Subprocess master({kBin + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0", "--http-port", "0",
-                     "--ports-file", dir / "ports.json", "--tls-cert", dir / "cert.pem", "--tls-key", dir / "key.pem"},
-                    dir / "master.out", dir / "master.err");
-  ASSERT_TRUE(PollUntil([&] { return !ReadFile(dir / "ports.json").empty(); }, std::chrono::seconds(30)))
-      << ReadFile(dir / "master.err");
-  const std::string grpc = absl::StrCat("127.0.0.1:", json::parse(ReadFile(dir / "ports.json"))["grpc"].get<int>());
-  Subprocess agent({kBin + "/det-agent", "--master", grpc, "--id", "tls", "--work-dir", dir / "agent", "--tls-ca",
-                    dir / "cert.pem"},
-                   dir / "agent.out", dir / "agent.err");
+  TestCluster cluster(
+      dir, TestClusterOptions().add_master_flags({"--tls-cert", dir / "cert.pem", "--tls-key", dir / "key.pem"}));
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string grpc = cluster.grpc_address();
+  Subprocess& agent = cluster.StartAgent("tls", AgentOptions().add_flags({"--tls-ca", dir / "cert.pem"}));
   auto cli = [&](std::vector<std::string> args, bool tls) {
     std::vector<std::string> argv = {kBin + "/det-cli", "-m", grpc};
     if (tls) argv.insert(argv.end(), {"--tls-ca", dir / "cert.pem"});
@@ -478,7 +441,7 @@ TEST(AuthTest, TlsEndToEnd) {
   ASSERT_EQ(cli({"user", "whoami"}, /*tls=*/true), 0) << err;
   ASSERT_TRUE(PollUntil([&] { return cli({"agent", "list", "--json"}, true) == 0 && out.find("true") != std::string::npos; },
                         std::chrono::seconds(30)))
-      << out << err << ReadFile(dir / "agent.err");
+      << out << err << agent.Stderr();
   WriteFile(dir / "one.yaml", absl::StrCat(R"(name: tls
 hyperparameters:
   global_batch_size: 16
@@ -505,12 +468,8 @@ data:
   val_size: 32
 )"));
   EXPECT_EQ(cli({"experiment", "create", dir / "one.yaml", kSynthetic, "--follow"}, true), 0)
-      << out << err << ReadFile(dir / "agent.err");
+      << out << err << agent.Stderr();
   EXPECT_THAT(out, HasSubstr("COMPLETED"));
-  agent.Signal(SIGTERM);
-  agent.Wait(std::chrono::seconds(10));
-  master.Signal(SIGTERM);
-  master.Wait(std::chrono::seconds(10));
 }
 
 }  // namespace

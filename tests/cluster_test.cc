@@ -1,16 +1,14 @@
 // End-to-end tests of the cluster: a real det-master and two det-agents on
 // loopback running trials of the synthetic example through det-cli and REST.
-#include <signal.h>
-
 #include <regex>
 #include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
 namespace det::testing {
@@ -18,7 +16,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kBin = DET_BIN_DIR;
 const std::string kSynthetic = std::string(DET_TRIALS_DIR) + "/synthetic_trial.so";
 
 std::string RandomSearchConfig(const std::string& checkpoint_dir) {
@@ -55,72 +52,17 @@ data:
 )");
 }
 
-// A master and two agents for one test; everything is killed at the end.
-class Cluster {
- public:
-  explicit Cluster(const TempDir& dir) : dir_(dir) {
-    IsolateCliAuth(dir.path());
-    master_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kBin + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0",
-                                 "--http-port", "0", "--ports-file", dir / "ports.json"},
-        dir / "master.out", dir / "master.err");
-    EXPECT_TRUE(PollUntil([&] { return !ReadFile(dir / "ports.json").empty(); }, std::chrono::seconds(30)))
-        << ReadFile(dir / "master.err");
-    auto ports = nlohmann::json::parse(ReadFile(dir / "ports.json"));
-    grpc_ = absl::StrCat("127.0.0.1:", ports["grpc"].get<int>());
-    http_port_ = ports["http"].get<int>();
-  }
-  ~Cluster() {
-    for (auto& a : agents_) a->Signal(SIGTERM);
-    for (auto& a : agents_) a->Wait(std::chrono::seconds(10));
-    master_->Signal(SIGTERM);
-    master_->Wait(std::chrono::seconds(10));
-  }
-  Subprocess& StartAgent(const std::string& id) {
-    agents_.push_back(std::make_unique<Subprocess>(
-        std::vector<std::string>{kBin + "/det-agent", "--master", grpc_, "--id", id, "--slots", "1", "--work-dir",
-                                 dir_ / ("agent-" + id + "-" + std::to_string(agents_.size()))},
-        dir_ / (id + std::to_string(agents_.size()) + ".out"), dir_ / (id + std::to_string(agents_.size()) + ".err")));
-    return *agents_.back();
-  }
-  int Cli(std::vector<std::string> args, std::string* out, std::string* err) {
-    args.insert(args.begin(), {kBin + "/det-cli", "-m", grpc_});
-    return RunProcess(args, out, err, std::chrono::minutes(5));
-  }
-  nlohmann::json Get(const std::string& path, int* status = nullptr) {
-    httplib::Client client("127.0.0.1", http_port_);
-    // Every API route needs a token; log in once as `determined`.
-    if (token_.empty()) token_ = RestLogin(http_port_);
-    client.set_bearer_token_auth(token_.c_str());
-    auto res = client.Get(path.c_str());
-    if (!res) return nullptr;
-    if (status) *status = res->status;
-    return nlohmann::json::parse(res->body, nullptr, false);
-  }
-  int ConnectedAgents() {
-    auto agents = Get("/api/v1/agents");
-    int n = 0;
-    if (agents.is_object() && agents.contains("agents")) {
-      for (const auto& a : agents["agents"]) n += a.value("connected", false) ? 1 : 0;
-    }
-    return n;
-  }
-  Subprocess& master() { return *master_; }
-
- private:
-  const TempDir& dir_;
-  std::unique_ptr<Subprocess> master_;
-  std::vector<std::unique_ptr<Subprocess>> agents_;
-  std::string grpc_;
-  int http_port_ = 0;
-  std::string token_;
-};
+// The options of every test's cluster: det-cli runs get 5 minutes (a whole
+// --follow search), REST calls httplib's default 5 s read timeout.
+TestClusterOptions Options() {
+  return TestClusterOptions().set_cli_timeout(std::chrono::minutes(5)).set_http_read_timeout(std::chrono::seconds(5));
+}
 
 // Must show 1: a random search of 4 trials over two agents completes, and
 // every trial has validation metrics in det-cli and in the REST API.
 TEST(ClusterTest, RandomSearchCompletesOnTwoAgents) {
   TempDir dir;
-  Cluster cluster(dir);
+  TestCluster cluster(dir, Options());
   cluster.StartAgent("a");
   cluster.StartAgent("b");
   ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 2; }, std::chrono::seconds(30)));
@@ -128,7 +70,7 @@ TEST(ClusterTest, RandomSearchCompletesOnTwoAgents) {
 
   std::string out, err;
   int rc = cluster.Cli({"experiment", "create", dir / "random.yaml", kSynthetic, "--follow"}, &out, &err);
-  ASSERT_EQ(rc, 0) << out << err << ReadFile(dir / "master.err");
+  ASSERT_EQ(rc, 0) << out << err << cluster.MasterLog();
   EXPECT_THAT(out, HasSubstr("Created experiment 1"));
 
   auto trials = cluster.Get("/api/v1/experiments/1/trials");
@@ -159,7 +101,7 @@ TEST(ClusterTest, RandomSearchCompletesOnTwoAgents) {
 // Must show 3: bad requests get clear errors and the master keeps running.
 TEST(ClusterTest, BadRequestsGetClearErrorsAndTheMasterKeepsRunning) {
   TempDir dir;
-  Cluster cluster(dir);
+  TestCluster cluster(dir, Options());
   cluster.StartAgent("a");
   ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
   std::string out, err;
@@ -204,7 +146,7 @@ TEST(ClusterTest, BadRequestsGetClearErrorsAndTheMasterKeepsRunning) {
 // (max_trials 16, divisor 4, max_rungs 5, max_length 937 batches, standard).
 TEST(ClusterTest, PreviewSearchShowsAshaBracketsAndRungs) {
   TempDir dir;
-  Cluster cluster(dir);
+  TestCluster cluster(dir, Options());
   std::string out, err;
   ASSERT_EQ(cluster.Cli({"preview-search", std::string(DET_SOURCE_DIR) + "/examples/fashion_mnist/adaptive.yaml"},
                         &out, &err),
@@ -230,7 +172,7 @@ TEST(ClusterTest, PreviewSearchShowsAshaBracketsAndRungs) {
 // resume from their checkpoints to the full length.
 TEST(ClusterTest, AdaptiveAshaPromotesFromCheckpointsAndCompletes) {
   TempDir dir;
-  Cluster cluster(dir);
+  TestCluster cluster(dir, Options());
   cluster.StartAgent("a");
   cluster.StartAgent("b");
   ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 2; }, std::chrono::seconds(30)));

@@ -25,11 +25,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
 namespace det::testing {
@@ -246,94 +246,18 @@ struct Host {
 };
 
 // A master and agents, each on a Host.
-class Cluster {
+class Cluster : public TestCluster {
  public:
-  Cluster(const TempDir& dir, Host master_host) : dir_(dir), master_host_(std::move(master_host)) {
-    IsolateCliAuth(dir.path());
-    std::string ports = dir_ / "ports.json";
-    std::vector<std::string> argv = master_host_.Prefix();
-    for (const std::string& a : {kBin + "/det-master", std::string("--data-dir"), dir_ / "master",
-                                 std::string("--host"), master_host_.address, std::string("--grpc-port"),
-                                 std::string("0"), std::string("--http-port"), std::string("0"),
-                                 std::string("--ports-file"), ports}) {
-      argv.push_back(a);
-    }
-    master_ = std::make_unique<Subprocess>(argv, dir_ / "master.out", dir_ / "master.err");
-    EXPECT_TRUE(PollUntil([&] { return !ReadFile(ports).empty(); }, std::chrono::seconds(30))) << MasterLog();
-    auto j = json::parse(ReadFile(ports), nullptr, false);
-    if (j.is_object()) {
-      grpc_ = absl::StrCat(master_host_.address, ":", j.value("grpc", 0));
-      http_port_ = j.value("http", 0);
-    }
-  }
-  ~Cluster() {
-    for (auto& a : agents_) a->Signal(SIGTERM);
-    for (auto& a : agents_) a->Wait(std::chrono::seconds(10));
-    if (master_) {
-      master_->Signal(SIGTERM);
-      master_->Wait(std::chrono::seconds(10));
-    }
-  }
+  Cluster(const TempDir& dir, const Host& master_host) : TestCluster(dir, Options(master_host)) {}
 
   // A one-slot agent on `host`; its chief port (the process group's store of
   // a trial whose rank 0 runs there) is a port the kernel just gave out.
   void StartAgent(const std::string& id, const Host& host) {
     int port = FreePort(host);
-    std::vector<std::string> argv = host.Prefix();
-    for (const std::string& a :
-         {kBin + "/det-agent", std::string("--master"), grpc_, std::string("--id"), id, std::string("--slots"),
-          std::string("1"), std::string("--address"), host.address, std::string("--rendezvous-ports"),
-          absl::StrCat(port, "-", port), std::string("--work-dir"), dir_ / ("agent-" + id)}) {
-      argv.push_back(a);
-    }
-    agents_.push_back(std::make_unique<Subprocess>(argv, dir_ / (id + ".out"), dir_ / (id + ".err")));
-    agent_ids_.push_back(id);
+    TestCluster::StartAgent(id, AgentOptions().set_prefix(host.Prefix()).add_flags(
+                                    {"--address", host.address, "--rendezvous-ports", absl::StrCat(port, "-", port)}));
   }
-
-  json Get(const std::string& path) {
-    return InNetns(master_host_.netns, [&]() -> json {
-      httplib::Client client(master_host_.address, http_port_);
-      client.set_read_timeout(10, 0);
-      // Every API route needs a token; log in once as `determined`.
-      if (token_.empty()) {
-        auto login = client.Post("/api/v1/auth/login", R"({"username": "determined", "password": ""})",
-                                 "application/json");
-        if (login && login->status == 200) token_ = json::parse(login->body, nullptr, false).value("token", "");
-      }
-      client.set_bearer_token_auth(token_.c_str());
-      auto res = client.Get(path.c_str());
-      if (!res) return nullptr;
-      return json::parse(res->body, nullptr, false);
-    });
-  }
-  int ConnectedAgents() {
-    auto agents = Get("/api/v1/agents");
-    int n = 0;
-    if (agents.is_object() && agents.contains("agents")) {
-      for (const auto& a : agents["agents"]) n += a.value("connected", false) ? 1 : 0;
-    }
-    return n;
-  }
-  int Create(const std::string& yaml, const std::string& name) {
-    std::string path = dir_ / (name + ".yaml");
-    WriteFile(path, yaml);
-    std::vector<std::string> argv = master_host_.Prefix();
-    for (const std::string& a : {kBin + "/det-cli", std::string("-m"), grpc_, std::string("experiment"),
-                                 std::string("create"), path, kSynthetic}) {
-      argv.push_back(a);
-    }
-    std::string out, err;
-    int rc = RunProcess(argv, &out, &err, std::chrono::minutes(2));
-    EXPECT_EQ(rc, 0) << out << err;
-    auto pos = out.find("Created experiment ");
-    if (pos == std::string::npos) return 0;
-    return std::atoi(out.c_str() + pos + 19);
-  }
-  std::string ExperimentState(int id) {
-    auto e = Get(absl::StrCat("/api/v1/experiments/", id));
-    if (!e.is_object() || !e.contains("experiment")) return "";
-    return e["experiment"].value("state", "");
-  }
+  int Create(const std::string& yaml, const std::string& name) { return CreateExperiment(yaml, name, kSynthetic); }
   // Waits until experiment `id` has ended; returns its state.
   std::string WaitUntilEnded(int id) {
     std::string state;
@@ -345,15 +269,10 @@ class Cluster {
         kLong);
     return state;
   }
+  // The experiment's first trial ({} when none).
   json Trial(int experiment) {
-    auto t = Get(absl::StrCat("/api/v1/experiments/", experiment, "/trials"));
-    if (!t.is_object() || !t.contains("trials") || t["trials"].empty()) return json::object();
-    return t["trials"][0];
-  }
-  json Metrics(int trial, const std::string& group) {
-    auto m = Get(absl::StrCat("/api/v1/trials/", trial, "/metrics?group=", group));
-    if (!m.is_object() || !m.contains("metrics")) return json::array();
-    return m["metrics"];
+    json t = Trials(experiment);
+    return t.empty() ? json::object() : t[0];
   }
   std::string TrialLogs(int trial) {
     auto l = Get(absl::StrCat("/api/v1/trials/", trial, "/logs"));
@@ -368,16 +287,21 @@ class Cluster {
     if (!c.is_object() || !c.contains("checkpoint")) return "";
     return c["checkpoint"].value("storage_path", "");
   }
-  std::string MasterLog() const { return master_ ? master_->Stdout() + master_->Stderr() : ""; }
-  std::string AgentLogs() const {
-    std::string out;
-    for (size_t i = 0; i < agents_.size(); ++i) {
-      out += "--- agent " + agent_ids_[i] + "\n" + agents_[i]->Stdout() + agents_[i]->Stderr();
-    }
-    return out;
-  }
 
  private:
+  // The master (and det-cli) on `host`, its REST API reached from there.
+  static TestClusterOptions Options(const Host& host) {
+    return TestClusterOptions()
+        .add_master_flags({"--host", host.address})
+        .set_master_address(host.address)
+        .set_master_prefix(host.Prefix())
+        .set_in_master_network([netns = host.netns](const std::function<void()>& fn) {
+          InNetns(netns, [&] {
+            fn();
+            return 0;
+          });
+        });
+  }
   // A TCP port free on `host` a moment ago (the kernel's choice).
   static int FreePort(const Host& host) {
     return InNetns(host.netns, [&]() -> int {
@@ -396,15 +320,6 @@ class Cluster {
       return port;
     });
   }
-
-  const TempDir& dir_;
-  Host master_host_;
-  std::unique_ptr<Subprocess> master_;
-  std::vector<std::unique_ptr<Subprocess>> agents_;
-  std::vector<std::string> agent_ids_;
-  std::string grpc_;
-  int http_port_ = 0;
-  std::string token_;
 };
 
 // Trains the synthetic experiment with slots_per_trial 2 (on agents "a" and

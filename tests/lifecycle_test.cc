@@ -15,11 +15,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "master/store/store.h"
+#include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
 namespace det::testing {
@@ -28,7 +28,6 @@ namespace {
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-const std::string kBin = DET_BIN_DIR;
 const std::string kSynthetic = std::string(DET_TRIALS_DIR) + "/synthetic_trial.so";
 constexpr auto kLong = std::chrono::seconds(120);
 
@@ -78,175 +77,44 @@ int64_t Int(const json& v) {
   return 0;
 }
 
-// A master and agents for one test. The master can be killed and restarted on
-// the same data dir and gRPC port; agents can be killed.
-class Cluster {
+// A master and agents for one test (the master can be killed and restarted
+// on the same data dir and gRPC port), with this file's experiments.
+class Cluster : public TestCluster {
  public:
-  Cluster(const TempDir& dir, std::vector<std::string> master_flags = {})
-      : dir_(dir), master_flags_(std::move(master_flags)) {
-    IsolateCliAuth(dir.path());
-    StartMaster(0);
-  }
-  ~Cluster() {
-    for (auto& a : agents_) {
-      if (a) a->Signal(SIGTERM);
-    }
-    for (auto& a : agents_) {
-      if (a) a->Wait(std::chrono::seconds(10));
-    }
-    if (master_) {
-      master_->Signal(SIGTERM);
-      master_->Wait(std::chrono::seconds(10));
-    }
-  }
+  explicit Cluster(const TempDir& dir, std::vector<std::string> master_flags = {})
+      : TestCluster(dir, TestClusterOptions().add_master_flags(master_flags)) {}
 
-  void StartMaster(int grpc_port) {
-    ++master_runs_;
-    std::string ports = dir_ / absl::StrCat("ports-", master_runs_, ".json");
-    std::vector<std::string> argv = {kBin + "/det-master", "--data-dir", dir_ / "master", "--grpc-port",
-                                     std::to_string(grpc_port), "--http-port", "0", "--ports-file", ports};
-    argv.insert(argv.end(), master_flags_.begin(), master_flags_.end());
-    master_ = std::make_unique<Subprocess>(argv, dir_ / absl::StrCat("master-", master_runs_, ".out"),
-                                           dir_ / absl::StrCat("master-", master_runs_, ".err"));
-    ASSERT_TRUE(PollUntil([&] { return !ReadFile(ports).empty(); }, std::chrono::seconds(30))) << MasterLog();
-    auto j = json::parse(ReadFile(ports));
-    grpc_port_ = j["grpc"].get<int>();
-    grpc_ = absl::StrCat("127.0.0.1:", grpc_port_);
-    http_port_ = j["http"].get<int>();
+  // An agent with `slots` CPU slots.
+  Subprocess& StartAgent(const std::string& id, int slots = 1) {
+    return TestCluster::StartAgent(id, AgentOptions().set_slots(slots));
   }
-  // kill -9 of the master.
-  void KillMaster() {
-    master_->Signal(SIGKILL);
-    master_->Wait(std::chrono::seconds(10));
-  }
-  // Restarts it on the same data dir and gRPC port (agents know that address).
-  void RestartMaster() { StartMaster(grpc_port_); }
-
-  // An agent with `slots` CPU slots; returns its index.
-  size_t StartAgent(const std::string& id, int slots = 1) {
-    agents_.push_back(std::make_unique<Subprocess>(
-        std::vector<std::string>{kBin + "/det-agent", "--master", grpc_, "--id", id, "--slots",
-                                 std::to_string(slots), "--work-dir", dir_ / ("agent-" + id)},
-        dir_ / (id + ".out"), dir_ / (id + ".err")));
-    agent_ids_.push_back(id);
-    return agents_.size() - 1;
-  }
-  void KillAgent(const std::string& id) {
-    for (size_t i = 0; i < agents_.size(); ++i) {
-      if (agent_ids_[i] == id && agents_[i]) {
-        agents_[i]->Signal(SIGKILL);
-        agents_[i]->Wait(std::chrono::seconds(10));
-      }
-    }
-  }
-
-  int Cli(std::vector<std::string> args, std::string* out = nullptr, std::string* err = nullptr) {
-    args.insert(args.begin(), {kBin + "/det-cli", "-m", grpc_});
-    std::string o, e;
-    int rc = RunProcess(args, &o, &e, std::chrono::minutes(2));
-    if (out) *out = o;
-    if (err) *err = e;
-    return rc;
-  }
-  json Get(const std::string& path) {
-    httplib::Client client("127.0.0.1", http_port_);
-    client.set_read_timeout(10, 0);
-    client.set_bearer_token_auth(Token().c_str());
-    auto res = client.Get(path.c_str());
-    if (!res) return nullptr;
-    return json::parse(res->body, nullptr, false);
-  }
-  json Send(const std::string& method, const std::string& path, const std::string& body, int* status = nullptr) {
-    httplib::Client client("127.0.0.1", http_port_);
-    client.set_bearer_token_auth(Token().c_str());
-    auto res = method == "PATCH" ? client.Patch(path.c_str(), body, "application/json")
-                                 : client.Post(path.c_str(), body, "application/json");
-    if (!res) return nullptr;
-    if (status) *status = res->status;
-    return json::parse(res->body, nullptr, false);
-  }
-
-  // A REST token (logged in once as `determined`; tokens live in the
-  // database, so they survive a master restart).
-  const std::string& Token() {
-    if (token_.empty()) token_ = RestLogin(http_port_);
-    return token_;
-  }
-
-  int ConnectedAgents() {
-    auto agents = Get("/api/v1/agents");
-    int n = 0;
-    if (agents.is_object() && agents.contains("agents")) {
-      for (const auto& a : agents["agents"]) n += a.value("connected", false) ? 1 : 0;
-    }
-    return n;
+  // Starts one-slot agents `ids`; true once all are connected (within 30 s).
+  bool StartConnectedAgents(const std::vector<std::string>& ids) {
+    for (const auto& id : ids) StartAgent(id);
+    return PollUntil([&] { return ConnectedAgents() == static_cast<int>(ids.size()); }, std::chrono::seconds(30));
   }
   // Creates an experiment from `config`; returns its id (0 on failure).
   int Create(const Config& config, const std::string& name) {
-    std::string path = dir_ / (name + ".yaml");
-    WriteFile(path, config.Yaml(dir_ / "checkpoints"));
-    std::string out, err;
-    int rc = Cli({"experiment", "create", path, kSynthetic}, &out, &err);
-    EXPECT_EQ(rc, 0) << out << err;
-    auto pos = out.find("Created experiment ");
-    if (pos == std::string::npos) return 0;
-    return std::atoi(out.c_str() + pos + 19);
-  }
-  std::string ExperimentState(int id) {
-    auto e = Get(absl::StrCat("/api/v1/experiments/", id));
-    if (!e.is_object() || !e.contains("experiment")) return "";
-    return e["experiment"].value("state", "");
+    return CreateExperiment(config.Yaml(dir() / "checkpoints"), name, kSynthetic);
   }
   bool WaitForState(int id, const std::string& state, std::chrono::milliseconds timeout = kLong) {
-    return PollUntil([&] { return ExperimentState(id) == state; }, timeout);
+    return TestCluster::WaitForState(id, state, timeout);
   }
-  json Trials(int id) {
-    auto t = Get(absl::StrCat("/api/v1/experiments/", id, "/trials"));
-    if (!t.is_object() || !t.contains("trials")) return json::array();
-    return t["trials"];
-  }
-  json Metrics(int trial, const std::string& group) {
-    auto m = Get(absl::StrCat("/api/v1/trials/", trial, "/metrics?group=", group));
-    if (!m.is_object() || !m.contains("metrics")) return json::array();
-    return m["metrics"];
-  }
-  // Slots that hold an allocation.
-  int BusySlots() {
-    auto s = Get("/api/v1/slots");
-    int n = 0;
-    if (s.is_object() && s.contains("slots")) {
-      for (const auto& slot : s["slots"]) n += slot.value("allocation_id", "").empty() ? 0 : 1;
-    }
-    return n;
-  }
-  // The agent whose slot runs `allocation_id` ("" if none).
-  std::string AgentRunning(const std::string& allocation_id) {
-    auto agents = Get("/api/v1/agents");
-    if (!agents.is_object() || !agents.contains("agents")) return "";
-    for (const auto& a : agents["agents"]) {
-      for (const auto& id : a.value("allocation_ids", json::array())) {
-        if (id == allocation_id) return a["id"];
-      }
-    }
-    return "";
-  }
-
-  // The current master's log (spdlog writes to stdout).
-  std::string MasterLog() const { return master_ ? master_->Stdout() + master_->Stderr() : ""; }
-  std::string db_path() const { return dir_ / "master/det.db"; }
-
- private:
-  const TempDir& dir_;
-  std::vector<std::string> master_flags_;
-  std::unique_ptr<Subprocess> master_;
-  std::vector<std::unique_ptr<Subprocess>> agents_;
-  std::vector<std::string> agent_ids_;
-  std::string grpc_;
-  int grpc_port_ = 0;
-  int http_port_ = 0;
-  int master_runs_ = 0;
-  std::string token_;
 };
+
+// A random search of 4 trials, 2 at a time, with a checkpoint every 20
+// batches.
+Config RandomSearch(int max_length, int validation_period, int batch_delay_ms) {
+  Config config;
+  config.searcher = "random";
+  config.max_trials = 4;
+  config.max_concurrent_trials = 2;
+  config.max_length = max_length;
+  config.validation_period = validation_period;
+  config.checkpoint_period = 20;
+  config.batch_delay_ms = batch_delay_ms;
+  return config;
+}
 
 // The det-trial process of `allocation_id` (found by its environment), or 0.
 pid_t FindTrialPid(const std::string& allocation_id) {
@@ -512,17 +380,8 @@ TEST(LifecycleTest, KilledTrialRestartsFromItsCheckpointOrErrorsPastMaxRestarts)
 TEST(LifecycleTest, MasterKilledMidExperimentRecoversFromSqlite) {
   TempDir dir;
   Cluster cluster(dir);
-  cluster.StartAgent("a");
-  cluster.StartAgent("b");
-  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 2; }, std::chrono::seconds(30)));
-  Config config;
-  config.searcher = "random";
-  config.max_trials = 4;
-  config.max_concurrent_trials = 2;
-  config.max_length = 60;
-  config.validation_period = 30;
-  config.checkpoint_period = 20;
-  config.batch_delay_ms = 15;
+  ASSERT_TRUE(cluster.StartConnectedAgents({"a", "b"}));
+  const Config config = RandomSearch(/*max_length=*/60, /*validation_period=*/30, /*batch_delay_ms=*/15);
   int exp = cluster.Create(config, "random");
   ASSERT_GT(exp, 0);
   ASSERT_TRUE(PollUntil(
@@ -548,9 +407,7 @@ TEST(LifecycleTest, MasterKilledMidExperimentRecoversFromSqlite) {
 TEST(LifecycleTest, AgentKilledItsTrialMovesToTheOtherAgent) {
   TempDir dir;
   Cluster cluster(dir, {"--heartbeat-timeout-ms", "3000"});
-  cluster.StartAgent("a");
-  cluster.StartAgent("b");
-  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 2; }, std::chrono::seconds(30)));
+  ASSERT_TRUE(cluster.StartConnectedAgents({"a", "b"}));
   Config config;
   config.max_length = 100;
   config.validation_period = 50;
@@ -593,17 +450,8 @@ TEST(LifecycleTest, AgentKilledItsTrialMovesToTheOtherAgent) {
 TEST(LifecycleTest, MasterKilledAtTenRandomPoints) {
   TempDir dir;
   Cluster cluster(dir);
-  cluster.StartAgent("a");
-  cluster.StartAgent("b");
-  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 2; }, std::chrono::seconds(30)));
-  Config config;
-  config.searcher = "random";
-  config.max_trials = 4;
-  config.max_concurrent_trials = 2;
-  config.max_length = 100;
-  config.validation_period = 25;
-  config.checkpoint_period = 20;
-  config.batch_delay_ms = 10;
+  ASSERT_TRUE(cluster.StartConnectedAgents({"a", "b"}));
+  const Config config = RandomSearch(/*max_length=*/100, /*validation_period=*/25, /*batch_delay_ms=*/10);
   int exp = cluster.Create(config, "random");
   ASSERT_GT(exp, 0);
 
