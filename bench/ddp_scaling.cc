@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/det_trial_runner.h"
 #include "examples/fashion_mnist/fashion_mnist_data.h"
 
 namespace {
@@ -110,11 +111,8 @@ if __name__ == "__main__":
     os.remove(out)
 )PY";
 
-std::string ReadAll(const std::string& path) {
-  std::stringstream ss;
-  ss << std::ifstream(path).rdbuf();
-  return ss.str();
-}
+using det::bench::Median;
+using det::bench::ReadAll;
 
 bool HavePythonTorch() {
   std::string cmd = std::string(kPython) + " -c 'import torch, torch.distributed as d; assert d.is_gloo_available()'" +
@@ -124,30 +122,9 @@ bool HavePythonTorch() {
 
 // Samples/s of det-trial's training loop (rank 0's "training throughput").
 double DetTrial(const std::string& dir, int nproc, int64_t batches, int64_t gbs) {
-  std::string config = dir + "/config.yaml";
-  std::ofstream(config) << "name: ddp-scaling\n"
-                           "hyperparameters:\n  global_batch_size: "
-                        << gbs
-                        << "\n  learning_rate: 0.001\n"
-                           "  n_filters1: 16\n  n_filters2: 32\n  hidden_size: 128\n  dropout: 0.25\n"
-                           "searcher:\n  name: single\n  metric: accuracy\n  smaller_is_better: false\n"
-                           "  max_length:\n    batches: "
-                        << batches
-                        << "\nscheduling_unit: 100\nreproducibility:\n  experiment_seed: 42\n"
-                           "data:\n  validation_limit: 500\n  workers: 1\n";
-  std::string out = dir + "/det-trial.out";
-  fs::remove_all(dir + "/run");
-  std::string cmd = std::string(DET_TRIAL_BIN) + " --local " + config + " " + DET_FASHION_TRIAL +
-                    " --nproc " + std::to_string(nproc) + " --threads 1 --no-progress --output-dir " + dir +
-                    "/run > " + out + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::string text = ReadAll(out);
-  std::smatch m;
-  if (rc != 0 || !std::regex_search(text, m, std::regex(R"(training throughput: ([0-9.]+) batches/s)"))) {
-    std::fprintf(stderr, "det-trial --nproc %d failed (rc %d):\n%s\n", nproc, rc, text.c_str());
-    std::exit(1);
-  }
-  return std::stod(m[1]) * static_cast<double>(gbs);
+  std::string config = det::bench::WriteFashionConfig(dir, batches, gbs, "1");
+  return det::bench::RunDetTrialBatchesPerSecond(dir, config, "--nproc " + std::to_string(nproc) + " --threads 1") *
+         static_cast<double>(gbs);
 }
 
 double Ddp(const std::string& dir, const std::string& cache, int nproc, int64_t batches, int64_t gbs) {
@@ -170,10 +147,6 @@ double Ddp(const std::string& dir, const std::string& cache, int nproc, int64_t 
   return std::stod(m[1]);
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

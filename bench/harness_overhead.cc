@@ -21,6 +21,7 @@
 
 #include <torch/torch.h>
 
+#include "bench/det_trial_runner.h"
 #include "examples/fashion_mnist/fashion_mnist_data.h"
 #include "examples/fashion_mnist/fashion_mnist_model.h"
 
@@ -86,36 +87,12 @@ double HandWrittenLoopInChild(int64_t batches) {
 
 // Batches per second that det-trial reports for its training loop.
 double DetTrial(const std::string& dir, int64_t batches) {
-  std::string config = dir + "/config.yaml";
-  std::ofstream(config) << "name: harness-overhead\n"
-                           "hyperparameters:\n  global_batch_size: 64\n  learning_rate: 0.001\n"
-                           "  n_filters1: 16\n  n_filters2: 32\n  hidden_size: 128\n  dropout: 0.25\n"
-                           "searcher:\n  name: single\n  metric: accuracy\n  smaller_is_better: false\n"
-                           "  max_length:\n    batches: "
-                        << batches
-                        << "\nscheduling_unit: 100\nreproducibility:\n  experiment_seed: 42\n"
-                           "data:\n  validation_limit: 500\n  workers: "
-                        << (std::getenv("DET_BENCH_WORKERS") ? std::getenv("DET_BENCH_WORKERS") : "1") << "\n";
-  std::string out = dir + "/det-trial.out";
-  std::string cmd = std::string(DET_TRIAL_BIN) + " --local " + config + " " + DET_FASHION_TRIAL +
-                    " --no-progress --output-dir " + dir + "/run > " + out + " 2>&1";
-  fs::remove_all(dir + "/run");
-  int rc = std::system(cmd.c_str());
-  std::stringstream ss;
-  ss << std::ifstream(out).rdbuf();
-  std::smatch m;
-  std::string text = ss.str();
-  if (rc != 0 || !std::regex_search(text, m, std::regex(R"(training throughput: ([0-9.]+) batches/s)"))) {
-    std::fprintf(stderr, "det-trial failed (rc %d):\n%s\n", rc, text.c_str());
-    std::exit(1);
-  }
-  return std::stod(m[1]);
+  const char* workers = std::getenv("DET_BENCH_WORKERS");
+  std::string config = det::bench::WriteFashionConfig(dir, batches, 64, workers ? workers : "1");
+  return det::bench::RunDetTrialBatchesPerSecond(dir, config, "");
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using det::bench::Median;
 
 }  // namespace
 
