@@ -128,6 +128,7 @@ absl::Status Agent::Run() {
   absl::Duration backoff = options_.backoff_initial;
   bool need_register = true;
   bool registered_once = false;
+  bool rejected_after_register = false;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -158,9 +159,23 @@ absl::Status Agent::Run() {
       absl::MutexLock lock(&mu_);
       if (shutdown_) break;
     }
-    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) need_register = true;
+    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      need_register = true;
+      // The master no longer knows this session (it restarted): it is up, so
+      // register again at once (the running trial processes wait to be
+      // reattached); a second refusal in a row backs off as usual.
+      if (!rejected_after_register) {
+        rejected_after_register = true;
+        spdlog::warn("master does not know this agent's session ({}); registering again",
+                     st.error_message());
+        continue;
+      }
+    } else {
+      rejected_after_register = false;
+    }
     if (received || absl::Now() - started >= options_.backoff_max) {
       backoff = options_.backoff_initial;
+      if (received) rejected_after_register = false;
     }
     spdlog::warn("stream to master lost ({}: {}); reconnecting in {}",
                  static_cast<int>(st.error_code()), st.error_message(),

@@ -52,7 +52,7 @@ struct AgentOptions {
   std::string version = "0.1.0";
   // Reconnect backoff: initial, doubling up to max.
   absl::Duration backoff_initial = absl::Milliseconds(100);
-  absl::Duration backoff_max = absl::Seconds(5);
+  absl::Duration backoff_max = absl::Seconds(1);
   // Log batching: a LogBatch is sent at this many lines or this age.
   size_t log_batch_lines = 100;
   absl::Duration log_batch_delay = absl::Milliseconds(100);

@@ -8,6 +8,7 @@
 //
 //   search_efficiency [--max-trials 16] [--max-length 256] [--train-limit 16384]
 //                     [--validation-limit 2000] [--tolerance 0.005]
+//                     [--lr-min -4] [--lr-max -1.5]   (log10 of Adam's learning rate)
 //
 // The defaults are a reduced budget that runs in a few minutes on two cores;
 // --max-length 937 --train-limit 0 --validation-limit 0 is the full example.
@@ -51,6 +52,9 @@ struct Options {
   int train_limit = 16384;
   int validation_limit = 2000;
   double tolerance = 0.005;
+  // log10 bounds of the learning rate (Adam).
+  double lr_min = -4.0;
+  double lr_max = -1.5;
 };
 
 std::string Config(const Options& o, const std::string& searcher, const std::string& checkpoints,
@@ -60,8 +64,8 @@ hyperparameters:
   global_batch_size: 64
   learning_rate:
     type: log
-    minval: -4.0
-    maxval: -1.5
+    minval: )", o.lr_min, R"(
+    maxval: )", o.lr_max, R"(
     base: 10
   n_filters1:
     type: int
@@ -231,6 +235,8 @@ int main(int argc, char** argv) {
     else if (a == "--train-limit") o.train_limit = std::atoi(argv[i + 1]);
     else if (a == "--validation-limit") o.validation_limit = std::atoi(argv[i + 1]);
     else if (a == "--tolerance") o.tolerance = std::atof(argv[i + 1]);
+    else if (a == "--lr-min") o.lr_min = std::atof(argv[i + 1]);
+    else if (a == "--lr-max") o.lr_max = std::atof(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;

@@ -381,7 +381,9 @@ TEST(LifecycleTest, MasterKilledMidExperimentRecoversFromSqlite) {
   TempDir dir;
   Cluster cluster(dir);
   ASSERT_TRUE(cluster.StartConnectedAgents({"a", "b"}));
-  const Config config = RandomSearch(/*max_length=*/60, /*validation_period=*/30, /*batch_delay_ms=*/15);
+  // Trials long enough (>= 60 batches of 50 ms left at the kill) to still be
+  // running when the agents re-register with the restarted master.
+  const Config config = RandomSearch(/*max_length=*/90, /*validation_period=*/30, /*batch_delay_ms=*/50);
   int exp = cluster.Create(config, "random");
   ASSERT_GT(exp, 0);
   ASSERT_TRUE(PollUntil(
@@ -398,7 +400,7 @@ TEST(LifecycleTest, MasterKilledMidExperimentRecoversFromSqlite) {
   cluster.RestartMaster();
   ASSERT_TRUE(cluster.WaitForState(exp, "STATE_COMPLETED")) << cluster.Trials(exp).dump() << cluster.MasterLog();
   EXPECT_EQ(cluster.ConnectedAgents(), 2);
-  EXPECT_THAT(cluster.MasterLog(), HasSubstr("reattached allocation"));
+  EXPECT_THAT(cluster.MasterLog(), HasSubstr("reattached allocation")) << cluster.AgentLogs();
   CheckStore(cluster.db_path(), exp, config, /*final=*/true);
 }
 
