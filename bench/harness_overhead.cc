@@ -22,68 +22,12 @@
 #include <torch/torch.h>
 
 #include "bench/det_trial_runner.h"
+#include "bench/fashion_mnist_loop.h"
 #include "examples/fashion_mnist/fashion_mnist_data.h"
 #include "examples/fashion_mnist/fashion_mnist_model.h"
 
 namespace {
 namespace fs = std::filesystem;
-
-constexpr int64_t kBatchSize = 64;
-
-// Batches per second of a plain LibTorch loop over shuffled Fashion-MNIST.
-double HandWrittenLoop(int64_t batches) {
-  std::string cache = fashion_mnist::DefaultCacheDir();
-  fashion_mnist::EnsureUncompressed(fashion_mnist::kDefaultSourceDir, cache);
-  fashion_mnist::FashionMnist data(cache, /*train=*/true);
-  torch::manual_seed(42);
-  fashion_mnist::Cnn model(16, 32, 128, 0.25);
-  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
-  model->train();
-  const int64_t n = data.images().size(0);
-  const int64_t per_epoch = (n + kBatchSize - 1) / kBatchSize;
-  torch::Tensor perm;
-  double loss_sum = 0;
-  auto start = std::chrono::steady_clock::now();
-  for (int64_t k = 0; k < batches; ++k) {
-    if (k % per_epoch == 0) perm = torch::randperm(n, torch::kLong);
-    auto idx = perm.narrow(0, (k % per_epoch) * kBatchSize, std::min(kBatchSize, n - (k % per_epoch) * kBatchSize));
-    auto x = data.images().index_select(0, idx);
-    auto y = data.targets().index_select(0, idx);
-    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
-    loss.backward();
-    opt.step();
-    opt.zero_grad();
-    loss_sum += loss.item<double>();
-  }
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (loss_sum < 0) std::printf("impossible\n");
-  return static_cast<double>(batches) / secs;
-}
-
-// Runs the hand-written loop in a fresh child process, as det-trial runs in
-// one, so that neither side profits from warm caches of the other.
-double HandWrittenLoopInChild(int64_t batches) {
-  int fds[2];
-  if (pipe(fds) != 0) std::exit(1);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    double r = HandWrittenLoop(batches);
-    ssize_t n = write(fds[1], &r, sizeof(r));
-    _exit(n == sizeof(r) ? 0 : 1);
-  }
-  close(fds[1]);
-  double r = 0;
-  ssize_t n = read(fds[0], &r, sizeof(r));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (n != sizeof(r) || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "hand-written loop failed\n");
-    std::exit(1);
-  }
-  return r;
-}
 
 // Batches per second that det-trial reports for its training loop.
 double DetTrial(const std::string& dir, int64_t batches) {
@@ -92,6 +36,8 @@ double DetTrial(const std::string& dir, int64_t batches) {
   return det::bench::RunDetTrialBatchesPerSecond(dir, config, "");
 }
 
+using det::bench::HandWrittenLoopInChild;
+using det::bench::kBatchSize;
 using det::bench::Median;
 
 }  // namespace
@@ -116,7 +62,7 @@ int main(int argc, char** argv) {
               "fresh process, timing its training loop only\n",
               static_cast<long long>(kBatchSize), static_cast<long long>(batches), rounds);
   for (int r = 0; r < rounds; ++r) {
-    hand.push_back(HandWrittenLoopInChild(batches));
+    hand.push_back(HandWrittenLoopInChild(batches, torch::kCPU));
     det.push_back(DetTrial(dir, batches));
     std::printf("  round %d: hand-written %.2f batches/s, det-trial %.2f batches/s\n", r + 1, hand.back(), det.back());
   }

@@ -9,6 +9,10 @@
 //   search_efficiency [--max-trials 16] [--max-length 256] [--train-limit 16384]
 //                     [--validation-limit 2000] [--tolerance 0.005]
 //                     [--lr-min -4] [--lr-max -1.5]   (log10 of Adam's learning rate)
+//                     [--asha-variants promotion,stop_once]
+//
+// Each ASHA variant (the promotion variant, Determined's default, and the
+// stopping variant, `stop_once: true`) runs next to the same random search.
 //
 // The defaults are a reduced budget that runs in a few minutes on two cores;
 // --max-length 937 --train-limit 0 --validation-limit 0 is the full example.
@@ -55,10 +59,11 @@ struct Options {
   // log10 bounds of the learning rate (Adam).
   double lr_min = -4.0;
   double lr_max = -1.5;
+  std::vector<std::string> asha_variants = {"promotion", "stop_once"};
 };
 
 std::string Config(const Options& o, const std::string& searcher, const std::string& checkpoints,
-                   int max_trials) {
+                   int max_trials, bool stop_once = false) {
   std::string s = absl::StrCat(R"(name: search-efficiency-)", searcher, R"(
 hyperparameters:
   global_batch_size: 64
@@ -91,7 +96,10 @@ searcher:
   max_trials: )", max_trials, R"(
   max_concurrent_trials: 2
 )");
-  if (searcher == "adaptive_asha") s += "  mode: standard\n  divisor: 4\n  max_rungs: 5\n";
+  if (searcher == "adaptive_asha") {
+    s += "  mode: standard\n  divisor: 4\n  max_rungs: 5\n";
+    if (stop_once) s += "  stop_once: true\n";
+  }
   absl::StrAppend(&s, R"(records_per_epoch: 60000
 scheduling_unit: 16
 reproducibility:
@@ -237,6 +245,17 @@ int main(int argc, char** argv) {
     else if (a == "--tolerance") o.tolerance = std::atof(argv[i + 1]);
     else if (a == "--lr-min") o.lr_min = std::atof(argv[i + 1]);
     else if (a == "--lr-max") o.lr_max = std::atof(argv[i + 1]);
+    else if (a == "--asha-variants") {
+      o.asha_variants.clear();
+      std::stringstream list(argv[i + 1]);
+      for (std::string v; std::getline(list, v, ',');) {
+        if (v != "promotion" && v != "stop_once") {
+          std::fprintf(stderr, "--asha-variants: unknown variant '%s' (promotion, stop_once)\n", v.c_str());
+          return 2;
+        }
+        o.asha_variants.push_back(v);
+      }
+    }
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -307,27 +326,38 @@ int main(int argc, char** argv) {
               static_cast<long long>(budget), o.max_trials, o.max_length, asha_trials,
               static_cast<long long>(asha_planned));
   std::fflush(stdout);
-  WriteFile(dir / "asha.yaml", Config(o, "adaptive_asha", dir / "checkpoints", asha_trials));
   Outcome random = Run(*api, dir / "random.yaml");
   std::printf("random:        best accuracy %.4f, %lld batches in all, %.0f s\n", random.best,
               static_cast<long long>(random.total_batches), random.seconds);
   std::fflush(stdout);
-  Outcome asha = Run(*api, dir / "asha.yaml");
-  std::printf("adaptive_asha: best accuracy %.4f, %lld batches in all, %.0f s\n", asha.best,
-              static_cast<long long>(asha.total_batches), asha.seconds);
+  std::vector<std::pair<std::string, Outcome>> ashas;
+  for (const std::string& variant : o.asha_variants) {
+    const bool stop_once = variant == "stop_once";
+    const std::string path = dir / ("asha-" + variant + ".yaml");
+    WriteFile(path, Config(o, "adaptive_asha", dir / "checkpoints", asha_trials, stop_once));
+    Outcome asha = Run(*api, path);
+    std::printf("adaptive_asha (%s): best accuracy %.4f, %lld batches in all, %.0f s\n", variant.c_str(),
+                asha.best, static_cast<long long>(asha.total_batches), asha.seconds);
+    std::fflush(stdout);
+    ashas.emplace_back(variant, asha);
+  }
 
   for (double tol : {0.0, o.tolerance}) {
     double target = random.best - tol;
     int64_t r = random.BatchesToReach(target);
-    int64_t a = asha.BatchesToReach(target);
-    std::printf("batches trained to reach accuracy %.4f (random's best%s): random %lld, adaptive_asha %s",
-                target, tol > 0 ? absl::StrCat(" - ", tol).c_str() : "", static_cast<long long>(r),
-                a < 0 ? "never" : std::to_string(a).c_str());
-    if (a >= 0) std::printf("; ratio asha / random %.3f (goal <= 0.333)", static_cast<double>(a) / r);
-    std::printf("\n");
+    std::printf("batches trained to reach accuracy %.4f (random's best%s): random %lld\n", target,
+                tol > 0 ? absl::StrCat(" - ", tol).c_str() : "", static_cast<long long>(r));
+    for (const auto& [variant, asha] : ashas) {
+      int64_t a = asha.BatchesToReach(target);
+      std::printf("  adaptive_asha (%s) %s", variant.c_str(), a < 0 ? "never" : std::to_string(a).c_str());
+      if (a >= 0) std::printf("; ratio asha / random %.3f (goal <= 0.333)", static_cast<double>(a) / r);
+      std::printf("\n");
+    }
   }
-  std::printf("total batches ratio asha / random: %.3f\n",
-              static_cast<double>(asha.total_batches) / random.total_batches);
+  for (const auto& [variant, asha] : ashas) {
+    std::printf("total batches ratio asha (%s) / random: %.3f\n", variant.c_str(),
+                static_cast<double>(asha.total_batches) / random.total_batches);
+  }
   for (auto& a : agents) a->Signal(SIGTERM);
   for (auto& a : agents) a->Wait(std::chrono::seconds(10));
   master.Signal(SIGTERM);

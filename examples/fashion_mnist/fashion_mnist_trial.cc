@@ -23,6 +23,18 @@ class FashionMnistTrial final : public det::Trial {
                                     context.get_hparam<int64_t>("hidden_size"), context.get_hparam<double>("dropout")));
     optimizer_ = context.wrap_optimizer(std::make_shared<torch::optim::Adam>(
         model_->parameters(), torch::optim::AdamOptions(context.get_hparam<double>("learning_rate"))));
+    // Optional hyperparameter: "none" (default), "bf16" (bfloat16 autocast,
+    // CPU or GPU) or "fp16" (float16 autocast with loss scaling, GPU).
+    const std::string precision =
+        context.hparams().contains("mixed_precision") ? context.get_hparam<std::string>("mixed_precision") : "none";
+    if (precision == "bf16") {
+      context.configure_mixed_precision(det::MixedPrecisionOptions().dtype(torch::kBFloat16));
+    } else if (precision == "fp16") {
+      context.configure_mixed_precision(det::MixedPrecisionOptions().dtype(torch::kHalf));
+    } else if (precision != "none") {
+      throw std::invalid_argument("hyperparameter 'mixed_precision' is '" + precision +
+                                  "'; expected none, bf16 or fp16");
+    }
   }
 
   det::DataLoader build_training_data_loader() override {

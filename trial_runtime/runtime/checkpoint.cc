@@ -159,6 +159,8 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& storage_dir, T
     for (const auto& st : rank_rng_states) engines.push_back(st.std_engine);
     meta["std_rng_states"] = engines;  // index = rank
   }
+  if (const GradScaler* scaler = context.grad_scaler()) meta["grad_scaler"] = scaler->state_dict();
+  if (context.mixed_precision()) meta["autocast_dtype"] = c10::toString(context.autocast_dtype());
   meta["world_size"] = context.distributed().size();
   meta["hparams"] = context.hparams();
   meta["trial_id"] = context.get_trial_id();
@@ -274,6 +276,14 @@ absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialConte
   }
   std::istringstream std_rng(engine_state);
   std_rng >> context.random_engine();
+  if (GradScaler* scaler = context.grad_scaler(); scaler != nullptr && meta.contains("grad_scaler")) {
+    try {
+      scaler->load_state_dict(meta["grad_scaler"]);
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint '", dir, "': metadata.json field grad_scaler: ", e.what()));
+    }
+  }
 
   nlohmann::json cb_state = nlohmann::json::parse(ReadFile(d / "callbacks.json"), nullptr, false);
   if (cb_state.is_discarded()) cb_state = nlohmann::json::object();

@@ -74,6 +74,34 @@ TEST(CheckpointTest, RestoredStateContinuesBitForBit) {
   fs::remove_all(dir);
 }
 
+TEST(CheckpointTest, LossScalerStateIsRestored) {
+  std::string dir = (fs::temp_directory_path() / ("det-ckpt-test-" + NewUuid())).string();
+  auto amp = MixedPrecisionOptions().loss_scaling(true).init_scale(512).growth_interval(3);
+  Fixture a(5);
+  a.context.configure_mixed_precision(amp);
+  for (int i = 0; i < 2; ++i) {
+    a.Step();
+    a.context.grad_scaler()->update();
+  }
+  ASSERT_EQ(a.context.grad_scaler()->growth_tracker(), 2);
+  auto saved = SaveCheckpoint(dir, a.context, a.callbacks, {{"batches_trained", 2}});
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  Fixture b(99);
+  b.context.configure_mixed_precision(amp);
+  auto meta = LoadCheckpoint(saved->path, b.context, b.callbacks);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ((*meta)["autocast_dtype"], "BFloat16");
+  EXPECT_EQ(b.context.grad_scaler()->growth_tracker(), 2);
+  for (Fixture* f : {&a, &b}) {
+    f->Step();
+    f->context.grad_scaler()->update();
+  }
+  EXPECT_DOUBLE_EQ(b.context.grad_scaler()->scale(), 1024);  // grown on the third finite step
+  EXPECT_DOUBLE_EQ(a.context.grad_scaler()->scale(), b.context.grad_scaler()->scale());
+  EXPECT_TRUE(torch::equal(a.model->weight, b.model->weight));
+  fs::remove_all(dir);
+}
+
 TEST(CheckpointTest, MismatchedTrialIsRejected) {
   std::string dir = (fs::temp_directory_path() / ("det-ckpt-test-" + NewUuid())).string();
   Fixture a(1);

@@ -65,6 +65,7 @@ struct Flags {
   int threads = 0;
   bool no_progress = false;
   int nproc = 1;
+  std::string device = "auto";
   std::string seed;  // decimal; empty: from the checkpoint, the config, or random
 };
 
@@ -175,6 +176,7 @@ int RunLauncher(const Flags& flags) {
   if (!flags.checkpoint_dir.empty()) args.insert(args.end(), {"--checkpoint-dir", flags.checkpoint_dir});
   if (!flags.metrics_csv.empty()) args.insert(args.end(), {"--metrics-csv", flags.metrics_csv});
   if (flags.no_progress) args.push_back("--no-progress");
+  args.insert(args.end(), {"--device", flags.device});
   std::fflush(stdout);
   return LaunchLocalRanks(exe, args, flags.nproc);
 }
@@ -226,6 +228,9 @@ int RunLocal(const Flags& flags) {
   info.trial_seed = seed;
   info.global_batch_size = setup.global_batch_size;
   info.distributed = env->context();
+  auto device = SelectDevice(flags.device, info.distributed);
+  if (!device.ok()) return fail(kExitConfigError, device.status());
+  info.device = *device;
   TrialContext context(info);
   if (dist) context.set_gradient_reducer(dist->MakeGradientReducer());
 
@@ -354,6 +359,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", flags.seed, "Trial seed (default: the checkpoint's, else reproducibility.experiment_seed, "
                                        "else random)");
   app.add_flag("--no-progress", flags.no_progress, "No progress bar");
+  app.add_option("--device", flags.device,
+                 "Local mode: auto (a GPU when LibTorch sees one, else the CPU), cpu, cuda or cuda:N")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

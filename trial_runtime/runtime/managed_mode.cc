@@ -354,6 +354,11 @@ int RunManaged(const std::string& trial_path, int threads) {
   info.trial_seed = tc.trial_seed();
   info.global_batch_size = tc.global_batch_size();
   info.distributed = denv->context();
+  // The agent pins each rank to its GPU (CUDA_VISIBLE_DEVICES; empty for a
+  // CPU slot), so "auto" is that GPU or the CPU.
+  auto device = SelectDevice("auto", info.distributed);
+  if (!device.ok()) return Fail(kExitConfigError, reporting_client, device.status(), true);
+  info.device = *device;
   TrialContext context(info);
   if (dist) context.set_gradient_reducer(dist->MakeGradientReducer());
 

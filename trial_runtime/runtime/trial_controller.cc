@@ -229,11 +229,16 @@ absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
       break;
     }
     Batch batch = device.is_cpu() ? std::move(**next) : (*next)->to(device);
-    auto metrics = handle_->TrainBatch(batch, epoch_idx, batches_trained_);
+    absl::StatusOr<MetricsMap> metrics;
+    {
+      AutocastGuard autocast(*context_);  // a no-op without mixed precision
+      metrics = handle_->TrainBatch(batch, epoch_idx, batches_trained_);
+    }
     if (!metrics.ok()) {
       status = metrics.status();
       break;
     }
+    if (GradScaler* scaler = context_->grad_scaler()) scaler->update();
     for (const auto& [name, value] : *metrics) pending_[name].push_back(value);
     ++pending_batches_;
     ++batches_trained_;
@@ -292,7 +297,12 @@ absl::StatusOr<MetricsMap> TrialController::Validate() {
         DET_ASSIGN_OR_RETURN(std::optional<Batch> next, NextBatch(*stream, "validation"));
         if (!next) break;
         Batch batch = device.is_cpu() ? std::move(*next) : next->to(device);
-        DET_ASSIGN_OR_RETURN(MetricsMap m, handle_->EvaluateBatch(batch, idx));
+        absl::StatusOr<MetricsMap> evaluated;
+        {
+          AutocastGuard autocast(*context_);
+          evaluated = handle_->EvaluateBatch(batch, idx);
+        }
+        DET_ASSIGN_OR_RETURN(MetricsMap m, std::move(evaluated));
         for (const auto& [name, v] : m) values[name].push_back(v);
       }
       if (distributed()) {

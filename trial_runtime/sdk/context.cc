@@ -1,8 +1,115 @@
 #include "det/context.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/nn/utils/clip_grad.h>
+#include <torch/version.h>
+
+#include <cmath>
 
 namespace det {
+
+namespace {
+// LibTorch 2.4 replaced the per-device autocast functions by ones that take
+// the device type.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool AutocastEnabled(c10::DeviceType t) { return at::autocast::is_autocast_enabled(t); }
+void SetAutocastEnabled(c10::DeviceType t, bool on) { at::autocast::set_autocast_enabled(t, on); }
+c10::ScalarType AutocastDtype(c10::DeviceType t) { return at::autocast::get_autocast_dtype(t); }
+void SetAutocastDtype(c10::DeviceType t, c10::ScalarType d) { at::autocast::set_autocast_dtype(t, d); }
+#else
+bool AutocastEnabled(c10::DeviceType t) {
+  return t == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+void SetAutocastEnabled(c10::DeviceType t, bool on) {
+  if (t == c10::DeviceType::CUDA) {
+    at::autocast::set_enabled(on);
+  } else {
+    at::autocast::set_cpu_enabled(on);
+  }
+}
+c10::ScalarType AutocastDtype(c10::DeviceType t) {
+  return t == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+void SetAutocastDtype(c10::DeviceType t, c10::ScalarType d) {
+  if (t == c10::DeviceType::CUDA) {
+    at::autocast::set_autocast_gpu_dtype(d);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(d);
+  }
+}
+#endif
+
+std::vector<torch::Tensor> OptimizerParams(torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> params;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) params.push_back(p);
+  }
+  return params;
+}
+}  // namespace
+
+GradScaler::GradScaler(const MixedPrecisionOptions& options) : options_(options), scale_(options.init_scale()) {}
+
+bool GradScaler::unscale(const std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  const double inverse = 1.0 / scale_;
+  torch::Tensor bad;
+  for (const auto& p : params) {
+    torch::Tensor g = p.grad();
+    if (!g.defined()) continue;
+    g.mul_(inverse);
+    torch::Tensor not_finite = torch::logical_not(torch::isfinite(g)).any();
+    bad = bad.defined() ? bad.logical_or(not_finite) : not_finite;
+  }
+  stepped_ = true;
+  return !bad.defined() || !bad.item<bool>();  // one device sync per step
+}
+
+void GradScaler::update() {
+  if (!stepped_) return;  // no optimizer step this batch (gradient accumulation)
+  stepped_ = false;
+  if (found_inf_) {
+    scale_ *= options_.backoff_factor();
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ >= options_.growth_interval()) {
+    scale_ *= options_.growth_factor();
+    growth_tracker_ = 0;
+  }
+  found_inf_ = false;
+}
+
+nlohmann::json GradScaler::state_dict() const {
+  return {{"scale", scale_}, {"growth_tracker", growth_tracker_}, {"skipped_steps", skipped_steps_}};
+}
+
+void GradScaler::load_state_dict(const nlohmann::json& state) {
+  scale_ = state.at("scale").get<double>();
+  growth_tracker_ = state.at("growth_tracker").get<int64_t>();
+  skipped_steps_ = state.value("skipped_steps", int64_t{0});
+  found_inf_ = false;
+  stepped_ = false;
+}
+
+AutocastGuard::AutocastGuard(const TrialContext& context) : AutocastGuard(context, true) {}
+
+AutocastGuard::AutocastGuard(const TrialContext& context, bool enabled) {
+  if (!context.mixed_precision()) return;
+  active_ = true;
+  enabled_ = enabled;
+  device_type_ = context.device().type();
+  prev_enabled_ = AutocastEnabled(device_type_);
+  prev_dtype_ = AutocastDtype(device_type_);
+  SetAutocastEnabled(device_type_, enabled);
+  SetAutocastDtype(device_type_, context.autocast_dtype());
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  SetAutocastEnabled(device_type_, prev_enabled_);
+  SetAutocastDtype(device_type_, prev_dtype_);
+}
 
 TrialContext::TrialContext(TrialInfo info) : info_(std::move(info)), rng_(info_.trial_seed) {}
 
@@ -62,27 +169,69 @@ void TrialContext::register_lr_scheduler(std::shared_ptr<torch::optim::LRSchedul
 }
 
 void TrialContext::backward(const torch::Tensor& loss) {
-  loss.backward();
+  {
+    // Backward outside autocast (as torch.amp advises), of the scaled loss
+    // with loss scaling.
+    AutocastGuard no_autocast(*this, /*enabled=*/false);
+    if (scaler_) {
+      scaler_->scale_loss(loss).backward();
+    } else {
+      loss.backward();
+    }
+  }
   if (reducer_) {
     std::vector<torch::Tensor> params;
     for (const auto& m : models_) {
       for (const auto& p : m->parameters()) params.push_back(p);
     }
+    // Scaled gradients are averaged as they are: an inf on one rank is an
+    // inf on every rank, so all of them skip the same steps.
     reducer_->ReduceGradients(params);
   }
 }
 
 void TrialContext::step_optimizer(torch::optim::Optimizer& optimizer, const StepOptimizerOptions& options) {
-  if (options.clip_grad_norm() || options.clip_grad_value()) {
-    std::vector<torch::Tensor> params;
-    for (const auto& group : optimizer.param_groups()) {
-      for (const auto& p : group.params()) params.push_back(p);
+  const bool clip = options.clip_grad_norm() || options.clip_grad_value();
+  if (clip || scaler_) {
+    std::vector<torch::Tensor> params = OptimizerParams(optimizer);
+    if (scaler_ && !scaler_->unscale(params)) {
+      scaler_->skip_step();
+      if (options.zero_grad()) optimizer.zero_grad();
+      return;
     }
     if (options.clip_grad_norm()) torch::nn::utils::clip_grad_norm_(params, *options.clip_grad_norm());
     if (options.clip_grad_value()) torch::nn::utils::clip_grad_value_(params, *options.clip_grad_value());
   }
   optimizer.step();
   if (options.zero_grad()) optimizer.zero_grad();
+}
+
+void TrialContext::configure_mixed_precision(const MixedPrecisionOptions& options) {
+  const bool cuda = info_.device.is_cuda();
+  const torch::Dtype dtype = options.dtype().value_or(cuda ? torch::kHalf : torch::kBFloat16);
+  auto fail = [](const std::string& what) {
+    throw std::invalid_argument("configure_mixed_precision: " + what);
+  };
+  if (dtype != torch::kHalf && dtype != torch::kBFloat16) {
+    fail(std::string("dtype ") + c10::toString(dtype) + " is not an autocast dtype (Half or BFloat16)");
+  }
+  if (!cuda && dtype != torch::kBFloat16) {
+    fail(std::string("dtype ") + c10::toString(dtype) + " is not supported by autocast on " +
+         info_.device.str() + " (BFloat16 only)");
+  }
+  if (!(options.init_scale() > 0) || !std::isfinite(options.init_scale())) fail("init_scale must be > 0");
+  if (!(options.growth_factor() > 1)) fail("growth_factor must be > 1");
+  if (!(options.backoff_factor() > 0 && options.backoff_factor() < 1)) fail("backoff_factor must be in (0, 1)");
+  if (options.growth_interval() < 1) fail("growth_interval must be >= 1");
+  MixedPrecisionOptions resolved = options;
+  resolved.dtype(dtype);
+  resolved.loss_scaling(options.loss_scaling().value_or(dtype == torch::kHalf));
+  mixed_precision_ = resolved;
+  scaler_ = *resolved.loss_scaling() ? std::make_unique<GradScaler>(resolved) : nullptr;
+}
+
+torch::Dtype TrialContext::autocast_dtype() const {
+  return mixed_precision_ && mixed_precision_->dtype() ? *mixed_precision_->dtype() : torch::kFloat;
 }
 
 namespace {

@@ -38,6 +38,85 @@ struct StepOptimizerOptions {
   TORCH_ARG(bool, zero_grad) = true;
 };
 
+// Options of TrialContext::configure_mixed_precision: automatic mixed
+// precision as PyTorch's autocast + GradScaler (Lightning's "16-mixed" and
+// "bf16-mixed"). Defaults follow torch.amp.
+struct MixedPrecisionOptions {
+  // The autocast dtype; unset: float16 on CUDA, bfloat16 on CPU (CPU autocast
+  // supports bfloat16 only).
+  TORCH_ARG(std::optional<torch::Dtype>, dtype) = std::nullopt;
+  // Dynamic loss scaling; unset: on for float16, off for bfloat16 (whose
+  // exponent range is float32's).
+  TORCH_ARG(std::optional<bool>, loss_scaling) = std::nullopt;
+  TORCH_ARG(double, init_scale) = 65536.0;
+  // After growth_interval steps in a row with finite gradients the scale is
+  // multiplied by growth_factor; a step with an inf/NaN gradient is skipped
+  // and the scale multiplied by backoff_factor.
+  TORCH_ARG(double, growth_factor) = 2.0;
+  TORCH_ARG(double, backoff_factor) = 0.5;
+  TORCH_ARG(int64_t, growth_interval) = 2000;
+};
+
+// The dynamic loss scaler of mixed precision (torch.amp.GradScaler's
+// algorithm). TrialContext drives it: backward() scales the loss,
+// step_optimizer() unscales the gradients (before clipping), skips the step
+// when one is not finite, and the runtime calls update() once per batch.
+// Not thread-safe.
+class GradScaler {
+ public:
+  explicit GradScaler(const MixedPrecisionOptions& options);
+  double scale() const { return scale_; }
+  int64_t growth_tracker() const { return growth_tracker_; }
+  // Optimizer steps skipped for inf/NaN gradients since the trial started.
+  int64_t skipped_steps() const { return skipped_steps_; }
+  torch::Tensor scale_loss(const torch::Tensor& loss) const { return loss * scale_; }
+  // Divides the gradients of `params` by the scale; false when any of them
+  // holds an inf or NaN (the caller then skips its step).
+  bool unscale(const std::vector<torch::Tensor>& params);
+  // Notes that the step after a failed unscale() was skipped; update()
+  // backs the scale off.
+  void skip_step() {
+    found_inf_ = true;
+    ++skipped_steps_;
+  }
+  // End of a batch: grows or backs off the scale.
+  void update();
+  nlohmann::json state_dict() const;
+  void load_state_dict(const nlohmann::json& state);
+
+ private:
+  MixedPrecisionOptions options_;
+  double scale_;
+  int64_t growth_tracker_ = 0;
+  int64_t skipped_steps_ = 0;
+  bool found_inf_ = false;
+  bool stepped_ = false;  // unscale() ran since the last update()
+};
+
+class TrialContext;
+
+// Autocast on the context's device while alive, when mixed precision is
+// configured (a no-op otherwise). The runtime holds one around every
+// train_batch and evaluate_batch; a trial may hold one elsewhere (say in
+// evaluate_full_dataset). Restores the previous state on destruction.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(const TrialContext& context);
+  // With `enabled` false: autocast off inside (for example around a loss
+  // that must be computed in float32).
+  AutocastGuard(const TrialContext& context, bool enabled);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool active_ = false;
+  bool enabled_ = false;
+  c10::DeviceType device_type_ = c10::DeviceType::CPU;
+  bool prev_enabled_ = false;
+  c10::ScalarType prev_dtype_ = c10::ScalarType::Float;
+};
+
 // Where this process stands in a distributed trial. Thread-safe (immutable).
 class DistributedContext {
  public:
@@ -137,9 +216,23 @@ class TrialContext {
   // the gradient of the whole global batch.
   void backward(const torch::Tensor& loss);
   // Optional clipping (of the averaged gradients), optimizer.step(), then
-  // zero_grad (unless disabled).
+  // zero_grad (unless disabled). With loss scaling the gradients are
+  // unscaled first, and a step whose gradients hold an inf or NaN is skipped.
   void step_optimizer(torch::optim::Optimizer& optimizer,
                       const StepOptimizerOptions& options = StepOptimizerOptions());
+
+  // Turns on automatic mixed precision for the rest of the trial: the
+  // runtime runs train_batch and evaluate_batch under autocast, backward()
+  // scales the loss and step_optimizer() unscales (see GradScaler). Call it
+  // in the trial's constructor. Throws std::invalid_argument for a dtype the
+  // device's autocast does not support (CPU: bfloat16 only).
+  void configure_mixed_precision(const MixedPrecisionOptions& options = MixedPrecisionOptions());
+  bool mixed_precision() const { return mixed_precision_.has_value(); }
+  // The autocast dtype (meaningful when mixed_precision()).
+  torch::Dtype autocast_dtype() const;
+  // The loss scaler, or null without loss scaling.
+  GradScaler* grad_scaler() { return scaler_.get(); }
+  const GradScaler* grad_scaler() const { return scaler_.get(); }
 
   // global_batch_size / distributed().size(); throws std::invalid_argument
   // when it does not divide.
@@ -179,6 +272,10 @@ class TrialContext {
   std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
   std::vector<WrappedScheduler> schedulers_;
   std::shared_ptr<GradientReducer> reducer_;
+  // Added after the members above to keep their offsets for trials built
+  // against an older SDK.
+  std::optional<MixedPrecisionOptions> mixed_precision_;
+  std::unique_ptr<GradScaler> scaler_;
 };
 
 // Reads/writes the protected step count of a LibTorch LR scheduler (runtime
