@@ -157,8 +157,7 @@ int main(int argc, char** argv) {
     credentials = grpc::SslServerCredentials(ssl);
   }
   builder.AddListeningPort(absl::StrCat(host, ":", grpc_port), credentials, &bound_grpc);
-  // The largest request is CreateExperiment with its trial.so inline.
-  const int64_t max_request_bytes = options.max_trial_so_bytes + (16 << 20);
+  const int64_t max_request_bytes = options.max_request_bytes();
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_request_bytes));
   builder.SetMaxSendMessageSize(64 << 20);
   builder.RegisterService(&api);

@@ -137,6 +137,7 @@ TEST(ClusterTest, BadRequestsGetClearErrorsAndTheMasterKeepsRunning) {
   EXPECT_EQ(cluster.Get("/api/v1/master", &status).value("cluster_name", ""), "det-cpp");
   EXPECT_EQ(status, 200);
   EXPECT_EQ(cluster.Cli({"master", "info"}, &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr("272.0 MiB")) << out;  // max request: 256 MiB trial.so + 16 MiB
   EXPECT_EQ(cluster.ConnectedAgents(), 1);
   EXPECT_EQ(cluster.master().Wait(std::chrono::milliseconds(1)), -1);  // still running
 }

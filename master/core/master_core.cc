@@ -937,6 +937,7 @@ apiv1::GetMasterResponse MasterCore::GetMaster() {
   resp.set_version("0.1.0");
   resp.set_cluster_name(options_.cluster_name);
   resp.set_cluster_id(cluster_id_);
+  resp.set_max_request_bytes(options_.max_request_bytes());
   return resp;
 }
 

@@ -52,6 +52,9 @@ struct MasterOptions {
   // exited after this long is killed (SIGKILL through its agent).
   int64_t stop_timeout_ms = 60000;
   int64_t max_trial_so_bytes = 256 << 20;
+  // The largest request the servers accept: CreateExperiment with a trial.so
+  // of max_trial_so_bytes inline, plus room for its config.
+  int64_t max_request_bytes() const { return max_trial_so_bytes + (16 << 20); }
 };
 
 // Outbound messages to one connected agent; the Connect stream's writer pops
