@@ -9,7 +9,7 @@
 //   search_efficiency [--max-trials 16] [--max-length 256] [--train-limit 16384]
 //                     [--validation-limit 2000] [--tolerance 0.005]
 //                     [--lr-min -4] [--lr-max -1.5]   (log10 of Adam's learning rate)
-//                     [--asha-variants promotion,stop_once]
+//                     [--asha-variants promotion,stop_once] [--seed 1234]
 //
 // Each ASHA variant (the promotion variant, Determined's default, and the
 // stopping variant, `stop_once: true`) runs next to the same random search.
@@ -60,6 +60,8 @@ struct Options {
   double lr_min = -4.0;
   double lr_max = -1.5;
   std::vector<std::string> asha_variants = {"promotion", "stop_once"};
+  // reproducibility.experiment_seed of both experiments.
+  int64_t seed = 1234;
 };
 
 std::string Config(const Options& o, const std::string& searcher, const std::string& checkpoints,
@@ -103,7 +105,7 @@ searcher:
   absl::StrAppend(&s, R"(records_per_epoch: 60000
 scheduling_unit: 16
 reproducibility:
-  experiment_seed: 1234
+  experiment_seed: )", o.seed, R"(
 checkpoint_storage:
   type: shared_fs
   host_path: )", checkpoints, R"(
@@ -245,6 +247,7 @@ int main(int argc, char** argv) {
     else if (a == "--tolerance") o.tolerance = std::atof(argv[i + 1]);
     else if (a == "--lr-min") o.lr_min = std::atof(argv[i + 1]);
     else if (a == "--lr-max") o.lr_max = std::atof(argv[i + 1]);
+    else if (a == "--seed") o.seed = std::atoll(argv[i + 1]);
     else if (a == "--asha-variants") {
       o.asha_variants.clear();
       std::stringstream list(argv[i + 1]);
@@ -300,8 +303,9 @@ int main(int argc, char** argv) {
       std::chrono::seconds(30));
 
   std::printf("search_efficiency: Fashion-MNIST, %d trials, max_length %d batches, 2 slots, train_limit %d, "
-              "validation_limit %d\n",
-              o.max_trials, o.max_length, o.train_limit, o.validation_limit);
+              "validation_limit %d, learning rate 1e%g..1e%g, seed %lld\n",
+              o.max_trials, o.max_length, o.train_limit, o.validation_limit, o.lr_min, o.lr_max,
+              static_cast<long long>(o.seed));
   std::fflush(stdout);
   WriteFile(dir / "random.yaml", Config(o, "random", dir / "checkpoints", o.max_trials));
   // The same budget: ASHA gets as many trials as fit in the batches random

@@ -92,11 +92,17 @@ TEST(LocalModeTest, DetCliCreateLocalRunsTheTrial) {
 
 // Must show 3: paused by SIGTERM twice and resumed, a run reports exactly
 // the training and validation metrics of an uninterrupted run.
-TEST(LocalModeTest, PausedTwiceAndResumedMatchesUninterruptedRun) {
+// Also with mixed precision (bfloat16 autocast, and a loss scaler whose
+// scale grows during the run; CheckpointTest.LossScalerStateIsRestored checks
+// the scaler's own state survives a checkpoint).
+class PauseResumeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PauseResumeTest, PausedTwiceAndResumedMatchesUninterruptedRun) {
   constexpr int64_t kBatches = 400;
   TempDir dir;
   // 3 ms per batch keeps the run long enough to be interrupted twice.
-  WriteFile(dir / "config.yaml", SyntheticConfig(kBatches, "  batch_delay_ms: 3\n"));
+  WriteFile(dir / "config.yaml",
+            SyntheticConfig(kBatches, absl::StrCat("  batch_delay_ms: 3\n  mixed_precision: ", GetParam(), "\n")));
   const std::vector<std::string> base = {kDetTrial, "--local", dir / "config.yaml", kSynthetic, "--threads", "1"};
 
   std::string out, err;
@@ -135,6 +141,8 @@ TEST(LocalModeTest, PausedTwiceAndResumedMatchesUninterruptedRun) {
   EXPECT_THAT(out, HasSubstr(absl::StrCat("resumed from ", resume_from, " at batch ", paused_at)));
   EXPECT_EQ(ReadFile(dir / "paused/metrics.csv"), expected);
 }
+
+INSTANTIATE_TEST_SUITE_P(LocalModeTest, PauseResumeTest, ::testing::Values("none", "bf16"));
 
 // Must show 4: each bad input gives one clear error and a non-zero exit.
 struct ErrorCase {

@@ -73,6 +73,12 @@ class SyntheticTrial final : public det::Trial {
     auto hp = context.hparams();
     delay_ms_ = hp.value("batch_delay_ms", 0);
     throw_at_ = hp.value("throw_at_batch", int64_t{-1});
+    // "bf16": bfloat16 autocast, with a loss scaler that grows every 40
+    // steps (exercising the scaler; bfloat16 itself needs none).
+    if (hp.value("mixed_precision", std::string("none")) == "bf16") {
+      context.configure_mixed_precision(
+          det::MixedPrecisionOptions().dtype(torch::kBFloat16).loss_scaling(true).init_scale(256).growth_interval(40));
+    }
   }
 
   det::DataLoader build_training_data_loader() override {
