@@ -12,6 +12,7 @@
 #include "common/proto_json.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
+#include "common/trial_abi.h"
 
 namespace det::master {
 namespace fs = std::filesystem;
@@ -217,6 +218,7 @@ absl::Status MasterCore::LoadFromStore() {
     cluster_id_ = RandomHex(16);
     DET_RETURN_IF_ERROR(store_->PutValue("cluster_id", cluster_id_));
   }
+  master_id_ = RandomHex(16);
   // Experiments that were running when the master stopped come back; their
   // trials restart from their latest checkpoints once agents reconnect.
   ExperimentFilter all;
@@ -937,7 +939,14 @@ apiv1::GetMasterResponse MasterCore::GetMaster() {
   resp.set_version("0.1.0");
   resp.set_cluster_name(options_.cluster_name);
   resp.set_cluster_id(cluster_id_);
+  resp.set_master_id(master_id_);
+  SetTime(resp.mutable_start_time(), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         started_wall_.time_since_epoch()).count());
+  const auto up = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_);
+  resp.mutable_uptime()->set_seconds(up.count() / 1000);
+  resp.mutable_uptime()->set_nanos(static_cast<int32_t>((up.count() % 1000) * 1000000));
   resp.set_max_request_bytes(options_.max_request_bytes());
+  resp.set_trial_abi_version(static_cast<int32_t>(kTrialAbiVersion));
   return resp;
 }
 

@@ -307,7 +307,9 @@ class MasterCore {
   std::unique_ptr<Store> store_;
   ArtifactStore artifacts_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  const std::chrono::system_clock::time_point started_wall_ = std::chrono::system_clock::now();
   std::string cluster_id_;
+  std::string master_id_;  // random, new at every start
 
   std::mutex mu_;
   std::condition_variable preempt_cv_;

@@ -8,12 +8,14 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/trial_abi.h"
 #include "det/trial.h"
 
 namespace det::runtime {
 
 // The plugin ABI version this runtime speaks.
-inline constexpr uint32_t kTrialAbiVersion = 1;
+using det::kTrialAbiVersion;  // common/trial_abi.h
+static_assert(kTrialAbiVersion == DET_TRIAL_ABI_VERSION, "common/trial_abi.h and det/trial.h disagree");
 
 using CallbackMap = std::map<std::string, std::shared_ptr<Callback>>;
 
