@@ -9,7 +9,7 @@
 //   search_efficiency [--max-trials 16] [--max-length 256] [--train-limit 16384]
 //                     [--validation-limit 2000] [--tolerance 0.005]
 //                     [--lr-min -4] [--lr-max -1.5]   (log10 of Adam's learning rate)
-//                     [--asha-variants promotion,stop_once] [--seed 1234]
+//                     [--asha-variants promotion,stop_once] [--seed 1234] [--max-rungs 5]
 //
 // Each ASHA variant (the promotion variant, Determined's default, and the
 // stopping variant, `stop_once: true`) runs next to the same random search.
@@ -62,6 +62,9 @@ struct Options {
   std::vector<std::string> asha_variants = {"promotion", "stop_once"};
   // reproducibility.experiment_seed of both experiments.
   int64_t seed = 1234;
+  // adaptive_asha's max_rungs: with many trials, 5 rungs make the first
+  // rung 1/256 of max_length.
+  int max_rungs = 5;
 };
 
 std::string Config(const Options& o, const std::string& searcher, const std::string& checkpoints,
@@ -99,7 +102,7 @@ searcher:
   max_concurrent_trials: 2
 )");
   if (searcher == "adaptive_asha") {
-    s += "  mode: standard\n  divisor: 4\n  max_rungs: 5\n";
+    absl::StrAppend(&s, "  mode: standard\n  divisor: 4\n  max_rungs: ", o.max_rungs, "\n");
     if (stop_once) s += "  stop_once: true\n";
   }
   absl::StrAppend(&s, R"(records_per_epoch: 60000
@@ -248,6 +251,7 @@ int main(int argc, char** argv) {
     else if (a == "--lr-min") o.lr_min = std::atof(argv[i + 1]);
     else if (a == "--lr-max") o.lr_max = std::atof(argv[i + 1]);
     else if (a == "--seed") o.seed = std::atoll(argv[i + 1]);
+    else if (a == "--max-rungs") o.max_rungs = std::atoi(argv[i + 1]);
     else if (a == "--asha-variants") {
       o.asha_variants.clear();
       std::stringstream list(argv[i + 1]);
@@ -326,8 +330,9 @@ int main(int argc, char** argv) {
     asha_planned = preview->total_batches;
     if (m >= 4096) break;
   }
-  std::printf("budget: %lld batches; random: %d trials x %d batches; adaptive_asha: %d trials, %lld batches planned\n",
-              static_cast<long long>(budget), o.max_trials, o.max_length, asha_trials,
+  std::printf("budget: %lld batches; random: %d trials x %d batches; adaptive_asha: %d trials (max_rungs %d), %lld "
+              "batches planned\n",
+              static_cast<long long>(budget), o.max_trials, o.max_length, asha_trials, o.max_rungs,
               static_cast<long long>(asha_planned));
   std::fflush(stdout);
   Outcome random = Run(*api, dir / "random.yaml");
