@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench/det_trial_runner.h"
+#include "bench/fashion_mnist_py.h"
 #include "examples/fashion_mnist/fashion_mnist_data.h"
 
 namespace {
@@ -36,7 +37,7 @@ constexpr char kPython[] = "/usr/bin/python3";
 // reading its slice of every global batch of a per-epoch permutation (as
 // det::DataLoader does), the same CNN as examples/fashion_mnist, Adam.
 // Prints "samples_per_s <x>" (rank 0's wall time over all batches).
-constexpr char kDdpScript[] = R"PY(
+constexpr char kDdpScriptHead[] = R"PY(
 import os, sys, time, socket
 import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -44,35 +45,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 cache, nproc, batches, gbs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+)PY";
 
-class Cnn(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc1 = nn.Linear(32 * 7 * 7, 128)
-        self.drop = nn.Dropout(0.25)
-        self.fc2 = nn.Linear(128, 10)
-    def forward(self, x):
-        x = (x - 0.2860) / 0.3530
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc2(self.drop(x))
-
-def load():
-    with open(os.path.join(cache, "train-images-idx3-ubyte"), "rb") as f:
-        images = np.frombuffer(f.read(), dtype=np.uint8, offset=16).reshape(-1, 1, 28, 28)
-    with open(os.path.join(cache, "train-labels-idx1-ubyte"), "rb") as f:
-        labels = np.frombuffer(f.read(), dtype=np.uint8, offset=8)
-    return torch.from_numpy(images.astype(np.float32) / 255.0), torch.from_numpy(labels.astype(np.int64))
-
+// After the shared CNN and load(cache).
+constexpr char kDdpScriptTail[] = R"PY(
 def run(rank, port, out):
     torch.set_num_threads(1)
     torch.manual_seed(42)
     if nproc > 1:
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=nproc)
-    x, y = load()
+    x, y = load(cache)
     model = Cnn()
     if nproc > 1:
         model = nn.parallel.DistributedDataParallel(model)
@@ -129,7 +111,7 @@ double DetTrial(const std::string& dir, int nproc, int64_t batches, int64_t gbs)
 
 double Ddp(const std::string& dir, const std::string& cache, int nproc, int64_t batches, int64_t gbs) {
   std::string script = dir + "/ddp.py";
-  std::ofstream(script) << kDdpScript;
+  std::ofstream(script) << kDdpScriptHead << det::bench::kPythonCnnAndData << kDdpScriptTail;
   std::string out = dir + "/ddp.out";
   // The same glibc allocator setting det-trial makes (TuneAllocator): without
   // it the activations freed every batch are mmap'ed and unmapped each time.

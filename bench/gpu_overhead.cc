@@ -27,6 +27,7 @@
 
 #include "bench/det_trial_runner.h"
 #include "bench/fashion_mnist_loop.h"
+#include "bench/fashion_mnist_py.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -36,20 +37,19 @@ constexpr char kPython[] = "python3";
 // The Lightning side: the same CNN, data order by a per-epoch permutation,
 // Adam 1e-3, batch 64, `batches` steps; prints "batches_per_s <x>" from the
 // start of the first training step to the end of the last.
-constexpr char kLightningScript[] = R"PY(
-import sys, time, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+constexpr char kLightningHead[] = R"PY(
+import os, sys, time, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
 try:
     import lightning as L
 except ImportError:
     import pytorch_lightning as L
 
 cache, batches, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+)PY";
 
-def idx(path, offset):
-    return np.fromfile(path, dtype=np.uint8, offset=offset)
-
-images = torch.from_numpy(idx(cache + "/train-images-idx3-ubyte", 16).reshape(-1, 1, 28, 28).astype(np.float32) / 255.0)
-labels = torch.from_numpy(idx(cache + "/train-labels-idx1-ubyte", 8).astype(np.int64))
+// After the shared CNN and load(cache).
+constexpr char kLightningTail[] = R"PY(
+images, labels = load(cache)
 
 class Batches(torch.utils.data.IterableDataset):
     def __iter__(self):
@@ -64,34 +64,24 @@ class Batches(torch.utils.data.IterableDataset):
                 yield images.index_select(0, i), labels.index_select(0, i)
                 k += 1
 
-class Cnn(L.LightningModule):
+class Module(L.LightningModule):
     def __init__(self):
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc1 = nn.Linear(32 * 7 * 7, 128)
-        self.drop = nn.Dropout(0.25)
-        self.fc2 = nn.Linear(128, 10)
+        self.net = Cnn()
         self.t0 = None
-    def forward(self, x):
-        x = (x - 0.2860) / 0.3530
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc2(self.drop(x))
     def training_step(self, batch, batch_idx):
         if batch_idx == 0:
             if torch.cuda.is_available(): torch.cuda.synchronize()
             self.t0 = time.perf_counter()
         x, y = batch
-        loss = F.cross_entropy(self(x), y)
+        loss = F.cross_entropy(self.net(x), y)
         self.log("loss", loss)
         return loss
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
 
 torch.manual_seed(42)
-model = Cnn()
+model = Module()
 trainer = L.Trainer(accelerator="gpu" if device == "cuda" else "cpu", devices=1, max_steps=batches,
                     logger=False, enable_checkpointing=False, enable_progress_bar=False,
                     enable_model_summary=False, num_sanity_val_steps=0)
@@ -110,7 +100,7 @@ bool HaveLightning() {
 
 double Lightning(const std::string& dir, const std::string& cache, int64_t batches, const std::string& device) {
   std::string script = dir + "/lightning_fmnist.py";
-  std::ofstream(script) << kLightningScript;
+  std::ofstream(script) << kLightningHead << det::bench::kPythonCnnAndData << kLightningTail;
   std::string out = dir + "/lightning.out";
   std::string cmd = std::string(kPython) + " " + script + " " + cache + " " + std::to_string(batches) + " " + device +
                     " > " + out + " 2>&1";
@@ -180,8 +170,9 @@ int main(int argc, char** argv) {
     det.push_back(det::bench::RunDetTrialBatchesPerSecond(dir, config, "--device " + device));
     hand.push_back(det::bench::HandWrittenLoopInChild(batches, torch_device));
     if (lightning) light.push_back(Lightning(dir, cache, batches, device));
-    std::printf("  round %d: det-trial %.1f, LibTorch loop %.1f%s steps/s\n", r + 1, det.back(), hand.back(),
-                lightning ? (", Lightning " + std::to_string(light.back())).c_str() : "");
+    std::printf("  round %d: det-trial %.1f, LibTorch loop %.1f", r + 1, det.back(), hand.back());
+    if (lightning) std::printf(", Lightning %.1f", light.back());
+    std::printf(" steps/s\n");
     std::fflush(stdout);
   }
   fs::remove_all(dir);
