@@ -32,17 +32,6 @@ constexpr int kPageSize = 1000;
 
 // --------------------------------------------------------------- formatting
 
-void PrintJson(const google::protobuf::Message& message, std::ostream& out, bool pretty = true) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  options.add_whitespace = pretty;
-  std::string json;
-  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
-  if (!status.ok()) json = absl::StrCat("{\"error\": \"", status.ToString(), "\"}");
-  out << json;
-  if (json.empty() || json.back() != '\n') out << '\n';
-}
 
 // "STATE_ACTIVE" -> "ACTIVE"; "" for the UNSPECIFIED value.
 std::string EnumLabel(const std::string& name, const std::string& prefix) {
@@ -248,6 +237,18 @@ std::string TrialProgressLine(const v1::Trial& tr) {
 }
 
 }  // namespace
+
+void PrintJson(const google::protobuf::Message& message, std::ostream& out, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = pretty;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) json = absl::StrCat("{\"error\": \"", status.ToString(), "\"}");
+  out << json;
+  if (json.empty() || json.back() != '\n') out << '\n';
+}
 
 int ReportError(const Client& client, const grpc::Status& status, std::ostream& err) {
   err << "det-cli: error: " << client.ErrorMessage(status) << '\n';

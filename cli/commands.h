@@ -30,6 +30,11 @@ struct CommandIo {
 // Prints "det-cli: error: <client.ErrorMessage(status)>" to `err`; returns 1.
 int ReportError(const Client& client, const grpc::Status& status, std::ostream& err);
 
+// Writes `message` as protobuf JSON (proto field names, default values
+// included; indented unless `pretty` is false) and a final newline: what
+// every command prints with --json.
+void PrintJson(const google::protobuf::Message& message, std::ostream& out, bool pretty = true);
+
 struct ExperimentCreateArgs {
   std::string config_path;
   std::string trial_path;

@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <iostream>
 
-#include <google/protobuf/util/json_util.h>
-
 #include "cli/auth_file.h"
 #include "cli/table.h"
 
@@ -19,15 +17,6 @@ namespace v1 = det::api::v1;
 using Stub = Client::Stub;
 
 constexpr char kDefaultUser[] = "determined";
-
-void Json(const google::protobuf::Message& m, std::ostream& out) {
-  std::string s;
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.add_whitespace = true;
-  opts.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &s, opts);
-  out << s;
-}
 
 grpc::Status DoLogin(Client& client, const std::string& username, const std::string& password,
                      v1::LoginResponse* resp) {
@@ -68,8 +57,7 @@ int UserLogin(Client& client, const std::string& username, const std::string& pa
   if (io.json) {
     v1::LoginResponse shown = resp;
     shown.clear_token();
-    Json(shown, io.out);
-    io.out << '\n';
+    PrintJson(shown, io.out);
     return 0;
   }
   io.out << "Logged in as user '" << resp.user().username() << "'\n";
@@ -96,8 +84,7 @@ int UserWhoami(Client& client, const CommandIo& io) {
   grpc::Status st = client.Call(&Stub::GetMe, v1::GetMeRequest(), &resp);
   if (!st.ok()) return ReportError(client, st, io.err);
   if (io.json) {
-    Json(resp, io.out);
-    io.out << '\n';
+    PrintJson(resp, io.out);
     return 0;
   }
   io.out << "You are logged in as user '" << resp.user().username() << "'" << (resp.user().admin() ? " (admin)" : "")
@@ -110,8 +97,7 @@ int UserList(Client& client, const CommandIo& io) {
   grpc::Status st = client.Call(&Stub::GetUsers, v1::GetUsersRequest(), &resp);
   if (!st.ok()) return ReportError(client, st, io.err);
   if (io.json) {
-    Json(resp, io.out);
-    io.out << '\n';
+    PrintJson(resp, io.out);
     return 0;
   }
   Table t({"ID", "USERNAME", "DISPLAY NAME", "ADMIN", "ACTIVE"});
@@ -134,8 +120,7 @@ int UserCreate(Client& client, const std::string& username, bool admin, const st
   grpc::Status st = client.Call(&Stub::PostUser, req, &resp);
   if (!st.ok()) return ReportError(client, st, io.err);
   if (io.json) {
-    Json(resp, io.out);
-    io.out << '\n';
+    PrintJson(resp, io.out);
     return 0;
   }
   io.out << "Created user '" << resp.user().username() << "' (id " << resp.user().id() << ")\n";
