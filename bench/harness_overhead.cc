@@ -1,30 +1,20 @@
 // bench/harness_overhead: the Fashion-MNIST CNN trained for the same number
 // of batches (same model, data, batch size, optimizer) by a hand-written
-// LibTorch loop in this process and by det-trial --local on the example
+// LibTorch loop in a child process and by det-trial --local on the example
 // trial.so; prints both throughputs and their ratio (goal: det-trial >= 0.98).
 //
 //   harness_overhead [--batches N] [--rounds R]
 #include <malloc.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "bench/det_trial_runner.h"
 #include "bench/fashion_mnist_loop.h"
-#include "examples/fashion_mnist/fashion_mnist_data.h"
-#include "examples/fashion_mnist/fashion_mnist_model.h"
 
 namespace {
 namespace fs = std::filesystem;
