@@ -5,10 +5,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
+#include <vector>
 
-#include <torch/data/datasets/mnist.h>
+#include <torch/types.h>
 
 namespace fashion_mnist {
 namespace fs = std::filesystem;
@@ -32,6 +35,37 @@ void Gunzip(const fs::path& src, const fs::path& dst) {
   ok = std::fclose(out) == 0 && ok;
   if (!ok) throw std::runtime_error("cannot decompress " + src.string());
   fs::rename(tmp, dst);
+}
+
+// The idx format (big-endian): magic, one count per dimension, then the
+// bytes. Images are 0x803 (count, rows, columns), labels 0x801 (count).
+constexpr uint32_t kImagesMagic = 0x803;
+constexpr uint32_t kLabelsMagic = 0x801;
+
+// Reads the first `limit` items (all when limit <= 0) of an idx file as a
+// uint8 tensor [items, dims...]: only those bytes are read, so a small
+// data.train_limit starts a trial faster (ASHA's short trials).
+torch::Tensor ReadIdx(const std::string& path, uint32_t magic, int64_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  auto read_u32 = [&] {
+    unsigned char b[4];
+    if (!in.read(reinterpret_cast<char*>(b), 4)) throw std::runtime_error(path + ": truncated idx header");
+    return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | uint32_t{b[3]};
+  };
+  const uint32_t found = read_u32();
+  if (found != magic) {
+    throw std::runtime_error(path + ": not an idx file of this kind (magic " + std::to_string(found) +
+                             ", expected " + std::to_string(magic) + ")");
+  }
+  std::vector<int64_t> shape(magic & 0xff);
+  for (auto& d : shape) d = read_u32();
+  if (limit > 0 && limit < shape[0]) shape[0] = limit;
+  torch::Tensor t = torch::empty(shape, torch::kUInt8);
+  if (!in.read(reinterpret_cast<char*>(t.data_ptr<uint8_t>()), t.numel())) {
+    throw std::runtime_error(path + ": truncated (expected " + std::to_string(t.numel()) + " bytes of data)");
+  }
+  return t;
 }
 
 }  // namespace
@@ -59,13 +93,17 @@ void EnsureUncompressed(const std::string& source_dir, const std::string& cache_
 }
 
 FashionMnist::FashionMnist(const std::string& cache_dir, bool train, int64_t limit) {
-  torch::data::datasets::MNIST mnist(cache_dir, train ? torch::data::datasets::MNIST::Mode::kTrain
-                                                      : torch::data::datasets::MNIST::Mode::kTest);
-  images_ = mnist.images();
-  targets_ = mnist.targets();
-  if (limit > 0 && limit < images_.size(0)) {
-    images_ = images_.narrow(0, 0, limit).contiguous();
-    targets_ = targets_.narrow(0, 0, limit).contiguous();
+  const fs::path dir(cache_dir);
+  const std::string prefix = train ? "train" : "t10k";
+  images_ = ReadIdx((dir / (prefix + "-images-idx3-ubyte")).string(), kImagesMagic, limit)
+                .unsqueeze(1)
+                .to(torch::kFloat32)
+                .div_(255);
+  targets_ = ReadIdx((dir / (prefix + "-labels-idx1-ubyte")).string(), kLabelsMagic, limit).to(torch::kInt64);
+  if (images_.size(0) != targets_.size(0)) {
+    throw std::runtime_error("Fashion-MNIST " + prefix + " split in " + cache_dir + " has " +
+                             std::to_string(images_.size(0)) + " images but " + std::to_string(targets_.size(0)) +
+                             " labels");
   }
 }
 

@@ -1,5 +1,5 @@
-// Fashion-MNIST as a det::Dataset, read with LibTorch's MNIST reader from
-// Debian's gzipped idx files (gunzipped once into a cache directory).
+// Fashion-MNIST as a det::Dataset, read from Debian's gzipped idx files
+// (gunzipped once into a cache directory).
 #ifndef DET_EXAMPLES_FASHION_MNIST_FASHION_MNIST_DATA_H_
 #define DET_EXAMPLES_FASHION_MNIST_FASHION_MNIST_DATA_H_
 
@@ -21,7 +21,9 @@ void EnsureUncompressed(const std::string& source_dir, const std::string& cache_
 // The default cache directory ($XDG_CACHE_HOME or ~/.cache)/det-cpp/fashion-mnist.
 std::string DefaultCacheDir();
 
-// All images ([N,1,28,28] float in [0,1]) and labels ([N] int64) of a split.
+// The images ([N,1,28,28] float in [0,1]) and labels ([N] int64) of a split:
+// all of them, or the first `limit` when limit > 0 (only those are read).
+// Throws std::runtime_error naming the file that is missing or malformed.
 class FashionMnist final : public det::Dataset {
  public:
   FashionMnist(const std::string& cache_dir, bool train, int64_t limit = 0);
