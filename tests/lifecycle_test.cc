@@ -525,6 +525,39 @@ TEST(LifecycleTest, StopTimeoutEscalatesToKill) {
   EXPECT_EQ(cluster.Trials(exp)[0].value("state", ""), "STATE_CANCELED");
 }
 
+// Cancel and kill of a search whose trials run one at a time: the trial that
+// stops frees its slot, random search answers with the next trial, and that
+// trial must end CANCELED with the rest (it once stayed ACTIVE, leaving the
+// experiment STOPPING_* for ever).
+class StopSearchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StopSearchTest, TrialsTheSearcherCreatesAfterTheStopAreCanceled) {
+  TempDir dir;
+  Cluster cluster(dir);
+  cluster.StartAgent("a");
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
+  Config config;
+  config.searcher = "random";
+  config.max_trials = 4;
+  config.max_concurrent_trials = 1;
+  config.max_length = 600;
+  config.validation_period = 600;
+  config.batch_delay_ms = 100;
+  int exp = cluster.Create(config, "stop-" + GetParam());
+  ASSERT_GT(exp, 0);
+  ASSERT_TRUE(PollUntil([&] { return cluster.Trials(exp).size() == 1 && cluster.BusySlots() == 1; }, kLong))
+      << cluster.MasterLog();
+  ASSERT_EQ(cluster.Cli({"experiment", GetParam(), std::to_string(exp)}), 0);
+  ASSERT_TRUE(cluster.WaitForState(exp, "STATE_CANCELED", std::chrono::seconds(60)))
+      << cluster.ExperimentState(exp) << cluster.Trials(exp).dump() << cluster.MasterLog();
+  auto trials = cluster.Trials(exp);
+  ASSERT_GE(trials.size(), 1u);
+  for (const auto& t : trials) EXPECT_EQ(t.value("state", ""), "STATE_CANCELED") << t.dump();
+  EXPECT_EQ(cluster.BusySlots(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stop, StopSearchTest, ::testing::Values("cancel", "kill"));
+
 // Checkpoint GC: when a trial ends, the checkpoints the policy does not keep
 // (save_trial_best 1 + save_trial_latest 1 here) are deleted, files and all;
 // a new policy set with `det-cli experiment set gc-policy` or through REST

@@ -503,7 +503,15 @@ absl::Status MasterCore::ApplySearcherOps(ExperimentRuntime& exp, std::vector<Se
       trials_[row.id] = std::move(trial);
       spdlog::info("experiment {}: created trial {} with hparams {}", exp.row.id, row.id, row.hparams_json);
       for (auto& next : exp.searcher->TrialCreated(create->request_id)) queue.push_back(std::move(next));
-      if (exp.row.state == kActive) RequestAllocation(exp, t);
+      if (Stopping(exp.row.state) || Terminal(exp.row.state)) {
+        // The searcher answered a trial that ended under a cancel or kill
+        // (e.g. random search filling the freed slot): nothing runs any more,
+        // and a trial left ACTIVE would keep the experiment STOPPING forever.
+        t.killed = true;
+        SetTrialState(t, kCanceled);
+      } else if (exp.row.state == kActive) {
+        RequestAllocation(exp, t);
+      }
     } else if (auto* validate = std::get_if<ValidateAfterOp>(&op)) {
       auto it = exp.trial_by_request.find(validate->request_id);
       if (it == exp.trial_by_request.end()) continue;
