@@ -1,20 +1,29 @@
 // bench/search_efficiency: adaptive ASHA next to random search on the
 // Fashion-MNIST example with the same budget (hyperparameter space,
-// max_trials, max_length, concurrency), through a real det-master and two
-// det-agents on loopback. Prints, for each, the best validation accuracy and
-// the total batches trained (over all trials, in the order things happened)
-// until the experiment first reached the best accuracy random search finds;
-// the ratio ASHA / random is the figure of merit (goal: at most 1/3).
+// max_trials x max_length batches, concurrency), through a real det-master and
+// two det-agents on loopback. For each seed it prints, for each search, the
+// best validation accuracy and the total batches trained (over all trials, in
+// the order things happened) until the experiment first reached the best
+// accuracy random search found; the ratio ASHA / random is the figure of merit
+// (goal: at most 1/3). Where random's best falls in its sequence of trials is
+// luck (its best of 64 trials is as likely to be the 3rd as the 60th), so one
+// seed says little: the bench runs several and prints the ratio of the summed
+// batches (the expected cost) next to each seed's ratio.
 //
-//   search_efficiency [--max-trials 16] [--max-length 256] [--train-limit 16384]
-//                     [--validation-limit 2000] [--tolerance 0.005]
-//                     [--lr-min -4] [--lr-max -1.5]   (log10 of Adam's learning rate)
-//                     [--asha-variants promotion,stop_once] [--seed 1234] [--max-rungs 5]
+//   search_efficiency [--seeds 1,2,3] [--max-trials 64] [--max-length 256]
+//                     [--max-rungs 3] [--lr-min -4] [--lr-max 0]
+//                     [--train-limit 16384] [--validation-limit 2000]
+//                     [--tolerance 0.005] [--asha-variants promotion,stop_once]
+//                     [--full]
 //
-// Each ASHA variant (the promotion variant, Determined's default, and the
-// stopping variant, `stop_once: true`) runs next to the same random search.
+// --lr-min/--lr-max: log10 bounds of Adam's learning rate. Each ASHA variant
+// (the promotion variant, Determined's default, and the stopping variant,
+// `stop_once: true`) runs next to the same random search. An ASHA search is
+// killed as soon as it has reached random search's best (all the figure needs);
+// --full runs it to the end to also print its final best and total batches.
 //
-// The defaults are a reduced budget that runs in a few minutes on two cores;
+// The budget is reduced (a quarter of the training set per trial, 2000
+// validation images) so that a seed takes about ten minutes on two cores;
 // --max-length 937 --train-limit 0 --validation-limit 0 is the full example.
 // The simulated 1000-trial / 64-slot run is bench/search_sim.
 #include <signal.h>
@@ -25,6 +34,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -33,6 +43,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/experiment_config.h"
 #include "det/api/v1/api.grpc.pb.h"
 #include "master/search/preview.h"
@@ -50,7 +62,7 @@ const std::string kBin = DET_BIN_DIR;
 const std::string kTrial = std::string(DET_TRIALS_DIR) + "/fashion_mnist_trial.so";
 
 struct Options {
-  int max_trials = 16;
+  int max_trials = 64;
   int asha_trials = 0;  // 0: as many as fit in random search's batch budget
   int max_length = 256;
   int train_limit = 16384;
@@ -58,16 +70,18 @@ struct Options {
   double tolerance = 0.005;
   // log10 bounds of the learning rate (Adam).
   double lr_min = -4.0;
-  double lr_max = -1.5;
-  std::vector<std::string> asha_variants = {"promotion", "stop_once"};
-  // reproducibility.experiment_seed of both experiments.
-  int64_t seed = 1234;
-  // adaptive_asha's max_rungs: with many trials, 5 rungs make the first
-  // rung 1/256 of max_length.
-  int max_rungs = 5;
+  double lr_max = 0.0;
+  std::vector<std::string> asha_variants = {"promotion"};
+  // reproducibility.experiment_seed of both experiments, one run of each
+  // search per seed.
+  std::vector<int64_t> seeds = {1, 2, 3};
+  // adaptive_asha's max_rungs: with max_length 256, Determined's default of
+  // 5 would make the first rung 1 batch; 3 makes it 16.
+  int max_rungs = 3;
+  bool full = false;
 };
 
-std::string Config(const Options& o, const std::string& searcher, const std::string& checkpoints,
+std::string Config(const Options& o, int64_t seed, const std::string& searcher, const std::string& checkpoints,
                    int max_trials, bool stop_once = false) {
   std::string s = absl::StrCat(R"(name: search-efficiency-)", searcher, R"(
 hyperparameters:
@@ -108,7 +122,11 @@ searcher:
   absl::StrAppend(&s, R"(records_per_epoch: 60000
 scheduling_unit: 16
 reproducibility:
-  experiment_seed: )", o.seed, R"(
+  experiment_seed: )", seed, R"(
+# Two agents with one slot each share this machine's cores: one thread each.
+environment:
+  environment_variables:
+    - OMP_NUM_THREADS=1
 checkpoint_storage:
   type: shared_fs
   host_path: )", checkpoints, R"(
@@ -127,6 +145,8 @@ struct Outcome {
   double best = 0;
   int64_t total_batches = 0;
   double seconds = 0;
+  // Killed once it reached the target (not run to the end).
+  bool stopped_early = false;
   // (time, cumulative batches trained by then, accuracy) per validation.
   struct Point {
     int64_t time_ms;
@@ -147,7 +167,9 @@ struct Outcome {
 std::string g_token;
 void Authorize(grpc::ClientContext* ctx) { ctx->AddMetadata("authorization", "Bearer " + g_token); }
 
-Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
+// Runs one experiment to the end, or, with stop_at, until its best validation
+// accuracy reaches stop_at (then kills it).
+Outcome Run(v1::Determined::Stub& api, const std::string& config_path, std::optional<double> stop_at) {
   std::ifstream so(kTrial, std::ios::binary);
   std::stringstream bytes;
   bytes << so.rdbuf();
@@ -167,6 +189,7 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
   }
   const int32_t id = created.experiment().id();
   auto t0 = std::chrono::steady_clock::now();
+  bool killed = false;
   bool done = PollUntil(
       [&] {
         grpc::ClientContext ctx;
@@ -176,7 +199,19 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
         v1::GetExperimentResponse e;
         if (!api.GetExperiment(&ctx, r, &e).ok()) return false;
         auto st = e.experiment().state();
-        return st == v1::STATE_COMPLETED || st == v1::STATE_ERROR || st == v1::STATE_CANCELED;
+        if (st == v1::STATE_COMPLETED || st == v1::STATE_ERROR || st == v1::STATE_CANCELED) return true;
+        if (stop_at && !killed && e.experiment().has_best_validation_metric() &&
+            e.experiment().best_validation_metric() >= *stop_at) {
+          grpc::ClientContext kctx;
+          Authorize(&kctx);
+          v1::KillExperimentRequest kill;
+          kill.set_experiment_id(id);
+          v1::KillExperimentResponse killed_resp;
+          auto ks = api.KillExperiment(&kctx, kill, &killed_resp);
+          if (!ks.ok()) std::fprintf(stderr, "KillExperiment %d: %s\n", id, ks.error_message().c_str());
+          killed = ks.ok();
+        }
+        return false;
       },
       std::chrono::hours(2));
   if (!done) {
@@ -185,6 +220,7 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
   }
   Outcome out;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.stopped_early = killed;
 
   grpc::ClientContext ctx;
 
@@ -240,33 +276,56 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--max-trials") o.max_trials = std::atoi(argv[i + 1]);
-    else if (a == "--asha-trials") o.asha_trials = std::atoi(argv[i + 1]);
-    else if (a == "--max-length") o.max_length = std::atoi(argv[i + 1]);
-    else if (a == "--train-limit") o.train_limit = std::atoi(argv[i + 1]);
-    else if (a == "--validation-limit") o.validation_limit = std::atoi(argv[i + 1]);
-    else if (a == "--tolerance") o.tolerance = std::atof(argv[i + 1]);
-    else if (a == "--lr-min") o.lr_min = std::atof(argv[i + 1]);
-    else if (a == "--lr-max") o.lr_max = std::atof(argv[i + 1]);
-    else if (a == "--seed") o.seed = std::atoll(argv[i + 1]);
-    else if (a == "--max-rungs") o.max_rungs = std::atoi(argv[i + 1]);
-    else if (a == "--asha-variants") {
-      o.asha_variants.clear();
-      std::stringstream list(argv[i + 1]);
-      for (std::string v; std::getline(list, v, ',');) {
-        if (v != "promotion" && v != "stop_once") {
-          std::fprintf(stderr, "--asha-variants: unknown variant '%s' (promotion, stop_once)\n", v.c_str());
+    if (a == "--full") {
+      o.full = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s needs a value\n", a.c_str());
+      return 2;
+    }
+    const char* v = argv[++i];
+    if (a == "--max-trials") o.max_trials = std::atoi(v);
+    else if (a == "--asha-trials") o.asha_trials = std::atoi(v);
+    else if (a == "--max-length") o.max_length = std::atoi(v);
+    else if (a == "--train-limit") o.train_limit = std::atoi(v);
+    else if (a == "--validation-limit") o.validation_limit = std::atoi(v);
+    else if (a == "--tolerance") o.tolerance = std::atof(v);
+    else if (a == "--lr-min") o.lr_min = std::atof(v);
+    else if (a == "--lr-max") o.lr_max = std::atof(v);
+    else if (a == "--max-rungs") o.max_rungs = std::atoi(v);
+    else if (a == "--seeds" || a == "--seed") {
+      o.seeds.clear();
+      std::stringstream list(v);
+      for (std::string seed; std::getline(list, seed, ',');) {
+        char* rest = nullptr;
+        long long n = std::strtoll(seed.c_str(), &rest, 10);
+        if (seed.empty() || *rest != '\0') {
+          std::fprintf(stderr, "%s: '%s' is not an integer seed\n", a.c_str(), seed.c_str());
           return 2;
         }
-        o.asha_variants.push_back(v);
+        o.seeds.push_back(n);
       }
-    }
-    else {
+    } else if (a == "--asha-variants") {
+      o.asha_variants.clear();
+      std::stringstream list(v);
+      for (std::string variant; std::getline(list, variant, ',');) {
+        if (variant != "promotion" && variant != "stop_once") {
+          std::fprintf(stderr, "--asha-variants: unknown variant '%s' (promotion, stop_once)\n", variant.c_str());
+          return 2;
+        }
+        o.asha_variants.push_back(variant);
+      }
+    } else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
     }
+  }
+  if (o.seeds.empty() || o.asha_variants.empty()) {
+    std::fprintf(stderr, "--seeds and --asha-variants need at least one value\n");
+    return 2;
   }
   TempDir dir;
   Subprocess master({kBin + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0", "--http-port", "0",
@@ -307,18 +366,18 @@ int main(int argc, char** argv) {
       std::chrono::seconds(30));
 
   std::printf("search_efficiency: Fashion-MNIST, %d trials, max_length %d batches, 2 slots, train_limit %d, "
-              "validation_limit %d, learning rate 1e%g..1e%g, seed %lld\n",
+              "validation_limit %d, learning rate 1e%g..1e%g, seeds %s\n",
               o.max_trials, o.max_length, o.train_limit, o.validation_limit, o.lr_min, o.lr_max,
-              static_cast<long long>(o.seed));
+              absl::StrJoin(o.seeds, ",").c_str());
   std::fflush(stdout);
-  WriteFile(dir / "random.yaml", Config(o, "random", dir / "checkpoints", o.max_trials));
   // The same budget: ASHA gets as many trials as fit in the batches random
   // search plans (max_trials x max_length), by the searcher's own preview.
   const int64_t budget = static_cast<int64_t>(o.max_trials) * o.max_length;
   int asha_trials = o.asha_trials;
   int64_t asha_planned = 0;
   for (int m = o.max_trials; o.asha_trials == 0 || m <= o.asha_trials; ++m) {
-    auto config = det::ParseExperimentConfig(Config(o, "adaptive_asha", dir / "checkpoints", m), "asha.yaml");
+    auto config =
+        det::ParseExperimentConfig(Config(o, o.seeds[0], "adaptive_asha", dir / "checkpoints", m), "asha.yaml");
     if (!config.ok()) {
       std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
       return 1;
@@ -330,42 +389,86 @@ int main(int argc, char** argv) {
     asha_planned = preview->total_batches;
     if (m >= 4096) break;
   }
-  std::printf("budget: %lld batches; random: %d trials x %d batches; adaptive_asha: %d trials (max_rungs %d), %lld "
-              "batches planned\n",
+  std::printf("budget: %lld batches; random: %d trials x %d batches; adaptive_asha: %d trials (standard, divisor 4, "
+              "max_rungs %d), %lld batches planned\n",
               static_cast<long long>(budget), o.max_trials, o.max_length, asha_trials, o.max_rungs,
               static_cast<long long>(asha_planned));
   std::fflush(stdout);
-  Outcome random = Run(*api, dir / "random.yaml");
-  std::printf("random:        best accuracy %.4f, %lld batches in all, %.0f s\n", random.best,
-              static_cast<long long>(random.total_batches), random.seconds);
-  std::fflush(stdout);
-  std::vector<std::pair<std::string, Outcome>> ashas;
-  for (const std::string& variant : o.asha_variants) {
-    const bool stop_once = variant == "stop_once";
-    const std::string path = dir / ("asha-" + variant + ".yaml");
-    WriteFile(path, Config(o, "adaptive_asha", dir / "checkpoints", asha_trials, stop_once));
-    Outcome asha = Run(*api, path);
-    std::printf("adaptive_asha (%s): best accuracy %.4f, %lld batches in all, %.0f s\n", variant.c_str(),
-                asha.best, static_cast<long long>(asha.total_batches), asha.seconds);
+
+  // Per tolerance (0, then o.tolerance) and variant: batches to reach the
+  // target, summed over seeds; `lower_bound` when some ASHA run never did.
+  struct Sum {
+    int64_t random = 0, asha = 0;
+    bool lower_bound = false;
+    std::vector<double> ratios;
+  };
+  std::map<std::pair<int, std::string>, Sum> sums;
+  const std::vector<double> tolerances = {0.0, o.tolerance};
+  for (int64_t seed : o.seeds) {
+    std::printf("\n== seed %lld\n", static_cast<long long>(seed));
+    const std::string random_path = dir / absl::StrCat("random-", seed, ".yaml");
+    WriteFile(random_path, Config(o, seed, "random", dir / "checkpoints", o.max_trials));
+    Outcome random = Run(*api, random_path, std::nullopt);
+    const int64_t random_to_best = random.BatchesToReach(random.best);
+    std::printf("random:        best accuracy %.4f (after %lld batches), %lld batches in all, %.0f s\n",
+                random.best, static_cast<long long>(random_to_best), static_cast<long long>(random.total_batches),
+                random.seconds);
     std::fflush(stdout);
-    ashas.emplace_back(variant, asha);
+    std::vector<std::pair<std::string, Outcome>> ashas;
+    for (const std::string& variant : o.asha_variants) {
+      const bool stop_once = variant == "stop_once";
+      const std::string path = dir / absl::StrCat("asha-", variant, "-", seed, ".yaml");
+      WriteFile(path, Config(o, seed, "adaptive_asha", dir / "checkpoints", asha_trials, stop_once));
+      Outcome asha = Run(*api, path, o.full ? std::nullopt : std::optional<double>(random.best));
+      if (asha.stopped_early) {
+        std::printf("adaptive_asha (%s): reached %.4f, killed there, %lld batches, %.0f s\n", variant.c_str(),
+                    asha.best, static_cast<long long>(asha.total_batches), asha.seconds);
+      } else {
+        std::printf("adaptive_asha (%s): best accuracy %.4f, %lld batches in all, %.0f s\n", variant.c_str(),
+                    asha.best, static_cast<long long>(asha.total_batches), asha.seconds);
+      }
+      std::fflush(stdout);
+      ashas.emplace_back(variant, asha);
+    }
+    for (size_t k = 0; k < tolerances.size(); ++k) {
+      const double tol = tolerances[k];
+      const double target = random.best - tol;
+      const int64_t r = random.BatchesToReach(target);
+      std::printf("batches trained to reach accuracy %.4f (random's best%s): random %lld\n", target,
+                  tol > 0 ? absl::StrCat(" - ", tol).c_str() : "", static_cast<long long>(r));
+      for (const auto& [variant, asha] : ashas) {
+        const int64_t a = asha.BatchesToReach(target);
+        Sum& sum = sums[{static_cast<int>(k), variant}];
+        sum.random += r;
+        sum.asha += a < 0 ? asha.total_batches : a;
+        sum.lower_bound |= a < 0;
+        std::printf("  adaptive_asha (%s) %s", variant.c_str(), a < 0 ? "never" : std::to_string(a).c_str());
+        if (a >= 0) {
+          sum.ratios.push_back(static_cast<double>(a) / r);
+          std::printf("; ratio asha / random %.3f (goal <= 0.333)", sum.ratios.back());
+        }
+        std::printf("\n");
+      }
+    }
+    if (o.full) {
+      for (const auto& [variant, asha] : ashas) {
+        std::printf("total batches ratio asha (%s) / random: %.3f\n", variant.c_str(),
+                    static_cast<double>(asha.total_batches) / random.total_batches);
+      }
+    }
+    std::fflush(stdout);
   }
 
-  for (double tol : {0.0, o.tolerance}) {
-    double target = random.best - tol;
-    int64_t r = random.BatchesToReach(target);
-    std::printf("batches trained to reach accuracy %.4f (random's best%s): random %lld\n", target,
-                tol > 0 ? absl::StrCat(" - ", tol).c_str() : "", static_cast<long long>(r));
-    for (const auto& [variant, asha] : ashas) {
-      int64_t a = asha.BatchesToReach(target);
-      std::printf("  adaptive_asha (%s) %s", variant.c_str(), a < 0 ? "never" : std::to_string(a).c_str());
-      if (a >= 0) std::printf("; ratio asha / random %.3f (goal <= 0.333)", static_cast<double>(a) / r);
-      std::printf("\n");
-    }
-  }
-  for (const auto& [variant, asha] : ashas) {
-    std::printf("total batches ratio asha (%s) / random: %.3f\n", variant.c_str(),
-                static_cast<double>(asha.total_batches) / random.total_batches);
+  std::printf("\n== %zu seed(s): batches to reach random's best, summed over seeds\n", o.seeds.size());
+  for (const auto& [key, sum] : sums) {
+    const double tol = tolerances[key.first];
+    std::vector<std::string> each;
+    for (double r : sum.ratios) each.push_back(absl::StrFormat("%.3f", r));
+    std::printf("%s%s: random %lld, adaptive_asha (%s) %s%lld; ratio %s%.3f (goal <= 0.333); per seed %s\n",
+                tol > 0 ? "within " : "exact", tol > 0 ? absl::StrCat(tol).c_str() : "",
+                static_cast<long long>(sum.random), key.second.c_str(), sum.lower_bound ? ">= " : "",
+                static_cast<long long>(sum.asha), sum.lower_bound ? ">= " : "",
+                static_cast<double>(sum.asha) / std::max<int64_t>(1, sum.random), absl::StrJoin(each, " ").c_str());
   }
   for (auto& a : agents) a->Signal(SIGTERM);
   for (auto& a : agents) a->Wait(std::chrono::seconds(10));
