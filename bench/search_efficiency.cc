@@ -13,12 +13,16 @@
 //   search_efficiency [--seeds 1,2,3] [--max-trials 64] [--max-length 256]
 //                     [--max-rungs 3] [--lr-min -4] [--lr-max 0]
 //                     [--train-limit 16384] [--validation-limit 2000]
-//                     [--tolerance 0.005] [--asha-variants promotion,stop_once]
+//                     [--tolerance 0.005]
+//                     [--asha-variants promotion,stop_once,aggressive,conservative]
 //                     [--full]
 //
 // --lr-min/--lr-max: log10 bounds of Adam's learning rate. Each ASHA variant
-// (the promotion variant, Determined's default, and the stopping variant,
-// `stop_once: true`) runs next to the same random search. An ASHA search is
+// runs next to the same random search: `promotion` (Determined's default:
+// standard mode, a promoted trial resumes from its checkpoint), `stop_once`
+// (standard mode, the stopping variant), `aggressive` and `conservative` (the
+// promotion variant in those modes: one bracket, or max_rungs brackets). Each
+// gets as many trials as its brackets fit in the same budget. An ASHA search is
 // killed as soon as it has reached random search's best (all the figure needs);
 // --full runs it to the end to also print its final best and total batches.
 //
@@ -61,6 +65,26 @@ namespace v1 = det::api::v1;
 const std::string kBin = DET_BIN_DIR;
 const std::string kTrial = std::string(DET_TRIALS_DIR) + "/fashion_mnist_trial.so";
 
+// An adaptive_asha configuration: its mode and whether it stops (stop_once)
+// rather than promotes.
+struct AshaVariant {
+  std::string name;
+  std::string mode = "standard";
+  bool stop_once = false;
+  // As many trials as fit the budget, and the batches the preview plans.
+  int trials = 0;
+  int64_t planned = 0;
+};
+
+std::optional<AshaVariant> ParseVariant(const std::string& name) {
+  AshaVariant v;
+  v.name = name;
+  if (name == "stop_once") v.stop_once = true;
+  else if (name == "aggressive" || name == "conservative") v.mode = name;
+  else if (name != "promotion") return std::nullopt;
+  return v;
+}
+
 struct Options {
   int max_trials = 64;
   int asha_trials = 0;  // 0: as many as fit in random search's batch budget
@@ -71,7 +95,7 @@ struct Options {
   // log10 bounds of the learning rate (Adam).
   double lr_min = -4.0;
   double lr_max = 0.0;
-  std::vector<std::string> asha_variants = {"promotion"};
+  std::vector<AshaVariant> asha_variants;
   // reproducibility.experiment_seed of both experiments, one run of each
   // search per seed.
   std::vector<int64_t> seeds = {1, 2, 3};
@@ -82,7 +106,7 @@ struct Options {
 };
 
 std::string Config(const Options& o, int64_t seed, const std::string& searcher, const std::string& checkpoints,
-                   int max_trials, bool stop_once = false) {
+                   int max_trials, const AshaVariant& variant = {}) {
   std::string s = absl::StrCat(R"(name: search-efficiency-)", searcher, R"(
 hyperparameters:
   global_batch_size: 64
@@ -116,8 +140,8 @@ searcher:
   max_concurrent_trials: 2
 )");
   if (searcher == "adaptive_asha") {
-    absl::StrAppend(&s, "  mode: standard\n  divisor: 4\n  max_rungs: ", o.max_rungs, "\n");
-    if (stop_once) s += "  stop_once: true\n";
+    absl::StrAppend(&s, "  mode: ", variant.mode, "\n  divisor: 4\n  max_rungs: ", o.max_rungs, "\n");
+    if (variant.stop_once) s += "  stop_once: true\n";
   }
   absl::StrAppend(&s, R"(records_per_epoch: 60000
 scheduling_unit: 16
@@ -276,6 +300,7 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path, std::opti
 
 int main(int argc, char** argv) {
   Options o;
+  bool variants_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--full") {
@@ -309,20 +334,25 @@ int main(int argc, char** argv) {
         o.seeds.push_back(n);
       }
     } else if (a == "--asha-variants") {
+      variants_given = true;
       o.asha_variants.clear();
       std::stringstream list(v);
-      for (std::string variant; std::getline(list, variant, ',');) {
-        if (variant != "promotion" && variant != "stop_once") {
-          std::fprintf(stderr, "--asha-variants: unknown variant '%s' (promotion, stop_once)\n", variant.c_str());
+      for (std::string name; std::getline(list, name, ',');) {
+        auto variant = ParseVariant(name);
+        if (!variant) {
+          std::fprintf(stderr,
+                       "--asha-variants: unknown variant '%s' (promotion, stop_once, aggressive, conservative)\n",
+                       name.c_str());
           return 2;
         }
-        o.asha_variants.push_back(variant);
+        o.asha_variants.push_back(*variant);
       }
     } else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
     }
   }
+  if (o.asha_variants.empty() && !variants_given) o.asha_variants.push_back(*ParseVariant("promotion"));
   if (o.seeds.empty() || o.asha_variants.empty()) {
     std::fprintf(stderr, "--seeds and --asha-variants need at least one value\n");
     return 2;
@@ -373,26 +403,27 @@ int main(int argc, char** argv) {
   // The same budget: ASHA gets as many trials as fit in the batches random
   // search plans (max_trials x max_length), by the searcher's own preview.
   const int64_t budget = static_cast<int64_t>(o.max_trials) * o.max_length;
-  int asha_trials = o.asha_trials;
-  int64_t asha_planned = 0;
-  for (int m = o.max_trials; o.asha_trials == 0 || m <= o.asha_trials; ++m) {
-    auto config =
-        det::ParseExperimentConfig(Config(o, o.seeds[0], "adaptive_asha", dir / "checkpoints", m), "asha.yaml");
-    if (!config.ok()) {
-      std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
-      return 1;
+  for (AshaVariant& variant : o.asha_variants) {
+    for (int m = o.max_trials; o.asha_trials == 0 || m <= o.asha_trials; ++m) {
+      auto config = det::ParseExperimentConfig(
+          Config(o, o.seeds[0], "adaptive_asha", dir / "checkpoints", m, variant), "asha.yaml");
+      if (!config.ok()) {
+        std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
+        return 1;
+      }
+      auto preview = det::master::PreviewSearch(*config, o.max_length, 0);
+      if (!preview.ok()) return 1;
+      if (o.asha_trials == 0 && preview->total_batches > budget) break;
+      variant.trials = m;
+      variant.planned = preview->total_batches;
+      if (m >= 4096) break;
     }
-    auto preview = det::master::PreviewSearch(*config, o.max_length, 0);
-    if (!preview.ok()) return 1;
-    if (o.asha_trials == 0 && preview->total_batches > budget) break;
-    asha_trials = m;
-    asha_planned = preview->total_batches;
-    if (m >= 4096) break;
+    std::printf("budget: %lld batches; random: %d trials x %d batches; adaptive_asha (%s): %d trials (%s mode, "
+                "divisor 4, max_rungs %d%s), %lld batches planned\n",
+                static_cast<long long>(budget), o.max_trials, o.max_length, variant.name.c_str(), variant.trials,
+                variant.mode.c_str(), o.max_rungs, variant.stop_once ? ", stop_once" : "",
+                static_cast<long long>(variant.planned));
   }
-  std::printf("budget: %lld batches; random: %d trials x %d batches; adaptive_asha: %d trials (standard, divisor 4, "
-              "max_rungs %d), %lld batches planned\n",
-              static_cast<long long>(budget), o.max_trials, o.max_length, asha_trials, o.max_rungs,
-              static_cast<long long>(asha_planned));
   std::fflush(stdout);
 
   // Per tolerance (0, then o.tolerance) and variant: batches to reach the
@@ -415,10 +446,10 @@ int main(int argc, char** argv) {
                 random.seconds);
     std::fflush(stdout);
     std::vector<std::pair<std::string, Outcome>> ashas;
-    for (const std::string& variant : o.asha_variants) {
-      const bool stop_once = variant == "stop_once";
+    for (const AshaVariant& v : o.asha_variants) {
+      const std::string& variant = v.name;
       const std::string path = dir / absl::StrCat("asha-", variant, "-", seed, ".yaml");
-      WriteFile(path, Config(o, seed, "adaptive_asha", dir / "checkpoints", asha_trials, stop_once));
+      WriteFile(path, Config(o, seed, "adaptive_asha", dir / "checkpoints", v.trials, v));
       Outcome asha = Run(*api, path, o.full ? std::nullopt : std::optional<double>(random.best));
       if (asha.stopped_early) {
         std::printf("adaptive_asha (%s): reached %.4f, killed there, %lld batches, %.0f s\n", variant.c_str(),

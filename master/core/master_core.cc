@@ -511,6 +511,8 @@ absl::Status MasterCore::ApplySearcherOps(ExperimentRuntime& exp, std::vector<Se
         SetTrialState(t, kCanceled);
       } else if (exp.row.state == kActive) {
         RequestAllocation(exp, t);
+      } else if (exp.row.state == kPaused) {
+        SetTrialState(t, kPaused);  // activating the experiment starts it
       }
     } else if (auto* validate = std::get_if<ValidateAfterOp>(&op)) {
       auto it = exp.trial_by_request.find(validate->request_id);
