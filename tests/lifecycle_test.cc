@@ -489,8 +489,7 @@ TEST(LifecycleTest, MasterKilledAtTenRandomPoints) {
 TEST(LifecycleTest, StopTimeoutEscalatesToKill) {
   TempDir dir;
   Cluster cluster(dir, {"--stop-timeout-s", "1"});
-  cluster.StartAgent("a");
-  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
+  ASSERT_TRUE(cluster.StartConnectedAgents({"a"}));
   Config config;
   config.max_length = 10;
   config.validation_period = 10;
@@ -534,8 +533,7 @@ class StopSearchTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(StopSearchTest, TrialsTheSearcherCreatesAfterTheStopAreCanceled) {
   TempDir dir;
   Cluster cluster(dir);
-  cluster.StartAgent("a");
-  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
+  ASSERT_TRUE(cluster.StartConnectedAgents({"a"}));
   Config config;
   config.searcher = "random";
   config.max_trials = 4;
@@ -565,8 +563,7 @@ INSTANTIATE_TEST_SUITE_P(Stop, StopSearchTest, ::testing::Values("cancel", "kill
 TEST(LifecycleTest, CheckpointGcFollowsThePolicy) {
   TempDir dir;
   Cluster cluster(dir);
-  cluster.StartAgent("a");
-  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
+  ASSERT_TRUE(cluster.StartConnectedAgents({"a"}));
   Config config;
   config.max_length = 60;
   config.validation_period = 20;
