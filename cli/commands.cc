@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "cli/table.h"
+#include "common/proto_json.h"
 
 namespace det::cli {
 
@@ -31,7 +32,6 @@ using KeyValues = std::vector<std::pair<std::string, std::string>>;
 constexpr int kPageSize = 1000;
 
 // --------------------------------------------------------------- formatting
-
 
 // "STATE_ACTIVE" -> "ACTIVE"; "" for the UNSPECIFIED value.
 std::string EnumLabel(const std::string& name, const std::string& prefix) {
@@ -239,13 +239,9 @@ std::string TrialProgressLine(const v1::Trial& tr) {
 }  // namespace
 
 void PrintJson(const google::protobuf::Message& message, std::ostream& out, bool pretty) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  options.add_whitespace = pretty;
-  std::string json;
-  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
-  if (!status.ok()) json = absl::StrCat("{\"error\": \"", status.ToString(), "\"}");
+  auto converted = MessageToJsonOrError(message, pretty);
+  const std::string json =
+      converted.ok() ? *converted : absl::StrCat("{\"error\": \"", converted.status().message(), "\"}");
   out << json;
   if (json.empty() || json.back() != '\n') out << '\n';
 }

@@ -23,15 +23,19 @@ nlohmann::json StructToJson(const google::protobuf::Struct& s) {
   return j.is_discarded() ? nlohmann::json::object() : j;
 }
 
-std::string MessageToJson(const google::protobuf::Message& message, bool pretty) {
+absl::StatusOr<std::string> MessageToJsonOrError(const google::protobuf::Message& message, bool pretty) {
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
   options.preserve_proto_field_names = true;
   options.add_whitespace = pretty;
   std::string out;
   auto st = google::protobuf::util::MessageToJsonString(message, &out, options);
-  if (!st.ok()) return "{}";
+  if (!st.ok()) return absl::InvalidArgumentError(st.ToString());
   return out;
+}
+
+std::string MessageToJson(const google::protobuf::Message& message, bool pretty) {
+  return MessageToJsonOrError(message, pretty).value_or("{}");
 }
 
 absl::Status JsonToMessage(const std::string& json, google::protobuf::Message* message) {

@@ -17,7 +17,10 @@ namespace det {
 absl::StatusOr<google::protobuf::Struct> JsonToStruct(const nlohmann::json& json);
 nlohmann::json StructToJson(const google::protobuf::Struct& s);
 
-// Protobuf's canonical JSON (proto field names, defaults printed).
+// Protobuf's canonical JSON (proto field names, defaults printed), indented
+// when `pretty`; InvalidArgument when protobuf cannot convert the message.
+absl::StatusOr<std::string> MessageToJsonOrError(const google::protobuf::Message& message, bool pretty = false);
+// As MessageToJsonOrError, "{}" when the conversion fails.
 std::string MessageToJson(const google::protobuf::Message& message, bool pretty = false);
 // Parses protobuf JSON into `message`; unknown fields are ignored.
 absl::Status JsonToMessage(const std::string& json, google::protobuf::Message* message);
