@@ -93,6 +93,7 @@ if __name__ == "__main__":
     os.remove(out)
 )PY";
 
+using det::bench::MakeTempDir;
 using det::bench::Median;
 using det::bench::ReadAll;
 
@@ -145,11 +146,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: ddp_scaling [--batches N] [--rounds R] [--global-batch-size EVEN]\n");
     return 2;
   }
-  const std::string cache = fashion_mnist::DefaultCacheDir();
-  fashion_mnist::EnsureUncompressed(fashion_mnist::kDefaultSourceDir, cache);
-  char tmpl[] = "/tmp/ddp_scaling.XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return 1;
-  const std::string dir = tmpl;
+  const std::string cache = fashion_mnist::EnsureDefaultCache();
+  const std::string dir = MakeTempDir("ddp_scaling");
   const bool python = HavePythonTorch();
 
   std::printf("Fashion-MNIST CNN, global batch %lld, %lld batches, 1 torch thread per rank, Gloo on loopback, "

@@ -25,6 +25,17 @@ inline std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
+// A new directory /tmp/NAME.XXXXXX for one run of a bench; exits the bench
+// when it cannot be made.
+inline std::string MakeTempDir(const std::string& name) {
+  std::string path = "/tmp/" + name + ".XXXXXX";
+  if (mkdtemp(path.data()) == nullptr) {
+    std::perror(("cannot create " + path).c_str());
+    std::exit(1);
+  }
+  return path;
+}
+
 // The median of `v` (the upper one for an even count). Requires v non-empty.
 inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

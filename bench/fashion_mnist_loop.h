@@ -25,9 +25,7 @@ inline constexpr int64_t kBatchSize = 64;
 
 // Batches per second of a plain LibTorch loop over shuffled Fashion-MNIST.
 inline double HandWrittenLoop(int64_t batches, torch::Device device) {
-  std::string cache = fashion_mnist::DefaultCacheDir();
-  fashion_mnist::EnsureUncompressed(fashion_mnist::kDefaultSourceDir, cache);
-  fashion_mnist::FashionMnist data(cache, /*train=*/true);
+  fashion_mnist::FashionMnist data(fashion_mnist::EnsureDefaultCache(), /*train=*/true);
   torch::manual_seed(42);
   fashion_mnist::Cnn model(16, 32, 128, 0.25);
   model->to(device);

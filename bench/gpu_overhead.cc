@@ -151,11 +151,8 @@ int main(int argc, char** argv) {
   device = cuda ? "cuda" : "cpu";
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // as det-trial's TuneAllocator
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  const std::string cache = fashion_mnist::DefaultCacheDir();
-  fashion_mnist::EnsureUncompressed(fashion_mnist::kDefaultSourceDir, cache);
-  char tmpl[] = "/tmp/gpu_overhead.XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return 1;
-  const std::string dir = tmpl;
+  const std::string cache = fashion_mnist::EnsureDefaultCache();
+  const std::string dir = det::bench::MakeTempDir("gpu_overhead");
   const bool lightning = HaveLightning();
 
   std::printf("gpu_overhead: Fashion-MNIST CNN, batch %lld, %lld batches per run, median of %d round(s), on %s%s\n",

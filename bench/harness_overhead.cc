@@ -5,7 +5,6 @@
 //
 //   harness_overhead [--batches N] [--rounds R]
 #include <malloc.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +27,7 @@ double DetTrial(const std::string& dir, int64_t batches) {
 
 using det::bench::HandWrittenLoopInChild;
 using det::bench::kBatchSize;
+using det::bench::MakeTempDir;
 using det::bench::Median;
 
 }  // namespace
@@ -44,8 +44,7 @@ int main(int argc, char** argv) {
   // not handicapped by glibc's mmap churn.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  std::string dir = (fs::temp_directory_path() / ("det-bench-" + std::to_string(getpid()))).string();
-  fs::create_directories(dir);
+  const std::string dir = MakeTempDir("harness_overhead");
 
   std::vector<double> hand, det;
   std::printf("harness_overhead: Fashion-MNIST CNN, batch %lld, %lld batches per run, %d rounds; each side in a "

@@ -92,6 +92,12 @@ void EnsureUncompressed(const std::string& source_dir, const std::string& cache_
   }
 }
 
+std::string EnsureDefaultCache() {
+  std::string cache = DefaultCacheDir();
+  EnsureUncompressed(kDefaultSourceDir, cache);
+  return cache;
+}
+
 FashionMnist::FashionMnist(const std::string& cache_dir, bool train, int64_t limit) {
   const fs::path dir(cache_dir);
   const std::string prefix = train ? "train" : "t10k";

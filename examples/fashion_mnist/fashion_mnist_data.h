@@ -21,6 +21,11 @@ void EnsureUncompressed(const std::string& source_dir, const std::string& cache_
 // The default cache directory ($XDG_CACHE_HOME or ~/.cache)/det-cpp/fashion-mnist.
 std::string DefaultCacheDir();
 
+// DefaultCacheDir(), filled from kDefaultSourceDir by EnsureUncompressed:
+// the data of a program that takes no data config (the benches). Throws as
+// EnsureUncompressed.
+std::string EnsureDefaultCache();
+
 // The images ([N,1,28,28] float in [0,1]) and labels ([N] int64) of a split:
 // all of them, or the first `limit` when limit > 0 (only those are read).
 // Throws std::runtime_error naming the file that is missing or malformed.
