@@ -1,0 +1,162 @@
+// Store: the checkpoints table.
+#include "master/store/store.h"
+
+#include <sqlite3.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "master/store/store_internal.h"
+#include "nlohmann/json.hpp"
+
+namespace det {
+namespace master {
+namespace {
+
+using store_internal::Binder;
+using store_internal::ColDouble;
+using store_internal::ColInt;
+using store_internal::ColOptDouble;
+using store_internal::ColText;
+using store_internal::Dump;
+using store_internal::ParseJson;
+
+#define DET_CHECKPOINT_COLUMNS                                                                 \
+  "uuid, trial_id, experiment_id, trial_run_id, state, total_batches, total_epochs, resources, " \
+  "metadata_json, storage_path, time_ms, searcher_metric"
+
+constexpr char kInsertCheckpoint[] =
+    "INSERT INTO checkpoints(" DET_CHECKPOINT_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+constexpr char kGetCheckpoint[] = "SELECT " DET_CHECKPOINT_COLUMNS " FROM checkpoints WHERE uuid = ?";
+constexpr char kListCheckpointsAll[] =
+    "SELECT " DET_CHECKPOINT_COLUMNS " FROM checkpoints ORDER BY time_ms, rowid";
+constexpr char kListCheckpointsByExperiment[] =
+    "SELECT " DET_CHECKPOINT_COLUMNS " FROM checkpoints WHERE experiment_id = ? ORDER BY time_ms, rowid";
+constexpr char kListCheckpointsByTrial[] =
+    "SELECT " DET_CHECKPOINT_COLUMNS " FROM checkpoints WHERE trial_id = ? ORDER BY time_ms, rowid";
+constexpr char kListCheckpointsByBoth[] =
+    "SELECT " DET_CHECKPOINT_COLUMNS
+    " FROM checkpoints WHERE experiment_id = ? AND trial_id = ? ORDER BY time_ms, rowid";
+constexpr char kUpdateCheckpointState[] = "UPDATE checkpoints SET state = ? WHERE uuid = ?";
+
+std::string EncodeResources(const std::map<std::string, int64_t>& resources) {
+  return Dump(nlohmann::json(resources));
+}
+
+absl::StatusOr<std::map<std::string, int64_t>> DecodeResources(const std::string& text) {
+  DET_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, "checkpoint resources"));
+  if (!j.is_object()) return absl::DataLossError(absl::StrCat("stored checkpoint resources are not an object: ", text));
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, v] : j.items()) {
+    if (!v.is_number_integer()) {
+      return absl::DataLossError(absl::StrCat("stored checkpoint resource ", name, " is not an integer: ", text));
+    }
+    out.emplace(name, v.get<int64_t>());
+  }
+  return out;
+}
+
+absl::StatusOr<CheckpointRow> ReadCheckpoint(sqlite3_stmt* s) {
+  CheckpointRow r;
+  r.uuid = ColText(s, 0);
+  r.trial_id = ColInt(s, 1);
+  r.experiment_id = ColInt(s, 2);
+  r.trial_run_id = ColInt(s, 3);
+  r.state = ColText(s, 4);
+  r.total_batches = ColInt(s, 5);
+  r.total_epochs = ColDouble(s, 6);
+  DET_ASSIGN_OR_RETURN(r.resources, DecodeResources(ColText(s, 7)));
+  r.metadata_json = ColText(s, 8);
+  r.storage_path = ColText(s, 9);
+  r.time_ms = ColInt(s, 10);
+  r.searcher_metric = ColOptDouble(s, 11);
+  return r;
+}
+
+}  // namespace
+
+// ---- Checkpoints ----
+
+absl::Status Store::InsertCheckpoint(const CheckpointRow& row) {
+  const std::string resources = EncodeResources(row.resources);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertCheckpoint));
+  Binder b(st.get());
+  b.Text(row.uuid)
+      .Int(row.trial_id)
+      .Int(row.experiment_id)
+      .Int(row.trial_run_id)
+      .Text(row.state)
+      .Int(row.total_batches)
+      .Double(row.total_epochs)
+      .Text(resources)
+      .Text(row.metadata_json)
+      .Text(row.storage_path)
+      .Int(row.time_ms)
+      .OptDouble(row.searcher_metric);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT_UNIQUE) {
+    return absl::AlreadyExistsError(absl::StrCat("checkpoint ", row.uuid, " already exists"));
+  }
+  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot insert checkpoint ", row.uuid, ": trial ",
+                                                      row.trial_id, " or experiment ", row.experiment_id,
+                                                      " not found"));
+  }
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert checkpoint ", row.uuid));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointRow> Store::GetCheckpoint(const std::string& uuid) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetCheckpoint));
+  Binder b(st.get());
+  b.Text(uuid);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint uuid");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
+  if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("get checkpoint ", uuid));
+  return ReadCheckpoint(st.get());
+}
+
+absl::StatusOr<std::vector<CheckpointRow>> Store::ListCheckpoints(std::optional<int64_t> experiment_id,
+                                                                  std::optional<int64_t> trial_id) {
+  const char* sql = experiment_id.has_value()
+                        ? (trial_id.has_value() ? kListCheckpointsByBoth : kListCheckpointsByExperiment)
+                        : (trial_id.has_value() ? kListCheckpointsByTrial : kListCheckpointsAll);
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(sql));
+  Binder b(st.get());
+  if (experiment_id.has_value()) b.Int(*experiment_id);
+  if (trial_id.has_value()) b.Int(*trial_id);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint query");
+  std::vector<CheckpointRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+    DET_ASSIGN_OR_RETURN(CheckpointRow row, ReadCheckpoint(st.get()));
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return Error(rc, "list checkpoints");
+  return out;
+}
+
+absl::Status Store::UpdateCheckpointState(const std::string& uuid, const std::string& state) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateCheckpointState));
+  Binder b(st.get());
+  b.Text(state).Text(uuid);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint state");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update checkpoint ", uuid));
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
+  return absl::OkStatus();
+}
+
+}  // namespace master
+}  // namespace det

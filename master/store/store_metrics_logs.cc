@@ -1,0 +1,217 @@
+// Store: the metrics and task_logs tables.
+#include "master/store/store.h"
+
+#include <sqlite3.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "master/store/store_internal.h"
+#include "nlohmann/json.hpp"
+
+namespace det {
+namespace master {
+namespace {
+
+using store_internal::Binder;
+using store_internal::ColDouble;
+using store_internal::ColInt;
+using store_internal::ColText;
+using store_internal::Dump;
+using store_internal::ParseJson;
+using store_internal::SqlLimit;
+
+#define DET_METRIC_COLUMNS \
+  "id, trial_id, trial_run_id, metric_group, total_batches, total_epochs, metrics, time_ms, archived"
+#define DET_TASK_LOG_COLUMNS "id, trial_id, allocation_id, rank, time_ms, level, stream, message"
+
+constexpr char kInsertMetric[] =
+    "INSERT OR IGNORE INTO metrics(trial_id, trial_run_id, metric_group, total_batches, total_epochs, "
+    "metrics, time_ms, archived) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+constexpr char kListMetrics[] =
+    "SELECT " DET_METRIC_COLUMNS
+    " FROM metrics WHERE trial_id = ?1 AND (?2 = '' OR metric_group = ?2) AND (?3 OR archived = 0) "
+    "AND total_batches > ?4 ORDER BY total_batches, id LIMIT ?5";
+constexpr char kArchiveMetricsAfter[] =
+    "UPDATE metrics SET archived = 1 WHERE trial_id = ? AND total_batches > ? AND archived = 0";
+
+constexpr char kInsertTaskLog[] =
+    "INSERT INTO task_logs(trial_id, allocation_id, rank, time_ms, level, stream, message) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)";
+constexpr char kListTaskLogs[] =
+    "SELECT " DET_TASK_LOG_COLUMNS " FROM task_logs WHERE trial_id = ? AND id > ? ORDER BY id LIMIT ?";
+
+std::string EncodeMetrics(const std::map<std::string, double>& metrics) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, v] : metrics) {
+    if (std::isnan(v)) {
+      j[name] = "NaN";
+    } else if (std::isinf(v)) {
+      j[name] = v > 0 ? "Infinity" : "-Infinity";
+    } else {
+      j[name] = v;
+    }
+  }
+  return Dump(j);
+}
+
+absl::StatusOr<std::map<std::string, double>> DecodeMetrics(const std::string& text) {
+  DET_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, "metrics"));
+  if (!j.is_object()) return absl::DataLossError(absl::StrCat("stored metrics are not an object: ", text));
+  std::map<std::string, double> out;
+  for (const auto& [name, v] : j.items()) {
+    if (v.is_number()) {
+      out.emplace(name, v.get<double>());
+    } else if (v.is_string() && v.get_ref<const std::string&>() == "NaN") {
+      out.emplace(name, std::numeric_limits<double>::quiet_NaN());
+    } else if (v.is_string() && v.get_ref<const std::string&>() == "Infinity") {
+      out.emplace(name, std::numeric_limits<double>::infinity());
+    } else if (v.is_string() && v.get_ref<const std::string&>() == "-Infinity") {
+      out.emplace(name, -std::numeric_limits<double>::infinity());
+    } else {
+      return absl::DataLossError(absl::StrCat("stored metric ", name, " is not a number: ", text));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<MetricRow> ReadMetric(sqlite3_stmt* s) {
+  MetricRow r;
+  r.id = ColInt(s, 0);
+  r.trial_id = ColInt(s, 1);
+  r.trial_run_id = ColInt(s, 2);
+  r.group = ColText(s, 3);
+  r.total_batches = ColInt(s, 4);
+  r.total_epochs = ColDouble(s, 5);
+  DET_ASSIGN_OR_RETURN(r.metrics, DecodeMetrics(ColText(s, 6)));
+  r.time_ms = ColInt(s, 7);
+  r.archived = ColInt(s, 8) != 0;
+  return r;
+}
+
+TaskLogRow ReadTaskLog(sqlite3_stmt* s) {
+  TaskLogRow r;
+  r.id = ColInt(s, 0);
+  r.trial_id = ColInt(s, 1);
+  r.allocation_id = ColText(s, 2);
+  r.rank = static_cast<int32_t>(ColInt(s, 3));
+  r.time_ms = ColInt(s, 4);
+  r.level = ColText(s, 5);
+  r.stream = ColText(s, 6);
+  r.message = ColText(s, 7);
+  return r;
+}
+
+}  // namespace
+
+// ---- Metrics ----
+
+absl::Status Store::InsertMetrics(const std::vector<MetricRow>& rows) {
+  if (rows.empty()) return absl::OkStatus();
+  // Encode outside the lock.
+  std::vector<std::string> encoded;
+  encoded.reserve(rows.size());
+  for (const auto& r : rows) encoded.push_back(EncodeMetrics(r.metrics));
+
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Txn txn(this);
+  DET_RETURN_IF_ERROR(txn.Begin());
+  {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertMetric));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const MetricRow& r = rows[i];
+      Binder b(st.get());
+      b.Int(r.trial_id)
+          .Int(r.trial_run_id)
+          .Text(r.group)
+          .Int(r.total_batches)
+          .Double(r.total_epochs)
+          .Text(encoded[i])
+          .Int(r.time_ms)
+          .Int(r.archived ? 1 : 0);
+      if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind metrics");
+      int rc = sqlite3_step(st.get());
+      if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+        return absl::FailedPreconditionError(absl::StrCat("cannot insert metrics: trial ", r.trial_id, " not found"));
+      }
+      if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert metrics of trial ", r.trial_id));
+      sqlite3_reset(st.get());
+    }
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, const std::string& group,
+                                                          bool include_archived, int64_t after_batches,
+                                                          int64_t limit) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListMetrics));
+  Binder b(st.get());
+  b.Int(trial_id).Text(group).Int(include_archived ? 1 : 0).Int(after_batches).Int(SqlLimit(limit));
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind metrics query");
+  std::vector<MetricRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+    DET_ASSIGN_OR_RETURN(MetricRow row, ReadMetric(st.get()));
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("list metrics of trial ", trial_id));
+  return out;
+}
+
+absl::Status Store::ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kArchiveMetricsAfter));
+  Binder b(st.get());
+  b.Int(trial_id).Int(total_batches);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind archive metrics");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("archive metrics of trial ", trial_id));
+  return absl::OkStatus();
+}
+
+// ---- Task logs ----
+
+absl::Status Store::InsertTaskLogs(const std::vector<TaskLogRow>& rows) {
+  if (rows.empty()) return absl::OkStatus();
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Txn txn(this);
+  DET_RETURN_IF_ERROR(txn.Begin());
+  {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertTaskLog));
+    for (const TaskLogRow& r : rows) {
+      Binder b(st.get());
+      b.Int(r.trial_id).Text(r.allocation_id).Int(r.rank).Int(r.time_ms).Text(r.level).Text(r.stream).Text(r.message);
+      if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind task log");
+      int rc = sqlite3_step(st.get());
+      if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+        return absl::FailedPreconditionError(absl::StrCat("cannot insert task logs: trial ", r.trial_id, " not found"));
+      }
+      if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert task logs of trial ", r.trial_id));
+      sqlite3_reset(st.get());
+    }
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<TaskLogRow>> Store::ListTaskLogs(int64_t trial_id, int64_t after_id, int64_t limit) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListTaskLogs));
+  Binder b(st.get());
+  b.Int(trial_id).Int(after_id).Int(SqlLimit(limit));
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind task log query");
+  std::vector<TaskLogRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(ReadTaskLog(st.get()));
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("list task logs of trial ", trial_id));
+  return out;
+}
+
+}  // namespace master
+}  // namespace det

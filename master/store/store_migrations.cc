@@ -1,0 +1,225 @@
+// Store: the numbered schema migrations and Migrate(), which Open() runs.
+#include "master/store/store.h"
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "master/store/store_internal.h"
+
+namespace det {
+namespace master {
+namespace {
+
+using store_internal::Binder;
+using store_internal::ColInt;
+
+// Numbered schema migrations: kMigrationN brings the schema to version N.
+// Append only (and list it in Migrations()); never edit one that has shipped.
+
+// 1: the initial schema.
+constexpr char kMigration1[] = R"sql(
+CREATE TABLE experiments (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  description TEXT NOT NULL,
+  labels TEXT NOT NULL,               -- JSON array of strings
+  state TEXT NOT NULL,
+  config_yaml TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  trial_so_sha256 TEXT NOT NULL,
+  searcher_state_json TEXT NOT NULL,
+  owner TEXT NOT NULL,
+  archived INTEGER NOT NULL,
+  progress REAL,
+  created_ms INTEGER NOT NULL,
+  ended_ms INTEGER NOT NULL
+);
+CREATE INDEX experiments_state ON experiments(state);
+
+CREATE TABLE trials (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  experiment_id INTEGER NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+  request_id INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  hparams_json TEXT NOT NULL,
+  seed INTEGER NOT NULL,
+  restarts INTEGER NOT NULL,
+  run_id INTEGER NOT NULL,
+  total_batches INTEGER NOT NULL,
+  latest_checkpoint_uuid TEXT NOT NULL,
+  best_validation REAL,
+  latest_validation REAL,
+  sequencer_state_json TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  ended_ms INTEGER NOT NULL
+);
+CREATE INDEX trials_experiment_id ON trials(experiment_id);
+CREATE INDEX trials_state ON trials(state);
+
+CREATE TABLE metrics (
+  id INTEGER PRIMARY KEY,
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  trial_run_id INTEGER NOT NULL,
+  metric_group TEXT NOT NULL,
+  total_batches INTEGER NOT NULL,
+  total_epochs REAL,
+  metrics TEXT NOT NULL,              -- JSON object; NaN/Inf as strings
+  time_ms INTEGER NOT NULL,
+  archived INTEGER NOT NULL
+);
+CREATE INDEX metrics_trial_id_total_batches ON metrics(trial_id, total_batches);
+
+CREATE TABLE checkpoints (
+  uuid TEXT PRIMARY KEY,
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  experiment_id INTEGER NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+  trial_run_id INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  total_batches INTEGER NOT NULL,
+  total_epochs REAL,
+  resources TEXT NOT NULL,            -- JSON object: file -> bytes
+  metadata_json TEXT NOT NULL,
+  storage_path TEXT NOT NULL,
+  time_ms INTEGER NOT NULL,
+  searcher_metric REAL
+);
+CREATE INDEX checkpoints_trial_id ON checkpoints(trial_id);
+CREATE INDEX checkpoints_experiment_id ON checkpoints(experiment_id);
+
+CREATE TABLE task_logs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  allocation_id TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  time_ms INTEGER NOT NULL,
+  level TEXT NOT NULL,
+  stream TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX task_logs_trial_id_id ON task_logs(trial_id, id);
+
+CREATE TABLE agents (
+  id TEXT PRIMARY KEY,
+  hostname TEXT NOT NULL,
+  resource_pool TEXT NOT NULL,
+  devices_json TEXT NOT NULL,
+  version TEXT NOT NULL,
+  enabled INTEGER NOT NULL,
+  registered_ms INTEGER NOT NULL,
+  last_seen_ms INTEGER NOT NULL
+);
+
+CREATE TABLE kv (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+)sql";
+
+// 2: allocations survive a master restart; per-experiment checkpoint GC
+// policy; a retried metrics report is stored once.
+constexpr char kMigration2[] = R"sql(
+CREATE TABLE allocations (
+  id TEXT PRIMARY KEY,
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  experiment_id INTEGER NOT NULL,
+  token TEXT NOT NULL,
+  placements_json TEXT NOT NULL,      -- JSON array of {agent_id, slots}
+  processes INTEGER NOT NULL,
+  terminated INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+ALTER TABLE experiments ADD COLUMN checkpoint_gc_policy_json TEXT NOT NULL DEFAULT '';
+DELETE FROM metrics WHERE id NOT IN
+  (SELECT MIN(id) FROM metrics GROUP BY trial_id, trial_run_id, metric_group, total_batches);
+DROP INDEX metrics_trial_id_total_batches;
+CREATE UNIQUE INDEX metrics_trial_id_total_batches_run
+  ON metrics(trial_id, total_batches, metric_group, trial_run_id);
+)sql";
+
+// 3: users (salted, slow password hashes) and their login tokens
+// (stored as SHA-256 of the token, never the token itself).
+constexpr char kMigration3[] = R"sql(
+CREATE TABLE users (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  username TEXT NOT NULL UNIQUE,
+  display_name TEXT NOT NULL,
+  password_hash TEXT NOT NULL,
+  admin INTEGER NOT NULL,
+  active INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  modified_ms INTEGER NOT NULL
+);
+CREATE TABLE user_tokens (
+  token_hash TEXT PRIMARY KEY,
+  user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+  created_ms INTEGER NOT NULL,
+  expires_ms INTEGER NOT NULL
+);
+CREATE INDEX user_tokens_user_id ON user_tokens(user_id);
+)sql";
+
+// Migration i (0-based) brings the schema to version i + 1.
+const std::vector<const char*>& Migrations() {
+  static const std::vector<const char*>* const kMigrations =
+      new std::vector<const char*>{kMigration1, kMigration2, kMigration3};
+  return *kMigrations;
+}
+
+constexpr char kSchemaVersion[] = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations";
+constexpr char kRecordMigration[] =
+    "INSERT INTO schema_migrations(version, applied_at) "
+    "VALUES (?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))";
+
+}  // namespace
+
+int64_t Store::LatestSchemaVersion() { return static_cast<int64_t>(Migrations().size()); }
+
+absl::Status Store::Migrate() {
+  DET_RETURN_IF_ERROR(Exec("CREATE TABLE IF NOT EXISTS schema_migrations("
+                           "version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+                           "create schema_migrations"));
+  int64_t current = 0;
+  {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kSchemaVersion));
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_ROW) return Error(rc, "read schema version");
+    current = ColInt(st.get(), 0);
+  }
+  const auto& migrations = Migrations();
+  const int64_t latest = static_cast<int64_t>(migrations.size());
+  if (current > latest) {
+    return absl::FailedPreconditionError(absl::StrCat("SQLite database ", path_, " has schema version ", current,
+                                                      " but this binary knows only ", latest,
+                                                      "; use a newer det-master"));
+  }
+  for (int64_t version = current + 1; version <= latest; ++version) {
+    Txn txn(this);
+    DET_RETURN_IF_ERROR(txn.Begin());
+    DET_RETURN_IF_ERROR(Exec(migrations[version - 1], absl::StrCat("apply migration ", version)));
+    {
+      DET_ASSIGN_OR_RETURN(Stmt st, Cached(kRecordMigration));
+      Binder b(st.get());
+      b.Int(version);
+      if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind migration version");
+      int rc = sqlite3_step(st.get());
+      if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("record migration ", version));
+    }
+    DET_RETURN_IF_ERROR(txn.Commit());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Store::SchemaVersion() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kSchemaVersion));
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_ROW) return Error(rc, "read schema version");
+  return ColInt(st.get(), 0);
+}
+
+}  // namespace master
+}  // namespace det

@@ -1,0 +1,192 @@
+// Store: the users and user_tokens tables.
+#include "master/store/store.h"
+
+#include <sqlite3.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "master/store/store_internal.h"
+
+namespace det {
+namespace master {
+namespace {
+
+using store_internal::Binder;
+using store_internal::ColInt;
+using store_internal::ColText;
+
+#define DET_USER_COLUMNS "id, username, display_name, password_hash, admin, active, created_ms, modified_ms"
+constexpr char kInsertUser[] =
+    "INSERT INTO users(username, display_name, password_hash, admin, active, created_ms, modified_ms) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)";
+constexpr char kUpdateUser[] =
+    "UPDATE users SET display_name = ?, password_hash = ?, admin = ?, active = ?, modified_ms = ? WHERE id = ?";
+constexpr char kGetUser[] = "SELECT " DET_USER_COLUMNS " FROM users WHERE id = ?";
+constexpr char kGetUserByName[] = "SELECT " DET_USER_COLUMNS " FROM users WHERE username = ?";
+constexpr char kListUsers[] = "SELECT " DET_USER_COLUMNS " FROM users ORDER BY id";
+constexpr char kInsertUserToken[] =
+    "INSERT INTO user_tokens(token_hash, user_id, created_ms, expires_ms) VALUES (?, ?, ?, ?)";
+constexpr char kGetUserToken[] =
+    "SELECT token_hash, user_id, created_ms, expires_ms FROM user_tokens WHERE token_hash = ?";
+constexpr char kDeleteUserToken[] = "DELETE FROM user_tokens WHERE token_hash = ?";
+constexpr char kDeleteUserTokens[] = "DELETE FROM user_tokens WHERE user_id = ? AND token_hash != ?";
+constexpr char kDeleteExpiredUserTokens[] = "DELETE FROM user_tokens WHERE expires_ms <= ?";
+
+UserRow ReadUser(sqlite3_stmt* s) {
+  UserRow u;
+  u.id = ColInt(s, 0);
+  u.username = ColText(s, 1);
+  u.display_name = ColText(s, 2);
+  u.password_hash = ColText(s, 3);
+  u.admin = ColInt(s, 4) != 0;
+  u.active = ColInt(s, 5) != 0;
+  u.created_ms = ColInt(s, 6);
+  u.modified_ms = ColInt(s, 7);
+  return u;
+}
+
+}  // namespace
+
+// ---- Users and tokens ----
+
+absl::StatusOr<int64_t> Store::InsertUser(const UserRow& row) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertUser));
+  Binder b(st.get());
+  b.Text(row.username)
+      .Text(row.display_name)
+      .Text(row.password_hash)
+      .Int(row.admin ? 1 : 0)
+      .Int(row.active ? 1 : 0)
+      .Int(row.created_ms)
+      .Int(row.modified_ms);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_CONSTRAINT_UNIQUE) {
+    return absl::AlreadyExistsError(absl::StrCat("user '", row.username, "' already exists"));
+  }
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert user ", row.username));
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+absl::Status Store::UpdateUser(const UserRow& row) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateUser));
+  Binder b(st.get());
+  b.Text(row.display_name)
+      .Text(row.password_hash)
+      .Int(row.admin ? 1 : 0)
+      .Int(row.active ? 1 : 0)
+      .Int(row.modified_ms)
+      .Int(row.id);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update user ", row.id));
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("user ", row.id, " not found"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UserRow> Store::GetUser(int64_t id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetUser));
+  Binder b(st.get());
+  b.Int(id);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user id");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("user ", id, " not found"));
+  if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("get user ", id));
+  return ReadUser(st.get());
+}
+
+absl::StatusOr<UserRow> Store::GetUserByName(const std::string& username) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetUserByName));
+  Binder b(st.get());
+  b.Text(username);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind username");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("user '", username, "' not found"));
+  if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("get user ", username));
+  return ReadUser(st.get());
+}
+
+absl::StatusOr<std::vector<UserRow>> Store::ListUsers() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListUsers));
+  std::vector<UserRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(ReadUser(st.get()));
+  if (rc != SQLITE_DONE) return Error(rc, "list users");
+  return out;
+}
+
+absl::Status Store::InsertUserToken(const UserTokenRow& row) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertUserToken));
+  Binder b(st.get());
+  b.Text(row.token_hash).Int(row.user_id).Int(row.created_ms).Int(row.expires_ms);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user token");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot store token: user ", row.user_id, " not found"));
+  }
+  if (rc == SQLITE_CONSTRAINT_PRIMARYKEY) return absl::AlreadyExistsError("token already exists");
+  if (rc != SQLITE_DONE) return Error(rc, "insert user token");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UserTokenRow> Store::GetUserToken(const std::string& token_hash) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetUserToken));
+  Binder b(st.get());
+  b.Text(token_hash);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind token hash");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_DONE) return absl::NotFoundError("token not found");
+  if (rc != SQLITE_ROW) return Error(rc, "get user token");
+  UserTokenRow t;
+  t.token_hash = ColText(st.get(), 0);
+  t.user_id = ColInt(st.get(), 1);
+  t.created_ms = ColInt(st.get(), 2);
+  t.expires_ms = ColInt(st.get(), 3);
+  return t;
+}
+
+absl::Status Store::DeleteUserToken(const std::string& token_hash) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteUserToken));
+  Binder b(st.get());
+  b.Text(token_hash);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind token hash");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, "delete user token");
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeleteUserTokens(int64_t user_id, const std::string& except_token_hash) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteUserTokens));
+  Binder b(st.get());
+  b.Int(user_id).Text(except_token_hash);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user id");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("delete tokens of user ", user_id));
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeleteExpiredUserTokens(int64_t now_ms) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteExpiredUserTokens));
+  Binder b(st.get());
+  b.Int(now_ms);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind time");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, "delete expired user tokens");
+  return absl::OkStatus();
+}
+
+}  // namespace master
+}  // namespace det
