@@ -98,35 +98,47 @@ absl::Status Store::Txn::Run(const char* sql, absl::string_view what, bool opens
 
 Store::Transaction::Transaction(Store* store) : store_(store) {
   store_->mu_.lock();
-  if (store_->txn_depth_++ == 0) {
-    absl::Status st = store_->Exec(kBegin, "begin transaction");
-    if (!st.ok()) {
-      // The writes below then commit one by one, as without a Transaction.
-      first_error_ = st;
-    } else {
-      began_ = true;
-    }
-  }
+  if (store_->txn_depth_++ > 0) return;  // joins the outermost
+  absl::Status begin = store_->Exec(kBegin, "begin transaction");
+  store_->txn_began_ = begin.ok();
+  store_->txn_error_ = begin;
 }
 
 Store::Transaction::~Transaction() {
-  if (!done_) (void)Commit();
+  if (!done_) (void)End(/*commit=*/false);
 }
 
 absl::Status Store::Transaction::Commit() {
-  if (done_) return first_error_;
+  if (done_) return result_;
   done_ = true;
-  absl::Status st = first_error_;
-  if (--store_->txn_depth_ == 0 && began_) {
-    absl::Status commit = store_->Exec(kCommit, "commit transaction");
-    if (!commit.ok()) {
-      (void)store_->Exec(kRollback, "roll back transaction");
-      if (st.ok()) st = commit;
+  result_ = End(/*commit=*/true);
+  return result_;
+}
+
+absl::Status Store::Transaction::End(bool commit) {
+  Store* s = store_;
+  const bool outermost = --s->txn_depth_ == 0;
+  if (!commit && !outermost && s->txn_error_.ok()) {
+    s->txn_error_ = absl::AbortedError("a nested Store::Transaction ended without Commit()");
+  }
+  absl::Status result = s->txn_error_;
+  if (outermost && s->txn_began_) {
+    if (commit && result.ok()) {
+      result = s->Exec(kCommit, "commit transaction");
+      // A failed COMMIT can leave the transaction open.
+      if (!result.ok()) (void)s->Exec(kRollback, "roll back transaction");
+    } else {
+      // Fails harmlessly when SQLite has already rolled back (after an I/O
+      // error, say).
+      (void)s->Exec(kRollback, "roll back transaction");
     }
   }
-  store_->mu_.unlock();
-  first_error_ = st;
-  return st;
+  if (outermost) {
+    s->txn_began_ = false;
+    s->txn_error_ = absl::OkStatus();
+  }
+  s->mu_.unlock();
+  return result;
 }
 
 // ---- Store ----
@@ -217,14 +229,15 @@ absl::StatusOr<Store::Stmt> Store::PrepareOnce(const std::string& sql) {
 // ---- Key-value ----
 
 absl::Status Store::PutValue(const std::string& key, const std::string& value) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kPutValue));
-  Binder b(st.get());
-  b.Text(key).Text(value);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind value");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("put value ", key));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kPutValue));
+    Binder b(st.get());
+    b.Text(key).Text(value);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind value");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("put value ", key));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::optional<std::string>> Store::GetValue(const std::string& key) {

@@ -8,7 +8,8 @@
 // that writes several rows does so in one transaction: it either writes all of
 // them or none.
 //
-// Store::Transaction groups several calls into one atomic write.
+// Store::Transaction groups several calls into one atomic write, stored only
+// when its Commit() succeeds.
 //
 // Errors (canonical absl codes):
 //   NotFound           an unknown id ("experiment 42 not found");
@@ -184,25 +185,54 @@ struct ExperimentFilter {
 class Store {
  public:
   // Groups every call this thread makes on the Store while it lives into one
-  // SQLite transaction (BEGIN IMMEDIATE ... COMMIT), so that a crash keeps
-  // all of them or none. Nests (only the outermost commits). Other threads'
-  // calls wait until it ends, so keep it short. A failed call inside it undoes
-  // only its own writes; the others still commit. Not movable.
+  // SQLite transaction (BEGIN IMMEDIATE ... COMMIT): all of their writes are
+  // stored, or none of them.
+  //
+  // Nothing is stored unless Commit() is called and returns OK: a
+  // Transaction destroyed without Commit() rolls back. The Transaction fails
+  // (Commit() rolls back and returns the failure) when
+  //   - BEGIN fails (its error);
+  //   - a method that writes (Insert*, Update*, Upsert*, Delete*,
+  //     ArchiveMetricsAfter, PutValue) returns an error inside it: Commit()
+  //     returns the first such error unchanged, so a failed write in the
+  //     middle of several leaves none of them; a failed read (Get*, List*,
+  //     Count*, e.g. NotFound) does not fail it;
+  //   - a nested Transaction ends without Commit() (Aborted).
+  // Once it has failed, every method that writes returns Aborted (with the
+  // first failure's message) without touching the database until the
+  // outermost Transaction ends; reads still work and see its earlier writes.
+  //
+  // Nesting: a Transaction created while this thread holds one joins the
+  // outermost; there is one SQLite transaction. A nested Commit() writes
+  // nothing yet and returns the outermost's first failure so far (OK if
+  // none). A nested Transaction destroyed without Commit() cannot be undone
+  // alone, so it fails the outermost, which then rolls back however its own
+  // caller ends it. Only the outermost Commit() stores anything.
+  //
+  // Holds the Store's mutex from construction until Commit() or destruction:
+  // other threads' calls wait until then, so keep it short. Use it on the
+  // thread that created it. Not copyable or movable.
   class Transaction {
    public:
     explicit Transaction(Store* store);
-    ~Transaction();  // Commit() unless already called
+    // Rolls back (see above) unless Commit() was called.
+    ~Transaction();
     Transaction(const Transaction&) = delete;
     Transaction& operator=(const Transaction&) = delete;
-    // Commits (outermost only) and releases the Store; at most once. Returns
-    // the error of BEGIN or COMMIT (after which the writes were rolled back).
+    // Ends this Transaction and releases the Store; a second call only
+    // returns the first call's result. Outermost: COMMIT when nothing failed,
+    // returning OK (or COMMIT's error, after rolling back); otherwise
+    // ROLLBACK, returning the first failure. Nested: see above.
     absl::Status Commit();
 
    private:
+    // Leaves the transaction (committing it when `commit` and it is the
+    // outermost) and unlocks the Store; returns as Commit() does.
+    absl::Status End(bool commit);
+
     Store* store_;
-    bool began_ = false;
     bool done_ = false;
-    absl::Status first_error_;
+    absl::Status result_;
   };
 
   // Opens (creating if missing) the SQLite database at `path`, sets WAL
@@ -399,11 +429,23 @@ class Store {
   // A statement for dynamically built SQL, finalized when the Stmt goes away.
   absl::StatusOr<Stmt> PrepareOnce(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Error(int rc, absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Locks mu_ and returns body() (an absl::Status or absl::StatusOr). Inside
+  // a Transaction: returns Aborted without calling body() when the
+  // Transaction has already failed, and fails it when body() fails. Every
+  // public method that writes runs its work through Write (defined in
+  // store_internal.h).
+  template <typename Body>
+  auto Write(Body body) -> decltype(body());
 
   const std::string path_;
   // Recursive: a Transaction holds it while the same thread calls methods.
   std::recursive_mutex mu_;
+  // The open Store::Transactions of the thread holding mu_ (0 = none).
   int txn_depth_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether the outermost Transaction's BEGIN succeeded.
+  bool txn_began_ ABSL_GUARDED_BY(mu_) = false;
+  // The first failure inside the outermost Transaction; OK if none.
+  absl::Status txn_error_ ABSL_GUARDED_BY(mu_);
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
 };

@@ -70,21 +70,22 @@ AgentRow ReadAgent(sqlite3_stmt* s) {
 // ---- Agents ----
 
 absl::Status Store::UpsertAgent(const AgentRow& row) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpsertAgent));
-  Binder b(st.get());
-  b.Text(row.id)
-      .Text(row.hostname)
-      .Text(row.resource_pool)
-      .Text(row.devices_json)
-      .Text(row.version)
-      .Int(row.enabled ? 1 : 0)
-      .Int(row.registered_ms)
-      .Int(row.last_seen_ms);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind agent");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("upsert agent ", row.id));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpsertAgent));
+    Binder b(st.get());
+    b.Text(row.id)
+        .Text(row.hostname)
+        .Text(row.resource_pool)
+        .Text(row.devices_json)
+        .Text(row.version)
+        .Int(row.enabled ? 1 : 0)
+        .Int(row.registered_ms)
+        .Int(row.last_seen_ms);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind agent");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("upsert agent ", row.id));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::vector<AgentRow>> Store::ListAgents() {
@@ -100,36 +101,38 @@ absl::StatusOr<std::vector<AgentRow>> Store::ListAgents() {
 // ---- Allocations ----
 
 absl::Status Store::UpsertAllocation(const AllocationRow& row) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpsertAllocation));
-  Binder b(st.get());
-  b.Text(row.id)
-      .Int(row.trial_id)
-      .Int(row.experiment_id)
-      .Text(row.token)
-      .Text(row.placements_json)
-      .Int(row.processes)
-      .Int(row.terminated)
-      .Int(row.created_ms);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind allocation");
-  int rc = sqlite3_step(st.get());
-  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot store allocation ", row.id, ": trial ", row.trial_id, " not found"));
-  }
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("upsert allocation ", row.id));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpsertAllocation));
+    Binder b(st.get());
+    b.Text(row.id)
+        .Int(row.trial_id)
+        .Int(row.experiment_id)
+        .Text(row.token)
+        .Text(row.placements_json)
+        .Int(row.processes)
+        .Int(row.terminated)
+        .Int(row.created_ms);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind allocation");
+    int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot store allocation ", row.id, ": trial ", row.trial_id, " not found"));
+    }
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("upsert allocation ", row.id));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Store::DeleteAllocation(const std::string& id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteAllocation));
-  Binder b(st.get());
-  b.Text(id);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind allocation id");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("delete allocation ", id));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteAllocation));
+    Binder b(st.get());
+    b.Text(id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind allocation id");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("delete allocation ", id));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::vector<AllocationRow>> Store::ListAllocations() {

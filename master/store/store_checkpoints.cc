@@ -84,33 +84,34 @@ absl::StatusOr<CheckpointRow> ReadCheckpoint(sqlite3_stmt* s) {
 
 absl::Status Store::InsertCheckpoint(const CheckpointRow& row) {
   const std::string resources = EncodeResources(row.resources);
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertCheckpoint));
-  Binder b(st.get());
-  b.Text(row.uuid)
-      .Int(row.trial_id)
-      .Int(row.experiment_id)
-      .Int(row.trial_run_id)
-      .Text(row.state)
-      .Int(row.total_batches)
-      .Double(row.total_epochs)
-      .Text(resources)
-      .Text(row.metadata_json)
-      .Text(row.storage_path)
-      .Int(row.time_ms)
-      .OptDouble(row.searcher_metric);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint");
-  int rc = sqlite3_step(st.get());
-  if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT_UNIQUE) {
-    return absl::AlreadyExistsError(absl::StrCat("checkpoint ", row.uuid, " already exists"));
-  }
-  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot insert checkpoint ", row.uuid, ": trial ",
-                                                      row.trial_id, " or experiment ", row.experiment_id,
-                                                      " not found"));
-  }
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert checkpoint ", row.uuid));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertCheckpoint));
+    Binder b(st.get());
+    b.Text(row.uuid)
+        .Int(row.trial_id)
+        .Int(row.experiment_id)
+        .Int(row.trial_run_id)
+        .Text(row.state)
+        .Int(row.total_batches)
+        .Double(row.total_epochs)
+        .Text(resources)
+        .Text(row.metadata_json)
+        .Text(row.storage_path)
+        .Int(row.time_ms)
+        .OptDouble(row.searcher_metric);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint");
+    int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT_UNIQUE) {
+      return absl::AlreadyExistsError(absl::StrCat("checkpoint ", row.uuid, " already exists"));
+    }
+    if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot insert checkpoint ", row.uuid, ": trial ",
+                                                        row.trial_id, " or experiment ", row.experiment_id,
+                                                        " not found"));
+    }
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert checkpoint ", row.uuid));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<CheckpointRow> Store::GetCheckpoint(const std::string& uuid) {
@@ -147,15 +148,16 @@ absl::StatusOr<std::vector<CheckpointRow>> Store::ListCheckpoints(std::optional<
 }
 
 absl::Status Store::UpdateCheckpointState(const std::string& uuid, const std::string& state) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateCheckpointState));
-  Binder b(st.get());
-  b.Text(state).Text(uuid);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint state");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update checkpoint ", uuid));
-  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateCheckpointState));
+    Binder b(st.get());
+    b.Text(state).Text(uuid);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint state");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update checkpoint ", uuid));
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace master

@@ -101,53 +101,55 @@ std::string ExperimentWhere(const ExperimentFilter& f, std::vector<std::string>*
 
 absl::StatusOr<int64_t> Store::InsertExperiment(const ExperimentRow& row) {
   const std::string labels = EncodeLabels(row.labels);
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertExperiment));
-  Binder b(st.get());
-  b.Text(row.name)
-      .Text(row.description)
-      .Text(labels)
-      .Text(row.state)
-      .Text(row.config_yaml)
-      .Text(row.config_json)
-      .Text(row.trial_so_sha256)
-      .Text(row.searcher_state_json)
-      .Text(row.owner)
-      .Int(row.archived ? 1 : 0)
-      .Double(row.progress)
-      .Int(row.created_ms)
-      .Int(row.ended_ms)
-      .Text(row.checkpoint_gc_policy_json);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind experiment");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, "insert experiment");
-  return sqlite3_last_insert_rowid(db_);
+  return Write([&]() -> absl::StatusOr<int64_t> {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertExperiment));
+    Binder b(st.get());
+    b.Text(row.name)
+        .Text(row.description)
+        .Text(labels)
+        .Text(row.state)
+        .Text(row.config_yaml)
+        .Text(row.config_json)
+        .Text(row.trial_so_sha256)
+        .Text(row.searcher_state_json)
+        .Text(row.owner)
+        .Int(row.archived ? 1 : 0)
+        .Double(row.progress)
+        .Int(row.created_ms)
+        .Int(row.ended_ms)
+        .Text(row.checkpoint_gc_policy_json);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind experiment");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, "insert experiment");
+    return sqlite3_last_insert_rowid(db_);
+  });
 }
 
 absl::Status Store::UpdateExperiment(const ExperimentRow& row) {
   const std::string labels = EncodeLabels(row.labels);
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateExperiment));
-  Binder b(st.get());
-  b.Text(row.name)
-      .Text(row.description)
-      .Text(labels)
-      .Text(row.state)
-      .Text(row.config_yaml)
-      .Text(row.config_json)
-      .Text(row.trial_so_sha256)
-      .Text(row.searcher_state_json)
-      .Text(row.owner)
-      .Int(row.archived ? 1 : 0)
-      .Double(row.progress)
-      .Int(row.ended_ms)
-      .Text(row.checkpoint_gc_policy_json)
-      .Int(row.id);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind experiment");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update experiment ", row.id));
-  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("experiment ", row.id, " not found"));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateExperiment));
+    Binder b(st.get());
+    b.Text(row.name)
+        .Text(row.description)
+        .Text(labels)
+        .Text(row.state)
+        .Text(row.config_yaml)
+        .Text(row.config_json)
+        .Text(row.trial_so_sha256)
+        .Text(row.searcher_state_json)
+        .Text(row.owner)
+        .Int(row.archived ? 1 : 0)
+        .Double(row.progress)
+        .Int(row.ended_ms)
+        .Text(row.checkpoint_gc_policy_json)
+        .Int(row.id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind experiment");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update experiment ", row.id));
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("experiment ", row.id, " not found"));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<ExperimentRow> Store::GetExperiment(int64_t id) {

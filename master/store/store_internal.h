@@ -1,6 +1,6 @@
 // Private to master/store/: what the store_*.cc files share. The Store's
-// statement wrappers (Store::Stmt, Store::Txn) and helpers that bind
-// parameters, read columns and encode JSON columns.
+// statement wrappers (Store::Stmt, Store::Txn), Store::Write, and helpers that
+// bind parameters, read columns and encode JSON columns.
 //
 // Layout of the Store's implementation:
 //   store.cc              statements, Transaction, Open, key-value, integrity
@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -59,7 +60,8 @@ class Store::Stmt {
 // One method's own all-or-nothing group of statements (a multi-row insert, a
 // migration): BEGIN IMMEDIATE on Begin(); ROLLBACK on destruction unless
 // committed. Inside a Store::Transaction it is a savepoint instead: its
-// failure undoes only its own writes and its success commits nothing yet.
+// failure undoes its own writes at once (and, through Store::Write, fails the
+// Transaction); its success commits nothing yet.
 // Requires store->mu_ for its whole life.
 class Store::Txn {
  public:
@@ -77,6 +79,28 @@ class Store::Txn {
   bool open_ = false;
   bool nested_ = false;
 };
+
+namespace store_internal {
+
+inline const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+}  // namespace store_internal
+
+template <typename Body>
+auto Store::Write(Body body) -> decltype(body()) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (txn_depth_ > 0 && !txn_error_.ok()) {
+    return absl::AbortedError(
+        absl::StrCat("not written: the Store::Transaction already failed: ", txn_error_.message()));
+  }
+  auto result = body();
+  if (txn_depth_ > 0 && !result.ok()) txn_error_ = store_internal::StatusOf(result);
+  return result;
+}
 
 namespace store_internal {
 

@@ -119,32 +119,33 @@ absl::Status Store::InsertMetrics(const std::vector<MetricRow>& rows) {
   encoded.reserve(rows.size());
   for (const auto& r : rows) encoded.push_back(EncodeMetrics(r.metrics));
 
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  Txn txn(this);
-  DET_RETURN_IF_ERROR(txn.Begin());
-  {
-    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertMetric));
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const MetricRow& r = rows[i];
-      Binder b(st.get());
-      b.Int(r.trial_id)
-          .Int(r.trial_run_id)
-          .Text(r.group)
-          .Int(r.total_batches)
-          .Double(r.total_epochs)
-          .Text(encoded[i])
-          .Int(r.time_ms)
-          .Int(r.archived ? 1 : 0);
-      if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind metrics");
-      int rc = sqlite3_step(st.get());
-      if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
-        return absl::FailedPreconditionError(absl::StrCat("cannot insert metrics: trial ", r.trial_id, " not found"));
+  return Write([&]() -> absl::Status {
+    Txn txn(this);
+    DET_RETURN_IF_ERROR(txn.Begin());
+    {
+      DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertMetric));
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const MetricRow& r = rows[i];
+        Binder b(st.get());
+        b.Int(r.trial_id)
+            .Int(r.trial_run_id)
+            .Text(r.group)
+            .Int(r.total_batches)
+            .Double(r.total_epochs)
+            .Text(encoded[i])
+            .Int(r.time_ms)
+            .Int(r.archived ? 1 : 0);
+        if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind metrics");
+        int rc = sqlite3_step(st.get());
+        if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+          return absl::FailedPreconditionError(absl::StrCat("cannot insert metrics: trial ", r.trial_id, " not found"));
+        }
+        if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert metrics of trial ", r.trial_id));
+        sqlite3_reset(st.get());
       }
-      if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert metrics of trial ", r.trial_id));
-      sqlite3_reset(st.get());
     }
-  }
-  return txn.Commit();
+    return txn.Commit();
+  });
 }
 
 absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, const std::string& group,
@@ -166,38 +167,40 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, cons
 }
 
 absl::Status Store::ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kArchiveMetricsAfter));
-  Binder b(st.get());
-  b.Int(trial_id).Int(total_batches);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind archive metrics");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("archive metrics of trial ", trial_id));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kArchiveMetricsAfter));
+    Binder b(st.get());
+    b.Int(trial_id).Int(total_batches);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind archive metrics");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("archive metrics of trial ", trial_id));
+    return absl::OkStatus();
+  });
 }
 
 // ---- Task logs ----
 
 absl::Status Store::InsertTaskLogs(const std::vector<TaskLogRow>& rows) {
   if (rows.empty()) return absl::OkStatus();
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  Txn txn(this);
-  DET_RETURN_IF_ERROR(txn.Begin());
-  {
-    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertTaskLog));
-    for (const TaskLogRow& r : rows) {
-      Binder b(st.get());
-      b.Int(r.trial_id).Text(r.allocation_id).Int(r.rank).Int(r.time_ms).Text(r.level).Text(r.stream).Text(r.message);
-      if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind task log");
-      int rc = sqlite3_step(st.get());
-      if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
-        return absl::FailedPreconditionError(absl::StrCat("cannot insert task logs: trial ", r.trial_id, " not found"));
+  return Write([&]() -> absl::Status {
+    Txn txn(this);
+    DET_RETURN_IF_ERROR(txn.Begin());
+    {
+      DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertTaskLog));
+      for (const TaskLogRow& r : rows) {
+        Binder b(st.get());
+        b.Int(r.trial_id).Text(r.allocation_id).Int(r.rank).Int(r.time_ms).Text(r.level).Text(r.stream).Text(r.message);
+        if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind task log");
+        int rc = sqlite3_step(st.get());
+        if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+          return absl::FailedPreconditionError(absl::StrCat("cannot insert task logs: trial ", r.trial_id, " not found"));
+        }
+        if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert task logs of trial ", r.trial_id));
+        sqlite3_reset(st.get());
       }
-      if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert task logs of trial ", r.trial_id));
-      sqlite3_reset(st.get());
     }
-  }
-  return txn.Commit();
+    return txn.Commit();
+  });
 }
 
 absl::StatusOr<std::vector<TaskLogRow>> Store::ListTaskLogs(int64_t trial_id, int64_t after_id, int64_t limit) {

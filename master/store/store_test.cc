@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -748,10 +750,6 @@ TEST_F(StoreTest, TransactionCommitsAllOrNothingAtCrash) {
     TrialRow t = store_->GetTrial(trial).value();
     t.state = "COMPLETED";
     ASSERT_TRUE(store_->UpdateTrial(t).ok());
-    // A failing call inside undoes only itself.
-    MetricRow bad;
-    bad.trial_id = 9999;
-    EXPECT_FALSE(store_->InsertMetrics({bad}).ok());
     MetricRow good;
     good.trial_id = trial;
     good.group = "training";
@@ -759,10 +757,13 @@ TEST_F(StoreTest, TransactionCommitsAllOrNothingAtCrash) {
     {
       Store::Transaction nested(store_.get());
       ASSERT_TRUE(store_->PutValue("k", "v").ok());
+      // A nested commit stores nothing yet.
+      ASSERT_TRUE(nested.Commit().ok());
     }
     // Nothing is visible to another connection before the commit.
     EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics"), 0);
     EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'k'"), 0);
+    EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETED'"), 0);
     ASSERT_TRUE(txn.Commit().ok());
   }
   EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics"), 1);
@@ -772,12 +773,300 @@ TEST_F(StoreTest, TransactionCommitsAllOrNothingAtCrash) {
   std::thread other;
   {
     Store::Transaction txn(store_.get());
+    ASSERT_TRUE(store_->PutValue("mine", "1").ok());
     other = std::thread([&] { ASSERT_TRUE(store_->PutValue("other", "1").ok()); });
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'other'"), 0);
+    ASSERT_TRUE(txn.Commit().ok());
   }
   other.join();
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'mine'"), 1);
   EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'other'"), 1);
+}
+
+// Rows of every kind that a transaction writes, for the rollback tests: what
+// RowCounts() reads back.
+struct RowCounts {
+  int64_t experiments = 0;
+  int64_t trials = 0;
+  int64_t metrics = 0;
+  int64_t checkpoints = 0;
+  int64_t task_logs = 0;
+  int64_t kv = 0;
+  bool operator==(const RowCounts& o) const {
+    return experiments == o.experiments && trials == o.trials && metrics == o.metrics &&
+           checkpoints == o.checkpoints && task_logs == o.task_logs && kv == o.kv;
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const RowCounts& c) {
+  return os << "{experiments " << c.experiments << ", trials " << c.trials << ", metrics " << c.metrics
+            << ", checkpoints " << c.checkpoints << ", task_logs " << c.task_logs << ", kv " << c.kv << "}";
+}
+
+class StoreTransactionTest : public StoreTest {
+ protected:
+  void SetUp() override {
+    StoreTest::SetUp();
+    // Committed before any test transaction: must survive every rollback.
+    exp_ = AddExperiment("committed");
+    trial_ = AddTrial(exp_);
+    ASSERT_TRUE(store_->InsertCheckpoint(Checkpoint("ck-committed", trial_, exp_)).ok());
+    ASSERT_TRUE(store_->InsertMetrics({Metric(trial_, 1)}).ok());
+    committed_ = Counts();
+  }
+
+  // Counted on a second connection: what a restarted master would see.
+  RowCounts Counts() {
+    RowCounts c;
+    c.experiments = RawQueryInt("SELECT COUNT(*) FROM experiments");
+    c.trials = RawQueryInt("SELECT COUNT(*) FROM trials");
+    c.metrics = RawQueryInt("SELECT COUNT(*) FROM metrics");
+    c.checkpoints = RawQueryInt("SELECT COUNT(*) FROM checkpoints");
+    c.task_logs = RawQueryInt("SELECT COUNT(*) FROM task_logs");
+    c.kv = RawQueryInt("SELECT COUNT(*) FROM kv");
+    return c;
+  }
+
+  static CheckpointRow Checkpoint(const std::string& uuid, int64_t trial, int64_t exp) {
+    CheckpointRow c;
+    c.uuid = uuid;
+    c.trial_id = trial;
+    c.experiment_id = exp;
+    c.state = "COMPLETED";
+    return c;
+  }
+  static MetricRow Metric(int64_t trial, int64_t batches) {
+    MetricRow m;
+    m.trial_id = trial;
+    m.group = "training";
+    m.total_batches = batches;
+    m.metrics = {{"loss", 0.5}};
+    return m;
+  }
+  static TaskLogRow Log(int64_t trial) {
+    TaskLogRow l;
+    l.trial_id = trial;
+    l.stream = "stdout";
+    l.message = "hello";
+    return l;
+  }
+
+  // Inside an open transaction: a new experiment, a trial of it, metrics,
+  // a checkpoint, a log line and a value, all of which must succeed. Returns
+  // the new trial's id.
+  int64_t WriteOneOfEach(const std::string& tag) {
+    ExperimentRow e;
+    e.name = "in-txn-" + tag;
+    e.state = "ACTIVE";
+    auto exp = store_->InsertExperiment(e);
+    EXPECT_TRUE(exp.ok()) << exp.status();
+    TrialRow t;
+    t.experiment_id = exp.value_or(0);
+    t.state = "ACTIVE";
+    auto trial = store_->InsertTrial(t);
+    EXPECT_TRUE(trial.ok()) << trial.status();
+    EXPECT_TRUE(store_->InsertMetrics({Metric(*trial, 1), Metric(*trial, 2)}).ok());
+    EXPECT_TRUE(store_->InsertCheckpoint(Checkpoint("ck-" + tag, *trial, *exp)).ok());
+    EXPECT_TRUE(store_->InsertTaskLogs({Log(*trial)}).ok());
+    EXPECT_TRUE(store_->PutValue("k-" + tag, "v").ok());
+    return trial.value_or(0);
+  }
+
+  // The rows of SetUp are intact and the store still writes (outside any
+  // transaction, committed at once).
+  void ExpectCommittedIntactAndStoreUsable() {
+    auto exp = store_->GetExperiment(exp_);
+    ASSERT_TRUE(exp.ok()) << exp.status();
+    EXPECT_EQ(exp->name, "committed");
+    auto ck = store_->GetCheckpoint("ck-committed");
+    ASSERT_TRUE(ck.ok()) << ck.status();
+    EXPECT_EQ(ck->trial_id, trial_);
+    ASSERT_TRUE(store_->PutValue("after", "1").ok());
+    EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'after'"), 1);
+  }
+
+  int64_t exp_ = 0;
+  int64_t trial_ = 0;
+  RowCounts committed_;
+};
+
+TEST_F(StoreTransactionTest, DuplicateCheckpointInTheMiddleLeavesNoRowOfTheTransaction) {
+  absl::Status commit;
+  {
+    Store::Transaction txn(store_.get());
+    int64_t trial = WriteOneOfEach("a");
+    // The middle statement fails: a checkpoint uuid that exists.
+    EXPECT_EQ(store_->InsertCheckpoint(Checkpoint("ck-committed", trial, exp_)).code(),
+              absl::StatusCode::kAlreadyExists);
+    // Later writes are refused and do not reach the database.
+    EXPECT_EQ(store_->InsertMetrics({Metric(trial, 3)}).code(), absl::StatusCode::kAborted);
+    EXPECT_EQ(store_->PutValue("late", "v").code(), absl::StatusCode::kAborted);
+    // Reads still work and see the transaction's own writes.
+    auto ck = store_->GetCheckpoint("ck-a");
+    EXPECT_TRUE(ck.ok()) << ck.status();
+    commit = txn.Commit();
+    // Commit() again returns the same result.
+    EXPECT_EQ(txn.Commit(), commit);
+  }
+  // Commit() returns the failed statement's error.
+  EXPECT_EQ(commit.code(), absl::StatusCode::kAlreadyExists) << commit;
+  EXPECT_NE(commit.message().find("ck-committed"), std::string::npos) << commit;
+  EXPECT_EQ(Counts(), committed_);
+  EXPECT_EQ(store_->GetCheckpoint("ck-a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetValue("k-a").value(), std::nullopt);
+  ExpectCommittedIntactAndStoreUsable();
+}
+
+TEST_F(StoreTransactionTest, UnknownForeignKeyInTheMiddleLeavesNoRowOfTheTransaction) {
+  absl::Status commit;
+  {
+    Store::Transaction txn(store_.get());
+    WriteOneOfEach("a");
+    // A trial of an experiment that does not exist.
+    TrialRow orphan;
+    orphan.experiment_id = 9999;
+    orphan.state = "ACTIVE";
+    EXPECT_EQ(store_->InsertTrial(orphan).status().code(), absl::StatusCode::kFailedPrecondition);
+    commit = txn.Commit();
+  }
+  EXPECT_EQ(commit.code(), absl::StatusCode::kFailedPrecondition) << commit;
+  EXPECT_EQ(Counts(), committed_);
+  ExpectCommittedIntactAndStoreUsable();
+}
+
+TEST_F(StoreTransactionTest, FailedBatchInsertInTheMiddleLeavesNoRowOfTheTransaction) {
+  absl::Status commit;
+  {
+    Store::Transaction txn(store_.get());
+    int64_t trial = WriteOneOfEach("a");
+    // A metrics batch whose last row names no trial: InsertMetrics' own
+    // savepoint undoes its first row, and the transaction fails.
+    EXPECT_EQ(store_->InsertMetrics({Metric(trial, 10), Metric(9999, 10)}).code(),
+              absl::StatusCode::kFailedPrecondition);
+    commit = txn.Commit();
+  }
+  EXPECT_EQ(commit.code(), absl::StatusCode::kFailedPrecondition) << commit;
+  EXPECT_EQ(Counts(), committed_);
+  ExpectCommittedIntactAndStoreUsable();
+}
+
+TEST_F(StoreTransactionTest, UpdateOfAMissingRowFailsTheTransaction) {
+  absl::Status commit;
+  {
+    Store::Transaction txn(store_.get());
+    WriteOneOfEach("a");
+    TrialRow missing;
+    missing.id = 9999;
+    EXPECT_EQ(store_->UpdateTrial(missing).code(), absl::StatusCode::kNotFound);
+    commit = txn.Commit();
+  }
+  EXPECT_EQ(commit.code(), absl::StatusCode::kNotFound) << commit;
+  EXPECT_EQ(Counts(), committed_);
+}
+
+TEST_F(StoreTransactionTest, FailedReadDoesNotFailTheTransaction) {
+  {
+    Store::Transaction txn(store_.get());
+    WriteOneOfEach("a");
+    EXPECT_EQ(store_->GetExperiment(9999).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(store_->GetCheckpoint("missing").status().code(), absl::StatusCode::kNotFound);
+    ASSERT_TRUE(txn.Commit().ok());
+  }
+  RowCounts expected = committed_;
+  expected.experiments += 1;
+  expected.trials += 1;
+  expected.metrics += 2;
+  expected.checkpoints += 1;
+  expected.task_logs += 1;
+  expected.kv += 1;
+  EXPECT_EQ(Counts(), expected);
+}
+
+TEST_F(StoreTransactionTest, DestroyedWithoutCommitLeavesNothing) {
+  {
+    Store::Transaction txn(store_.get());
+    WriteOneOfEach("a");
+    WriteOneOfEach("b");
+    // Every write succeeded, but Commit() is never called.
+  }
+  EXPECT_EQ(Counts(), committed_);
+  EXPECT_EQ(store_->GetCheckpoint("ck-a").status().code(), absl::StatusCode::kNotFound);
+  // The connection is not left inside the transaction: a later write is
+  // visible to another connection at once, and a later transaction commits.
+  ExpectCommittedIntactAndStoreUsable();
+  {
+    Store::Transaction txn(store_.get());
+    ASSERT_TRUE(store_->PutValue("later", "1").ok());
+    ASSERT_TRUE(txn.Commit().ok());
+  }
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'later'"), 1);
+}
+
+TEST_F(StoreTransactionTest, EarlyReturnWithoutCommitLeavesNothing) {
+  // The pattern the destructor exists for: a caller that returns an error
+  // between writes.
+  auto write_two_users = [&]() -> absl::Status {
+    Store::Transaction txn(store_.get());
+    UserRow u;
+    u.username = "first";
+    absl::Status st = store_->InsertUser(u).status();
+    if (!st.ok()) return st;
+    return absl::InvalidArgumentError("the caller gives up");
+  };
+  EXPECT_EQ(write_two_users().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->GetUserByName("first").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM users"), 0);
+}
+
+TEST_F(StoreTransactionTest, UncommittedNestedTransactionRollsBackTheOutermost) {
+  absl::Status commit;
+  {
+    Store::Transaction outer(store_.get());
+    WriteOneOfEach("outer");
+    {
+      Store::Transaction inner(store_.get());
+      WriteOneOfEach("inner");
+      // Ends without Commit(), although every write succeeded.
+    }
+    // The outermost has failed: further writes are refused...
+    EXPECT_EQ(store_->PutValue("after-inner", "v").code(), absl::StatusCode::kAborted);
+    // ...and its Commit() rolls everything back.
+    commit = outer.Commit();
+  }
+  EXPECT_EQ(commit.code(), absl::StatusCode::kAborted) << commit;
+  EXPECT_NE(commit.message().find("nested"), std::string::npos) << commit;
+  EXPECT_EQ(Counts(), committed_);
+  ExpectCommittedIntactAndStoreUsable();
+}
+
+TEST_F(StoreTransactionTest, NestedCommitReportsTheFailureAndStoresNothing) {
+  absl::Status inner_commit;
+  {
+    Store::Transaction outer(store_.get());
+    WriteOneOfEach("outer");
+    {
+      Store::Transaction inner(store_.get());
+      EXPECT_EQ(store_->InsertCheckpoint(Checkpoint("ck-committed", trial_, exp_)).code(),
+                absl::StatusCode::kAlreadyExists);
+      inner_commit = inner.Commit();
+    }
+    EXPECT_EQ(inner_commit.code(), absl::StatusCode::kAlreadyExists) << inner_commit;
+    EXPECT_EQ(outer.Commit().code(), absl::StatusCode::kAlreadyExists);
+  }
+  EXPECT_EQ(Counts(), committed_);
+  // A committed nested transaction inside an outermost one that is not
+  // committed stores nothing either.
+  {
+    Store::Transaction outer(store_.get());
+    {
+      Store::Transaction inner(store_.get());
+      WriteOneOfEach("inner");
+      ASSERT_TRUE(inner.Commit().ok());
+    }
+  }
+  EXPECT_EQ(Counts(), committed_);
+  ExpectCommittedIntactAndStoreUsable();
 }
 
 TEST_F(StoreTest, AllocationsUpsertListDelete) {

@@ -61,54 +61,56 @@ TrialRow ReadTrial(sqlite3_stmt* s) {
 // ---- Trials ----
 
 absl::StatusOr<int64_t> Store::InsertTrial(const TrialRow& row) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertTrial));
-  Binder b(st.get());
-  b.Int(row.experiment_id)
-      .Int(row.request_id)
-      .Text(row.state)
-      .Text(row.hparams_json)
-      .Int(row.seed)
-      .Int(row.restarts)
-      .Int(row.run_id)
-      .Int(row.total_batches)
-      .Text(row.latest_checkpoint_uuid)
-      .OptDouble(row.best_validation)
-      .OptDouble(row.latest_validation)
-      .Text(row.sequencer_state_json)
-      .Int(row.created_ms)
-      .Int(row.ended_ms);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind trial");
-  int rc = sqlite3_step(st.get());
-  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot insert trial: experiment ", row.experiment_id, " not found"));
-  }
-  if (rc != SQLITE_DONE) return Error(rc, "insert trial");
-  return sqlite3_last_insert_rowid(db_);
+  return Write([&]() -> absl::StatusOr<int64_t> {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertTrial));
+    Binder b(st.get());
+    b.Int(row.experiment_id)
+        .Int(row.request_id)
+        .Text(row.state)
+        .Text(row.hparams_json)
+        .Int(row.seed)
+        .Int(row.restarts)
+        .Int(row.run_id)
+        .Int(row.total_batches)
+        .Text(row.latest_checkpoint_uuid)
+        .OptDouble(row.best_validation)
+        .OptDouble(row.latest_validation)
+        .Text(row.sequencer_state_json)
+        .Int(row.created_ms)
+        .Int(row.ended_ms);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind trial");
+    int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot insert trial: experiment ", row.experiment_id, " not found"));
+    }
+    if (rc != SQLITE_DONE) return Error(rc, "insert trial");
+    return sqlite3_last_insert_rowid(db_);
+  });
 }
 
 absl::Status Store::UpdateTrial(const TrialRow& row) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateTrial));
-  Binder b(st.get());
-  b.Text(row.state)
-      .Text(row.hparams_json)
-      .Int(row.seed)
-      .Int(row.restarts)
-      .Int(row.run_id)
-      .Int(row.total_batches)
-      .Text(row.latest_checkpoint_uuid)
-      .OptDouble(row.best_validation)
-      .OptDouble(row.latest_validation)
-      .Text(row.sequencer_state_json)
-      .Int(row.ended_ms)
-      .Int(row.id);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind trial");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update trial ", row.id));
-  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("trial ", row.id, " not found"));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateTrial));
+    Binder b(st.get());
+    b.Text(row.state)
+        .Text(row.hparams_json)
+        .Int(row.seed)
+        .Int(row.restarts)
+        .Int(row.run_id)
+        .Int(row.total_batches)
+        .Text(row.latest_checkpoint_uuid)
+        .OptDouble(row.best_validation)
+        .OptDouble(row.latest_validation)
+        .Text(row.sequencer_state_json)
+        .Int(row.ended_ms)
+        .Int(row.id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind trial");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update trial ", row.id));
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("trial ", row.id, " not found"));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<TrialRow> Store::GetTrial(int64_t id) {

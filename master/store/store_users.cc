@@ -53,40 +53,42 @@ UserRow ReadUser(sqlite3_stmt* s) {
 // ---- Users and tokens ----
 
 absl::StatusOr<int64_t> Store::InsertUser(const UserRow& row) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertUser));
-  Binder b(st.get());
-  b.Text(row.username)
-      .Text(row.display_name)
-      .Text(row.password_hash)
-      .Int(row.admin ? 1 : 0)
-      .Int(row.active ? 1 : 0)
-      .Int(row.created_ms)
-      .Int(row.modified_ms);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user");
-  int rc = sqlite3_step(st.get());
-  if (rc == SQLITE_CONSTRAINT_UNIQUE) {
-    return absl::AlreadyExistsError(absl::StrCat("user '", row.username, "' already exists"));
-  }
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert user ", row.username));
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+  return Write([&]() -> absl::StatusOr<int64_t> {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertUser));
+    Binder b(st.get());
+    b.Text(row.username)
+        .Text(row.display_name)
+        .Text(row.password_hash)
+        .Int(row.admin ? 1 : 0)
+        .Int(row.active ? 1 : 0)
+        .Int(row.created_ms)
+        .Int(row.modified_ms);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user");
+    int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_CONSTRAINT_UNIQUE) {
+      return absl::AlreadyExistsError(absl::StrCat("user '", row.username, "' already exists"));
+    }
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert user ", row.username));
+    return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+  });
 }
 
 absl::Status Store::UpdateUser(const UserRow& row) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateUser));
-  Binder b(st.get());
-  b.Text(row.display_name)
-      .Text(row.password_hash)
-      .Int(row.admin ? 1 : 0)
-      .Int(row.active ? 1 : 0)
-      .Int(row.modified_ms)
-      .Int(row.id);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update user ", row.id));
-  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("user ", row.id, " not found"));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateUser));
+    Binder b(st.get());
+    b.Text(row.display_name)
+        .Text(row.password_hash)
+        .Int(row.admin ? 1 : 0)
+        .Int(row.active ? 1 : 0)
+        .Int(row.modified_ms)
+        .Int(row.id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update user ", row.id));
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("user ", row.id, " not found"));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<UserRow> Store::GetUser(int64_t id) {
@@ -124,18 +126,19 @@ absl::StatusOr<std::vector<UserRow>> Store::ListUsers() {
 }
 
 absl::Status Store::InsertUserToken(const UserTokenRow& row) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertUserToken));
-  Binder b(st.get());
-  b.Text(row.token_hash).Int(row.user_id).Int(row.created_ms).Int(row.expires_ms);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user token");
-  int rc = sqlite3_step(st.get());
-  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot store token: user ", row.user_id, " not found"));
-  }
-  if (rc == SQLITE_CONSTRAINT_PRIMARYKEY) return absl::AlreadyExistsError("token already exists");
-  if (rc != SQLITE_DONE) return Error(rc, "insert user token");
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertUserToken));
+    Binder b(st.get());
+    b.Text(row.token_hash).Int(row.user_id).Int(row.created_ms).Int(row.expires_ms);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user token");
+    int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot store token: user ", row.user_id, " not found"));
+    }
+    if (rc == SQLITE_CONSTRAINT_PRIMARYKEY) return absl::AlreadyExistsError("token already exists");
+    if (rc != SQLITE_DONE) return Error(rc, "insert user token");
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<UserTokenRow> Store::GetUserToken(const std::string& token_hash) {
@@ -156,36 +159,39 @@ absl::StatusOr<UserTokenRow> Store::GetUserToken(const std::string& token_hash) 
 }
 
 absl::Status Store::DeleteUserToken(const std::string& token_hash) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteUserToken));
-  Binder b(st.get());
-  b.Text(token_hash);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind token hash");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, "delete user token");
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteUserToken));
+    Binder b(st.get());
+    b.Text(token_hash);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind token hash");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, "delete user token");
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Store::DeleteUserTokens(int64_t user_id, const std::string& except_token_hash) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteUserTokens));
-  Binder b(st.get());
-  b.Int(user_id).Text(except_token_hash);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user id");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("delete tokens of user ", user_id));
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteUserTokens));
+    Binder b(st.get());
+    b.Int(user_id).Text(except_token_hash);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind user id");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("delete tokens of user ", user_id));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Store::DeleteExpiredUserTokens(int64_t now_ms) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteExpiredUserTokens));
-  Binder b(st.get());
-  b.Int(now_ms);
-  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind time");
-  int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, "delete expired user tokens");
-  return absl::OkStatus();
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteExpiredUserTokens));
+    Binder b(st.get());
+    b.Int(now_ms);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind time");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, "delete expired user tokens");
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace master
