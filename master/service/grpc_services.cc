@@ -8,8 +8,8 @@
 #include <grpcpp/alarm.h>
 
 #include "absl/strings/str_cat.h"
-#include "master/service/preview_search.h"
 #include "master/service/request_auth.h"
+#include "master/service/trial_log_cursor.h"
 
 namespace det::master {
 namespace {
@@ -23,10 +23,6 @@ std::string Metadata(const grpc::ServerContextBase* ctx, const std::string& key)
 std::string AllocationToken(const grpc::ServerContextBase* ctx) { return Metadata(ctx, kAllocationTokenKey); }
 
 std::string BearerToken(const grpc::ServerContextBase* ctx) { return UserToken(Metadata(ctx, kAuthorizationKey), ""); }
-
-absl::StatusOr<apiv1::User> AuthenticateCall(AuthCore& auth, const grpc::ServerContextBase* ctx) {
-  return AuthenticateUser(auth, Metadata(ctx, kAuthorizationKey), Metadata(ctx, "cookie"));
-}
 
 template <typename T, typename Resp>
 grpc::Status Reply(absl::StatusOr<T> result, Resp* out) {
@@ -60,11 +56,11 @@ std::chrono::milliseconds UntilDeadline(const grpc::CallbackServerContext* ctx) 
 class TrialLogsReactor final : public grpc::ServerWriteReactor<apiv1::TrialLogsResponse> {
  public:
   TrialLogsReactor(MasterCore* core, grpc::CallbackServerContext* ctx, const apiv1::TrialLogsRequest& req)
-      : core_(core), ctx_(ctx), req_(req), after_(req.after_id()), skip_(req.offset()) {
+      : ctx_(ctx), cursor_(core, req) {
     Next();
   }
   void OnWriteDone(bool ok) override {
-    if (!ok) return End(grpc::Status::OK);  // the client went away
+    if (!ok) return Finish(grpc::Status::OK);  // the client went away
     Next();
   }
   void OnCancel() override {
@@ -81,64 +77,25 @@ class TrialLogsReactor final : public grpc::ServerWriteReactor<apiv1::TrialLogsR
 
  private:
   // Sends the next batch, or waits, or finishes. Only one of these is ever
-  // pending, so no lock is needed.
+  // pending, so no lock is needed around the cursor.
   void Next() {
-    while (true) {
-      if (ctx_->IsCancelled()) return End(grpc::Status::CANCELLED);
-      // Read "ended" before the logs so the last lines are never missed.
-      auto ended = core_->TrialEnded(req_.trial_id());
-      if (!ended.ok()) return End(ToGrpc(ended.status()));
-      auto logs = core_->GetTrialLogs(req_.trial_id(), after_, kBatch);
-      if (!logs.ok()) return End(ToGrpc(logs.status()));
-      batch_.Clear();
-      bool limit_reached = false;
-      for (auto& log : *logs) {
-        after_ = log.id();
-        if (skip_ > 0) {
-          --skip_;
-          continue;
-        }
-        if (req_.limit() > 0 && sent_ >= req_.limit()) {
-          limit_reached = true;
-          break;
-        }
-        *batch_.add_logs() = std::move(log);
-        ++sent_;
-      }
-      if (batch_.logs_size() > 0) {
-        // After this write, a reached limit ends the stream.
-        if (limit_reached) {
-          StartWriteAndFinish(&batch_, grpc::WriteOptions(), grpc::Status::OK);
-          return;
-        }
-        StartWrite(&batch_);
-        return;
-      }
-      if (limit_reached) return End(grpc::Status::OK);
-      if (static_cast<int64_t>(logs->size()) == kBatch) continue;
-      if (!req_.follow() || *ended) return End(grpc::Status::OK);
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        if (!cancelled_) {
-          alarm_.Set(std::chrono::system_clock::now() + std::chrono::milliseconds(200), [this](bool) { Next(); });
-          alarm_used_ = true;
-          return;
-        }
-      }
-      // Cancelled before the alarm could be armed (OnCancel had nothing to
-      // cancel).
-      return End(grpc::Status::CANCELLED);
+    if (ctx_->IsCancelled()) return Finish(grpc::Status::CANCELLED);
+    auto step = cursor_.Next();
+    if (!step.ok()) return Finish(ToGrpc(step.status()));
+    if (step->batch.logs_size() > 0) {
+      batch_ = std::move(step->batch);
+      if (step->done) return StartWriteAndFinish(&batch_, grpc::WriteOptions(), grpc::Status::OK);
+      return StartWrite(&batch_);
     }
+    if (step->done) return Finish(grpc::Status::OK);
+    std::lock_guard<std::mutex> l(mu_);
+    if (cancelled_) return Finish(grpc::Status::CANCELLED);  // before the alarm could be armed
+    alarm_.Set(std::chrono::system_clock::now() + std::chrono::milliseconds(200), [this](bool) { Next(); });
+    alarm_used_ = true;
   }
-  void End(grpc::Status status) { Finish(std::move(status)); }
 
-  static constexpr int64_t kBatch = 1000;
-  MasterCore* const core_;
   grpc::CallbackServerContext* const ctx_;
-  const apiv1::TrialLogsRequest req_;
-  int64_t after_;
-  int64_t skip_;
-  int64_t sent_ = 0;
+  TrialLogCursor cursor_;
   apiv1::TrialLogsResponse batch_;
   grpc::Alarm alarm_;
   std::mutex mu_;
@@ -155,237 +112,95 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 // ---- det.api.v1.Determined
 
-template <typename Body>
-grpc::ServerUnaryReactor* ApiService::Authed(grpc::CallbackServerContext* ctx, Body&& body) {
+absl::StatusOr<ApiCaller> ApiService::Caller(const grpc::CallbackServerContext* ctx, const char* method) const {
+  return handlers_.Authenticate(method, Metadata(ctx, kAuthorizationKey), Metadata(ctx, "cookie"));
+}
+
+grpc::ServerUnaryReactor* ApiService::Unary(grpc::CallbackServerContext* ctx, const char* method,
+                                            const google::protobuf::Message& request,
+                                            google::protobuf::Message* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  auto user = AuthenticateCall(*auth_, ctx);
-  reactor->Finish(user.ok() ? body(*user) : ToGrpc(user.status()));
+  auto caller = Caller(ctx, method);
+  reactor->Finish(ToGrpc(caller.ok() ? handlers_.CallUnary(method, *caller, request, response) : caller.status()));
   return reactor;
 }
 
-#define DET_API_UNIMPLEMENTED(M)                                                                          \
-  grpc::ServerUnaryReactor* ApiService::M(grpc::CallbackServerContext* ctx, const apiv1::M##Request*,    \
-                                          apiv1::M##Response*) {                                        \
-    return Authed(ctx, [](const apiv1::User&) { return Unimplemented(#M); });                          \
+#define DET_API_UNARY(M)                                                                                     \
+  grpc::ServerUnaryReactor* ApiService::M(grpc::CallbackServerContext* ctx, const apiv1::M##Request* req,  \
+                                          apiv1::M##Response* resp) {                                      \
+    return Unary(ctx, #M, *req, resp);                                                                      \
   }
 
-DET_API_UNIMPLEMENTED(ArchiveExperiment)
-DET_API_UNIMPLEMENTED(UnarchiveExperiment)
-DET_API_UNIMPLEMENTED(DeleteExperiment)
-DET_API_UNIMPLEMENTED(GetExperimentValidationHistory)
-DET_API_UNIMPLEMENTED(PauseTrial)
-DET_API_UNIMPLEMENTED(ActivateTrial)
-DET_API_UNIMPLEMENTED(DeleteCheckpoints)
-DET_API_UNIMPLEMENTED(GetAgent)
-DET_API_UNIMPLEMENTED(EnableAgent)
-DET_API_UNIMPLEMENTED(DisableAgent)
-DET_API_UNIMPLEMENTED(EnableSlot)
-DET_API_UNIMPLEMENTED(DisableSlot)
-DET_API_UNIMPLEMENTED(GetResourcePools)
-DET_API_UNIMPLEMENTED(GetJobQueue)
-DET_API_UNIMPLEMENTED(UpdateJob)
-#undef DET_API_UNIMPLEMENTED
-
-grpc::ServerUnaryReactor* ApiService::GetMaster(grpc::CallbackServerContext* ctx, const apiv1::GetMasterRequest*,
-                                                apiv1::GetMasterResponse* resp) {
-  // Needs no token (kUnauthenticatedMethods).
-  *resp = core_->GetMaster();
-  resp->set_auth_required(true);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* ApiService::Login(grpc::CallbackServerContext* ctx, const apiv1::LoginRequest* req,
-                                            apiv1::LoginResponse* resp) {
-  // Needs no token (kUnauthenticatedMethods).
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(Reply(auth_->Login(req->username(), req->password()), resp));
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* ApiService::Logout(grpc::CallbackServerContext* ctx, const apiv1::LogoutRequest*,
-                                             apiv1::LogoutResponse*) {
-  return Authed(ctx, [&](const apiv1::User&) { return ToGrpc(auth_->Logout(BearerToken(ctx))); });
-}
-
-grpc::ServerUnaryReactor* ApiService::GetMe(grpc::CallbackServerContext* ctx, const apiv1::GetMeRequest*,
-                                            apiv1::GetMeResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User& user) {
-    *resp->mutable_user() = user;
-    return grpc::Status::OK;
-  });
-}
-
-grpc::ServerUnaryReactor* ApiService::GetUsers(grpc::CallbackServerContext* ctx, const apiv1::GetUsersRequest* req,
-                                               apiv1::GetUsersResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) { return Reply(auth_->GetUsers(*req), resp); });
-}
-
-grpc::ServerUnaryReactor* ApiService::PostUser(grpc::CallbackServerContext* ctx, const apiv1::PostUserRequest* req,
-                                               apiv1::PostUserResponse* resp) {
-  return Authed(ctx,
-                [&](const apiv1::User& user) { return Reply(auth_->PostUser(user, *req), resp->mutable_user()); });
-}
-
-grpc::ServerUnaryReactor* ApiService::PatchUser(grpc::CallbackServerContext* ctx, const apiv1::PatchUserRequest* req,
-                                                apiv1::PatchUserResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User& user) {
-    return Reply(auth_->PatchUser(user, BearerToken(ctx), *req), resp->mutable_user());
-  });
-}
+DET_API_UNARY(GetMaster)
+DET_API_UNARY(Login)
+DET_API_UNARY(Logout)
+DET_API_UNARY(GetMe)
+DET_API_UNARY(GetUsers)
+DET_API_UNARY(PostUser)
+DET_API_UNARY(PatchUser)
+DET_API_UNARY(CreateExperiment)
+DET_API_UNARY(GetExperiments)
+DET_API_UNARY(GetExperiment)
+DET_API_UNARY(PreviewSearch)
+DET_API_UNARY(ActivateExperiment)
+DET_API_UNARY(PauseExperiment)
+DET_API_UNARY(CancelExperiment)
+DET_API_UNARY(KillExperiment)
+DET_API_UNARY(ArchiveExperiment)
+DET_API_UNARY(UnarchiveExperiment)
+DET_API_UNARY(DeleteExperiment)
+DET_API_UNARY(PatchExperiment)
+DET_API_UNARY(GetExperimentTrials)
+DET_API_UNARY(GetExperimentCheckpoints)
+DET_API_UNARY(GetExperimentValidationHistory)
+DET_API_UNARY(GetTrial)
+DET_API_UNARY(KillTrial)
+DET_API_UNARY(PauseTrial)
+DET_API_UNARY(ActivateTrial)
+DET_API_UNARY(GetTrialMetrics)
+DET_API_UNARY(GetTrialCheckpoints)
+DET_API_UNARY(GetCheckpoint)
+DET_API_UNARY(DeleteCheckpoints)
+DET_API_UNARY(GetAgents)
+DET_API_UNARY(GetAgent)
+DET_API_UNARY(EnableAgent)
+DET_API_UNARY(DisableAgent)
+DET_API_UNARY(GetSlots)
+DET_API_UNARY(EnableSlot)
+DET_API_UNARY(DisableSlot)
+DET_API_UNARY(GetResourcePools)
+DET_API_UNARY(GetJobQueue)
+DET_API_UNARY(UpdateJob)
+#undef DET_API_UNARY
 
 grpc::ServerReadReactor<apiv1::UploadArtifactRequest>* ApiService::UploadArtifact(grpc::CallbackServerContext* ctx,
                                                                                   apiv1::UploadArtifactResponse*) {
-  auto user = AuthenticateCall(*auth_, ctx);
+  auto caller = Caller(ctx, "UploadArtifact");
   return new FinishedReactor<grpc::ServerReadReactor<apiv1::UploadArtifactRequest>>(
-      user.ok() ? Unimplemented("UploadArtifact") : ToGrpc(user.status()));
-}
-
-grpc::ServerUnaryReactor* ApiService::PreviewSearch(grpc::CallbackServerContext* ctx,
-                                                    const apiv1::PreviewSearchRequest* req,
-                                                    apiv1::PreviewSearchResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) { return Reply(PreviewSearchFor(*req), resp); });
-}
-
-grpc::ServerUnaryReactor* ApiService::CreateExperiment(grpc::CallbackServerContext* ctx,
-                                                       const apiv1::CreateExperimentRequest* req,
-                                                       apiv1::CreateExperimentResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) { return Reply(core_->CreateExperiment(*req), resp); });
-}
-
-grpc::ServerUnaryReactor* ApiService::GetExperiments(grpc::CallbackServerContext* ctx,
-                                                     const apiv1::GetExperimentsRequest* req,
-                                                     apiv1::GetExperimentsResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) { return Reply(core_->GetExperiments(*req), resp); });
-}
-
-grpc::ServerUnaryReactor* ApiService::GetExperiment(grpc::CallbackServerContext* ctx,
-                                                    const apiv1::GetExperimentRequest* req,
-                                                    apiv1::GetExperimentResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) {
-    return Reply(core_->GetExperiment(req->experiment_id()), resp->mutable_experiment());
-  });
-}
-
-grpc::ServerUnaryReactor* ApiService::ActivateExperiment(grpc::CallbackServerContext* ctx,
-                                                         const apiv1::ActivateExperimentRequest* req,
-                                                         apiv1::ActivateExperimentResponse*) {
-  return Authed(ctx, [&](const apiv1::User&) { return ToGrpc(core_->ActivateExperiment(req->experiment_id())); });
-}
-
-grpc::ServerUnaryReactor* ApiService::PauseExperiment(grpc::CallbackServerContext* ctx,
-                                                      const apiv1::PauseExperimentRequest* req,
-                                                      apiv1::PauseExperimentResponse*) {
-  return Authed(ctx, [&](const apiv1::User&) { return ToGrpc(core_->PauseExperiment(req->experiment_id())); });
-}
-
-grpc::ServerUnaryReactor* ApiService::CancelExperiment(grpc::CallbackServerContext* ctx,
-                                                       const apiv1::CancelExperimentRequest* req,
-                                                       apiv1::CancelExperimentResponse*) {
-  return Authed(ctx, [&](const apiv1::User&) { return ToGrpc(core_->CancelExperiment(req->experiment_id())); });
-}
-
-grpc::ServerUnaryReactor* ApiService::KillExperiment(grpc::CallbackServerContext* ctx,
-                                                     const apiv1::KillExperimentRequest* req,
-                                                     apiv1::KillExperimentResponse*) {
-  return Authed(ctx, [&](const apiv1::User&) { return ToGrpc(core_->KillExperiment(req->experiment_id())); });
-}
-
-grpc::ServerUnaryReactor* ApiService::PatchExperiment(grpc::CallbackServerContext* ctx,
-                                                      const apiv1::PatchExperimentRequest* req,
-                                                      apiv1::PatchExperimentResponse* resp) {
-  return Authed(ctx,
-                [&](const apiv1::User&) { return Reply(core_->PatchExperiment(*req), resp->mutable_experiment()); });
-}
-
-grpc::ServerUnaryReactor* ApiService::GetExperimentTrials(grpc::CallbackServerContext* ctx,
-                                                          const apiv1::GetExperimentTrialsRequest* req,
-                                                          apiv1::GetExperimentTrialsResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) { return Reply(core_->GetExperimentTrials(*req), resp); });
-}
-
-grpc::ServerUnaryReactor* ApiService::GetExperimentCheckpoints(grpc::CallbackServerContext* ctx,
-                                                               const apiv1::GetExperimentCheckpointsRequest* req,
-                                                               apiv1::GetExperimentCheckpointsResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) {
-    auto result = core_->GetCheckpoints(req->experiment_id(), std::nullopt);
-    if (!result.ok()) return ToGrpc(result.status());
-    for (auto& c : *result) *resp->add_checkpoints() = std::move(c);
-    return grpc::Status::OK;
-  });
-}
-
-grpc::ServerUnaryReactor* ApiService::GetTrial(grpc::CallbackServerContext* ctx, const apiv1::GetTrialRequest* req,
-                                               apiv1::GetTrialResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) { return Reply(core_->GetTrial(req->trial_id()), resp->mutable_trial()); });
-}
-
-grpc::ServerUnaryReactor* ApiService::KillTrial(grpc::CallbackServerContext* ctx, const apiv1::KillTrialRequest* req,
-                                                apiv1::KillTrialResponse*) {
-  return Authed(ctx, [&](const apiv1::User&) { return ToGrpc(core_->KillTrial(req->trial_id())); });
-}
-
-grpc::ServerUnaryReactor* ApiService::GetTrialMetrics(grpc::CallbackServerContext* ctx,
-                                                      const apiv1::GetTrialMetricsRequest* req,
-                                                      apiv1::GetTrialMetricsResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) { return Reply(core_->GetTrialMetrics(*req), resp); });
+      caller.ok() ? Unimplemented("UploadArtifact") : ToGrpc(caller.status()));
 }
 
 grpc::ServerWriteReactor<apiv1::StreamTrialMetricsResponse>* ApiService::StreamTrialMetrics(
     grpc::CallbackServerContext* ctx, const apiv1::StreamTrialMetricsRequest*) {
-  auto user = AuthenticateCall(*auth_, ctx);
+  auto caller = Caller(ctx, "StreamTrialMetrics");
   return new FinishedReactor<grpc::ServerWriteReactor<apiv1::StreamTrialMetricsResponse>>(
-      user.ok() ? Unimplemented("StreamTrialMetrics") : ToGrpc(user.status()));
+      caller.ok() ? Unimplemented("StreamTrialMetrics") : ToGrpc(caller.status()));
 }
 
 grpc::ServerWriteReactor<apiv1::TrialLogsResponse>* ApiService::TrialLogs(grpc::CallbackServerContext* ctx,
                                                                           const apiv1::TrialLogsRequest* req) {
-  auto user = AuthenticateCall(*auth_, ctx);
-  if (!user.ok()) return new FinishedReactor<grpc::ServerWriteReactor<apiv1::TrialLogsResponse>>(ToGrpc(user.status()));
+  auto caller = Caller(ctx, "TrialLogs");
+  if (!caller.ok()) {
+    return new FinishedReactor<grpc::ServerWriteReactor<apiv1::TrialLogsResponse>>(ToGrpc(caller.status()));
+  }
   return new TrialLogsReactor(core_, ctx, *req);
-}
-
-grpc::ServerUnaryReactor* ApiService::GetTrialCheckpoints(grpc::CallbackServerContext* ctx,
-                                                          const apiv1::GetTrialCheckpointsRequest* req,
-                                                          apiv1::GetTrialCheckpointsResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) {
-    auto result = core_->GetCheckpoints(std::nullopt, req->trial_id());
-    if (!result.ok()) return ToGrpc(result.status());
-    for (auto& c : *result) *resp->add_checkpoints() = std::move(c);
-    return grpc::Status::OK;
-  });
-}
-
-grpc::ServerUnaryReactor* ApiService::GetCheckpoint(grpc::CallbackServerContext* ctx,
-                                                    const apiv1::GetCheckpointRequest* req,
-                                                    apiv1::GetCheckpointResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) {
-    return Reply(core_->GetCheckpoint(req->checkpoint_uuid()), resp->mutable_checkpoint());
-  });
 }
 
 grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>* ApiService::DownloadCheckpoint(
     grpc::CallbackServerContext* ctx, const apiv1::DownloadCheckpointRequest*) {
-  auto user = AuthenticateCall(*auth_, ctx);
+  auto caller = Caller(ctx, "DownloadCheckpoint");
   return new FinishedReactor<grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>>(
-      user.ok() ? Unimplemented("DownloadCheckpoint") : ToGrpc(user.status()));
-}
-
-grpc::ServerUnaryReactor* ApiService::GetAgents(grpc::CallbackServerContext* ctx, const apiv1::GetAgentsRequest*,
-                                                apiv1::GetAgentsResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) {
-    *resp = core_->GetAgents();
-    return grpc::Status::OK;
-  });
-}
-
-grpc::ServerUnaryReactor* ApiService::GetSlots(grpc::CallbackServerContext* ctx, const apiv1::GetSlotsRequest*,
-                                               apiv1::GetSlotsResponse* resp) {
-  return Authed(ctx, [&](const apiv1::User&) {
-    *resp = core_->GetSlots();
-    return grpc::Status::OK;
-  });
+      caller.ok() ? Unimplemented("DownloadCheckpoint") : ToGrpc(caller.status()));
 }
 
 // ---- det.agent.v1.AgentService
@@ -504,20 +319,35 @@ bool LongPollPool::stopping() const {
 
 // ---- det.trial.v1.TrialService
 
-template <typename Body>
-grpc::ServerUnaryReactor* TrialServiceImpl::Authed(grpc::CallbackServerContext* ctx, Body&& body) {
+template <typename Req, typename Resp>
+grpc::ServerUnaryReactor* TrialServiceImpl::Unary(grpc::CallbackServerContext* ctx, const Req& request,
+                                                  Resp* response,
+                                                  absl::StatusOr<Resp> (MasterCore::*fn)(const Req&,
+                                                                                         const std::string&)) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::string token = AllocationToken(ctx);
   absl::Status present = RequireAllocationToken(token);
-  reactor->Finish(present.ok() ? body(token) : ToGrpc(present));
+  reactor->Finish(present.ok() ? Reply((core_->*fn)(request, token), response) : ToGrpc(present));
   return reactor;
 }
 
-grpc::ServerUnaryReactor* TrialServiceImpl::GetTrialContext(grpc::CallbackServerContext* ctx,
-                                                            const trialv1::GetTrialContextRequest* req,
-                                                            trialv1::GetTrialContextResponse* resp) {
-  return Authed(ctx, [&](const std::string& token) { return Reply(core_->GetTrialContext(*req, token), resp); });
-}
+#define DET_TRIAL_UNARY(M)                                                                                    \
+  grpc::ServerUnaryReactor* TrialServiceImpl::M(grpc::CallbackServerContext* ctx, const trialv1::M##Request* req, \
+                                                trialv1::M##Response* resp) {                                 \
+    return Unary(ctx, *req, resp, &MasterCore::M);                                                           \
+  }
+
+DET_TRIAL_UNARY(GetTrialContext)
+DET_TRIAL_UNARY(GetNextOperation)
+DET_TRIAL_UNARY(ReportTrainingMetrics)
+DET_TRIAL_UNARY(ReportValidationMetrics)
+DET_TRIAL_UNARY(ReportCheckpoint)
+DET_TRIAL_UNARY(CompleteSearcherOperation)
+DET_TRIAL_UNARY(ReportProgress)
+DET_TRIAL_UNARY(AckPreemption)
+DET_TRIAL_UNARY(ReportEarlyExit)
+DET_TRIAL_UNARY(ReportTrialLogs)
+#undef DET_TRIAL_UNARY
 
 grpc::ServerUnaryReactor* TrialServiceImpl::LongPoll(
     grpc::CallbackServerContext* ctx, std::chrono::milliseconds max_wait,
@@ -556,45 +386,6 @@ grpc::ServerUnaryReactor* TrialServiceImpl::AllocationRendezvous(grpc::CallbackS
   });
 }
 
-grpc::ServerUnaryReactor* TrialServiceImpl::GetNextOperation(grpc::CallbackServerContext* ctx,
-                                                             const trialv1::GetNextOperationRequest* req,
-                                                             trialv1::GetNextOperationResponse* resp) {
-  return Authed(ctx, [&](const std::string& token) { return Reply(core_->GetNextOperation(*req, token), resp); });
-}
-
-grpc::ServerUnaryReactor* TrialServiceImpl::ReportTrainingMetrics(grpc::CallbackServerContext* ctx,
-                                                                  const trialv1::ReportTrainingMetricsRequest* req,
-                                                                  trialv1::ReportTrainingMetricsResponse*) {
-  return Authed(ctx, [&](const std::string& token) { return ToGrpc(core_->ReportTrainingMetrics(*req, token)); });
-}
-
-grpc::ServerUnaryReactor* TrialServiceImpl::ReportValidationMetrics(
-    grpc::CallbackServerContext* ctx, const trialv1::ReportValidationMetricsRequest* req,
-    trialv1::ReportValidationMetricsResponse*) {
-  return Authed(ctx, [&](const std::string& token) { return ToGrpc(core_->ReportValidationMetrics(*req, token)); });
-}
-
-grpc::ServerUnaryReactor* TrialServiceImpl::ReportCheckpoint(grpc::CallbackServerContext* ctx,
-                                                             const trialv1::ReportCheckpointRequest* req,
-                                                             trialv1::ReportCheckpointResponse*) {
-  return Authed(ctx, [&](const std::string& token) { return ToGrpc(core_->ReportCheckpoint(*req, token)); });
-}
-
-grpc::ServerUnaryReactor* TrialServiceImpl::CompleteSearcherOperation(
-    grpc::CallbackServerContext* ctx, const trialv1::CompleteSearcherOperationRequest* req,
-    trialv1::CompleteSearcherOperationResponse*) {
-  return Authed(ctx,
-                [&](const std::string& token) { return ToGrpc(core_->CompleteSearcherOperation(*req, token)); });
-}
-
-grpc::ServerUnaryReactor* TrialServiceImpl::ReportProgress(grpc::CallbackServerContext* ctx,
-                                                           const trialv1::ReportProgressRequest* req,
-                                                           trialv1::ReportProgressResponse*) {
-  // Progress is derived from the reported metrics; the call is only checked.
-  return Authed(ctx,
-                [&](const std::string& token) { return ToGrpc(core_->AuthorizeAllocation(req->allocation_id(), token)); });
-}
-
 grpc::ServerUnaryReactor* TrialServiceImpl::ShouldPreempt(grpc::CallbackServerContext* ctx,
                                                           const trialv1::ShouldPreemptRequest* req,
                                                           trialv1::ShouldPreemptResponse* resp) {
@@ -605,27 +396,9 @@ grpc::ServerUnaryReactor* TrialServiceImpl::ShouldPreempt(grpc::CallbackServerCo
     one.set_timeout_ms(static_cast<int32_t>(slice.count()));
     auto r = core_->ShouldPreempt(one, token);
     if (!r.ok()) return PollStep{ToGrpc(r.status()), true};
-    resp->set_preempt(*r);
-    return PollStep{grpc::Status::OK, *r};
+    *resp = *r;
+    return PollStep{grpc::Status::OK, resp->preempt()};
   });
-}
-
-grpc::ServerUnaryReactor* TrialServiceImpl::AckPreemption(grpc::CallbackServerContext* ctx,
-                                                          const trialv1::AckPreemptionRequest* req,
-                                                          trialv1::AckPreemptionResponse*) {
-  return Authed(ctx, [&](const std::string& token) { return ToGrpc(core_->AckPreemption(*req, token)); });
-}
-
-grpc::ServerUnaryReactor* TrialServiceImpl::ReportEarlyExit(grpc::CallbackServerContext* ctx,
-                                                            const trialv1::ReportEarlyExitRequest* req,
-                                                            trialv1::ReportEarlyExitResponse*) {
-  return Authed(ctx, [&](const std::string& token) { return ToGrpc(core_->ReportEarlyExit(*req, token)); });
-}
-
-grpc::ServerUnaryReactor* TrialServiceImpl::ReportTrialLogs(grpc::CallbackServerContext* ctx,
-                                                            const trialv1::ReportTrialLogsRequest* req,
-                                                            trialv1::ReportTrialLogsResponse*) {
-  return Authed(ctx, [&](const std::string& token) { return ToGrpc(core_->ReportTrialLogs(*req, token)); });
 }
 
 }  // namespace det::master

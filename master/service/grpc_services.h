@@ -1,6 +1,7 @@
-// Thin gRPC layer over MasterCore and AuthCore: each method authenticates the
-// call (master/service/request_auth.h), translates the request, calls the
-// core once and converts its absl::Status into a grpc::Status.
+// Thin gRPC layer over MasterCore and AuthCore: each method is one line that
+// authenticates the call and runs its handler (det.api.v1: ApiHandlers, the
+// same ones the REST server runs; det.trial.v1 and det.agent.v1: MasterCore),
+// converting the absl::Status once into a grpc::Status.
 //
 // Threading (gRPC callback API):
 //   * det.api.v1.Determined and det.trial.v1.TrialService are
@@ -20,9 +21,9 @@
 //     stream is bidirectional with a long-lived writer thread per agent,
 //     which is simplest with blocking Read/Write; there is one stream per
 //     agent, so the sync thread pool is not a bottleneck.
-//   Every method not implemented by the core still authenticates first and
-//   then answers UNIMPLEMENTED, so no RPC is ever reachable without
-//   credentials (tests/auth_test.cc sweeps them all).
+//   Every method without a handler still authenticates first and then
+//   answers UNIMPLEMENTED, so no RPC is ever reachable without credentials
+//   (tests/auth_test.cc sweeps them all).
 #ifndef DET_MASTER_SERVICE_GRPC_SERVICES_H_
 #define DET_MASTER_SERVICE_GRPC_SERVICES_H_
 
@@ -40,6 +41,7 @@
 #include "det/trial/v1/trial.grpc.pb.h"
 #include "master/core/auth.h"
 #include "master/core/master_core.h"
+#include "master/service/api_handlers.h"
 
 namespace det::master {
 
@@ -53,7 +55,7 @@ grpc::Status ToGrpc(const absl::Status& status);
 class ApiService final : public apiv1::Determined::CallbackService {
  public:
   // Neither pointer is owned; both must outlive the service.
-  ApiService(MasterCore* core, AuthCore* auth) : core_(core), auth_(auth) {}
+  ApiService(MasterCore* core, AuthCore* auth) : core_(core), handlers_(core, auth) {}
 
   DET_CALLBACK_UNARY(apiv1, GetMaster);
   DET_CALLBACK_UNARY(apiv1, Login);
@@ -105,12 +107,14 @@ class ApiService final : public apiv1::Determined::CallbackService {
   DET_CALLBACK_UNARY(apiv1, UpdateJob);
 
  private:
-  // Authenticates the caller, then finishes with `body(user)`.
-  template <typename Body>
-  grpc::ServerUnaryReactor* Authed(grpc::CallbackServerContext* ctx, Body&& body);
+  // Authenticates the caller of `method`, runs its handler and finishes.
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const char* method,
+                                  const google::protobuf::Message& request, google::protobuf::Message* response);
+  // The caller of `method` (ApiHandlers::Authenticate over the metadata).
+  absl::StatusOr<ApiCaller> Caller(const grpc::CallbackServerContext* ctx, const char* method) const;
 
   MasterCore* const core_;
-  AuthCore* const auth_;
+  const ApiHandlers handlers_;
 };
 
 // Synchronous (see the file comment). Every call needs the cluster secret
@@ -182,9 +186,10 @@ class TrialServiceImpl final : public trialv1::TrialService::CallbackService {
 
  private:
   // Checks that the call carries an allocation token, then finishes with
-  // `body(token)`.
-  template <typename Body>
-  grpc::ServerUnaryReactor* Authed(grpc::CallbackServerContext* ctx, Body&& body);
+  // core_->*fn(request, token).
+  template <typename Req, typename Resp>
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const Req& request, Resp* response,
+                                  absl::StatusOr<Resp> (MasterCore::*fn)(const Req&, const std::string&));
 
   // One wait of a long-poll: `status` is the answer; `done` says it is final
   // (otherwise it is the answer only if the poll's time is over).

@@ -1,0 +1,271 @@
+// MasterCore: det.agent.v1 (registration, the Connect stream, heartbeats,
+// process state, logs) and the det.api.v1 agent and slot listings.
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/proto_json.h"
+#include "common/status_macros.h"
+#include "master/core/core_state.h"
+#include "master/core/master_core.h"
+#include "master/core/proto_convert.h"
+
+namespace det::master {
+namespace {
+
+bool RunsOn(const AllocationRuntime& alloc, const std::string& agent_id) {
+  for (const auto& p : alloc.placements) {
+    if (p.agent_id == agent_id) return true;
+  }
+  return false;
+}
+
+absl::Status ValidateRegistration(const agentv1::RegisterAgentRequest& req) {
+  if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id is required");
+  if (req.devices_size() == 0) return absl::InvalidArgumentError(absl::StrCat("agent '", req.agent_id(), "' reports no slots"));
+  const auto& ports = req.rendezvous_ports();
+  if ((ports.first() != 0 || ports.last() != 0) &&
+      (ports.first() < 1 || ports.last() > 65535 || ports.first() > ports.last())) {
+    return absl::InvalidArgumentError(absl::StrCat("agent '", req.agent_id(), "': rendezvous_ports ", ports.first(),
+                                                   "..", ports.last(), " is not a port range within 1..65535"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const agentv1::RegisterAgentRequest& req) {
+  DET_RETURN_IF_ERROR(ValidateRegistration(req));
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  auto it = agents_.find(req.agent_id());
+  if (it != agents_.end() && it->second->connected) {
+    bool same_session = !req.previous_session_token().empty() &&
+                        req.previous_session_token() == it->second->session_token;
+    if (!same_session) {
+      return absl::AlreadyExistsError(absl::StrCat("agent '", req.agent_id(),
+                                                   "' is already connected; choose another --id"));
+    }
+    // The same agent whose stream broke: what it runs is reconciled below.
+    if (it->second->session) it->second->session->Close();
+    it->second->session.reset();
+    it->second->connected = false;
+  }
+  if (it == agents_.end()) it = agents_.emplace(req.agent_id(), std::make_unique<AgentRuntime>()).first;
+  AgentRuntime& agent = *it->second;
+  agent.row.id = req.agent_id();
+  agent.row.hostname = req.hostname();
+  agent.row.resource_pool = req.resource_pool().empty() ? "default" : req.resource_pool();
+  agent.row.version = req.version();
+  if (agent.row.registered_ms == 0) agent.row.registered_ms = WallMs();
+  agent.row.last_seen_ms = WallMs();
+  agent.devices.assign(req.devices().begin(), req.devices().end());
+  agent.addresses.assign(req.addresses().begin(), req.addresses().end());
+  if (req.rendezvous_ports().first() != 0 || req.rendezvous_ports().last() != 0) {
+    agent.rendezvous_first = req.rendezvous_ports().first();
+    agent.rendezvous_last = req.rendezvous_ports().last();
+  }
+  agent.session_token = RandomHex(16);
+  agent.last_heartbeat_mono_ms = MonoMs();
+  agent.last_heartbeat_ms = WallMs();
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& d : req.devices()) devices.push_back(nlohmann::json::parse(MessageToJson(d)));
+  agent.row.devices_json = devices.dump();
+  DET_RETURN_IF_ERROR(store_->UpsertAgent(agent.row));
+  agentv1::RegisterAgentResponse resp;
+  resp.set_session_token(agent.session_token);
+  resp.set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  resp.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
+  resp.set_cluster_id(cluster_id_);
+  resp.set_enabled(agent.row.enabled);
+  ReconcileAgentLocked(agent, req, &resp);
+  spdlog::info("agent {} registered: {} slot(s) in pool {}", agent.row.id, agent.devices.size(), agent.row.resource_pool);
+  return resp;
+}
+
+void MasterCore::ReconcileAgentLocked(AgentRuntime& agent, const agentv1::RegisterAgentRequest& req,
+                                      agentv1::RegisterAgentResponse* resp) {
+  // What both know is reattached and keeps its slots; what only the master
+  // knows ended unseen and resumes from its checkpoint; what only the agent
+  // runs is killed, and its slots stay taken until the agent reports it gone.
+  std::set<std::string> running(req.running_allocation_ids().begin(), req.running_allocation_ids().end());
+  std::vector<std::string> gone;
+  for (const auto& [id, alloc] : allocations_) {
+    if (!RunsOn(*alloc, agent.row.id)) continue;
+    if (running.count(id)) {
+      spdlog::info("agent {}: reattached allocation {} (trial {})", agent.row.id, id, alloc->trial_id);
+    } else {
+      gone.push_back(id);
+    }
+  }
+  for (const auto& id : gone) {
+    GiveUpAllocationLocked(id, agent.row.id, absl::StrCat("not running on agent ", agent.row.id, " when it registered"));
+  }
+  std::set<std::string> zombies;
+  for (const auto& id : running) {
+    if (allocations_.count(id)) continue;
+    resp->add_kill_allocation_ids(id);
+    zombies.insert(id);
+  }
+  agent.zombies = std::move(zombies);
+  if (!agent.zombies.empty()) {
+    spdlog::info("agent {}: killing {} allocation(s) the master does not run: {}", agent.row.id,
+                 agent.zombies.size(), absl::StrJoin(agent.zombies, ", "));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<AgentSession>> MasterCore::AttachAgent(const std::string& session_token) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  for (auto& [id, agent] : agents_) {
+    if (!session_token.empty() && agent->session_token == session_token) {
+      if (agent->session) agent->session->Close();
+      agent->session = std::make_shared<AgentSession>(id);
+      agent->connected = true;
+      agent->last_heartbeat_mono_ms = MonoMs();
+      agent->last_heartbeat_ms = WallMs();
+      ScheduleLocked();
+      return agent->session;
+    }
+  }
+  return absl::UnauthenticatedError("unknown agent session token; register first");
+}
+
+void MasterCore::DetachAgent(const std::shared_ptr<AgentSession>& session) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  auto it = agents_.find(session->agent_id());
+  if (it == agents_.end() || it->second->session != session) return;
+  // Its processes may well keep running: it has heartbeat_timeout_ms to come
+  // back (reconnect or re-register) before its trials are rescheduled.
+  spdlog::warn("agent {}: connection closed; its allocations wait {} ms for it to come back", it->first,
+               options_.heartbeat_timeout_ms);
+  it->second->connected = false;
+  it->second->session.reset();
+}
+
+void MasterCore::HandleAgentMessage(const std::string& agent_id, const agentv1::AgentMessage& message) {
+  if (message.has_logs()) {
+    std::vector<TaskLogRow> rows;
+    for (const auto& log : message.logs().logs()) {
+      TaskLogRow r;
+      r.trial_id = log.trial_id();
+      r.allocation_id = log.allocation_id();
+      r.rank = log.has_rank() ? log.rank() : 0;
+      r.time_ms = log.has_timestamp() ? TimeMs(log.timestamp()) : WallMs();
+      r.level = apiv1::LogLevel_Name(log.level());
+      r.stream = log.stdtype() == apiv1::STD_TYPE_STDERR ? "stderr" : "stdout";
+      r.message = log.message();
+      if (r.trial_id > 0) rows.push_back(std::move(r));
+    }
+    if (!rows.empty()) {
+      absl::Status st = store_->InsertTaskLogs(rows);
+      if (!st.ok()) spdlog::error("storing logs: {}", st.ToString());
+    }
+    return;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) return;
+  AgentRuntime& agent = *it->second;
+  agent.last_heartbeat_mono_ms = MonoMs();
+  agent.last_heartbeat_ms = WallMs();
+  if (message.has_heartbeat()) HandleHeartbeatLocked(agent, message.heartbeat());
+  if (message.has_process_state()) {
+    const auto& ps = message.process_state();
+    if (ps.state() == agentv1::PROCESS_STATE_TERMINATED) {
+      int code = ps.has_exit_code() ? ps.exit_code() : (ps.has_signal_number() ? 128 + ps.signal_number() : 1);
+      std::string why = ps.has_signal_number() ? absl::StrCat("rank ", ps.rank(), " killed by signal ", ps.signal_number())
+                                               : absl::StrCat("rank ", ps.rank(), " exited with code ", code);
+      if (!ps.message().empty()) absl::StrAppend(&why, ": ", ps.message());
+      OnProcessTerminated(ps.allocation_id(), code, why);
+    }
+  }
+}
+
+void MasterCore::HandleHeartbeatLocked(AgentRuntime& agent, const agentv1::Heartbeat& heartbeat) {
+  std::set<std::string> running(heartbeat.running_allocation_ids().begin(), heartbeat.running_allocation_ids().end());
+  for (auto z = agent.zombies.begin(); z != agent.zombies.end();) {
+    z = running.count(*z) ? std::next(z) : agent.zombies.erase(z);
+  }
+  // An allocation the agent has not listed for a while (its start command
+  // was lost with a broken stream) is given up.
+  const int64_t now = MonoMs();
+  const int64_t grace = std::max<int64_t>(5000, 3 * options_.heartbeat_interval_ms);
+  std::vector<std::string> missing;
+  for (auto& [id, alloc] : allocations_) {
+    if (!RunsOn(*alloc, agent.row.id)) continue;
+    if (running.count(id) || now - alloc->created_mono_ms < grace) {
+      alloc->missing_since_mono_ms = 0;
+    } else if (alloc->missing_since_mono_ms == 0) {
+      alloc->missing_since_mono_ms = now;
+    } else if (now - alloc->missing_since_mono_ms > grace) {
+      missing.push_back(id);
+    }
+  }
+  for (const auto& id : missing) {
+    GiveUpAllocationLocked(id, agent.row.id, absl::StrCat("agent ", agent.row.id, " does not run it"));
+  }
+}
+
+void MasterCore::LoseAgent(AgentRuntime& agent, const std::string& why) {
+  spdlog::warn("agent {} lost: {}", agent.row.id, why);
+  agent.connected = false;
+  if (agent.session) agent.session->Close();
+  agent.session.reset();
+  // It must register again, reporting what it still runs (which is killed).
+  agent.session_token.clear();
+  std::vector<std::string> affected;
+  for (const auto& [id, alloc] : allocations_) {
+    if (RunsOn(*alloc, agent.row.id)) affected.push_back(id);
+  }
+  for (const auto& id : affected) {
+    GiveUpAllocationLocked(id, agent.row.id, absl::StrCat("agent ", agent.row.id, " lost: ", why));
+  }
+}
+
+absl::StatusOr<apiv1::GetAgentsResponse> MasterCore::GetAgents(const apiv1::GetAgentsRequest&) {
+  std::lock_guard<std::mutex> l(mu_);
+  apiv1::GetAgentsResponse resp;
+  for (const auto& [id, a] : agents_) {
+    auto* agent = resp.add_agents();
+    agent->set_id(id);
+    agent->set_hostname(a->row.hostname);
+    for (const auto& addr : a->addresses) agent->add_addresses(addr);
+    agent->set_resource_pool(a->row.resource_pool);
+    agent->set_version(a->row.version);
+    SetTime(agent->mutable_registered_time(), a->row.registered_ms);
+    SetTime(agent->mutable_last_heartbeat_time(), a->last_heartbeat_ms);
+    agent->set_connected(a->connected);
+    agent->set_enabled(a->row.enabled);
+    std::set<std::string> allocs;
+    for (const auto& d : a->devices) {
+      auto* slot = agent->add_slots();
+      slot->set_id(absl::StrCat(id, "/", d.id()));
+      slot->set_agent_id(id);
+      *slot->mutable_device() = d;
+      slot->set_enabled(a->row.enabled);
+      auto sit = a->slot_allocation.find(d.id());
+      if (sit != a->slot_allocation.end()) {
+        slot->set_allocation_id(sit->second);
+        allocs.insert(sit->second);
+      }
+    }
+    for (const auto& al : allocs) agent->add_allocation_ids(al);
+  }
+  return resp;
+}
+
+absl::StatusOr<apiv1::GetSlotsResponse> MasterCore::GetSlots(const apiv1::GetSlotsRequest&) {
+  DET_ASSIGN_OR_RETURN(apiv1::GetAgentsResponse agents, GetAgents(apiv1::GetAgentsRequest()));
+  apiv1::GetSlotsResponse resp;
+  for (const auto& a : agents.agents()) {
+    for (const auto& s : a.slots()) *resp.add_slots() = s;
+  }
+  return resp;
+}
+
+}  // namespace det::master

@@ -1,0 +1,293 @@
+// MasterCore: allocations, from the scheduling request to the end of their
+// last process, and what their end means for the trial (done, resumed,
+// restarted or failed).
+#include <algorithm>
+#include <cstdio>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
+#include "master/core/core_state.h"
+#include "master/core/master_core.h"
+#include "master/core/proto_convert.h"
+
+namespace det::master {
+
+void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) {
+  if (!trial.allocation_id.empty()) return;
+  // A trial the searcher has nothing for waits without a slot.
+  if (trial.searcher_target == 0 && !trial.close_requested) return;
+  for (const auto& p : pending_) {
+    if (p.group_id == exp.row.id && p.allocation_id.rfind(absl::StrCat("trial-", trial.row.id, "."), 0) == 0) return;
+  }
+  SchedRequest req;
+  req.allocation_id = absl::StrCat("trial-", trial.row.id, ".", trial.row.run_id + 1, ".", RandomHex(4));
+  req.group_id = exp.row.id;
+  req.resource_pool = exp.config.resources.resource_pool;
+  req.slots = static_cast<int>(exp.config.resources.slots_per_trial);
+  req.weight = exp.config.resources.weight;
+  req.priority = static_cast<int>(exp.config.resources.priority.value_or(42));
+  req.submit_order = ++submit_order_;
+  pending_.push_back(req);
+}
+
+void MasterCore::ScheduleLocked() {
+  if (pending_.empty()) return;
+  std::vector<SchedAgent> agents;
+  for (const auto& [id, a] : agents_) {
+    // An agent still running processes the master gave up on has slots
+    // taken that the master cannot name: nothing goes there until they end.
+    if (!a->connected || !a->zombies.empty()) continue;
+    SchedAgent s;
+    s.id = id;
+    s.resource_pool = a->row.resource_pool;
+    s.total_slots = static_cast<int>(a->devices.size());
+    s.enabled = a->row.enabled;
+    for (const auto& d : a->devices) {
+      if (a->used_slots.count(d.id()) == 0) s.free_slots.push_back(d.id());
+    }
+    agents.push_back(std::move(s));
+  }
+  std::vector<SchedRunning> running;
+  for (const auto& [id, alloc] : allocations_) {
+    int slots = 0;
+    for (const auto& p : alloc->placements) slots += static_cast<int>(p.slots.size());
+    auto exp = experiments_.find(alloc->experiment_id);
+    running.push_back({id, alloc->experiment_id,
+                       exp != experiments_.end() ? exp->second->config.resources.resource_pool : "default", slots});
+  }
+  for (const Assignment& a : Schedule(agents, pending_, running)) {
+    auto pit = std::find_if(pending_.begin(), pending_.end(),
+                            [&](const SchedRequest& r) { return r.allocation_id == a.allocation_id; });
+    if (pit == pending_.end()) continue;
+    int64_t exp_id = pit->group_id;
+    int64_t trial_id = 0;
+    std::sscanf(a.allocation_id.c_str(), "trial-%ld.", &trial_id);
+    pending_.erase(pit);
+    auto eit = experiments_.find(exp_id);
+    auto tit = trials_.find(trial_id);
+    if (eit == experiments_.end() || tit == trials_.end()) continue;
+    StartAllocationLocked(*eit->second, *tit->second, a);
+  }
+}
+
+void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& trial, const Assignment& a) {
+  const int64_t trial_id = trial.row.id;
+  auto alloc = std::make_unique<AllocationRuntime>();
+  alloc->id = a.allocation_id;
+  alloc->token = RandomHex(16);
+  alloc->trial_id = trial_id;
+  alloc->experiment_id = exp.row.id;
+  alloc->placements = a.placements;
+  alloc->created_ms = WallMs();
+  alloc->created_mono_ms = MonoMs();
+  trial.allocation_id = alloc->id;
+  trial.row.run_id += 1;
+  trial.current_op.reset();
+  trial.exit_completed = false;
+  SetTrialState(trial, trial.row.state);
+  FillRendezvousLocked(*alloc);
+  int rank = 0;
+  for (const auto& placement : a.placements) {
+    auto ait = agents_.find(placement.agent_id);
+    if (ait == agents_.end()) continue;
+    AgentRuntime& agent = *ait->second;
+    agentv1::MasterMessage msg;
+    auto* start = msg.mutable_start_allocation();
+    start->set_allocation_id(alloc->id);
+    start->set_task_id(absl::StrCat("trial-", trial_id));
+    start->set_trial_id(static_cast<int32_t>(trial_id));
+    start->set_experiment_id(static_cast<int32_t>(exp.row.id));
+    start->set_allocation_token(alloc->token);
+    start->mutable_trial_so()->set_sha256(exp.row.trial_so_sha256);
+    start->mutable_trial_so()->set_size_bytes(artifacts_.Size(exp.row.trial_so_sha256).value_or(0));
+    start->set_config_yaml(exp.row.config_yaml);
+    start->set_master_address(trial_master_address_);
+    start->set_checkpoint_storage_path(exp.checkpoint_dir);
+    for (const auto& [k, v] : exp.config.environment.environment_variables) (*start->mutable_env())[k] = v;
+    int local_rank = 0;
+    for (int slot : placement.slots) {
+      agent.used_slots.insert(slot);
+      agent.slot_allocation[slot] = alloc->id;
+      auto* proc = start->add_processes();
+      proc->set_rank(rank++);
+      proc->set_local_rank(local_rank++);
+      proc->add_device_ids(slot);
+      alloc->processes++;
+    }
+    *start->mutable_rendezvous() = alloc->rendezvous;
+    // Sent once the allocation is stored (WriteScope).
+    SendToAgentLocked(agent.row.id, std::move(msg));
+  }
+  spdlog::info("trial {}: allocation {} placed on {} process(es)", trial_id, alloc->id, alloc->processes);
+  SaveAllocation(*alloc);
+  allocations_[alloc->id] = std::move(alloc);
+}
+
+void MasterCore::KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason, int grace_seconds) {
+  alloc.kill_sent = true;
+  if (alloc.stop_requested_mono_ms == 0) alloc.stop_requested_mono_ms = MonoMs();
+  for (const auto& placement : alloc.placements) {
+    agentv1::MasterMessage msg;
+    msg.mutable_kill_allocation()->set_allocation_id(alloc.id);
+    msg.mutable_kill_allocation()->set_grace_period_seconds(grace_seconds);
+    msg.mutable_kill_allocation()->set_reason(reason);
+    SendToAgentLocked(placement.agent_id, std::move(msg));
+  }
+}
+
+void MasterCore::RequestStopLocked(AllocationRuntime& alloc) {
+  alloc.preempt = true;
+  if (alloc.stop_requested_mono_ms == 0) alloc.stop_requested_mono_ms = MonoMs();
+  preempt_cv_.notify_all();
+}
+
+void MasterCore::SaveAllocation(const AllocationRuntime& alloc) {
+  AllocationRow row;
+  row.id = alloc.id;
+  row.trial_id = alloc.trial_id;
+  row.experiment_id = alloc.experiment_id;
+  row.token = alloc.token;
+  row.placements_json = PlacementsJson(alloc.placements).dump();
+  row.processes = alloc.processes;
+  row.terminated = alloc.terminated;
+  row.created_ms = alloc.created_ms;
+  absl::Status st = store_->UpsertAllocation(row);
+  if (!st.ok()) spdlog::error("saving allocation {}: {}", alloc.id, st.ToString());
+}
+
+void MasterCore::EndAllocation(AllocationRuntime& alloc) {
+  rendezvous_cv_.notify_all();  // its ranks' rendezvous waits end
+  for (const auto& placement : alloc.placements) {
+    auto ait = agents_.find(placement.agent_id);
+    if (ait == agents_.end()) continue;
+    for (int slot : placement.slots) {
+      ait->second->used_slots.erase(slot);
+      ait->second->slot_allocation.erase(slot);
+    }
+  }
+}
+
+void MasterCore::OnProcessTerminated(const std::string& allocation_id, int exit_code, const std::string& why,
+                                     bool lost) {
+  auto it = allocations_.find(allocation_id);
+  if (it == allocations_.end()) return;
+  AllocationRuntime& alloc = *it->second;
+  alloc.terminated++;
+  if (lost || exit_code == kExitMasterUnreachable) alloc.lost = true;
+  if (!lost && (exit_code == kExitConfigError || exit_code == kExitLibraryError)) alloc.deterministic = true;
+  if (exit_code != 0 && !alloc.failed) {
+    alloc.failed = true;
+    alloc.failed_unasked = alloc.stop_requested_mono_ms == 0;
+    alloc.failure = why;
+    if (alloc.terminated < alloc.processes) KillAllocationLocked(alloc, "another rank failed", 0);
+  }
+  if (alloc.terminated < alloc.processes) {
+    SaveAllocation(alloc);
+    return;
+  }
+
+  EndAllocation(alloc);
+  absl::Status deleted = store_->DeleteAllocation(allocation_id);
+  if (!deleted.ok()) spdlog::error("deleting allocation {}: {}", allocation_id, deleted.ToString());
+  std::unique_ptr<AllocationRuntime> done = std::move(it->second);
+  allocations_.erase(it);
+  auto tit = trials_.find(done->trial_id);
+  auto eit = experiments_.find(done->experiment_id);
+  if (tit == trials_.end() || eit == experiments_.end()) return;
+  TrialRuntime& trial = *tit->second;
+  ExperimentRuntime& exp = *eit->second;
+  trial.allocation_id.clear();
+  trial.current_op.reset();
+  std::vector<SearcherOp> ops = SettleTrialLocked(exp, trial, *done);
+  absl::Status st = ApplySearcherOps(exp, std::move(ops));
+  if (!st.ok()) spdlog::error("experiment {}: {}", exp.row.id, st.ToString());
+  MaybeFinishExperiment(exp);
+}
+
+std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, TrialRuntime& trial,
+                                                      const AllocationRuntime& done) {
+  // Asked to stop by the master (pause, preemption, stop timeout): however
+  // the processes ended, it is not the trial's failure.
+  const bool stopped = (done.preempt || done.force_killed) && !done.failed_unasked;
+  auto log = [&](const std::string& msg) {
+    spdlog::warn("{}", msg);
+    TrialLogLocked(trial.row.id, done.id, absl::StrCat("[det-master] ", msg));
+  };
+  auto fail = [&](const std::string& msg) {
+    log(msg);
+    if (trial.error_message.empty()) trial.error_message = done.failure;
+    SetTrialState(trial, kError);
+    return exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kErrored);
+  };
+  std::vector<SearcherOp> ops;
+  if (trial.exit_completed && !done.failed) {
+    SetTrialState(trial, kCompleted);
+    return exp.searcher->TrialClosed(trial.row.request_id);
+  }
+  if (trial.killed) {
+    SetTrialState(trial, kCanceled);
+    return exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kUserCanceled);
+  }
+  if (trial.invalid_hp) {
+    SetTrialState(trial, kError);
+    return exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kInvalidHp);
+  }
+  if (done.failed && done.deterministic && !done.lost && !stopped) {
+    // A bad config or an unusable trial.so fails the same way every time.
+    return fail(absl::StrCat("trial ", trial.row.id, " failed (", done.failure,
+                             "): a configuration or library error, not retried: ERROR"));
+  }
+  if (!done.failed || done.lost || stopped) {
+    // Paused, preempted, or lost with its agent or master: resumes from its
+    // latest checkpoint without counting a restart.
+    if (done.failed) {
+      log(absl::StrCat("trial ", trial.row.id, ": allocation ", done.id, " ended (", done.failure,
+                       "); it resumes from its latest checkpoint (not counted as a restart)"));
+    }
+    if (exp.row.state == kPaused) {
+      SetTrialState(trial, kPaused);
+    } else if (exp.row.state == kActive && !CompleteIfCheckpointedLocked(exp, trial, &ops)) {
+      SetTrialState(trial, trial.row.state);
+      RequestAllocation(exp, trial);
+    }
+    return ops;
+  }
+  if (trial.row.restarts >= exp.config.max_restarts) {
+    return fail(absl::StrCat("trial ", trial.row.id, " failed (", done.failure, "); ", trial.row.restarts,
+                             " restart(s) used of max_restarts ", exp.config.max_restarts, ": ERROR"));
+  }
+  trial.row.restarts += 1;
+  log(absl::StrCat("trial ", trial.row.id, " failed (", done.failure, "); restart ", trial.row.restarts, " of ",
+                   exp.config.max_restarts, " from its latest checkpoint"));
+  SetTrialState(trial, trial.row.state);
+  if (exp.row.state == kActive) RequestAllocation(exp, trial);
+  return ops;
+}
+
+void MasterCore::GiveUpAllocationLocked(const std::string& allocation_id, const std::string& except_agent,
+                                        const std::string& why) {
+  auto it = allocations_.find(allocation_id);
+  if (it == allocations_.end()) return;
+  AllocationRuntime& alloc = *it->second;
+  // Ranks on other agents may still run: kill them and keep those agents'
+  // slots taken until their heartbeats stop listing the allocation.
+  for (const auto& p : alloc.placements) {
+    if (p.agent_id == except_agent) continue;
+    auto ait = agents_.find(p.agent_id);
+    if (ait == agents_.end()) continue;
+    ait->second->zombies.insert(allocation_id);
+    agentv1::MasterMessage msg;
+    msg.mutable_kill_allocation()->set_allocation_id(allocation_id);
+    msg.mutable_kill_allocation()->set_grace_period_seconds(0);
+    msg.mutable_kill_allocation()->set_reason(why);
+    SendToAgentLocked(p.agent_id, std::move(msg));
+  }
+  int remaining = alloc.processes - alloc.terminated;
+  for (int i = 0; i < std::max(remaining, 1) && allocations_.count(allocation_id); ++i) {
+    OnProcessTerminated(allocation_id, 137, why, /*lost=*/true);
+  }
+}
+
+}  // namespace det::master

@@ -1,0 +1,128 @@
+// The master's in-memory state of experiments, trials, allocations and
+// agents (private to master/core). MasterCore holds them under its mutex;
+// the rows they carry are what the Store persists.
+#ifndef DET_MASTER_CORE_CORE_STATE_H_
+#define DET_MASTER_CORE_CORE_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/experiment_config.h"
+#include "det/api/v1/cluster.pb.h"
+#include "det/trial/v1/trial.pb.h"
+#include "master/core/agent_session.h"
+#include "master/search/scheduler.h"
+#include "master/search/searcher.h"
+#include "master/store/store.h"
+
+namespace det::master {
+
+// Experiment and trial states as stored (the proto enums without "STATE_").
+inline constexpr char kActive[] = "ACTIVE";
+inline constexpr char kPaused[] = "PAUSED";
+inline constexpr char kCompleted[] = "COMPLETED";
+inline constexpr char kCanceled[] = "CANCELED";
+inline constexpr char kError[] = "ERROR";
+inline constexpr char kStoppingCanceled[] = "STOPPING_CANCELED";
+inline constexpr char kStoppingKilled[] = "STOPPING_KILLED";
+
+inline bool Terminal(const std::string& state) {
+  return state == kCompleted || state == kCanceled || state == kError;
+}
+inline bool Stopping(const std::string& state) { return state == kStoppingCanceled || state == kStoppingKilled; }
+
+struct TrialRuntime {
+  TrialRow row;
+  int64_t searcher_target = 0;  // pending ValidateAfter length (0: none)
+  bool close_requested = false;
+  int64_t last_validation = 0;
+  int64_t last_checkpoint = 0;
+  int64_t next_op_id = 1;
+  std::optional<::det::trial::v1::Operation> current_op;
+  std::string allocation_id;  // current allocation ("" when none)
+  bool exit_completed = false;  // EXIT(COMPLETED) was handed out
+  bool killed = false;  // killed or canceled by the user
+  bool invalid_hp = false;
+  std::string error_message;
+};
+
+struct ExperimentRuntime {
+  ExperimentRow row;
+  ExperimentConfig config;
+  std::unique_ptr<Searcher> searcher;
+  std::map<int64_t, int64_t> trial_by_request;
+  int64_t max_length_batches = 0;
+  int64_t validation_period = 0;
+  int64_t checkpoint_period = 0;
+  int64_t global_batch_size = 0;
+  bool search_done = false;
+  std::string checkpoint_dir;
+  bool gc_pending = false;  // run checkpoint GC at the next chance
+};
+
+// Times named *_mono_ms are Clock::MonotonicMs() readings (for policies);
+// the others are wall times (stored, shown).
+struct AllocationRuntime {
+  std::string id;
+  std::string token;
+  int64_t trial_id = 0;
+  int64_t experiment_id = 0;
+  std::vector<SlotAssignment> placements;
+  int processes = 0;
+  int terminated = 0;
+  bool failed = false;
+  bool preempt = false;  // asked to checkpoint and exit
+  std::string failure;
+  // How the allocation ends decides whether it counts as a restart:
+  bool lost = false;       // its agent was lost, or it could not be reattached
+  bool kill_sent = false;  // KillAllocation was sent
+  bool failed_unasked = false;  // a rank failed before any stop was asked
+  bool deterministic = false;  // a rank exited with det-trial's config/library error code
+  int64_t stop_requested_mono_ms = 0;  // when preempt/kill was first asked (0: never)
+  bool force_killed = false;  // the stop timeout escalated to SIGKILL
+  int64_t created_ms = 0;  // wall (stored)
+  int64_t created_mono_ms = 0;  // when this master created or recovered it
+  int64_t missing_since_mono_ms = 0;  // first heartbeat of its agent not listing it
+  // How its ranks find each other (world size, chief address/port, every
+  // rank's agent and address), as sent in StartAllocation; addresses and
+  // ports reported through AllocationRendezvous are filled in.
+  ::det::api::v1::RendezvousInfo rendezvous;
+  std::set<int> rendezvous_reported;  // ranks that called AllocationRendezvous
+  int64_t rendezvous_started_mono_ms = 0;  // first rank's report (0: none yet)
+  bool rendezvous_timed_out = false;
+};
+
+struct AgentRuntime {
+  AgentRow row;
+  std::vector<::det::api::v1::Device> devices;
+  std::set<int> used_slots;
+  std::map<int, std::string> slot_allocation;
+  std::string session_token;
+  std::shared_ptr<AgentSession> session;
+  int64_t last_heartbeat_mono_ms = 0;
+  int64_t last_heartbeat_ms = 0;  // wall, shown by GetAgents
+  bool connected = false;  // a Connect stream is attached
+  std::vector<std::string> addresses;
+  // Ports this agent lets the master hand out as chief_port
+  // (RegisterAgentRequest.rendezvous_ports), and where the next pick starts.
+  int rendezvous_first = 29400;
+  int rendezvous_last = 29499;
+  int next_rendezvous_port = 0;
+  // Allocations the agent still runs that the master gave up (after a
+  // master restart or an agent loss): they hold unknown slots, so nothing
+  // is placed on the agent until its heartbeats stop listing them.
+  std::set<std::string> zombies;
+};
+
+// Where an experiment's checkpoints go: checkpoint_storage's host_path (and
+// storage_path under it) when the config has one, else `checkpoint_root`.
+std::string ExperimentCheckpointDir(const ExperimentConfig& config, const std::string& checkpoint_root);
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_CORE_CORE_STATE_H_

@@ -1,0 +1,448 @@
+// MasterCore: the det.api.v1 experiment calls and the searcher's operations.
+#include <algorithm>
+#include <deque>
+#include <filesystem>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/batch_lengths.h"
+#include "common/proto_json.h"
+#include "common/status_macros.h"
+#include "master/core/checkpoint_gc.h"
+#include "master/core/core_state.h"
+#include "master/core/master_core.h"
+#include "master/core/proto_convert.h"
+
+namespace det::master {
+
+std::string ExperimentCheckpointDir(const ExperimentConfig& config, const std::string& checkpoint_root) {
+  if (!config.checkpoint_storage) return checkpoint_root;
+  std::filesystem::path p = config.checkpoint_storage->host_path;
+  if (!config.checkpoint_storage->storage_path.empty()) p /= config.checkpoint_storage->storage_path;
+  return p.string();
+}
+
+absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
+    const apiv1::CreateExperimentRequest& req) {
+  DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(req.config_yaml(), "config"));
+  DET_ASSIGN_OR_RETURN(BatchLengths lengths,
+                       ResolveBatchLengths(config, "; set records_per_epoch to use epochs with the master"));
+  DET_ASSIGN_OR_RETURN(Searcher searcher, Searcher::Create(config, lengths.max_length));
+
+  std::string sha;
+  if (!req.trial_so().empty()) {
+    if (static_cast<int64_t>(req.trial_so().size()) > options_.max_trial_so_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("trial.so is ", req.trial_so().size(), " bytes; the limit is ",
+                                                     options_.max_trial_so_bytes));
+    }
+    DET_ASSIGN_OR_RETURN(sha, artifacts_.Put(req.trial_so()));
+  } else if (!req.trial_so_sha256().empty()) {
+    if (!artifacts_.Has(req.trial_so_sha256())) {
+      return absl::InvalidArgumentError(absl::StrCat("trial_so_sha256 ", req.trial_so_sha256(), " was never uploaded"));
+    }
+    sha = req.trial_so_sha256();
+  } else {
+    return absl::InvalidArgumentError("trial_so is required: the bytes of the trial library");
+  }
+  apiv1::CreateExperimentResponse resp;
+  for (const auto& w : config.warnings) resp.add_warnings(w);
+  if (req.validate_only()) return resp;
+
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  auto exp = std::make_unique<ExperimentRuntime>();
+  exp->row.name = config.name;
+  exp->row.description = config.description;
+  exp->row.labels = config.labels;
+  exp->row.state = req.activate() ? kActive : kPaused;
+  exp->row.config_yaml = req.config_yaml();
+  exp->row.config_json = ExperimentConfigToJson(config).dump();
+  exp->row.trial_so_sha256 = sha;
+  exp->row.created_ms = WallMs();
+  exp->config = std::move(config);
+  exp->searcher = std::make_unique<Searcher>(std::move(searcher));
+  exp->max_length_batches = lengths.max_length;
+  exp->validation_period = lengths.validation_period;
+  exp->checkpoint_period = lengths.checkpoint_period;
+  exp->global_batch_size = lengths.global_batch_size;
+  exp->checkpoint_dir = ExperimentCheckpointDir(exp->config, options_.checkpoint_root);
+  exp->row.searcher_state_json = exp->searcher->Snapshot().dump();
+  DET_ASSIGN_OR_RETURN(exp->row.id, store_->InsertExperiment(exp->row));
+  int64_t id = exp->row.id;
+  ExperimentRuntime& e = *exp;
+  experiments_[id] = std::move(exp);
+  spdlog::info("created experiment {} '{}' ({} searcher, trial.so {})", id, e.row.name,
+               std::string(SearcherNameToString(e.config.searcher.name)), sha.substr(0, 12));
+  if (req.activate()) DET_RETURN_IF_ERROR(ApplySearcherOps(e, e.searcher->InitialOperations()));
+  *resp.mutable_experiment() = ExperimentProto(e);
+  return resp;
+}
+
+apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
+  apiv1::Experiment e;
+  e.set_id(static_cast<int32_t>(exp.row.id));
+  e.set_name(exp.row.name);
+  e.set_description(exp.row.description);
+  for (const auto& l : exp.row.labels) e.add_labels(l);
+  e.set_state(StateEnum(exp.row.state));
+  e.set_archived(exp.row.archived);
+  e.set_config_yaml(exp.row.config_yaml);
+  auto cfg = JsonToStruct(nlohmann::json::parse(exp.row.config_json, nullptr, false));
+  if (cfg.ok()) *e.mutable_config() = *cfg;
+  e.mutable_trial_so()->set_sha256(exp.row.trial_so_sha256);
+  e.mutable_trial_so()->set_size_bytes(artifacts_.Size(exp.row.trial_so_sha256).value_or(0));
+  e.set_searcher_name(std::string(SearcherNameToString(exp.config.searcher.name)));
+  e.set_searcher_metric(exp.config.searcher.metric);
+  e.set_smaller_is_better(exp.config.searcher.smaller_is_better);
+  e.set_progress(exp.searcher ? exp.searcher->Progress() : exp.row.progress);
+  std::optional<double> best;
+  int64_t best_trial = 0;
+  for (const auto& [req, tid] : exp.trial_by_request) {
+    const TrialRuntime& t = *trials_.at(tid);
+    (*e.mutable_num_trials_by_state())[t.row.state] += 1;
+    if (t.row.best_validation) {
+      double v = *t.row.best_validation;
+      if (!best || (exp.config.searcher.smaller_is_better ? v < *best : v > *best)) {
+        best = v;
+        best_trial = tid;
+      }
+    }
+  }
+  if (best) {
+    e.set_best_validation_metric(*best);
+    e.set_best_trial_id(static_cast<int32_t>(best_trial));
+  }
+  e.set_num_trials(static_cast<int32_t>(exp.trial_by_request.size()));
+  SetTime(e.mutable_start_time(), exp.row.created_ms);
+  if (exp.row.ended_ms > 0) SetTime(e.mutable_end_time(), exp.row.ended_ms);
+  e.set_resource_pool(exp.config.resources.resource_pool);
+  *e.mutable_checkpoint_gc_policy() = EffectiveGcPolicy(exp.config, exp.row.checkpoint_gc_policy_json);
+  return e;
+}
+
+namespace {
+
+bool MatchesFilter(const ExperimentRow& row, const apiv1::GetExperimentsRequest& req) {
+  if (!req.name().empty() && row.name.find(req.name()) == std::string::npos) return false;
+  if (req.has_archived() && row.archived != req.archived()) return false;
+  if (req.states_size() > 0) {
+    bool match = false;
+    for (int s : req.states()) match |= StateEnum(row.state) == s;
+    if (!match) return false;
+  }
+  for (const auto& want : req.labels()) {
+    if (std::find(row.labels.begin(), row.labels.end(), want) == row.labels.end()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<apiv1::GetExperimentsResponse> MasterCore::GetExperiments(const apiv1::GetExperimentsRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  apiv1::GetExperimentsResponse resp;
+  std::vector<const ExperimentRuntime*> selected;
+  for (const auto& [id, exp] : experiments_) {
+    if (MatchesFilter(exp->row, req)) selected.push_back(exp.get());
+  }
+  if (req.order_by() == apiv1::ORDER_BY_DESC) std::reverse(selected.begin(), selected.end());
+  int total = static_cast<int>(selected.size());
+  int offset = std::clamp(req.offset(), 0, total);
+  int end = req.limit() > 0 ? std::min(total, offset + req.limit()) : total;
+  for (int i = offset; i < end; ++i) *resp.add_experiments() = ExperimentProto(*selected[i]);
+  resp.mutable_pagination()->set_offset(offset);
+  resp.mutable_pagination()->set_limit(req.limit());
+  resp.mutable_pagination()->set_start_index(offset);
+  resp.mutable_pagination()->set_end_index(end);
+  resp.mutable_pagination()->set_total(total);
+  return resp;
+}
+
+absl::StatusOr<apiv1::GetExperimentResponse> MasterCore::GetExperiment(const apiv1::GetExperimentRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(req.experiment_id()));
+  apiv1::GetExperimentResponse resp;
+  *resp.mutable_experiment() = ExperimentProto(*exp);
+  return resp;
+}
+
+absl::StatusOr<apiv1::ActivateExperimentResponse> MasterCore::ActivateExperiment(
+    const apiv1::ActivateExperimentRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  const int64_t id = req.experiment_id();
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
+  if (exp->row.state == kActive) return apiv1::ActivateExperimentResponse();
+  if (exp->row.state != kPaused) {
+    return absl::FailedPreconditionError(absl::StrCat("experiment ", id, " is ", exp->row.state, "; only a PAUSED experiment can be activated"));
+  }
+  SetExperimentState(*exp, kActive);
+  std::vector<SearcherOp> ops;
+  if (exp->trial_by_request.empty() && !exp->search_done) ops = exp->searcher->InitialOperations();
+  for (const auto& [r, tid] : exp->trial_by_request) {
+    TrialRuntime& t = *trials_[tid];
+    if (t.row.state == kPaused) SetTrialState(t, kActive);
+    if (!Terminal(t.row.state)) RequestAllocation(*exp, t);
+  }
+  DET_RETURN_IF_ERROR(ApplySearcherOps(*exp, std::move(ops)));
+  return apiv1::ActivateExperimentResponse();
+}
+
+void MasterCore::DropPendingLocked(int64_t experiment_id) {
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [&](const SchedRequest& r) { return r.group_id == experiment_id; }),
+                 pending_.end());
+}
+
+absl::StatusOr<apiv1::PauseExperimentResponse> MasterCore::PauseExperiment(const apiv1::PauseExperimentRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  const int64_t id = req.experiment_id();
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
+  if (exp->row.state == kPaused) return apiv1::PauseExperimentResponse();
+  if (exp->row.state != kActive) {
+    return absl::FailedPreconditionError(absl::StrCat("experiment ", id, " is ", exp->row.state, "; only an ACTIVE experiment can be paused"));
+  }
+  SetExperimentState(*exp, kPaused);
+  DropPendingLocked(id);
+  for (const auto& [r, tid] : exp->trial_by_request) {
+    TrialRuntime& t = *trials_[tid];
+    if (Terminal(t.row.state)) continue;
+    auto ait = allocations_.find(t.allocation_id);
+    if (ait != allocations_.end()) {
+      // It checkpoints at its next batch and exits; then it is PAUSED.
+      RequestStopLocked(*ait->second);
+    } else {
+      SetTrialState(t, kPaused);
+    }
+  }
+  return apiv1::PauseExperimentResponse();
+}
+
+absl::Status MasterCore::StopExperimentLocked(int64_t id, bool kill) {
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
+  if (Terminal(exp->row.state)) return absl::OkStatus();
+  SetExperimentState(*exp, kill ? kStoppingKilled : kStoppingCanceled);
+  DropPendingLocked(id);
+  for (const auto& [r, tid] : exp->trial_by_request) {
+    TrialRuntime& t = *trials_[tid];
+    if (Terminal(t.row.state)) continue;
+    t.killed = true;
+    auto ait = allocations_.find(t.allocation_id);
+    if (ait == allocations_.end()) {
+      SetTrialState(t, kCanceled);
+      continue;
+    }
+    SetTrialState(t, t.row.state);
+    if (kill) {
+      KillAllocationLocked(*ait->second, "experiment killed");
+    } else {
+      RequestStopLocked(*ait->second);
+    }
+  }
+  MaybeFinishExperiment(*exp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<apiv1::CancelExperimentResponse> MasterCore::CancelExperiment(
+    const apiv1::CancelExperimentRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_RETURN_IF_ERROR(StopExperimentLocked(req.experiment_id(), /*kill=*/false));
+  return apiv1::CancelExperimentResponse();
+}
+
+absl::StatusOr<apiv1::KillExperimentResponse> MasterCore::KillExperiment(const apiv1::KillExperimentRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_RETURN_IF_ERROR(StopExperimentLocked(req.experiment_id(), /*kill=*/true));
+  return apiv1::KillExperimentResponse();
+}
+
+namespace {
+
+absl::Status ValidatePatch(const apiv1::PatchExperimentRequest& req) {
+  if (req.has_name() && (req.name().empty() || req.name().size() > 255)) {
+    return absl::InvalidArgumentError("name: must be 1 to 255 bytes");
+  }
+  if (req.has_labels()) {
+    std::set<std::string> seen;
+    for (const auto& label : req.labels().labels()) {
+      if (label.empty() || label.size() > 255) return absl::InvalidArgumentError("labels: each must be 1 to 255 bytes");
+      if (!seen.insert(label).second) return absl::InvalidArgumentError(absl::StrCat("labels: duplicate '", label, "'"));
+    }
+  }
+  if (req.has_checkpoint_gc_policy()) {
+    const auto& p = req.checkpoint_gc_policy();
+    if (p.save_experiment_best() < 0) return absl::InvalidArgumentError("checkpoint_gc_policy.save_experiment_best: must be >= 0");
+    if (p.save_trial_best() < 0) return absl::InvalidArgumentError("checkpoint_gc_policy.save_trial_best: must be >= 0");
+    if (p.save_trial_latest() < 0) return absl::InvalidArgumentError("checkpoint_gc_policy.save_trial_latest: must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<apiv1::PatchExperimentResponse> MasterCore::PatchExperiment(const apiv1::PatchExperimentRequest& req) {
+  DET_RETURN_IF_ERROR(ValidatePatch(req));
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(req.experiment_id()));
+  if (req.has_name()) exp->row.name = req.name();
+  if (req.has_description()) exp->row.description = req.description();
+  if (req.has_labels()) exp->row.labels.assign(req.labels().labels().begin(), req.labels().labels().end());
+  if (req.has_checkpoint_gc_policy()) {
+    const auto& p = req.checkpoint_gc_policy();
+    exp->row.checkpoint_gc_policy_json = nlohmann::json{{"save_experiment_best", p.save_experiment_best()},
+                                                        {"save_trial_best", p.save_trial_best()},
+                                                        {"save_trial_latest", p.save_trial_latest()}}
+                                             .dump();
+    // Applied to the trials that have ended (by the background loop).
+    exp->gc_pending = true;
+    stop_cv_.notify_all();
+    spdlog::info("experiment {}: checkpoint GC policy {}", exp->row.id, exp->row.checkpoint_gc_policy_json);
+  }
+  DET_RETURN_IF_ERROR(store_->UpdateExperiment(exp->row));
+  apiv1::PatchExperimentResponse resp;
+  *resp.mutable_experiment() = ExperimentProto(*exp);
+  return resp;
+}
+
+absl::StatusOr<apiv1::GetExperimentTrialsResponse> MasterCore::GetExperimentTrials(
+    const apiv1::GetExperimentTrialsRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(req.experiment_id()));
+  apiv1::GetExperimentTrialsResponse resp;
+  std::vector<int64_t> ids;
+  for (const auto& [r, tid] : exp->trial_by_request) ids.push_back(tid);
+  std::sort(ids.begin(), ids.end());
+  if (req.order_by() == apiv1::ORDER_BY_DESC) std::reverse(ids.begin(), ids.end());
+  int total = static_cast<int>(ids.size());
+  int offset = std::clamp(req.offset(), 0, total);
+  int end = req.limit() > 0 ? std::min(total, offset + req.limit()) : total;
+  for (int i = offset; i < end; ++i) *resp.add_trials() = TrialProto(*trials_[ids[i]]);
+  resp.mutable_pagination()->set_total(total);
+  resp.mutable_pagination()->set_offset(offset);
+  resp.mutable_pagination()->set_end_index(end);
+  return resp;
+}
+
+absl::StatusOr<apiv1::GetExperimentCheckpointsResponse> MasterCore::GetExperimentCheckpoints(
+    const apiv1::GetExperimentCheckpointsRequest& req) {
+  DET_ASSIGN_OR_RETURN(std::vector<apiv1::Checkpoint> checkpoints, ListCheckpoints(req.experiment_id(), std::nullopt));
+  apiv1::GetExperimentCheckpointsResponse resp;
+  for (auto& c : checkpoints) *resp.add_checkpoints() = std::move(c);
+  return resp;
+}
+
+absl::Status MasterCore::SaveSearcher(ExperimentRuntime& exp) {
+  exp.row.searcher_state_json = exp.searcher->Snapshot().dump();
+  exp.row.progress = exp.searcher->Progress();
+  return store_->UpdateExperiment(exp.row);
+}
+
+absl::Status MasterCore::CreateTrialLocked(ExperimentRuntime& exp, const CreateTrialOp& create,
+                                           std::vector<SearcherOp>* more) {
+  TrialRow row;
+  row.experiment_id = exp.row.id;
+  row.request_id = create.request_id;
+  row.state = kActive;
+  row.hparams_json = create.hparams.dump();
+  row.seed = create.trial_seed;
+  row.created_ms = WallMs();
+  DET_ASSIGN_OR_RETURN(row.id, store_->InsertTrial(row));
+  auto trial = std::make_unique<TrialRuntime>();
+  trial->row = row;
+  exp.trial_by_request[create.request_id] = row.id;
+  TrialRuntime& t = *trial;
+  trials_[row.id] = std::move(trial);
+  spdlog::info("experiment {}: created trial {} with hparams {}", exp.row.id, row.id, row.hparams_json);
+  *more = exp.searcher->TrialCreated(create.request_id);
+  if (Stopping(exp.row.state) || Terminal(exp.row.state)) {
+    // The searcher answered a trial that ended under a cancel or kill
+    // (e.g. random search filling the freed slot): nothing runs any more,
+    // and a trial left ACTIVE would keep the experiment STOPPING forever.
+    t.killed = true;
+    SetTrialState(t, kCanceled);
+  } else if (exp.row.state == kActive) {
+    RequestAllocation(exp, t);
+  } else if (exp.row.state == kPaused) {
+    SetTrialState(t, kPaused);  // activating the experiment starts it
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MasterCore::ApplySearcherOps(ExperimentRuntime& exp, std::vector<SearcherOp> ops) {
+  std::deque<SearcherOp> queue(ops.begin(), ops.end());
+  while (!queue.empty()) {
+    SearcherOp op = std::move(queue.front());
+    queue.pop_front();
+    std::vector<SearcherOp> more;
+    if (auto* create = std::get_if<CreateTrialOp>(&op)) {
+      DET_RETURN_IF_ERROR(CreateTrialLocked(exp, *create, &more));
+    } else if (auto* validate = std::get_if<ValidateAfterOp>(&op)) {
+      auto it = exp.trial_by_request.find(validate->request_id);
+      if (it == exp.trial_by_request.end()) continue;
+      TrialRuntime& t = *trials_[it->second];
+      t.searcher_target = validate->length;
+      SetTrialState(t, t.row.state);
+      // A trial that waited without a slot (e.g. an ASHA promotion) resumes
+      // from its checkpoint.
+      if (exp.row.state == kActive && !Terminal(t.row.state)) RequestAllocation(exp, t);
+    } else if (auto* close = std::get_if<CloseTrialOp>(&op)) {
+      auto it = exp.trial_by_request.find(close->request_id);
+      if (it == exp.trial_by_request.end()) continue;
+      TrialRuntime& t = *trials_[it->second];
+      t.close_requested = true;
+      if (t.allocation_id.empty() && !Terminal(t.row.state) && t.row.total_batches > 0 &&
+          t.last_checkpoint == t.row.total_batches) {
+        // Already checkpointed and off its slot: nothing left to run.
+        SetTrialState(t, kCompleted);
+        more = exp.searcher->TrialClosed(close->request_id);
+      } else {
+        SetTrialState(t, t.row.state);
+        if (exp.row.state == kActive && !Terminal(t.row.state)) RequestAllocation(exp, t);
+      }
+    } else if (std::get_if<ShutdownOp>(&op)) {
+      exp.search_done = true;
+    }
+    for (auto& next : more) queue.push_back(std::move(next));
+  }
+  DET_RETURN_IF_ERROR(SaveSearcher(exp));
+  MaybeFinishExperiment(exp);
+  ScheduleLocked();
+  return absl::OkStatus();
+}
+
+bool MasterCore::CompleteIfCheckpointedLocked(ExperimentRuntime& exp, TrialRuntime& trial,
+                                              std::vector<SearcherOp>* ops) {
+  if (!trial.close_requested || trial.searcher_target > 0 || trial.row.total_batches <= 0 ||
+      trial.last_checkpoint != trial.row.total_batches || !trial.allocation_id.empty() || Terminal(trial.row.state)) {
+    return false;
+  }
+  SetTrialState(trial, kCompleted);
+  auto more = exp.searcher->TrialClosed(trial.row.request_id);
+  ops->insert(ops->end(), more.begin(), more.end());
+  return true;
+}
+
+void MasterCore::MaybeFinishExperiment(ExperimentRuntime& exp) {
+  if (Terminal(exp.row.state)) return;
+  bool all_ended = true;
+  bool any_completed = false;
+  for (const auto& [req, tid] : exp.trial_by_request) {
+    const TrialRuntime& t = *trials_[tid];
+    if (!Terminal(t.row.state) || !t.allocation_id.empty()) all_ended = false;
+    if (t.row.state == kCompleted) any_completed = true;
+  }
+  if (!all_ended) return;
+  if (exp.row.state == kStoppingCanceled || exp.row.state == kStoppingKilled) {
+    SetExperimentState(exp, kCanceled);
+  } else if (exp.search_done) {
+    SetExperimentState(exp, any_completed || exp.trial_by_request.empty() ? kCompleted : kError);
+  }
+}
+
+}  // namespace det::master

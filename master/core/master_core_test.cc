@@ -1,0 +1,436 @@
+// MasterCore's time-based policies driven by a FakeClock: heartbeat loss,
+// allocations an agent does not run, stop-timeout escalation, rendezvous
+// timeouts and reattachment after a master restart. No processes, no
+// sleeps: agents are played by calling the det.agent.v1 entry points and
+// reading their AgentSession; the background pass runs when a test says so.
+#include "master/core/master_core.h"
+
+#include <elf.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "tests/test_util.h"
+
+namespace det::master {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kHeartbeatTimeoutMs = 15000;
+constexpr int64_t kStopTimeoutMs = 60000;
+constexpr int64_t kRendezvousTimeoutMs = 600000;
+
+std::string Config(const std::string& checkpoint_dir, int slots) {
+  return absl::StrCat(R"(name: clock-test
+hyperparameters:
+  global_batch_size: 16
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: 100
+max_restarts: 3
+resources:
+  slots_per_trial: )", slots, R"(
+checkpoint_storage:
+  type: shared_fs
+  host_path: )", checkpoint_dir, "\n");
+}
+
+// Bytes that pass the master's trial.so checks (an ELF header of a shared
+// library for this machine); the master never loads them.
+std::string FakeTrialSo() {
+  Elf64_Ehdr header{};
+  std::memcpy(header.e_ident, ELFMAG, SELFMAG);
+  header.e_ident[EI_CLASS] = ELFCLASS64;
+  header.e_type = ET_DYN;
+#if defined(__aarch64__)
+  header.e_machine = EM_AARCH64;
+#else
+  header.e_machine = EM_X86_64;
+#endif
+  return std::string(reinterpret_cast<const char*>(&header), sizeof(header)) + std::string(64, '\0');
+}
+
+class MasterCoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+
+  void Open() {
+    MasterOptions options;
+    options.data_dir = dir_.path();
+    options.clock = clock_;
+    options.background_thread = false;
+    options.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
+    options.stop_timeout_ms = kStopTimeoutMs;
+    options.rendezvous_timeout_ms = kRendezvousTimeoutMs;
+    auto core = MasterCore::Create(options);
+    ASSERT_TRUE(core.ok()) << core.status();
+    core_ = *std::move(core);
+  }
+  void Restart() {
+    core_.reset();
+    Open();
+  }
+
+  // Registers agent `id` with `slots` CPU slots and attaches its stream.
+  std::shared_ptr<AgentSession> Agent(const std::string& id, int slots,
+                                      const std::vector<std::string>& running = {}) {
+    agentv1::RegisterAgentRequest req;
+    req.set_agent_id(id);
+    req.set_hostname("localhost");
+    for (int i = 0; i < slots; ++i) req.add_devices()->set_id(i);
+    for (const auto& r : running) req.add_running_allocation_ids(r);
+    auto resp = core_->RegisterAgent(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    if (!resp.ok()) return nullptr;
+    registered_[id] = *resp;
+    auto session = core_->AttachAgent(resp->session_token());
+    EXPECT_TRUE(session.ok()) << session.status();
+    return session.ok() ? *session : nullptr;
+  }
+
+  int64_t CreateExperiment(int slots = 1) {
+    apiv1::CreateExperimentRequest req;
+    req.set_config_yaml(Config(dir_ / "checkpoints", slots));
+    req.set_trial_so(FakeTrialSo());
+    req.set_activate(true);
+    auto resp = core_->CreateExperiment(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->experiment().id() : 0;
+  }
+
+  // Every message queued for `session` so far.
+  static std::vector<agentv1::MasterMessage> Drain(AgentSession& session) {
+    std::vector<agentv1::MasterMessage> out;
+    agentv1::MasterMessage msg;
+    while (session.Pop(&msg, std::chrono::milliseconds(0))) out.push_back(msg);
+    return out;
+  }
+  static std::vector<agentv1::StartAllocation> Starts(const std::vector<agentv1::MasterMessage>& messages) {
+    std::vector<agentv1::StartAllocation> out;
+    for (const auto& m : messages) {
+      if (m.has_start_allocation()) out.push_back(m.start_allocation());
+    }
+    return out;
+  }
+  static std::vector<agentv1::KillAllocation> Kills(const std::vector<agentv1::MasterMessage>& messages) {
+    std::vector<agentv1::KillAllocation> out;
+    for (const auto& m : messages) {
+      if (m.has_kill_allocation()) out.push_back(m.kill_allocation());
+    }
+    return out;
+  }
+
+  // Runs the background pass and expects exactly one StartAllocation for
+  // `session`'s agent.
+  agentv1::StartAllocation ExpectStart(AgentSession& session) {
+    core_->RunBackgroundPass();
+    auto starts = Starts(Drain(session));
+    EXPECT_EQ(starts.size(), 1u);
+    return starts.empty() ? agentv1::StartAllocation() : starts[0];
+  }
+
+  void Heartbeat(const std::string& agent_id, const std::vector<std::string>& running) {
+    agentv1::AgentMessage msg;
+    for (const auto& r : running) msg.mutable_heartbeat()->add_running_allocation_ids(r);
+    msg.mutable_heartbeat();
+    core_->HandleAgentMessage(agent_id, msg);
+  }
+  void Exited(const std::string& agent_id, const std::string& allocation_id, int rank, int code) {
+    agentv1::AgentMessage msg;
+    auto* ps = msg.mutable_process_state();
+    ps->set_allocation_id(allocation_id);
+    ps->set_rank(rank);
+    ps->set_state(agentv1::PROCESS_STATE_TERMINATED);
+    ps->set_exit_code(code);
+    core_->HandleAgentMessage(agent_id, msg);
+  }
+
+  apiv1::Trial Trial(int64_t id = 1) {
+    apiv1::GetTrialRequest req;
+    req.set_trial_id(static_cast<int32_t>(id));
+    auto resp = core_->GetTrial(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->trial() : apiv1::Trial();
+  }
+  apiv1::Agent AgentInfo(const std::string& id) {
+    auto resp = core_->GetAgents(apiv1::GetAgentsRequest());
+    EXPECT_TRUE(resp.ok());
+    for (const auto& a : resp->agents()) {
+      if (a.id() == id) return a;
+    }
+    ADD_FAILURE() << "no agent " << id;
+    return apiv1::Agent();
+  }
+  std::string TrialLogs(int64_t trial_id = 1) {
+    apiv1::TrialLogsRequest req;
+    req.set_trial_id(static_cast<int32_t>(trial_id));
+    auto batch = core_->ReadTrialLogs(req, 0, 1000);
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    std::string out;
+    for (const auto& l : batch->logs.logs()) absl::StrAppend(&out, l.message(), "\n");
+    return out;
+  }
+  absl::StatusOr<trialv1::AllocationRendezvousResponse> Rendezvous(const agentv1::StartAllocation& start, int rank) {
+    trialv1::AllocationRendezvousRequest req;
+    req.set_allocation_id(start.allocation_id());
+    req.set_rank(rank);
+    req.set_port(30000 + rank);
+    return core_->AllocationRendezvous(req, start.allocation_token(), std::chrono::milliseconds(0));
+  }
+
+  det::testing::TempDir dir_;
+  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
+  std::unique_ptr<MasterCore> core_;
+  std::map<std::string, agentv1::RegisterAgentResponse> registered_;
+};
+
+TEST_F(MasterCoreTest, AgentSilentPastHeartbeatTimeoutIsLostAndItsTrialMoves) {
+  auto a = Agent("a", 1);
+  CreateExperiment();
+  agentv1::StartAllocation first = ExpectStart(*a);
+  ASSERT_EQ(Trial().allocation_id(), first.allocation_id());
+
+  clock_->AdvanceMs(kHeartbeatTimeoutMs + 1);
+  core_->RunBackgroundPass();
+  EXPECT_TRUE(a->closed());
+  EXPECT_FALSE(AgentInfo("a").connected());
+  EXPECT_EQ(Trial().allocation_id(), "");
+  EXPECT_EQ(Trial().restarts(), 0) << "losing an agent is no restart";
+
+  auto b = Agent("b", 1);
+  agentv1::StartAllocation second = ExpectStart(*b);
+  EXPECT_NE(second.allocation_id(), first.allocation_id());
+  EXPECT_THAT(second.allocation_id(), ::testing::StartsWith("trial-1.2."));
+}
+
+TEST_F(MasterCoreTest, HeartbeatsKeepAnAgentAndItsAllocation) {
+  auto a = Agent("a", 1);
+  CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  for (int i = 0; i < 5; ++i) {
+    clock_->AdvanceMs(kHeartbeatTimeoutMs - 1000);
+    Heartbeat("a", {start.allocation_id()});
+    core_->RunBackgroundPass();
+  }
+  EXPECT_FALSE(a->closed());
+  EXPECT_TRUE(AgentInfo("a").connected());
+  EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
+  EXPECT_TRUE(Kills(Drain(*a)).empty());
+}
+
+TEST_F(MasterCoreTest, AllocationAnAgentStopsListingIsGivenUpAfterGrace) {
+  auto a = Agent("a", 1);
+  CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  // Within the grace after its start, not being listed is normal.
+  clock_->AdvanceMs(4000);
+  Heartbeat("a", {});
+  EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
+  // First unlisted heartbeat after the grace starts the count; the next one
+  // past the grace gives it up, and the trial is placed again.
+  clock_->AdvanceMs(2000);
+  Heartbeat("a", {});
+  EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
+  clock_->AdvanceMs(5001);
+  Heartbeat("a", {});
+  // Given up and placed again at once (its slot is free).
+  auto starts = Starts(Drain(*a));
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_THAT(starts[0].allocation_id(), ::testing::StartsWith("trial-1.2."));
+  EXPECT_EQ(Trial().allocation_id(), starts[0].allocation_id());
+  EXPECT_EQ(Trial().restarts(), 0);
+}
+
+TEST_F(MasterCoreTest, PauseThatDoesNotStopInTimeEscalatesToSigkill) {
+  auto a = Agent("a", 1);
+  int64_t exp = CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  apiv1::PauseExperimentRequest pause;
+  pause.set_experiment_id(static_cast<int32_t>(exp));
+  ASSERT_TRUE(core_->PauseExperiment(pause).ok());
+
+  clock_->AdvanceMs(kStopTimeoutMs);
+  Heartbeat("a", {start.allocation_id()});
+  core_->RunBackgroundPass();
+  EXPECT_TRUE(Kills(Drain(*a)).empty()) << "not yet past the stop timeout";
+
+  clock_->AdvanceMs(1);
+  Heartbeat("a", {start.allocation_id()});
+  core_->RunBackgroundPass();
+  auto kills = Kills(Drain(*a));
+  ASSERT_EQ(kills.size(), 1u);
+  EXPECT_EQ(kills[0].allocation_id(), start.allocation_id());
+  EXPECT_EQ(kills[0].grace_period_seconds(), 0);
+  EXPECT_EQ(kills[0].reason(), "stop timeout");
+  EXPECT_THAT(TrialLogs(), HasSubstr("did not stop within 60 s; killing it"));
+
+  // Killed on the master's request: the trial is PAUSED, not failed.
+  Exited("a", start.allocation_id(), 0, 137);
+  EXPECT_EQ(Trial().state(), apiv1::STATE_PAUSED);
+  EXPECT_EQ(Trial().restarts(), 0);
+}
+
+TEST_F(MasterCoreTest, StopWithinTheTimeoutIsNotEscalated) {
+  auto a = Agent("a", 1);
+  int64_t exp = CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  apiv1::PauseExperimentRequest pause;
+  pause.set_experiment_id(static_cast<int32_t>(exp));
+  ASSERT_TRUE(core_->PauseExperiment(pause).ok());
+  clock_->AdvanceMs(kStopTimeoutMs - 1000);
+  Heartbeat("a", {start.allocation_id()});
+  core_->RunBackgroundPass();
+  Exited("a", start.allocation_id(), 0, 0);
+  clock_->AdvanceMs(kStopTimeoutMs);
+  Heartbeat("a", {});
+  core_->RunBackgroundPass();
+  EXPECT_TRUE(Kills(Drain(*a)).empty());
+  EXPECT_EQ(Trial().state(), apiv1::STATE_PAUSED);
+}
+
+TEST_F(MasterCoreTest, KillSendsSigtermThenSigkillAfterTheStopTimeout) {
+  auto a = Agent("a", 1);
+  int64_t exp = CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  apiv1::KillExperimentRequest kill;
+  kill.set_experiment_id(static_cast<int32_t>(exp));
+  ASSERT_TRUE(core_->KillExperiment(kill).ok());
+  auto first = Kills(Drain(*a));
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].grace_period_seconds(), 10);
+
+  clock_->AdvanceMs(kStopTimeoutMs + 1);
+  Heartbeat("a", {start.allocation_id()});
+  core_->RunBackgroundPass();
+  auto second = Kills(Drain(*a));
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].grace_period_seconds(), 0);
+  Exited("a", start.allocation_id(), 0, 137);
+  EXPECT_EQ(Trial().state(), apiv1::STATE_CANCELED);
+}
+
+TEST_F(MasterCoreTest, RendezvousThatNeverCompletesFailsTheAllocation) {
+  auto a = Agent("a", 2);
+  CreateExperiment(/*slots=*/2);
+  agentv1::StartAllocation start = ExpectStart(*a);
+  ASSERT_EQ(start.processes_size(), 2);
+  EXPECT_EQ(Rendezvous(start, 0).status().code(), absl::StatusCode::kDeadlineExceeded);
+
+  clock_->AdvanceMs(kRendezvousTimeoutMs);
+  Heartbeat("a", {start.allocation_id()});
+  core_->RunBackgroundPass();
+  EXPECT_TRUE(Kills(Drain(*a)).empty()) << "not yet past the rendezvous timeout";
+
+  clock_->AdvanceMs(1);
+  Heartbeat("a", {start.allocation_id()});
+  core_->RunBackgroundPass();
+  auto kills = Kills(Drain(*a));
+  ASSERT_EQ(kills.size(), 1u);
+  EXPECT_EQ(kills[0].reason(), "rendezvous timeout");
+  EXPECT_EQ(kills[0].grace_period_seconds(), 0);
+  auto late = Rendezvous(start, 0);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr("1 of 2 ranks reached the rendezvous"));
+
+  // It counts as a failure: restarted from its checkpoint, once.
+  Exited("a", start.allocation_id(), 0, 137);
+  Exited("a", start.allocation_id(), 1, 137);
+  EXPECT_EQ(Trial().restarts(), 1);
+  agentv1::StartAllocation again = ExpectStart(*a);
+  EXPECT_THAT(again.allocation_id(), ::testing::StartsWith("trial-1.2."));
+}
+
+TEST_F(MasterCoreTest, CompletedRendezvousIsNotTimedOut) {
+  auto a = Agent("a", 2);
+  CreateExperiment(/*slots=*/2);
+  agentv1::StartAllocation start = ExpectStart(*a);
+  EXPECT_EQ(Rendezvous(start, 0).status().code(), absl::StatusCode::kDeadlineExceeded);
+  clock_->AdvanceMs(kRendezvousTimeoutMs - 1);
+  auto both = Rendezvous(start, 1);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->rendezvous().ranks(1).port(), 30001);
+  clock_->AdvanceMs(kRendezvousTimeoutMs);
+  Heartbeat("a", {start.allocation_id()});
+  core_->RunBackgroundPass();
+  EXPECT_TRUE(Kills(Drain(*a)).empty());
+  EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
+}
+
+TEST_F(MasterCoreTest, AgentReattachesItsAllocationAfterAMasterRestart) {
+  auto a = Agent("a", 1);
+  CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  Restart();
+  // The restarted master waits for the agent, which still runs it.
+  clock_->AdvanceMs(kHeartbeatTimeoutMs - 1000);
+  core_->RunBackgroundPass();
+  EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
+  auto again = Agent("a", 1, {start.allocation_id()});
+  EXPECT_EQ(registered_["a"].kill_allocation_ids_size(), 0);
+  clock_->AdvanceMs(kHeartbeatTimeoutMs - 1000);
+  Heartbeat("a", {start.allocation_id()});
+  core_->RunBackgroundPass();
+  EXPECT_TRUE(Starts(Drain(*again)).empty());
+  EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
+  EXPECT_EQ(Trial().restarts(), 0);
+  // Its token still works for the reattached processes.
+  trialv1::GetNextOperationRequest next;
+  next.set_allocation_id(start.allocation_id());
+  EXPECT_TRUE(core_->GetNextOperation(next, start.allocation_token()).ok());
+}
+
+TEST_F(MasterCoreTest, AllocationIsGivenUpWhenItsAgentDoesNotReturnAfterARestart) {
+  auto a = Agent("a", 1);
+  CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  Restart();
+  clock_->AdvanceMs(kHeartbeatTimeoutMs + 1);
+  core_->RunBackgroundPass();
+  EXPECT_EQ(Trial().allocation_id(), "");
+  EXPECT_EQ(Trial().restarts(), 0);
+  // When the agent comes back running it, the stale allocation is killed
+  // and the trial starts again.
+  auto back = Agent("a", 1, {start.allocation_id()});
+  ASSERT_EQ(registered_["a"].kill_allocation_ids_size(), 1);
+  EXPECT_EQ(registered_["a"].kill_allocation_ids(0), start.allocation_id());
+  core_->RunBackgroundPass();
+  EXPECT_TRUE(Starts(Drain(*back)).empty()) << "its slot is taken until the zombie is gone";
+  Heartbeat("a", {});
+  agentv1::StartAllocation again = ExpectStart(*back);
+  EXPECT_THAT(again.allocation_id(), ::testing::StartsWith("trial-1.2."));
+}
+
+TEST_F(MasterCoreTest, DisconnectedAgentHasTheHeartbeatTimeoutToComeBack) {
+  auto a = Agent("a", 1);
+  CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  core_->DetachAgent(a);
+  clock_->AdvanceMs(kHeartbeatTimeoutMs - 1);
+  core_->RunBackgroundPass();
+  EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
+  // It re-registers with its previous session and what it runs: reattached.
+  agentv1::RegisterAgentRequest req;
+  req.set_agent_id("a");
+  req.add_devices()->set_id(0);
+  req.add_running_allocation_ids(start.allocation_id());
+  req.set_previous_session_token(registered_["a"].session_token());
+  auto resp = core_->RegisterAgent(req);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->kill_allocation_ids_size(), 0);
+  clock_->AdvanceMs(kHeartbeatTimeoutMs - 1);
+  core_->RunBackgroundPass();
+  EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
+}
+
+}  // namespace
+}  // namespace det::master

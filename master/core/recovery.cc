@@ -1,0 +1,182 @@
+// MasterCore: reloading the state after a master restart. Experiments and
+// trials come back from the store; allocations that were running wait for
+// their agents to re-register (and reattach); every other unfinished trial
+// resumes from its latest checkpoint without counting a restart.
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/batch_lengths.h"
+#include "common/proto_json.h"
+#include "common/status_macros.h"
+#include "master/core/core_state.h"
+#include "master/core/master_core.h"
+#include "master/core/proto_convert.h"
+
+namespace det::master {
+
+absl::Status MasterCore::LoadFromStore() {
+  DET_ASSIGN_OR_RETURN(std::optional<std::string> id, store_->GetValue("cluster_id"));
+  if (id) {
+    cluster_id_ = *id;
+  } else {
+    cluster_id_ = RandomHex(16);
+    DET_RETURN_IF_ERROR(store_->PutValue("cluster_id", cluster_id_));
+  }
+  master_id_ = RandomHex(16);
+  ExperimentFilter all;
+  DET_ASSIGN_OR_RETURN(std::vector<ExperimentRow> rows, store_->ListExperiments(all));
+  for (const auto& row : rows) DET_RETURN_IF_ERROR(LoadExperimentLocked(row).status());
+  DET_RETURN_IF_ERROR(RecoverAllocations());
+  ResumeTrialsLocked();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
+  auto config = ParseExperimentConfig(row.config_yaml, absl::StrCat("experiment ", row.id));
+  if (!config.ok()) {
+    spdlog::warn("experiment {}: stored config no longer parses: {}", row.id, config.status().ToString());
+    return false;
+  }
+  auto exp = std::make_unique<ExperimentRuntime>();
+  exp->row = row;
+  exp->config = *std::move(config);
+  auto lengths = ResolveBatchLengths(exp->config);
+  if (!lengths.ok()) {
+    spdlog::warn("experiment {}: stored lengths no longer convert: {}", row.id, lengths.status().ToString());
+    lengths = BatchLengths{};
+    lengths->global_batch_size = 1;
+  }
+  exp->global_batch_size = lengths->global_batch_size;
+  exp->max_length_batches = lengths->max_length;
+  exp->validation_period = lengths->validation_period;
+  exp->checkpoint_period = lengths->checkpoint_period;
+  exp->checkpoint_dir = ExperimentCheckpointDir(exp->config, options_.checkpoint_root);
+  nlohmann::json snap = nlohmann::json::parse(row.searcher_state_json, nullptr, false);
+  auto searcher = snap.is_object() ? Searcher::Restore(exp->config, exp->max_length_batches, snap)
+                                   : Searcher::Create(exp->config, exp->max_length_batches);
+  if (!searcher.ok()) {
+    spdlog::warn("experiment {}: cannot restore its searcher: {}", row.id, searcher.status().ToString());
+    return false;
+  }
+  exp->searcher = std::make_unique<Searcher>(*std::move(searcher));
+  exp->search_done = exp->searcher->shutdown();
+  DET_ASSIGN_OR_RETURN(std::vector<TrialRow> trials, store_->ListTrials(row.id));
+  for (auto& t : trials) {
+    auto tr = std::make_unique<TrialRuntime>();
+    tr->row = t;
+    nlohmann::json seq = nlohmann::json::parse(t.sequencer_state_json, nullptr, false);
+    if (seq.is_object()) {
+      tr->searcher_target = seq.value("searcher_target", int64_t{0});
+      tr->close_requested = seq.value("close_requested", false);
+      tr->last_validation = seq.value("last_validation", int64_t{0});
+      tr->last_checkpoint = seq.value("last_checkpoint", int64_t{0});
+      tr->next_op_id = seq.value("next_op_id", int64_t{1});
+      tr->killed = seq.value("killed", false);
+      tr->exit_completed = seq.value("exit_completed", false);
+      tr->invalid_hp = seq.value("invalid_hp", false);
+      tr->error_message = seq.value("error_message", std::string());
+    }
+    exp->trial_by_request[t.request_id] = t.id;
+    trials_[t.id] = std::move(tr);
+  }
+  exp->gc_pending = true;
+  experiments_[row.id] = std::move(exp);
+  return true;
+}
+
+namespace {
+
+// The agent of a recovered allocation as the master last knew it; it has
+// heartbeat_timeout_ms from `now_mono_ms` to re-register.
+std::unique_ptr<AgentRuntime> RecoveredAgent(const std::string& id, const std::vector<AgentRow>& rows,
+                                             int64_t now_mono_ms) {
+  auto agent = std::make_unique<AgentRuntime>();
+  agent->row.id = id;
+  for (const auto& r : rows) {
+    if (r.id != id) continue;
+    agent->row = r;
+    nlohmann::json devices = nlohmann::json::parse(r.devices_json, nullptr, false);
+    if (!devices.is_array()) continue;
+    for (const auto& d : devices) {
+      ::det::api::v1::Device device;
+      if (JsonToMessage(d.dump(), &device).ok()) agent->devices.push_back(device);
+    }
+  }
+  agent->last_heartbeat_mono_ms = now_mono_ms;
+  agent->last_heartbeat_ms = agent->row.last_seen_ms;
+  return agent;
+}
+
+}  // namespace
+
+absl::Status MasterCore::RecoverAllocations() {
+  DET_ASSIGN_OR_RETURN(std::vector<AllocationRow> rows, store_->ListAllocations());
+  if (rows.empty()) return absl::OkStatus();
+  DET_ASSIGN_OR_RETURN(std::vector<AgentRow> agent_rows, store_->ListAgents());
+  const int64_t now = MonoMs();
+  for (const AllocationRow& row : rows) {
+    auto tit = trials_.find(row.trial_id);
+    auto eit = experiments_.find(row.experiment_id);
+    std::vector<SlotAssignment> placements;
+    if (tit == trials_.end() || eit == experiments_.end() || Terminal(tit->second->row.state) ||
+        !tit->second->allocation_id.empty() || !ParsePlacements(row.placements_json, &placements)) {
+      DET_RETURN_IF_ERROR(store_->DeleteAllocation(row.id));
+      continue;
+    }
+    TrialRuntime& trial = *tit->second;
+    ExperimentRuntime& exp = *eit->second;
+    auto alloc = std::make_unique<AllocationRuntime>();
+    alloc->id = row.id;
+    alloc->token = row.token;
+    alloc->trial_id = row.trial_id;
+    alloc->experiment_id = row.experiment_id;
+    alloc->placements = placements;
+    alloc->processes = static_cast<int>(row.processes);
+    alloc->terminated = static_cast<int>(row.terminated);
+    alloc->created_ms = row.created_ms;
+    alloc->created_mono_ms = now;
+    if (exp.row.state != kActive || trial.killed) {
+      alloc->preempt = true;
+      alloc->stop_requested_mono_ms = now;
+    }
+    for (const auto& p : placements) {
+      auto& agent = agents_[p.agent_id];
+      if (!agent) agent = RecoveredAgent(p.agent_id, agent_rows, now);
+      for (int slot : p.slots) {
+        agent->used_slots.insert(slot);
+        agent->slot_allocation[slot] = row.id;
+      }
+    }
+    trial.allocation_id = row.id;
+    spdlog::info("trial {}: allocation {} waits for its agent(s) to re-register", trial.row.id, row.id);
+    allocations_[row.id] = std::move(alloc);
+  }
+  return absl::OkStatus();
+}
+
+void MasterCore::ResumeTrialsLocked() {
+  for (auto& [id, exp] : experiments_) {
+    std::vector<SearcherOp> ops;
+    for (const auto& [req, tid] : exp->trial_by_request) {
+      TrialRuntime& t = *trials_.at(tid);
+      if (Terminal(t.row.state) || !t.allocation_id.empty()) continue;
+      if (t.killed || Stopping(exp->row.state)) {
+        t.killed = true;
+        SetTrialState(t, kCanceled);
+        auto more = exp->searcher->TrialExitedEarly(t.row.request_id, ExitedReason::kUserCanceled);
+        ops.insert(ops.end(), more.begin(), more.end());
+      } else if (exp->row.state == kPaused) {
+        if (t.row.state != kPaused) SetTrialState(t, kPaused);
+      } else if (exp->row.state == kActive) {
+        if (!CompleteIfCheckpointedLocked(*exp, t, &ops)) RequestAllocation(*exp, t);
+      }
+    }
+    if (!ops.empty()) {
+      absl::Status st = ApplySearcherOps(*exp, std::move(ops));
+      if (!st.ok()) spdlog::error("experiment {}: {}", id, st.ToString());
+    }
+    MaybeFinishExperiment(*exp);
+  }
+}
+
+}  // namespace det::master

@@ -1,0 +1,344 @@
+// MasterCore: the det.trial.v1 calls trial processes make (context, the
+// operations to run, metrics, checkpoints, preemption, logs). Each call names
+// its allocation and carries that allocation's token (Authorize).
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/hparams.h"
+#include "common/proto_json.h"
+#include "common/safe_path.h"
+#include "common/status_macros.h"
+#include "master/core/core_state.h"
+#include "master/core/master_core.h"
+#include "master/core/proto_convert.h"
+
+namespace det::master {
+
+absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(const trialv1::GetTrialContextRequest& req,
+                                                                              const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  const int world = std::max(alloc->rendezvous.world_size(), 1);
+  if (req.rank() < 0 || (alloc->rendezvous.world_size() > 0 && req.rank() >= world)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", req.rank(), " is outside [0, ", world, ") of allocation '", alloc->id, "'"));
+  }
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  trialv1::GetTrialContextResponse resp;
+  resp.set_trial_id(static_cast<int32_t>(trial.row.id));
+  resp.set_experiment_id(static_cast<int32_t>(exp.row.id));
+  resp.set_task_id(absl::StrCat("trial-", trial.row.id));
+  nlohmann::json hp = nlohmann::json::parse(trial.row.hparams_json, nullptr, false);
+  DET_ASSIGN_OR_RETURN(*resp.mutable_hparams(), JsonToStruct(hp));
+  resp.set_trial_seed(trial.row.seed);
+  resp.set_config_yaml(exp.row.config_yaml);
+  auto gbs = GlobalBatchSize(hp);
+  resp.set_global_batch_size(gbs.ok() ? *gbs : exp.global_batch_size);
+  resp.set_trial_run_id(static_cast<int32_t>(trial.row.run_id));
+  resp.set_checkpoint_storage_path(exp.checkpoint_dir);
+  resp.set_scheduling_unit(exp.config.scheduling_unit);
+  resp.set_trial_so_sha256(exp.row.trial_so_sha256);
+  *resp.mutable_rendezvous() = alloc->rendezvous;
+  int64_t restored_batches = 0;
+  if (!trial.row.latest_checkpoint_uuid.empty()) {
+    auto ck = store_->GetCheckpoint(trial.row.latest_checkpoint_uuid);
+    if (ck.ok()) {
+      auto* c = resp.mutable_latest_checkpoint();
+      c->set_uuid(ck->uuid);
+      c->set_storage_path(ck->storage_path);
+      c->set_total_batches(ck->total_batches);
+      restored_batches = ck->total_batches;
+    }
+  }
+  if (req.rank() == 0 && trial.row.run_id > 1) RewindTrialLocked(trial, restored_batches);
+  return resp;
+}
+
+void MasterCore::RewindTrialLocked(TrialRuntime& trial, int64_t restored_batches) {
+  // A restart continues from the checkpoint: what the earlier run reported
+  // after it is archived, and the sequencer rewinds to it.
+  absl::Status st = store_->ArchiveMetricsAfter(trial.row.id, restored_batches);
+  if (!st.ok()) spdlog::error("trial {}: archiving metrics: {}", trial.row.id, st.ToString());
+  trial.row.total_batches = restored_batches;
+  // The last validation the restored run has behind it, so that the next
+  // ones fall where an uninterrupted run's do.
+  if (trial.last_validation > restored_batches) {
+    trial.last_validation = 0;
+    auto validations = store_->ListMetrics(trial.row.id, "validation", /*include_archived=*/false);
+    if (validations.ok() && !validations->empty()) trial.last_validation = validations->back().total_batches;
+  }
+  trial.last_checkpoint = restored_batches;
+  trial.current_op.reset();
+  SetTrialState(trial, trial.row.state);
+}
+
+trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntime& trial, AllocationRuntime& alloc,
+                                             int64_t batches) {
+  auto make = [&](trialv1::OperationKind kind, int64_t target = 0) {
+    trialv1::Operation op;
+    op.set_op_id(trial.next_op_id++);
+    op.set_kind(kind);
+    op.set_target_total_batches(target);
+    op.set_preempting(alloc.preempt);
+    return op;
+  };
+  if (alloc.preempt || exp.row.state != kActive) {
+    if (trial.last_checkpoint != batches && batches > 0) return make(trialv1::OPERATION_KIND_CHECKPOINT);
+    auto op = make(trialv1::OPERATION_KIND_EXIT);
+    op.set_exit_reason(trial.killed ? trialv1::EXIT_REASON_STOPPED : trialv1::EXIT_REASON_PREEMPTED);
+    RequestStopLocked(alloc);
+    return op;
+  }
+  if (trial.searcher_target > 0) {
+    if (batches < trial.searcher_target) {
+      bool val_due = exp.validation_period > 0 && batches - trial.last_validation >= exp.validation_period &&
+                     trial.last_validation != batches;
+      bool ckpt_due = exp.checkpoint_period > 0 && batches - trial.last_checkpoint >= exp.checkpoint_period &&
+                      trial.last_checkpoint != batches;
+      if (val_due) return make(trialv1::OPERATION_KIND_VALIDATE);
+      if (ckpt_due) return make(trialv1::OPERATION_KIND_CHECKPOINT);
+      int64_t target = trial.searcher_target;
+      if (exp.validation_period > 0) target = std::min(target, trial.last_validation + exp.validation_period);
+      if (exp.checkpoint_period > 0) target = std::min(target, trial.last_checkpoint + exp.checkpoint_period);
+      if (target <= batches) target = trial.searcher_target;
+      return make(trialv1::OPERATION_KIND_TRAIN, target);
+    }
+    // At the searcher's length: validate (the searcher op completes when the
+    // metric arrives).
+    return make(trialv1::OPERATION_KIND_VALIDATE);
+  }
+  if (trial.close_requested) {
+    if (trial.last_checkpoint != batches) return make(trialv1::OPERATION_KIND_CHECKPOINT);
+    auto op = make(trialv1::OPERATION_KIND_EXIT);
+    op.set_exit_reason(trialv1::EXIT_REASON_COMPLETED);
+    trial.exit_completed = true;
+    if (alloc.stop_requested_mono_ms == 0) alloc.stop_requested_mono_ms = MonoMs();
+    return op;
+  }
+  // The searcher has nothing for this trial now (e.g. ASHA: not promoted
+  // yet): checkpoint and give the slot back; a later ValidateAfter resumes it.
+  if (batches > 0 && trial.last_checkpoint != batches) return make(trialv1::OPERATION_KIND_CHECKPOINT);
+  if (batches > 0) {
+    auto op = make(trialv1::OPERATION_KIND_EXIT);
+    op.set_exit_reason(trialv1::EXIT_REASON_PREEMPTED);
+    RequestStopLocked(alloc);
+    return op;
+  }
+  return make(trialv1::OPERATION_KIND_WAIT);
+}
+
+absl::StatusOr<trialv1::GetNextOperationResponse> MasterCore::GetNextOperation(
+    const trialv1::GetNextOperationRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  if (req.total_batches() > trial.row.total_batches || trial.row.total_batches == 0) {
+    trial.row.total_batches = req.total_batches();
+  }
+  trialv1::GetNextOperationResponse resp;
+  if (trial.current_op && trial.current_op->op_id() != req.completed_op_id() &&
+      trial.current_op->kind() != trialv1::OPERATION_KIND_WAIT) {
+    // A retry of the same question: the same answer.
+    *resp.mutable_operation() = *trial.current_op;
+    return resp;
+  }
+  trial.current_op = NextOperation(exp, trial, *alloc, req.total_batches());
+  // Persists the op counter and exit_completed with the batches trained.
+  SetTrialState(trial, trial.row.state);
+  *resp.mutable_operation() = *trial.current_op;
+  return resp;
+}
+
+namespace {
+
+MetricRow ToMetricRow(const trialv1::MetricsRow& r, int64_t trial_id, int64_t run_id, const char* group,
+                      int64_t now_ms) {
+  MetricRow m;
+  m.trial_id = trial_id;
+  m.trial_run_id = run_id;
+  m.group = group;
+  m.total_batches = r.total_batches();
+  m.total_epochs = r.total_epochs();
+  m.metrics.insert(r.metrics().begin(), r.metrics().end());
+  m.time_ms = r.has_end_time() ? TimeMs(r.end_time()) : now_ms;
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<trialv1::ReportTrainingMetricsResponse> MasterCore::ReportTrainingMetrics(
+    const trialv1::ReportTrainingMetricsRequest& req, const std::string& token) {
+  int64_t trial_id, run_id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+    TrialRuntime& trial = *trials_.at(alloc->trial_id);
+    trial_id = trial.row.id;
+    run_id = trial.row.run_id;
+    for (const auto& r : req.rows()) trial.row.total_batches = std::max(trial.row.total_batches, r.total_batches());
+  }
+  std::vector<MetricRow> rows;
+  for (const auto& r : req.rows()) rows.push_back(ToMetricRow(r, trial_id, run_id, "training", WallMs()));
+  DET_RETURN_IF_ERROR(store_->InsertMetrics(rows));
+  return trialv1::ReportTrainingMetricsResponse();
+}
+
+absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValidationMetrics(
+    const trialv1::ReportValidationMetricsRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  std::vector<MetricRow> rows;
+  for (const auto& r : req.rows()) {
+    rows.push_back(ToMetricRow(r, trial.row.id, trial.row.run_id, "validation", WallMs()));
+    auto it = r.metrics().find(exp.config.searcher.metric);
+    if (it != r.metrics().end()) {
+      double v = it->second;
+      trial.row.latest_validation = v;
+      if (!trial.row.best_validation ||
+          (exp.config.searcher.smaller_is_better ? v < *trial.row.best_validation : v > *trial.row.best_validation)) {
+        trial.row.best_validation = v;
+      }
+    }
+    trial.last_validation = r.total_batches();
+    trial.row.total_batches = std::max(trial.row.total_batches, r.total_batches());
+  }
+  DET_RETURN_IF_ERROR(store_->InsertMetrics(rows));
+  SetTrialState(trial, trial.row.state);
+  return trialv1::ReportValidationMetricsResponse();
+}
+
+absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
+    const trialv1::ReportCheckpointRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  DET_RETURN_IF_ERROR(ValidatePathComponent(req.uuid(), "uuid"));
+  auto existing = store_->GetCheckpoint(req.uuid());
+  if (existing.ok()) {
+    if (existing->trial_id != trial.row.id) {
+      return absl::AlreadyExistsError(absl::StrCat("checkpoint ", req.uuid(), " belongs to trial ", existing->trial_id));
+    }
+    // A retried report (the reply was lost, e.g. to a master restart).
+    trial.row.latest_checkpoint_uuid = existing->uuid;
+    trial.last_checkpoint = existing->total_batches;
+    SetTrialState(trial, trial.row.state);
+    return trialv1::ReportCheckpointResponse();
+  }
+  CheckpointRow row;
+  row.uuid = req.uuid();
+  row.trial_id = trial.row.id;
+  row.experiment_id = exp.row.id;
+  row.trial_run_id = trial.row.run_id;
+  row.state = "COMPLETED";
+  row.total_batches = req.total_batches();
+  row.total_epochs = req.total_epochs();
+  row.resources.insert(req.resources().begin(), req.resources().end());
+  row.metadata_json = StructToJson(req.metadata()).dump();
+  DET_ASSIGN_OR_RETURN(row.storage_path, JoinUnder(exp.checkpoint_dir, req.uuid(), "uuid"));
+  row.time_ms = WallMs();
+  if (trial.last_validation == req.total_batches() && trial.row.latest_validation) {
+    row.searcher_metric = trial.row.latest_validation;
+  }
+  DET_RETURN_IF_ERROR(store_->InsertCheckpoint(row));
+  trial.row.latest_checkpoint_uuid = row.uuid;
+  trial.last_checkpoint = req.total_batches();
+  SetTrialState(trial, trial.row.state);
+  return trialv1::ReportCheckpointResponse();
+}
+
+absl::StatusOr<trialv1::CompleteSearcherOperationResponse> MasterCore::CompleteSearcherOperation(
+    const trialv1::CompleteSearcherOperationRequest& req, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  trial.last_validation = trial.row.total_batches;
+  if (trial.searcher_target > 0 && trial.row.total_batches >= trial.searcher_target) {
+    int64_t length = trial.searcher_target;
+    trial.searcher_target = 0;
+    SetTrialState(trial, trial.row.state);
+    DET_RETURN_IF_ERROR(
+        ApplySearcherOps(exp, exp.searcher->ValidationCompleted(trial.row.request_id, req.searcher_metric(), length)));
+  }
+  return trialv1::CompleteSearcherOperationResponse();
+}
+
+absl::StatusOr<trialv1::ReportProgressResponse> MasterCore::ReportProgress(const trialv1::ReportProgressRequest& req,
+                                                                           const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_RETURN_IF_ERROR(Authorize(req.allocation_id(), token).status());
+  return trialv1::ReportProgressResponse();
+}
+
+absl::StatusOr<trialv1::ReportEarlyExitResponse> MasterCore::ReportEarlyExit(const trialv1::ReportEarlyExitRequest& req,
+                                                                             const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  trial.error_message = req.message();
+  if (req.reason() == trialv1::EARLY_EXIT_REASON_INVALID_HP) trial.invalid_hp = true;
+  SetTrialState(trial, trial.row.state);
+  return trialv1::ReportEarlyExitResponse();
+}
+
+absl::StatusOr<trialv1::ShouldPreemptResponse> MasterCore::ShouldPreempt(const trialv1::ShouldPreemptRequest& req,
+                                                                         const std::string& token) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp(req.timeout_ms(), 0, 60000));
+  trialv1::ShouldPreemptResponse resp;
+  while (true) {
+    DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+    resp.set_preempt(alloc->preempt);
+    if (alloc->preempt || stop_) return resp;
+    if (preempt_cv_.wait_until(l, deadline) == std::cv_status::timeout) {
+      DET_ASSIGN_OR_RETURN(AllocationRuntime * again, Authorize(req.allocation_id(), token));
+      resp.set_preempt(again->preempt);
+      return resp;
+    }
+  }
+}
+
+absl::StatusOr<trialv1::AckPreemptionResponse> MasterCore::AckPreemption(const trialv1::AckPreemptionRequest& req,
+                                                                         const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_RETURN_IF_ERROR(Authorize(req.allocation_id(), token).status());
+  return trialv1::AckPreemptionResponse();
+}
+
+absl::StatusOr<trialv1::ReportTrialLogsResponse> MasterCore::ReportTrialLogs(const trialv1::ReportTrialLogsRequest& req,
+                                                                             const std::string& token) {
+  int64_t trial_id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+    trial_id = alloc->trial_id;
+  }
+  std::vector<TaskLogRow> rows;
+  for (const auto& log : req.logs()) {
+    TaskLogRow r;
+    r.trial_id = trial_id;
+    r.allocation_id = req.allocation_id();
+    r.rank = log.has_rank() ? log.rank() : 0;
+    r.time_ms = log.has_timestamp() ? TimeMs(log.timestamp()) : WallMs();
+    r.stream = "stdout";
+    r.message = log.message();
+    rows.push_back(std::move(r));
+  }
+  DET_RETURN_IF_ERROR(store_->InsertTaskLogs(rows));
+  return trialv1::ReportTrialLogsResponse();
+}
+
+}  // namespace det::master

@@ -1,0 +1,151 @@
+// MasterCore: the det.api.v1 calls on trials, their metrics, logs and
+// checkpoints.
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
+#include "common/status_macros.h"
+#include "master/core/core_state.h"
+#include "master/core/master_core.h"
+#include "master/core/proto_convert.h"
+
+namespace det::master {
+
+apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
+  apiv1::Trial t;
+  t.set_id(static_cast<int32_t>(trial.row.id));
+  t.set_experiment_id(static_cast<int32_t>(trial.row.experiment_id));
+  t.set_state(StateEnum(trial.row.state));
+  auto hp = JsonToStruct(nlohmann::json::parse(trial.row.hparams_json, nullptr, false));
+  if (hp.ok()) *t.mutable_hparams() = *hp;
+  t.set_seed(trial.row.seed);
+  t.set_restarts(static_cast<int32_t>(trial.row.restarts));
+  t.set_total_batches_processed(trial.row.total_batches);
+  t.set_latest_checkpoint_uuid(trial.row.latest_checkpoint_uuid);
+  auto eit = experiments_.find(trial.row.experiment_id);
+  auto validation = [&](apiv1::MetricsReport* m, double value) {
+    m->set_trial_id(t.id());
+    m->set_group("validation");
+    if (eit != experiments_.end()) (*m->mutable_metrics())[eit->second->config.searcher.metric] = value;
+  };
+  if (trial.row.best_validation) validation(t.mutable_best_validation(), *trial.row.best_validation);
+  if (trial.row.latest_validation) validation(t.mutable_latest_validation(), *trial.row.latest_validation);
+  SetTime(t.mutable_start_time(), trial.row.created_ms);
+  if (trial.row.ended_ms > 0) SetTime(t.mutable_end_time(), trial.row.ended_ms);
+  t.set_allocation_id(trial.allocation_id);
+  t.set_runner_state(trial.allocation_id.empty() ? apiv1::ALLOCATION_STATE_UNSPECIFIED
+                                                 : apiv1::ALLOCATION_STATE_RUNNING);
+  t.set_request_id(static_cast<int32_t>(trial.row.request_id));
+  t.set_searcher_target_batches(trial.searcher_target);
+  t.set_error_message(trial.error_message);
+  return t;
+}
+
+absl::StatusOr<apiv1::GetTrialResponse> MasterCore::GetTrial(const apiv1::GetTrialRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(TrialRuntime * t, FindTrial(req.trial_id()));
+  apiv1::GetTrialResponse resp;
+  *resp.mutable_trial() = TrialProto(*t);
+  return resp;
+}
+
+absl::StatusOr<apiv1::KillTrialResponse> MasterCore::KillTrial(const apiv1::KillTrialRequest& req) {
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  const int64_t id = req.trial_id();
+  DET_ASSIGN_OR_RETURN(TrialRuntime * t, FindTrial(id));
+  if (Terminal(t->row.state)) return apiv1::KillTrialResponse();
+  t->killed = true;
+  auto ait = allocations_.find(t->allocation_id);
+  if (ait != allocations_.end()) {
+    SetTrialState(*t, t->row.state);
+    KillAllocationLocked(*ait->second, "trial killed");
+    return apiv1::KillTrialResponse();
+  }
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [&](const SchedRequest& r) {
+                                  return r.allocation_id.rfind(absl::StrCat("trial-", id, "."), 0) == 0;
+                                }),
+                 pending_.end());
+  SetTrialState(*t, kCanceled);
+  auto& exp = *experiments_[t->row.experiment_id];
+  DET_RETURN_IF_ERROR(
+      ApplySearcherOps(exp, exp.searcher->TrialExitedEarly(t->row.request_id, ExitedReason::kUserCanceled)));
+  return apiv1::KillTrialResponse();
+}
+
+absl::StatusOr<apiv1::GetTrialMetricsResponse> MasterCore::GetTrialMetrics(const apiv1::GetTrialMetricsRequest& req) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_RETURN_IF_ERROR(FindTrial(req.trial_id()).status());
+  }
+  if (!req.group().empty() && req.group() != "training" && req.group() != "validation") {
+    return absl::InvalidArgumentError(absl::StrCat("group must be 'training' or 'validation', got '", req.group(), "'"));
+  }
+  DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows,
+                       store_->ListMetrics(req.trial_id(), req.group(), req.include_archived(),
+                                           req.after_total_batches() > 0 ? req.after_total_batches() : -1,
+                                           req.limit()));
+  apiv1::GetTrialMetricsResponse resp;
+  for (const auto& r : rows) {
+    apiv1::MetricsReport m = MetricProto(r);
+    if (req.metric_names_size() > 0) {
+      auto* metrics = m.mutable_metrics();
+      for (auto it = metrics->begin(); it != metrics->end();) {
+        if (std::find(req.metric_names().begin(), req.metric_names().end(), it->first) == req.metric_names().end()) {
+          it = metrics->erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    *resp.add_metrics() = std::move(m);
+  }
+  return resp;
+}
+
+absl::StatusOr<std::vector<apiv1::Checkpoint>> MasterCore::ListCheckpoints(std::optional<int64_t> experiment_id,
+                                                                           std::optional<int64_t> trial_id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (experiment_id) DET_RETURN_IF_ERROR(FindExperiment(*experiment_id).status());
+    if (trial_id) DET_RETURN_IF_ERROR(FindTrial(*trial_id).status());
+  }
+  DET_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, store_->ListCheckpoints(experiment_id, trial_id));
+  std::vector<apiv1::Checkpoint> out;
+  for (const auto& r : rows) out.push_back(CheckpointProto(r));
+  return out;
+}
+
+absl::StatusOr<apiv1::GetTrialCheckpointsResponse> MasterCore::GetTrialCheckpoints(
+    const apiv1::GetTrialCheckpointsRequest& req) {
+  DET_ASSIGN_OR_RETURN(std::vector<apiv1::Checkpoint> checkpoints, ListCheckpoints(std::nullopt, req.trial_id()));
+  apiv1::GetTrialCheckpointsResponse resp;
+  for (auto& c : checkpoints) *resp.add_checkpoints() = std::move(c);
+  return resp;
+}
+
+absl::StatusOr<apiv1::GetCheckpointResponse> MasterCore::GetCheckpoint(const apiv1::GetCheckpointRequest& req) {
+  DET_ASSIGN_OR_RETURN(CheckpointRow row, store_->GetCheckpoint(req.checkpoint_uuid()));
+  apiv1::GetCheckpointResponse resp;
+  *resp.mutable_checkpoint() = CheckpointProto(row);
+  return resp;
+}
+
+absl::StatusOr<TrialLogsBatch> MasterCore::ReadTrialLogs(const apiv1::TrialLogsRequest& req, int64_t after_id,
+                                                         int64_t max_lines) {
+  TrialLogsBatch batch;
+  {
+    // "Ended" is read before the logs so that the last lines are never missed.
+    std::lock_guard<std::mutex> l(mu_);
+    DET_ASSIGN_OR_RETURN(TrialRuntime * t, FindTrial(req.trial_id()));
+    batch.trial_ended = Terminal(t->row.state) && t->allocation_id.empty();
+  }
+  DET_ASSIGN_OR_RETURN(std::vector<TaskLogRow> rows, store_->ListTaskLogs(req.trial_id(), after_id, max_lines));
+  for (const auto& r : rows) *batch.logs.add_logs() = TaskLogProto(r);
+  return batch;
+}
+
+}  // namespace det::master

@@ -1,0 +1,169 @@
+#include "master/service/api_handlers.h"
+
+#include <chrono>
+#include <thread>
+
+#include <google/protobuf/generated_message_reflection.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "det/api/v1/api.grpc.pb.h"
+#include "master/service/preview_search.h"
+#include "master/service/request_auth.h"
+#include "master/service/trial_log_cursor.h"
+
+namespace det::master {
+namespace pb = google::protobuf;
+
+ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(auth) {
+  // ---- master
+  Bind<apiv1::GetMasterRequest, apiv1::GetMasterResponse>("GetMaster", [this](const ApiCaller&, const auto& req) {
+    auto resp = core_->GetMaster(req);
+    if (resp.ok()) resp->set_auth_required(true);
+    return resp;
+  });
+  // ---- auth (AuthCore)
+  Bind<apiv1::LoginRequest, apiv1::LoginResponse>(
+      "Login", [this](const ApiCaller&, const auto& req) { return auth_->Login(req.username(), req.password()); });
+  Bind<apiv1::LogoutRequest, apiv1::LogoutResponse>(
+      "Logout", [this](const ApiCaller& caller, const auto&) -> absl::StatusOr<apiv1::LogoutResponse> {
+        DET_RETURN_IF_ERROR(auth_->Logout(caller.token));
+        return apiv1::LogoutResponse();
+      });
+  Bind<apiv1::GetMeRequest, apiv1::GetMeResponse>("GetMe", [](const ApiCaller& caller, const auto&) {
+    apiv1::GetMeResponse resp;
+    *resp.mutable_user() = caller.user;
+    return absl::StatusOr<apiv1::GetMeResponse>(resp);
+  });
+  Bind<apiv1::GetUsersRequest, apiv1::GetUsersResponse>(
+      "GetUsers", [this](const ApiCaller&, const auto& req) { return auth_->GetUsers(req); });
+  Bind<apiv1::PostUserRequest, apiv1::PostUserResponse>(
+      "PostUser", [this](const ApiCaller& caller, const auto& req) -> absl::StatusOr<apiv1::PostUserResponse> {
+        apiv1::PostUserResponse resp;
+        DET_ASSIGN_OR_RETURN(*resp.mutable_user(), auth_->PostUser(caller.user, req));
+        return resp;
+      });
+  Bind<apiv1::PatchUserRequest, apiv1::PatchUserResponse>(
+      "PatchUser", [this](const ApiCaller& caller, const auto& req) -> absl::StatusOr<apiv1::PatchUserResponse> {
+        apiv1::PatchUserResponse resp;
+        DET_ASSIGN_OR_RETURN(*resp.mutable_user(), auth_->PatchUser(caller.user, caller.token, req));
+        return resp;
+      });
+  // ---- experiments (MasterCore)
+  Bind<apiv1::PreviewSearchRequest, apiv1::PreviewSearchResponse>(
+      "PreviewSearch", [](const ApiCaller&, const auto& req) { return PreviewSearchFor(req); });
+  BindCore("CreateExperiment", &MasterCore::CreateExperiment);
+  BindCore("GetExperiments", &MasterCore::GetExperiments);
+  BindCore("GetExperiment", &MasterCore::GetExperiment);
+  BindCore("ActivateExperiment", &MasterCore::ActivateExperiment);
+  BindCore("PauseExperiment", &MasterCore::PauseExperiment);
+  BindCore("CancelExperiment", &MasterCore::CancelExperiment);
+  BindCore("KillExperiment", &MasterCore::KillExperiment);
+  BindCore("PatchExperiment", &MasterCore::PatchExperiment);
+  BindCore("GetExperimentTrials", &MasterCore::GetExperimentTrials);
+  BindCore("GetExperimentCheckpoints", &MasterCore::GetExperimentCheckpoints);
+  // ---- trials and checkpoints
+  BindCore("GetTrial", &MasterCore::GetTrial);
+  BindCore("KillTrial", &MasterCore::KillTrial);
+  BindCore("GetTrialMetrics", &MasterCore::GetTrialMetrics);
+  BindCore("GetTrialCheckpoints", &MasterCore::GetTrialCheckpoints);
+  BindCore("GetCheckpoint", &MasterCore::GetCheckpoint);
+  BindStreaming<apiv1::TrialLogsRequest, apiv1::TrialLogsResponse>(
+      "TrialLogs", [this](const ApiCaller&, const auto& req, const auto& write, const auto& cancelled) {
+        TrialLogCursor cursor(core_, req);
+        while (!cancelled()) {
+          DET_ASSIGN_OR_RETURN(TrialLogCursor::Step step, cursor.Next());
+          if (step.batch.logs_size() > 0 && !write(step.batch)) return absl::OkStatus();
+          if (step.done) return absl::OkStatus();
+          if (step.wait) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+        return absl::CancelledError("the client went away");
+      });
+  // ---- cluster
+  BindCore("GetAgents", &MasterCore::GetAgents);
+  BindCore("GetSlots", &MasterCore::GetSlots);
+}
+
+const pb::ServiceDescriptor* ApiHandlers::Service() {
+  // api.proto defines only the service: make sure its file is in the pool.
+  pb::internal::AssignDescriptors(&descriptor_table_det_2fapi_2fv1_2fapi_2eproto);
+  return pb::DescriptorPool::generated_pool()->FindServiceByName(apiv1::Determined::service_full_name());
+}
+
+absl::StatusOr<const pb::MethodDescriptor*> ApiHandlers::FindMethod(absl::string_view method) {
+  const pb::MethodDescriptor* m = Service()->FindMethodByName(std::string(method));
+  if (m == nullptr) return absl::NotFoundError(absl::StrCat("no RPC '", method, "' in det.api.v1.Determined"));
+  return m;
+}
+
+absl::StatusOr<ApiCaller> ApiHandlers::Authenticate(absl::string_view method, absl::string_view authorization,
+                                                    absl::string_view cookie) const {
+  ApiCaller caller;
+  if (IsUnauthenticatedMethod(method)) return caller;
+  if (auth_ == nullptr) return absl::UnauthenticatedError("authentication is not configured");
+  caller.token = UserToken(authorization, cookie);
+  DET_ASSIGN_OR_RETURN(caller.user, auth_->Authenticate(caller.token));
+  return caller;
+}
+
+absl::Status ApiHandlers::CallUnary(absl::string_view method, const ApiCaller& caller, const Message& request,
+                                    Message* response) const {
+  DET_ASSIGN_OR_RETURN(const pb::MethodDescriptor* m, FindMethod(method));
+  if (m->client_streaming() || m->server_streaming()) {
+    return absl::InvalidArgumentError(absl::StrCat(method, " is a streaming RPC"));
+  }
+  if (request.GetDescriptor() != m->input_type() || response->GetDescriptor() != m->output_type()) {
+    return absl::InvalidArgumentError(absl::StrCat(method, ": request or response of the wrong type"));
+  }
+  auto it = unary_.find(method);
+  if (it == unary_.end()) return absl::UnimplementedError(absl::StrCat(method, " is not implemented by this master"));
+  return it->second(caller, request, response);
+}
+
+absl::Status ApiHandlers::CallServerStreaming(absl::string_view method, const ApiCaller& caller,
+                                              const Message& request, const Writer& write,
+                                              const std::function<bool()>& cancelled) const {
+  DET_ASSIGN_OR_RETURN(const pb::MethodDescriptor* m, FindMethod(method));
+  if (m->client_streaming() || !m->server_streaming()) {
+    return absl::InvalidArgumentError(absl::StrCat(method, " is not a server-streaming RPC"));
+  }
+  if (request.GetDescriptor() != m->input_type()) {
+    return absl::InvalidArgumentError(absl::StrCat(method, ": request of the wrong type"));
+  }
+  auto it = streaming_.find(method);
+  if (it == streaming_.end()) {
+    return absl::UnimplementedError(absl::StrCat(method, " is not implemented by this master"));
+  }
+  return it->second(caller, request, write, cancelled);
+}
+
+template <typename Req, typename Resp>
+void ApiHandlers::Bind(const char* name, std::function<absl::StatusOr<Resp>(const ApiCaller&, const Req&)> fn) {
+  // CallUnary has checked both messages' descriptors: the casts are exact.
+  unary_[name] = [fn = std::move(fn)](const ApiCaller& caller, const Message& request, Message* response) {
+    absl::StatusOr<Resp> r = fn(caller, static_cast<const Req&>(request));
+    if (!r.ok()) return r.status();
+    static_cast<Resp*>(response)->Swap(&*r);
+    return absl::OkStatus();
+  };
+}
+
+template <typename Req, typename Resp>
+void ApiHandlers::BindCore(const char* name, absl::StatusOr<Resp> (MasterCore::*fn)(const Req&)) {
+  Bind<Req, Resp>(name, [this, fn](const ApiCaller&, const Req& req) { return (core_->*fn)(req); });
+}
+
+template <typename Req, typename Resp>
+void ApiHandlers::BindStreaming(
+    const char* name,
+    std::function<absl::Status(const ApiCaller&, const Req&, const std::function<bool(const Resp&)>&,
+                               const std::function<bool()>&)>
+        fn) {
+  streaming_[name] = [fn = std::move(fn)](const ApiCaller& caller, const Message& request, const Writer& write,
+                                          const std::function<bool()>& cancelled) {
+    std::function<bool(const Resp&)> typed = [&write](const Resp& r) { return write(r); };
+    return fn(caller, static_cast<const Req&>(request), typed, cancelled);
+  };
+}
+
+}  // namespace det::master
