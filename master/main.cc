@@ -47,9 +47,8 @@ std::string Trim(std::string s) {
   return s;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Everything the command line (or --config TOML) sets.
+struct Flags {
   det::master::MasterOptions options;
   std::string host = "127.0.0.1";
   int grpc_port = 8090;
@@ -57,68 +56,152 @@ int main(int argc, char** argv) {
   std::string ports_file;
   std::string advertise;
   std::string log_level = "info";
-  CLI::App app{"det-master: the det-cpp master daemon"};
+  double stop_timeout_s = 60;
+  std::string dashboard_dir;
+  std::string cluster_secret_file;
+  double token_ttl_hours = 168;
+  std::string tls_cert, tls_key;
+};
+
+void AddFlags(CLI::App& app, Flags& f) {
   // Every flag can also come from a TOML file (keys = flag names without
   // "--"), e.g. deploy/config/master.toml; flags on the command line win.
   app.set_config("--config", "", "Read flags from this TOML file (see deploy/config/master.toml)");
-  app.add_option("--data-dir", options.data_dir, "Directory for the SQLite database, artifacts and checkpoints")
+  app.add_option("--data-dir", f.options.data_dir, "Directory for the SQLite database, artifacts and checkpoints")
       ->capture_default_str();
-  app.add_option("--db", options.db_path, "SQLite database file (default DATA_DIR/det.db)");
-  app.add_option("--checkpoint-root", options.checkpoint_root,
+  app.add_option("--db", f.options.db_path, "SQLite database file (default DATA_DIR/det.db)");
+  app.add_option("--checkpoint-root", f.options.checkpoint_root,
                  "Checkpoint directory for configs without checkpoint_storage (default DATA_DIR/checkpoints)");
-  app.add_option("--host", host, "Address to listen on")->capture_default_str();
-  app.add_option("--grpc-port", grpc_port, "gRPC port (0: any free port)")->capture_default_str();
-  app.add_option("--http-port", http_port, "REST port (0: any free port)")->capture_default_str();
-  app.add_option("--ports-file", ports_file, "Write the bound ports here as JSON once serving");
-  app.add_option("--advertise-address", advertise, "gRPC address trial processes use (default HOST:GRPC_PORT)");
-  app.add_option("--heartbeat-timeout-ms", options.heartbeat_timeout_ms, "Agent heartbeat timeout")
+  app.add_option("--host", f.host, "Address to listen on")->capture_default_str();
+  app.add_option("--grpc-port", f.grpc_port, "gRPC port (0: any free port)")->capture_default_str();
+  app.add_option("--http-port", f.http_port, "REST port (0: any free port)")->capture_default_str();
+  app.add_option("--ports-file", f.ports_file, "Write the bound ports here as JSON once serving");
+  app.add_option("--advertise-address", f.advertise, "gRPC address trial processes use (default HOST:GRPC_PORT)");
+  app.add_option("--heartbeat-timeout-ms", f.options.heartbeat_timeout_ms, "Agent heartbeat timeout")
       ->capture_default_str();
-  double stop_timeout_s = options.stop_timeout_ms / 1000.0;
-  app.add_option("--stop-timeout-s", stop_timeout_s,
+  f.stop_timeout_s = f.options.stop_timeout_ms / 1000.0;
+  app.add_option("--stop-timeout-s", f.stop_timeout_s,
                  "A trial asked to stop (pause, cancel, kill) that has not exited after this long is killed")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  std::string dashboard_dir;
-  app.add_option("--dashboard-dir", dashboard_dir,
+  app.add_option("--dashboard-dir", f.dashboard_dir,
                  "Serve the web dashboard from this directory (e.g. master/http/dashboard) instead of the "
                  "copy built into det-master")
       ->check(CLI::ExistingDirectory);
-  std::string cluster_secret_file;
-  app.add_option("--cluster-secret-file", cluster_secret_file,
+  app.add_option("--cluster-secret-file", f.cluster_secret_file,
                  "File holding the secret agents must present (default $DET_CLUSTER_SECRET; none: agents are not "
                  "authenticated)")
       ->check(CLI::ExistingFile);
-  double token_ttl_hours = 168;
-  app.add_option("--token-ttl-hours", token_ttl_hours, "Lifetime of a login token")
+  app.add_option("--token-ttl-hours", f.token_ttl_hours, "Lifetime of a login token")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  std::string tls_cert, tls_key;
-  app.add_option("--tls-cert", tls_cert, "PEM certificate chain: serve gRPC over TLS (needs --tls-key)")
+  app.add_option("--tls-cert", f.tls_cert, "PEM certificate chain: serve gRPC over TLS (needs --tls-key)")
       ->check(CLI::ExistingFile);
-  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
+}
+
+// The AuthCore options the flags (and $DET_CLUSTER_SECRET) set; false with a
+// message on stderr when the secret file is unreadable.
+bool AuthOptionsFrom(const Flags& f, det::master::AuthOptions* out) {
+  out->token_ttl_ms = static_cast<int64_t>(f.token_ttl_hours * 3600 * 1000);
+  if (!f.cluster_secret_file.empty()) {
+    std::string secret;
+    if (!ReadTextFile(f.cluster_secret_file, &secret) || Trim(secret).empty()) {
+      std::fprintf(stderr, "det-master: error: --cluster-secret-file %s: unreadable or empty\n",
+                   f.cluster_secret_file.c_str());
+      return false;
+    }
+    out->cluster_secret = Trim(secret);
+  } else if (const char* env = std::getenv("DET_CLUSTER_SECRET"); env != nullptr) {
+    out->cluster_secret = Trim(env);
+  }
+  return true;
+}
+
+// Insecure credentials, or TLS from --tls-cert/--tls-key (null when
+// unreadable).
+std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(const Flags& f) {
+  if (f.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  if (!ReadTextFile(f.tls_key, &pair.private_key) || !ReadTextFile(f.tls_cert, &pair.cert_chain)) return nullptr;
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  return grpc::SslServerCredentials(ssl);
+}
+
+void WritePortsFile(const std::string& path, const std::string& host, int grpc_port, int http_port) {
+  std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << "{\"grpc\": " << grpc_port << ", \"http\": " << http_port << ", \"host\": \"" << host
+                     << "\"}\n";
+  std::filesystem::rename(tmp, path);
+}
+
+// Serves the core until SIGTERM or SIGINT (blocked in `signals`); returns
+// the exit code.
+int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, sigset_t* signals) {
+  det::master::ApiService api(core, auth);
+  det::master::AgentServiceImpl agents(core, auth);
+  det::master::TrialServiceImpl trials(core);
+  std::shared_ptr<grpc::ServerCredentials> credentials = GrpcCredentials(f);
+  if (!credentials) {
+    std::fprintf(stderr, "det-master: error: cannot read --tls-cert/--tls-key\n");
+    return 2;
+  }
+  grpc::ServerBuilder builder;
+  int bound_grpc = 0;
+  builder.AddListeningPort(absl::StrCat(f.host, ":", f.grpc_port), credentials, &bound_grpc);
+  const int64_t max_request_bytes = f.options.max_request_bytes();
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_request_bytes));
+  builder.SetMaxSendMessageSize(64 << 20);
+  builder.RegisterService(&api);
+  builder.RegisterService(&agents);
+  builder.RegisterService(&trials);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_grpc == 0) {
+    std::fprintf(stderr, "det-master: error: cannot listen for gRPC on %s:%d\n", f.host.c_str(), f.grpc_port);
+    return 1;
+  }
+  core->set_trial_master_address(f.advertise.empty() ? absl::StrCat(f.host, ":", bound_grpc) : f.advertise);
+
+  det::master::RestServer rest(core, auth);
+  rest.set_max_request_bytes(max_request_bytes);
+  rest.set_dashboard_dir(f.dashboard_dir);
+  auto bound_http = rest.Start(f.host, f.http_port);
+  if (!bound_http.ok()) {
+    std::fprintf(stderr, "det-master: error: %s\n", std::string(bound_http.status().message()).c_str());
+    return 1;
+  }
+  spdlog::info("det-master serving gRPC on {}:{}, REST on http://{}:{}/api/v1/ and the dashboard on http://{}:{}/",
+               f.host, bound_grpc, f.host, *bound_http, f.host, *bound_http);
+  if (!f.ports_file.empty()) WritePortsFile(f.ports_file, f.host, bound_grpc, *bound_http);
+
+  int sig = 0;
+  sigwait(signals, &sig);
+  spdlog::info("det-master: signal {}, shutting down", sig);
+  rest.Stop();
+  trials.Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"det-master: the det-cpp master daemon"};
+  AddFlags(app, f);
   CLI11_PARSE(app, argc, argv);
-  if (tls_cert.empty() != tls_key.empty()) {
+  if (f.tls_cert.empty() != f.tls_key.empty()) {
     std::fprintf(stderr, "det-master: error: --tls-cert and --tls-key go together\n");
     return 2;
   }
   det::master::AuthOptions auth_options;
-  auth_options.token_ttl_ms = static_cast<int64_t>(token_ttl_hours * 3600 * 1000);
-  if (!cluster_secret_file.empty()) {
-    std::string secret;
-    if (!ReadTextFile(cluster_secret_file, &secret) || Trim(secret).empty()) {
-      std::fprintf(stderr, "det-master: error: --cluster-secret-file %s: unreadable or empty\n",
-                   cluster_secret_file.c_str());
-      return 2;
-    }
-    auth_options.cluster_secret = Trim(secret);
-  } else if (const char* env = std::getenv("DET_CLUSTER_SECRET"); env != nullptr) {
-    auth_options.cluster_secret = Trim(env);
-  }
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  options.stop_timeout_ms = static_cast<int64_t>(stop_timeout_s * 1000);
+  if (!AuthOptionsFrom(f, &auth_options)) return 2;
+  spdlog::set_level(spdlog::level::from_str(f.log_level));
+  f.options.stop_timeout_ms = static_cast<int64_t>(f.stop_timeout_s * 1000);
 
-  // Signals are taken synchronously below.
+  // Signals are taken synchronously (Serve).
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -126,7 +209,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto core = det::master::MasterCore::Create(options);
+  auto core = det::master::MasterCore::Create(f.options);
   if (!core.ok()) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(core.status().message()).c_str());
     return 1;
@@ -140,59 +223,8 @@ int main(int argc, char** argv) {
     spdlog::warn("no cluster secret (--cluster-secret-file or DET_CLUSTER_SECRET): any process that reaches the "
                  "gRPC port can register as an agent");
   }
-  det::master::ApiService api(core->get(), auth->get());
-  det::master::AgentServiceImpl agents(core->get(), auth->get());
-  det::master::TrialServiceImpl trials(core->get());
-  grpc::ServerBuilder builder;
-  int bound_grpc = 0;
-  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
-  if (!tls_cert.empty()) {
-    grpc::SslServerCredentialsOptions ssl;
-    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    if (!ReadTextFile(tls_key, &pair.private_key) || !ReadTextFile(tls_cert, &pair.cert_chain)) {
-      std::fprintf(stderr, "det-master: error: cannot read --tls-cert/--tls-key\n");
-      return 2;
-    }
-    ssl.pem_key_cert_pairs.push_back(std::move(pair));
-    credentials = grpc::SslServerCredentials(ssl);
-  }
-  builder.AddListeningPort(absl::StrCat(host, ":", grpc_port), credentials, &bound_grpc);
-  const int64_t max_request_bytes = options.max_request_bytes();
-  builder.SetMaxReceiveMessageSize(static_cast<int>(max_request_bytes));
-  builder.SetMaxSendMessageSize(64 << 20);
-  builder.RegisterService(&api);
-  builder.RegisterService(&agents);
-  builder.RegisterService(&trials);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_grpc == 0) {
-    std::fprintf(stderr, "det-master: error: cannot listen for gRPC on %s:%d\n", host.c_str(), grpc_port);
-    return 1;
-  }
-  (*core)->set_trial_master_address(advertise.empty() ? absl::StrCat(host, ":", bound_grpc) : advertise);
-
-  det::master::RestServer rest(core->get(), auth->get());
-  rest.set_max_request_bytes(max_request_bytes);
-  rest.set_dashboard_dir(dashboard_dir);
-  auto bound_http = rest.Start(host, http_port);
-  if (!bound_http.ok()) {
-    std::fprintf(stderr, "det-master: error: %s\n", std::string(bound_http.status().message()).c_str());
-    return 1;
-  }
-  spdlog::info("det-master serving gRPC on {}:{}, REST on http://{}:{}/api/v1/ and the dashboard on http://{}:{}/",
-               host, bound_grpc, host, *bound_http, host, *bound_http);
-  if (!ports_file.empty()) {
-    std::string tmp = ports_file + ".tmp";
-    std::ofstream(tmp) << "{\"grpc\": " << bound_grpc << ", \"http\": " << *bound_http << ", \"host\": \"" << host
-                       << "\"}\n";
-    std::filesystem::rename(tmp, ports_file);
-  }
-
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("det-master: signal {}, shutting down", sig);
-  rest.Stop();
-  trials.Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  int code = Serve(f, core->get(), auth->get(), &signals);
+  auth->reset();
   core->reset();
-  return 0;
+  return code;
 }
