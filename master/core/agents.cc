@@ -82,7 +82,7 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
   resp.set_enabled(agent.row.enabled);
   ReconcileAgentLocked(agent, req, &resp);
   spdlog::info("agent {} registered: {} slot(s) in pool {}", agent.row.id, agent.devices.size(), agent.row.resource_pool);
-  return resp;
+  return Committed(w, resp);
 }
 
 void MasterCore::ReconcileAgentLocked(AgentRuntime& agent, const agentv1::RegisterAgentRequest& req,
@@ -127,7 +127,7 @@ absl::StatusOr<std::shared_ptr<AgentSession>> MasterCore::AttachAgent(const std:
       agent->last_heartbeat_mono_ms = MonoMs();
       agent->last_heartbeat_ms = WallMs();
       ScheduleLocked();
-      return agent->session;
+      return Committed(w, agent->session);
     }
   }
   return absl::UnauthenticatedError("unknown agent session token; register first");

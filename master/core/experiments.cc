@@ -77,7 +77,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
                std::string(SearcherNameToString(e.config.searcher.name)), sha.substr(0, 12));
   if (req.activate()) DET_RETURN_IF_ERROR(ApplySearcherOps(e, e.searcher->InitialOperations()));
   *resp.mutable_experiment() = ExperimentProto(e);
-  return resp;
+  return Committed(w, resp);
 }
 
 apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
@@ -187,7 +187,7 @@ absl::StatusOr<apiv1::ActivateExperimentResponse> MasterCore::ActivateExperiment
     if (!Terminal(t.row.state)) RequestAllocation(*exp, t);
   }
   DET_RETURN_IF_ERROR(ApplySearcherOps(*exp, std::move(ops)));
-  return apiv1::ActivateExperimentResponse();
+  return Committed(w, apiv1::ActivateExperimentResponse());
 }
 
 void MasterCore::DropPendingLocked(int64_t experiment_id) {
@@ -218,7 +218,7 @@ absl::StatusOr<apiv1::PauseExperimentResponse> MasterCore::PauseExperiment(const
       SetTrialState(t, kPaused);
     }
   }
-  return apiv1::PauseExperimentResponse();
+  return Committed(w, apiv1::PauseExperimentResponse());
 }
 
 absl::Status MasterCore::StopExperimentLocked(int64_t id, bool kill) {
@@ -251,14 +251,14 @@ absl::StatusOr<apiv1::CancelExperimentResponse> MasterCore::CancelExperiment(
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   DET_RETURN_IF_ERROR(StopExperimentLocked(req.experiment_id(), /*kill=*/false));
-  return apiv1::CancelExperimentResponse();
+  return Committed(w, apiv1::CancelExperimentResponse());
 }
 
 absl::StatusOr<apiv1::KillExperimentResponse> MasterCore::KillExperiment(const apiv1::KillExperimentRequest& req) {
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   DET_RETURN_IF_ERROR(StopExperimentLocked(req.experiment_id(), /*kill=*/true));
-  return apiv1::KillExperimentResponse();
+  return Committed(w, apiv1::KillExperimentResponse());
 }
 
 namespace {
@@ -307,7 +307,7 @@ absl::StatusOr<apiv1::PatchExperimentResponse> MasterCore::PatchExperiment(const
   DET_RETURN_IF_ERROR(store_->UpdateExperiment(exp->row));
   apiv1::PatchExperimentResponse resp;
   *resp.mutable_experiment() = ExperimentProto(*exp);
-  return resp;
+  return Committed(w, resp);
 }
 
 absl::StatusOr<apiv1::GetExperimentTrialsResponse> MasterCore::GetExperimentTrials(

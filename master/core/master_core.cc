@@ -59,19 +59,50 @@ MasterCore::~MasterCore() {
 }
 
 MasterCore::WriteScope::~WriteScope() {
+  if (!done_) Commit().IgnoreError();
+}
+
+absl::Status MasterCore::WriteScope::Commit() {
+  if (done_) return absl::FailedPreconditionError("WriteScope committed twice");
+  done_ = true;
   std::vector<std::pair<std::string, agentv1::MasterMessage>> outbox;
   outbox.swap(core_->agent_outbox_);
-  absl::Status st = txn_.Commit();
+  absl::Status st = txn_->Commit();
+  txn_.reset();
   if (!st.ok()) {
     // The database does not know what these messages would start or stop:
     // an agent must not act on them.
     spdlog::error("committing the master's state: {}; {} agent message(s) not sent", st.ToString(), outbox.size());
-    return;
+    if (!core_->reloading_) core_->ReloadLocked();
+    return st;
   }
   for (auto& [agent_id, msg] : outbox) {
     auto it = core_->agents_.find(agent_id);
     if (it != core_->agents_.end() && it->second->session) it->second->session->Push(std::move(msg));
   }
+  return absl::OkStatus();
+}
+
+void MasterCore::ReloadLocked() {
+  spdlog::error("reloading the master's state from the database after a failed commit");
+  reloading_ = true;
+  experiments_.clear();
+  trials_.clear();
+  allocations_.clear();
+  pending_.clear();
+  agent_outbox_.clear();
+  for (auto& [id, agent] : agents_) {
+    agent->used_slots.clear();
+    agent->slot_allocation.clear();
+  }
+  {
+    WriteScope w(this);
+    absl::Status st = LoadFromStore();
+    if (!st.ok()) spdlog::error("reloading the master's state: {}", st.ToString());
+  }
+  reloading_ = false;
+  preempt_cv_.notify_all();
+  rendezvous_cv_.notify_all();
 }
 
 void MasterCore::SendToAgentLocked(const std::string& agent_id, agentv1::MasterMessage msg) {

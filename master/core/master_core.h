@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -194,19 +195,37 @@ class MasterCore {
 
  private:
   // Holds one store transaction for the life of a locked core operation and,
-  // when it ends, commits it and only then sends the agent messages queued
-  // meanwhile: a crash never leaves an agent running what the database does
-  // not know. When the commit fails, the transaction is rolled back and the
-  // queued messages are dropped. Construct right after locking mu_.
+  // when it commits, only then sends the agent messages queued meanwhile: a
+  // crash never leaves an agent running what the database does not know.
+  // When the commit fails (the store rolled every write of the operation
+  // back), the queued messages are dropped and the core reloads its state
+  // from the store, so that memory and database agree again. Construct right
+  // after locking mu_; destroyed without Commit(), it commits (and reloads
+  // on failure) all the same.
   class WriteScope {
    public:
-    explicit WriteScope(MasterCore* core) : core_(core), txn_(core->store_.get()) {}
+    explicit WriteScope(MasterCore* core) : core_(core), txn_(std::in_place, core->store_.get()) {}
     ~WriteScope();
+    // At most once; returns the commit's status (Internal-like store codes).
+    absl::Status Commit();
 
    private:
     MasterCore* core_;
-    Store::Transaction txn_;
+    std::optional<Store::Transaction> txn_;
+    bool done_ = false;
   };
+  // `value` once `w` has committed; the commit's error otherwise (the
+  // operation's writes were then rolled back and the state reloaded).
+  template <typename T>
+  static absl::StatusOr<T> Committed(WriteScope& w, T value) {
+    absl::Status st = w.Commit();
+    if (!st.ok()) return st;
+    return value;
+  }
+  // After a failed commit: drops the in-memory experiments, trials and
+  // allocations (and the agents' slot bookkeeping) and loads them again from
+  // the store, as a restarted master would (connected agents stay).
+  void ReloadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   MasterCore(MasterOptions options, std::unique_ptr<Store> store);
   int64_t MonoMs() const { return clock_->MonotonicMs(); }
@@ -342,6 +361,7 @@ class MasterCore {
   int64_t submit_order_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<std::pair<std::string, agentv1::MasterMessage>> agent_outbox_ ABSL_GUARDED_BY(mu_);
+  bool reloading_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::condition_variable stop_cv_;
   std::thread background_;

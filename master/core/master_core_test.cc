@@ -14,6 +14,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "absl/strings/str_cat.h"
 #include "tests/test_util.h"
@@ -430,6 +431,47 @@ TEST_F(MasterCoreTest, DisconnectedAgentHasTheHeartbeatTimeoutToComeBack) {
   clock_->AdvanceMs(kHeartbeatTimeoutMs - 1);
   core_->RunBackgroundPass();
   EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
+}
+
+// A write that fails inside a core call rolls the whole call back: the
+// caller gets the error, the agent messages it queued are never sent (no
+// agent runs what the database does not know), and the master's state is
+// reloaded so that it agrees with the database again.
+TEST_F(MasterCoreTest, FailedCommitSendsNothingToAgentsAndLeavesNoTrace) {
+  auto a = Agent("a", 1);
+  // Every allocation row the master writes from now on fails (a trigger on
+  // the real database file, through a second connection).
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "det.db").c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TRIGGER fail_allocations BEFORE INSERT ON allocations "
+                         "BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+                         nullptr, nullptr, &error),
+            SQLITE_OK)
+      << (error ? error : "");
+  // Creating the experiment schedules its trial at once, in the same call.
+  apiv1::CreateExperimentRequest create;
+  create.set_config_yaml(Config(dir_ / "checkpoints", 1));
+  create.set_trial_so(FakeTrialSo());
+  create.set_activate(true);
+  auto created = core_->CreateExperiment(create);
+  EXPECT_FALSE(created.ok());
+  EXPECT_THAT(created.status().message(), HasSubstr("injected failure"));
+  core_->RunBackgroundPass();
+  EXPECT_TRUE(Starts(Drain(*a)).empty()) << "a StartAllocation whose allocation was never stored was sent";
+  EXPECT_TRUE(core_->store()->ListAllocations()->empty());
+  EXPECT_TRUE(core_->store()->ListExperiments(ExperimentFilter())->empty());
+  EXPECT_EQ(core_->GetExperiments(apiv1::GetExperimentsRequest())->experiments_size(), 0);
+
+  // Once the database takes writes again, so does the master.
+  ASSERT_EQ(sqlite3_exec(db, "DROP TRIGGER fail_allocations;", nullptr, nullptr, &error), SQLITE_OK);
+  sqlite3_close(db);
+  CreateExperiment();
+  auto starts = Starts(Drain(*a));
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(core_->store()->ListAllocations()->size(), 1u);
+  EXPECT_EQ(Trial().allocation_id(), starts[0].allocation_id());
 }
 
 }  // namespace

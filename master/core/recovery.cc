@@ -22,7 +22,7 @@ absl::Status MasterCore::LoadFromStore() {
     cluster_id_ = RandomHex(16);
     DET_RETURN_IF_ERROR(store_->PutValue("cluster_id", cluster_id_));
   }
-  master_id_ = RandomHex(16);
+  if (master_id_.empty()) master_id_ = RandomHex(16);
   ExperimentFilter all;
   DET_ASSIGN_OR_RETURN(std::vector<ExperimentRow> rows, store_->ListExperiments(all));
   for (const auto& row : rows) DET_RETURN_IF_ERROR(LoadExperimentLocked(row).status());

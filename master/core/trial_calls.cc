@@ -55,7 +55,7 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
     }
   }
   if (req.rank() == 0 && trial.row.run_id > 1) RewindTrialLocked(trial, restored_batches);
-  return resp;
+  return Committed(w, resp);
 }
 
 void MasterCore::RewindTrialLocked(TrialRuntime& trial, int64_t restored_batches) {
@@ -152,7 +152,7 @@ absl::StatusOr<trialv1::GetNextOperationResponse> MasterCore::GetNextOperation(
   // Persists the op counter and exit_completed with the batches trained.
   SetTrialState(trial, trial.row.state);
   *resp.mutable_operation() = *trial.current_op;
-  return resp;
+  return Committed(w, resp);
 }
 
 namespace {
@@ -213,7 +213,7 @@ absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValid
   }
   DET_RETURN_IF_ERROR(store_->InsertMetrics(rows));
   SetTrialState(trial, trial.row.state);
-  return trialv1::ReportValidationMetricsResponse();
+  return Committed(w, trialv1::ReportValidationMetricsResponse());
 }
 
 absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
@@ -233,7 +233,7 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
     trial.row.latest_checkpoint_uuid = existing->uuid;
     trial.last_checkpoint = existing->total_batches;
     SetTrialState(trial, trial.row.state);
-    return trialv1::ReportCheckpointResponse();
+    return Committed(w, trialv1::ReportCheckpointResponse());
   }
   CheckpointRow row;
   row.uuid = req.uuid();
@@ -254,7 +254,7 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
   trial.row.latest_checkpoint_uuid = row.uuid;
   trial.last_checkpoint = req.total_batches();
   SetTrialState(trial, trial.row.state);
-  return trialv1::ReportCheckpointResponse();
+  return Committed(w, trialv1::ReportCheckpointResponse());
 }
 
 absl::StatusOr<trialv1::CompleteSearcherOperationResponse> MasterCore::CompleteSearcherOperation(
@@ -272,7 +272,7 @@ absl::StatusOr<trialv1::CompleteSearcherOperationResponse> MasterCore::CompleteS
     DET_RETURN_IF_ERROR(
         ApplySearcherOps(exp, exp.searcher->ValidationCompleted(trial.row.request_id, req.searcher_metric(), length)));
   }
-  return trialv1::CompleteSearcherOperationResponse();
+  return Committed(w, trialv1::CompleteSearcherOperationResponse());
 }
 
 absl::StatusOr<trialv1::ReportProgressResponse> MasterCore::ReportProgress(const trialv1::ReportProgressRequest& req,
@@ -291,7 +291,7 @@ absl::StatusOr<trialv1::ReportEarlyExitResponse> MasterCore::ReportEarlyExit(con
   trial.error_message = req.message();
   if (req.reason() == trialv1::EARLY_EXIT_REASON_INVALID_HP) trial.invalid_hp = true;
   SetTrialState(trial, trial.row.state);
-  return trialv1::ReportEarlyExitResponse();
+  return Committed(w, trialv1::ReportEarlyExitResponse());
 }
 
 absl::StatusOr<trialv1::ShouldPreemptResponse> MasterCore::ShouldPreempt(const trialv1::ShouldPreemptRequest& req,

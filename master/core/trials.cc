@@ -62,7 +62,7 @@ absl::StatusOr<apiv1::KillTrialResponse> MasterCore::KillTrial(const apiv1::Kill
   if (ait != allocations_.end()) {
     SetTrialState(*t, t->row.state);
     KillAllocationLocked(*ait->second, "trial killed");
-    return apiv1::KillTrialResponse();
+    return Committed(w, apiv1::KillTrialResponse());
   }
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
                                 [&](const SchedRequest& r) {
@@ -73,7 +73,7 @@ absl::StatusOr<apiv1::KillTrialResponse> MasterCore::KillTrial(const apiv1::Kill
   auto& exp = *experiments_[t->row.experiment_id];
   DET_RETURN_IF_ERROR(
       ApplySearcherOps(exp, exp.searcher->TrialExitedEarly(t->row.request_id, ExitedReason::kUserCanceled)));
-  return apiv1::KillTrialResponse();
+  return Committed(w, apiv1::KillTrialResponse());
 }
 
 absl::StatusOr<apiv1::GetTrialMetricsResponse> MasterCore::GetTrialMetrics(const apiv1::GetTrialMetricsRequest& req) {
