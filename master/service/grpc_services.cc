@@ -8,11 +8,14 @@
 #include <grpcpp/alarm.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "master/service/request_auth.h"
 #include "master/service/trial_log_cursor.h"
 
 namespace det::master {
 namespace {
+
+using ::det::ToGrpcStatus;
 
 std::string Metadata(const grpc::ServerContextBase* ctx, const std::string& key) {
   auto it = ctx->client_metadata().find(key);
@@ -26,7 +29,7 @@ std::string BearerToken(const grpc::ServerContextBase* ctx) { return UserToken(M
 
 template <typename T, typename Resp>
 grpc::Status Reply(absl::StatusOr<T> result, Resp* out) {
-  if (!result.ok()) return ToGrpc(result.status());
+  if (!result.ok()) return ToGrpcStatus(result.status());
   *out = *std::move(result);
   return grpc::Status::OK;
 }
@@ -81,7 +84,7 @@ class TrialLogsReactor final : public grpc::ServerWriteReactor<apiv1::TrialLogsR
   void Next() {
     if (ctx_->IsCancelled()) return Finish(grpc::Status::CANCELLED);
     auto step = cursor_.Next();
-    if (!step.ok()) return Finish(ToGrpc(step.status()));
+    if (!step.ok()) return Finish(ToGrpcStatus(step.status()));
     if (step->batch.logs_size() > 0) {
       batch_ = std::move(step->batch);
       if (step->done) return StartWriteAndFinish(&batch_, grpc::WriteOptions(), grpc::Status::OK);
@@ -105,11 +108,6 @@ class TrialLogsReactor final : public grpc::ServerWriteReactor<apiv1::TrialLogsR
 
 }  // namespace
 
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
 // ---- det.api.v1.Determined
 
 absl::StatusOr<ApiCaller> ApiService::Caller(const grpc::CallbackServerContext* ctx, const char* method) const {
@@ -121,7 +119,7 @@ grpc::ServerUnaryReactor* ApiService::Unary(grpc::CallbackServerContext* ctx, co
                                             google::protobuf::Message* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto caller = Caller(ctx, method);
-  reactor->Finish(ToGrpc(caller.ok() ? handlers_.CallUnary(method, *caller, request, response) : caller.status()));
+  reactor->Finish(ToGrpcStatus(caller.ok() ? handlers_.CallUnary(method, *caller, request, response) : caller.status()));
   return reactor;
 }
 
@@ -177,21 +175,21 @@ grpc::ServerReadReactor<apiv1::UploadArtifactRequest>* ApiService::UploadArtifac
                                                                                   apiv1::UploadArtifactResponse*) {
   auto caller = Caller(ctx, "UploadArtifact");
   return new FinishedReactor<grpc::ServerReadReactor<apiv1::UploadArtifactRequest>>(
-      caller.ok() ? Unimplemented("UploadArtifact") : ToGrpc(caller.status()));
+      caller.ok() ? Unimplemented("UploadArtifact") : ToGrpcStatus(caller.status()));
 }
 
 grpc::ServerWriteReactor<apiv1::StreamTrialMetricsResponse>* ApiService::StreamTrialMetrics(
     grpc::CallbackServerContext* ctx, const apiv1::StreamTrialMetricsRequest*) {
   auto caller = Caller(ctx, "StreamTrialMetrics");
   return new FinishedReactor<grpc::ServerWriteReactor<apiv1::StreamTrialMetricsResponse>>(
-      caller.ok() ? Unimplemented("StreamTrialMetrics") : ToGrpc(caller.status()));
+      caller.ok() ? Unimplemented("StreamTrialMetrics") : ToGrpcStatus(caller.status()));
 }
 
 grpc::ServerWriteReactor<apiv1::TrialLogsResponse>* ApiService::TrialLogs(grpc::CallbackServerContext* ctx,
                                                                           const apiv1::TrialLogsRequest* req) {
   auto caller = Caller(ctx, "TrialLogs");
   if (!caller.ok()) {
-    return new FinishedReactor<grpc::ServerWriteReactor<apiv1::TrialLogsResponse>>(ToGrpc(caller.status()));
+    return new FinishedReactor<grpc::ServerWriteReactor<apiv1::TrialLogsResponse>>(ToGrpcStatus(caller.status()));
   }
   return new TrialLogsReactor(core_, ctx, *req);
 }
@@ -200,7 +198,7 @@ grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>* ApiService::Downloa
     grpc::CallbackServerContext* ctx, const apiv1::DownloadCheckpointRequest*) {
   auto caller = Caller(ctx, "DownloadCheckpoint");
   return new FinishedReactor<grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>>(
-      caller.ok() ? Unimplemented("DownloadCheckpoint") : ToGrpc(caller.status()));
+      caller.ok() ? Unimplemented("DownloadCheckpoint") : ToGrpcStatus(caller.status()));
 }
 
 // ---- det.agent.v1.AgentService
@@ -218,16 +216,16 @@ absl::Status CheckAgentSecret(const AuthCore& auth, const grpc::ServerContext* c
 grpc::Status AgentServiceImpl::RegisterAgent(grpc::ServerContext* ctx, const agentv1::RegisterAgentRequest* req,
                                              agentv1::RegisterAgentResponse* resp) {
   absl::Status secret = CheckAgentSecret(*auth_, ctx, req->cluster_secret());
-  if (!secret.ok()) return ToGrpc(secret);
+  if (!secret.ok()) return ToGrpcStatus(secret);
   return Reply(core_->RegisterAgent(*req), resp);
 }
 
 grpc::Status AgentServiceImpl::Connect(grpc::ServerContext* ctx,
                                        grpc::ServerReaderWriter<agentv1::MasterMessage, agentv1::AgentMessage>* stream) {
   absl::Status secret = CheckAgentSecret(*auth_, ctx);
-  if (!secret.ok()) return ToGrpc(secret);
+  if (!secret.ok()) return ToGrpcStatus(secret);
   auto session = core_->AttachAgent(BearerToken(ctx));
-  if (!session.ok()) return ToGrpc(session.status());
+  if (!session.ok()) return ToGrpcStatus(session.status());
   std::shared_ptr<AgentSession> s = *session;
   // One thread writes queued commands while this one reads the agent.
   std::thread writer([&] {
@@ -247,13 +245,13 @@ grpc::Status AgentServiceImpl::Connect(grpc::ServerContext* ctx,
 grpc::Status AgentServiceImpl::FetchArtifact(grpc::ServerContext* ctx, const agentv1::FetchArtifactRequest* req,
                                              grpc::ServerWriter<agentv1::FetchArtifactResponse>* writer) {
   absl::Status secret = CheckAgentSecret(*auth_, ctx);
-  if (!secret.ok()) return ToGrpc(secret);
+  if (!secret.ok()) return ToGrpcStatus(secret);
   auto size = core_->artifacts().Size(req->sha256());
-  if (!size.ok()) return ToGrpc(size.status());
+  if (!size.ok()) return ToGrpcStatus(size.status());
   constexpr int64_t kChunk = 1 << 20;
   for (int64_t offset = req->offset(); offset < *size; offset += kChunk) {
     auto data = core_->artifacts().Read(req->sha256(), offset, kChunk);
-    if (!data.ok()) return ToGrpc(data.status());
+    if (!data.ok()) return ToGrpcStatus(data.status());
     agentv1::FetchArtifactResponse chunk;
     chunk.set_offset(offset);
     chunk.set_total_size(*size);
@@ -327,7 +325,7 @@ grpc::ServerUnaryReactor* TrialServiceImpl::Unary(grpc::CallbackServerContext* c
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::string token = AllocationToken(ctx);
   absl::Status present = RequireAllocationToken(token);
-  reactor->Finish(present.ok() ? Reply((core_->*fn)(request, token), response) : ToGrpc(present));
+  reactor->Finish(present.ok() ? Reply((core_->*fn)(request, token), response) : ToGrpcStatus(present));
   return reactor;
 }
 
@@ -356,7 +354,7 @@ grpc::ServerUnaryReactor* TrialServiceImpl::LongPoll(
   std::string token = AllocationToken(ctx);
   absl::Status present = RequireAllocationToken(token);
   if (!present.ok()) {
-    reactor->Finish(ToGrpc(present));
+    reactor->Finish(ToGrpcStatus(present));
     return reactor;
   }
   pool_.Submit([this, ctx, reactor, token, max_wait, step = std::move(step)] {
@@ -382,7 +380,7 @@ grpc::ServerUnaryReactor* TrialServiceImpl::AllocationRendezvous(grpc::CallbackS
       *resp = *std::move(r);
       return PollStep{grpc::Status::OK, true};
     }
-    return PollStep{ToGrpc(r.status()), r.status().code() != absl::StatusCode::kDeadlineExceeded};
+    return PollStep{ToGrpcStatus(r.status()), r.status().code() != absl::StatusCode::kDeadlineExceeded};
   });
 }
 
@@ -395,7 +393,7 @@ grpc::ServerUnaryReactor* TrialServiceImpl::ShouldPreempt(grpc::CallbackServerCo
     trialv1::ShouldPreemptRequest one = *req;
     one.set_timeout_ms(static_cast<int32_t>(slice.count()));
     auto r = core_->ShouldPreempt(one, token);
-    if (!r.ok()) return PollStep{ToGrpc(r.status()), true};
+    if (!r.ok()) return PollStep{ToGrpcStatus(r.status()), true};
     *resp = *r;
     return PollStep{grpc::Status::OK, resp->preempt()};
   });

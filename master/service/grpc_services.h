@@ -45,8 +45,6 @@
 
 namespace det::master {
 
-grpc::Status ToGrpc(const absl::Status& status);
-
 // Declares the callback-API override of unary method M of package P
 // (request P::MRequest, response P::MResponse).
 #define DET_CALLBACK_UNARY(P, M) \
