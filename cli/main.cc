@@ -76,86 +76,125 @@ int UsageError(const std::string& message) {
 
 using Command = std::function<int(Client&, const CommandIo&)>;
 
-int Main(int argc, char** argv) {
-  CLI::App app{"det-cli: det-cpp command-line client"};
-  app.require_subcommand(1);
-  // Subcommands inherit fallthrough, so -m works after them too.
-  app.fallthrough();
+constexpr const char* kMasterHelp = "Master gRPC address HOST:PORT (default $DET_MASTER, else localhost:8090)";
+
+// Every option's value, and what to run once parsing succeeded. The callbacks
+// that the Add*Commands functions register on the CLI::App hold references to
+// it: it must outlive the app. Not thread-safe (one per det-cli process).
+struct CommandLine {
   std::string master;
-  const char* kMasterHelp = "Master gRPC address HOST:PORT (default $DET_MASTER, else localhost:8090)";
-  app.add_option("-m,--master", master, kMasterHelp);
   std::string tls_ca;
-  app.add_option("--tls-ca", tls_ca, "PEM CA certificate of a TLS master (default $DET_MASTER_CERT_FILE)")
-      ->check(CLI::ExistingFile);
   // Commands that manage the login themselves skip the automatic one.
   bool manages_login = false;
-
   // What to run once parsing succeeded; `local_run` is set instead for local mode.
   Command run;
   std::function<int()> local_run;
   bool json = false;
-  auto add_json = [&json](CLI::App* sub) { sub->add_flag("--json", json, "Print the response as protobuf JSON"); };
-  auto add_id = [](CLI::App* sub, int32_t& id, const char* name, const char* help) {
-    sub->add_option(name, id, help)->required();
-  };
-
-  // --------------------------------------------------------- experiment
-  auto* experiment = app.add_subcommand("experiment", "Manage experiments")->require_subcommand(1);
-  experiment->alias("e");
-
-  auto* create = experiment->add_subcommand("create", "Create an experiment from a config and a trial.so");
+  // EXPERIMENT_ID or TRIAL_ID (only one subcommand runs).
+  int32_t id = 0;
+  // experiment create
   ExperimentCreateArgs create_args;
   bool local = false;
   std::string resume;
-  create->add_option("CONFIG", create_args.config_path, "Experiment config (YAML)")
+  // experiment list
+  bool list_all = false;
+  // experiment set gc-policy
+  GcPolicyArgs gc;
+  // trial logs, trial metrics
+  bool follow_logs = false;
+  std::string group;
+  // checkpoint describe
+  std::string uuid;
+  // slot list
+  std::string slot_agent;
+  // user
+  std::string username;
+  bool password_stdin = false;
+  bool new_admin = false;
+  // preview-search
+  std::string preview_config;
+  bool preview_trials = false;
+};
+
+void AddJsonFlag(CLI::App* sub, CommandLine& cl) {
+  sub->add_flag("--json", cl.json, "Print the response as protobuf JSON");
+}
+
+void AddIdArg(CLI::App* sub, int32_t& id, const char* name, const char* help) {
+  sub->add_option(name, id, help)->required();
+}
+
+// -m/--master and --tls-ca; exactly one subcommand.
+void AddGlobalOptions(CLI::App& app, CommandLine& cl) {
+  app.require_subcommand(1);
+  // Subcommands inherit fallthrough, so -m works after them too.
+  app.fallthrough();
+  app.add_option("-m,--master", cl.master, kMasterHelp);
+  app.add_option("--tls-ca", cl.tls_ca, "PEM CA certificate of a TLS master (default $DET_MASTER_CERT_FILE)")
+      ->check(CLI::ExistingFile);
+}
+
+// experiment create: through the master, or with --local through det-trial.
+void AddExperimentCreate(CLI::App* experiment, CommandLine& cl) {
+  auto* create = experiment->add_subcommand("create", "Create an experiment from a config and a trial.so");
+  create->add_option("CONFIG", cl.create_args.config_path, "Experiment config (YAML)")
       ->required()
       ->check(CLI::ExistingFile);
-  create->add_option("TRIAL", create_args.trial_path, "Trial library (trial.so)")
+  create->add_option("TRIAL", cl.create_args.trial_path, "Trial library (trial.so)")
       ->required()
       ->check(CLI::ExistingFile);
-  create->add_flag("--follow,-f", create_args.follow, "Wait for the experiment to end, printing its progress");
-  create->add_flag("--paused", create_args.paused, "Create the experiment PAUSED instead of ACTIVE");
-  create->add_flag("--local", local, "Train in this process tree with no master");
-  create->add_option("--resume", resume, "(local) checkpoint directory to continue from");
+  create->add_flag("--follow,-f", cl.create_args.follow, "Wait for the experiment to end, printing its progress");
+  create->add_flag("--paused", cl.create_args.paused, "Create the experiment PAUSED instead of ACTIVE");
+  create->add_flag("--local", cl.local, "Train in this process tree with no master");
+  create->add_option("--resume", cl.resume, "(local) checkpoint directory to continue from");
   // Unknown arguments are det-trial options in local mode; they must stay here.
   create->allow_extras();
   create->fallthrough(false);
-  create->add_option("-m,--master", master, kMasterHelp);
-  create->callback([&] {
-    if (local) {
-      if (create_args.follow || create_args.paused) {
-        local_run = [] { return UsageError("--follow and --paused need a master; drop --local"); };
+  create->add_option("-m,--master", cl.master, kMasterHelp);
+  create->callback([create, &cl] {
+    if (cl.local) {
+      if (cl.create_args.follow || cl.create_args.paused) {
+        cl.local_run = [] { return UsageError("--follow and --paused need a master; drop --local"); };
         return;
       }
       std::vector<std::string> pass;
-      if (!resume.empty()) {
+      if (!cl.resume.empty()) {
         pass.push_back("--resume");
-        pass.push_back(resume);
+        pass.push_back(cl.resume);
       }
       for (const auto& e : create->remaining()) pass.push_back(e);
-      local_run = [&create_args, pass] { return CreateLocal(create_args.config_path, create_args.trial_path, pass); };
+      cl.local_run = [&cl, pass] { return CreateLocal(cl.create_args.config_path, cl.create_args.trial_path, pass); };
       return;
     }
-    if (!resume.empty()) {
-      local_run = [] { return UsageError("--resume needs --local"); };
+    if (!cl.resume.empty()) {
+      cl.local_run = [] { return UsageError("--resume needs --local"); };
       return;
     }
     if (!create->remaining().empty()) {
       std::string extras;
       for (const auto& e : create->remaining()) extras += " " + e;
-      local_run = [extras] { return UsageError("unexpected arguments:" + extras + " (det-trial options need --local)"); };
+      cl.local_run = [extras] {
+        return UsageError("unexpected arguments:" + extras + " (det-trial options need --local)");
+      };
       return;
     }
-    run = [&create_args](Client& c, const CommandIo& io) { return ExperimentCreate(c, create_args, io); };
+    cl.run = [&cl](Client& c, const CommandIo& io) { return ExperimentCreate(c, cl.create_args, io); };
   });
+}
 
-  bool list_all = false;
+// experiment (alias e): create, list, the commands on one EXPERIMENT_ID, set gc-policy.
+void AddExperimentCommands(CLI::App& app, CommandLine& cl) {
+  auto* experiment = app.add_subcommand("experiment", "Manage experiments")->require_subcommand(1);
+  experiment->alias("e");
+
+  AddExperimentCreate(experiment, cl);
+
   auto* exp_list = experiment->add_subcommand("list", "List experiments");
-  exp_list->add_flag("--all,-a", list_all, "Include archived experiments");
-  add_json(exp_list);
-  exp_list->callback([&] { run = [&](Client& c, const CommandIo& io) { return ExperimentList(c, list_all, io); }; });
+  exp_list->add_flag("--all,-a", cl.list_all, "Include archived experiments");
+  AddJsonFlag(exp_list, cl);
+  exp_list->callback(
+      [&cl] { cl.run = [&cl](Client& c, const CommandIo& io) { return ExperimentList(c, cl.list_all, io); }; });
 
-  int32_t id = 0;
   struct ExperimentIdCommand {
     const char* name;
     const char* help;
@@ -177,149 +216,172 @@ int Main(int argc, char** argv) {
   };
   for (const auto& cmd : exp_commands) {
     auto* sub = experiment->add_subcommand(cmd.name, cmd.help);
-    add_id(sub, id, "EXPERIMENT_ID", "Experiment id");
-    if (cmd.json) add_json(sub);
+    AddIdArg(sub, cl.id, "EXPERIMENT_ID", "Experiment id");
+    if (cmd.json) AddJsonFlag(sub, cl);
     auto fn = cmd.fn;
-    sub->callback([&run, &id, fn] { run = [&id, fn](Client& c, const CommandIo& io) { return fn(c, id, io); }; });
+    sub->callback([&cl, fn] { cl.run = [&cl, fn](Client& c, const CommandIo& io) { return fn(c, cl.id, io); }; });
   }
 
-  GcPolicyArgs gc;
   auto* exp_set = experiment->add_subcommand("set", "Change an experiment's settings")->require_subcommand(1);
   auto* set_gc = exp_set->add_subcommand("gc-policy", "Set the checkpoint GC policy (applied at once)");
-  add_id(set_gc, id, "EXPERIMENT_ID", "Experiment id");
-  set_gc->add_option("--save-experiment-best", gc.save_experiment_best, "Keep the experiment's best N checkpoints")
+  AddIdArg(set_gc, cl.id, "EXPERIMENT_ID", "Experiment id");
+  set_gc->add_option("--save-experiment-best", cl.gc.save_experiment_best, "Keep the experiment's best N checkpoints")
       ->check(CLI::NonNegativeNumber);
-  set_gc->add_option("--save-trial-best", gc.save_trial_best, "Keep each trial's best N checkpoints")
+  set_gc->add_option("--save-trial-best", cl.gc.save_trial_best, "Keep each trial's best N checkpoints")
       ->check(CLI::NonNegativeNumber);
-  set_gc->add_option("--save-trial-latest", gc.save_trial_latest, "Keep each trial's latest N checkpoints")
+  set_gc->add_option("--save-trial-latest", cl.gc.save_trial_latest, "Keep each trial's latest N checkpoints")
       ->check(CLI::NonNegativeNumber);
-  add_json(set_gc);
-  set_gc->callback(
-      [&] { run = [&](Client& c, const CommandIo& io) { return ExperimentSetGcPolicy(c, id, gc, io); }; });
+  AddJsonFlag(set_gc, cl);
+  set_gc->callback([&cl] {
+    cl.run = [&cl](Client& c, const CommandIo& io) { return ExperimentSetGcPolicy(c, cl.id, cl.gc, io); };
+  });
+}
 
-  // -------------------------------------------------------------- trial
+// trial (alias t): describe, logs, metrics, kill.
+void AddTrialCommands(CLI::App& app, CommandLine& cl) {
   auto* trial = app.add_subcommand("trial", "Inspect and control trials")->require_subcommand(1);
   trial->alias("t");
   auto* trial_describe = trial->add_subcommand("describe", "Show a trial");
-  add_id(trial_describe, id, "TRIAL_ID", "Trial id");
-  add_json(trial_describe);
-  trial_describe->callback([&] { run = [&](Client& c, const CommandIo& io) { return TrialDescribe(c, id, io); }; });
+  AddIdArg(trial_describe, cl.id, "TRIAL_ID", "Trial id");
+  AddJsonFlag(trial_describe, cl);
+  trial_describe->callback(
+      [&cl] { cl.run = [&cl](Client& c, const CommandIo& io) { return TrialDescribe(c, cl.id, io); }; });
 
-  bool follow_logs = false;
   auto* trial_logs = trial->add_subcommand("logs", "Print a trial's logs");
-  add_id(trial_logs, id, "TRIAL_ID", "Trial id");
-  trial_logs->add_flag("--follow,-f", follow_logs, "Keep printing new lines until the trial ends");
-  add_json(trial_logs);
-  trial_logs->callback(
-      [&] { run = [&](Client& c, const CommandIo& io) { return TrialLogs(c, id, follow_logs, io); }; });
+  AddIdArg(trial_logs, cl.id, "TRIAL_ID", "Trial id");
+  trial_logs->add_flag("--follow,-f", cl.follow_logs, "Keep printing new lines until the trial ends");
+  AddJsonFlag(trial_logs, cl);
+  trial_logs->callback([&cl] {
+    cl.run = [&cl](Client& c, const CommandIo& io) { return TrialLogs(c, cl.id, cl.follow_logs, io); };
+  });
 
-  std::string group;
   auto* trial_metrics = trial->add_subcommand("metrics", "Print a trial's metric reports");
-  add_id(trial_metrics, id, "TRIAL_ID", "Trial id");
-  trial_metrics->add_option("--group", group, "Only this group")->check(CLI::IsMember({"training", "validation"}));
-  add_json(trial_metrics);
-  trial_metrics->callback(
-      [&] { run = [&](Client& c, const CommandIo& io) { return TrialMetrics(c, id, group, io); }; });
+  AddIdArg(trial_metrics, cl.id, "TRIAL_ID", "Trial id");
+  trial_metrics->add_option("--group", cl.group, "Only this group")->check(CLI::IsMember({"training", "validation"}));
+  AddJsonFlag(trial_metrics, cl);
+  trial_metrics->callback([&cl] {
+    cl.run = [&cl](Client& c, const CommandIo& io) { return TrialMetrics(c, cl.id, cl.group, io); };
+  });
 
   auto* trial_kill = trial->add_subcommand("kill", "Kill a trial (no checkpoint)");
-  add_id(trial_kill, id, "TRIAL_ID", "Trial id");
-  trial_kill->callback([&] { run = [&](Client& c, const CommandIo& io) { return TrialKill(c, id, io); }; });
+  AddIdArg(trial_kill, cl.id, "TRIAL_ID", "Trial id");
+  trial_kill->callback([&cl] { cl.run = [&cl](Client& c, const CommandIo& io) { return TrialKill(c, cl.id, io); }; });
+}
 
-  // --------------------------------------------------------- checkpoint
+// checkpoint: list, describe.
+void AddCheckpointCommands(CLI::App& app, CommandLine& cl) {
   auto* checkpoint = app.add_subcommand("checkpoint", "Inspect checkpoints")->require_subcommand(1);
   auto* cp_list = checkpoint->add_subcommand("list", "List an experiment's checkpoints");
-  add_id(cp_list, id, "EXPERIMENT_ID", "Experiment id");
-  add_json(cp_list);
-  cp_list->callback(
-      [&] { run = [&](Client& c, const CommandIo& io) { return ExperimentListCheckpoints(c, id, io); }; });
-  std::string uuid;
+  AddIdArg(cp_list, cl.id, "EXPERIMENT_ID", "Experiment id");
+  AddJsonFlag(cp_list, cl);
+  cp_list->callback([&cl] {
+    cl.run = [&cl](Client& c, const CommandIo& io) { return ExperimentListCheckpoints(c, cl.id, io); };
+  });
   auto* cp_describe = checkpoint->add_subcommand("describe", "Show a checkpoint");
-  cp_describe->add_option("UUID", uuid, "Checkpoint uuid")->required();
-  add_json(cp_describe);
-  cp_describe->callback(
-      [&] { run = [&](Client& c, const CommandIo& io) { return CheckpointDescribe(c, uuid, io); }; });
+  cp_describe->add_option("UUID", cl.uuid, "Checkpoint uuid")->required();
+  AddJsonFlag(cp_describe, cl);
+  cp_describe->callback([&cl] {
+    cl.run = [&cl](Client& c, const CommandIo& io) { return CheckpointDescribe(c, cl.uuid, io); };
+  });
+}
 
-  // ------------------------------------------------------------ cluster
+// The cluster: agent list, slot list, master info.
+void AddClusterCommands(CLI::App& app, CommandLine& cl) {
   auto* agent = app.add_subcommand("agent", "Inspect agents")->require_subcommand(1);
   auto* agent_list = agent->add_subcommand("list", "List agents");
-  add_json(agent_list);
-  agent_list->callback([&] { run = [&](Client& c, const CommandIo& io) { return AgentList(c, io); }; });
+  AddJsonFlag(agent_list, cl);
+  agent_list->callback([&cl] { cl.run = [](Client& c, const CommandIo& io) { return AgentList(c, io); }; });
 
-  std::string slot_agent;
   auto* slot = app.add_subcommand("slot", "Inspect slots")->require_subcommand(1);
   auto* slot_list = slot->add_subcommand("list", "List the slots of every agent");
-  slot_list->add_option("--agent", slot_agent, "Only this agent's slots");
-  add_json(slot_list);
-  slot_list->callback([&] { run = [&](Client& c, const CommandIo& io) { return SlotList(c, slot_agent, io); }; });
+  slot_list->add_option("--agent", cl.slot_agent, "Only this agent's slots");
+  AddJsonFlag(slot_list, cl);
+  slot_list->callback(
+      [&cl] { cl.run = [&cl](Client& c, const CommandIo& io) { return SlotList(c, cl.slot_agent, io); }; });
 
   auto* master_cmd = app.add_subcommand("master", "Inspect the master")->require_subcommand(1);
   auto* master_info = master_cmd->add_subcommand("info", "Show the master's version and cluster");
-  add_json(master_info);
-  master_info->callback([&] { run = [&](Client& c, const CommandIo& io) { return MasterInfo(c, io); }; });
+  AddJsonFlag(master_info, cl);
+  master_info->callback([&cl] { cl.run = [](Client& c, const CommandIo& io) { return MasterInfo(c, io); }; });
+}
 
-  // --------------------------------------------------------------- user
+void AddPasswordStdinFlag(CLI::App* sub, CommandLine& cl) {
+  sub->add_flag("--password-stdin", cl.password_stdin, "Read the password from stdin instead of the terminal");
+}
+
+// user: login, logout, whoami, list, create, change-password.
+void AddUserCommands(CLI::App& app, CommandLine& cl) {
   auto* user = app.add_subcommand("user", "Log in and manage users")->require_subcommand(1);
-  std::string username;
-  bool password_stdin = false;
-  auto add_password_stdin = [&password_stdin](CLI::App* sub) {
-    sub->add_flag("--password-stdin", password_stdin, "Read the password from stdin instead of the terminal");
-  };
   auto* login = user->add_subcommand("login", "Log in and store the token for this master");
-  login->add_option("USERNAME", username, "User (default determined)");
-  add_password_stdin(login);
-  add_json(login);
-  login->callback([&] {
-    manages_login = true;
-    run = [&](Client& c, const CommandIo& io) {
-      std::string name = username.empty() ? "determined" : username;
-      return UserLogin(c, name, ReadPassword("Password for user '" + name + "': ", password_stdin), io);
+  login->add_option("USERNAME", cl.username, "User (default determined)");
+  AddPasswordStdinFlag(login, cl);
+  AddJsonFlag(login, cl);
+  login->callback([&cl] {
+    cl.manages_login = true;
+    cl.run = [&cl](Client& c, const CommandIo& io) {
+      std::string name = cl.username.empty() ? "determined" : cl.username;
+      return UserLogin(c, name, ReadPassword("Password for user '" + name + "': ", cl.password_stdin), io);
     };
   });
   auto* logout = user->add_subcommand("logout", "Revoke and forget the stored token");
-  logout->callback([&] {
-    manages_login = true;
-    run = [&](Client& c, const CommandIo& io) { return UserLogout(c, io); };
+  logout->callback([&cl] {
+    cl.manages_login = true;
+    cl.run = [](Client& c, const CommandIo& io) { return UserLogout(c, io); };
   });
   auto* whoami = user->add_subcommand("whoami", "Show the logged-in user");
-  add_json(whoami);
-  whoami->callback([&] { run = [&](Client& c, const CommandIo& io) { return UserWhoami(c, io); }; });
+  AddJsonFlag(whoami, cl);
+  whoami->callback([&cl] { cl.run = [](Client& c, const CommandIo& io) { return UserWhoami(c, io); }; });
   auto* user_list = user->add_subcommand("list", "List users");
-  add_json(user_list);
-  user_list->callback([&] { run = [&](Client& c, const CommandIo& io) { return UserList(c, io); }; });
-  bool new_admin = false;
+  AddJsonFlag(user_list, cl);
+  user_list->callback([&cl] { cl.run = [](Client& c, const CommandIo& io) { return UserList(c, io); }; });
   auto* user_create = user->add_subcommand("create", "Create a user (admin only; empty password unless given)");
-  user_create->add_option("USERNAME", username, "New user's name")->required();
-  user_create->add_flag("--admin", new_admin, "Make the user an admin");
-  add_password_stdin(user_create);
-  add_json(user_create);
-  user_create->callback([&] {
-    run = [&](Client& c, const CommandIo& io) {
-      std::string password = password_stdin ? ReadPassword("", true) : "";
-      return UserCreate(c, username, new_admin, password, io);
+  user_create->add_option("USERNAME", cl.username, "New user's name")->required();
+  user_create->add_flag("--admin", cl.new_admin, "Make the user an admin");
+  AddPasswordStdinFlag(user_create, cl);
+  AddJsonFlag(user_create, cl);
+  user_create->callback([&cl] {
+    cl.run = [&cl](Client& c, const CommandIo& io) {
+      std::string password = cl.password_stdin ? ReadPassword("", true) : "";
+      return UserCreate(c, cl.username, cl.new_admin, password, io);
     };
   });
   auto* change_password = user->add_subcommand("change-password", "Change your password (or, as admin, a user's)");
-  change_password->add_option("USERNAME", username, "User (default: you)");
-  add_password_stdin(change_password);
-  change_password->callback([&] {
-    run = [&](Client& c, const CommandIo& io) {
-      std::string password = ReadPassword("New password: ", password_stdin);
-      if (!password_stdin && password != ReadPassword("Confirm password: ", false)) {
+  change_password->add_option("USERNAME", cl.username, "User (default: you)");
+  AddPasswordStdinFlag(change_password, cl);
+  change_password->callback([&cl] {
+    cl.run = [&cl](Client& c, const CommandIo& io) {
+      std::string password = ReadPassword("New password: ", cl.password_stdin);
+      if (!cl.password_stdin && password != ReadPassword("Confirm password: ", false)) {
         return UsageError("passwords do not match");
       }
-      return UserChangePassword(c, username, password, io);
+      return UserChangePassword(c, cl.username, password, io);
     };
   });
+}
 
-  std::string preview_config;
-  bool preview_trials = false;
+// preview-search CONFIG [--trials].
+void AddPreviewSearchCommand(CLI::App& app, CommandLine& cl) {
   auto* preview = app.add_subcommand("preview-search", "Show what a config's searcher would do, without running it");
-  preview->add_option("config", preview_config, "Experiment config (YAML)")->required();
-  preview->add_flag("--trials", preview_trials, "Also list every simulated trial");
-  add_json(preview);
-  preview->callback([&] {
-    run = [&](Client& c, const CommandIo& io) { return PreviewSearch(c, preview_config, preview_trials, io); };
+  preview->add_option("config", cl.preview_config, "Experiment config (YAML)")->required();
+  preview->add_flag("--trials", cl.preview_trials, "Also list every simulated trial");
+  AddJsonFlag(preview, cl);
+  preview->callback([&cl] {
+    cl.run = [&cl](Client& c, const CommandIo& io) {
+      return PreviewSearch(c, cl.preview_config, cl.preview_trials, io);
+    };
   });
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"det-cli: det-cpp command-line client"};
+  CommandLine cl;
+  AddGlobalOptions(app, cl);
+  AddExperimentCommands(app, cl);
+  AddTrialCommands(app, cl);
+  AddCheckpointCommands(app, cl);
+  AddClusterCommands(app, cl);
+  AddUserCommands(app, cl);
+  AddPreviewSearchCommand(app, cl);
 
   try {
     app.parse(argc, argv);
@@ -327,14 +389,14 @@ int Main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  if (local_run) return local_run();
-  if (!run) return UsageError("no command given");
-  ClientOptions options = ClientOptionsFromEnv(master);
-  if (!tls_ca.empty()) options.tls_ca = tls_ca;
+  if (cl.local_run) return cl.local_run();
+  if (!cl.run) return UsageError("no command given");
+  ClientOptions options = ClientOptionsFromEnv(cl.master);
+  if (!cl.tls_ca.empty()) options.tls_ca = cl.tls_ca;
   Client client(options);
-  if (!manages_login) EnsureLoggedIn(client);
-  CommandIo io{std::cout, std::cerr, json};
-  int rc = run(client, io);
+  if (!cl.manages_login) EnsureLoggedIn(client);
+  CommandIo io{std::cout, std::cerr, cl.json};
+  int rc = cl.run(client, io);
   std::cout.flush();
   return rc;
 }
