@@ -1,7 +1,10 @@
-// libFuzzer target: the master's REST API (master/http/rest_server.cc) over a
-// real MasterCore and AuthCore on a temporary SQLite store, in-process: each input becomes
-// one HTTP/1.1 request that RestServer::ServeRawForTesting runs through
-// cpp-httplib's request parser and the REST routes, as a connection would.
+// libFuzzer target: the master's REST API (master/http/) over a real
+// MasterCore and AuthCore on a temporary SQLite store, in-process: each input
+// becomes one HTTP/1.1 request that RestServer::ServeRawForTesting runs
+// through cpp-httplib's request parser, the authentication check and the
+// route table (the declared routes, GET /api/v1/routes and the generic
+// POST /api/v1/<RpcName> of every RPC: streaming ones answer NDJSON), as a
+// connection would.
 //
 // Input layout (so that mutations mostly reach the handlers):
 //   byte 0        the method: GET POST PATCH PUT DELETE HEAD OPTIONS (mod 7)
@@ -15,8 +18,9 @@
 //   then          the body (Content-Length is added)
 //
 // Every request must be answered (never a crash, sanitizer report or hang),
-// /api/ answers must be JSON, and no answer may be a 500: a client's mistake
-// is a 4xx, and a 500 means a handler threw or the core failed.
+// /api/ answers must be JSON (NDJSON: every line), and no answer may be a
+// 500: a client's mistake is a 4xx, and a 500 means a handler threw or the
+// core failed (501, an RPC not implemented yet, and 503 are allowed).
 #include <stdlib.h>
 
 #include <cstdint>
@@ -31,6 +35,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "master/core/auth.h"
 #include "master/core/master_core.h"
 #include "master/http/rest_server.h"
@@ -138,6 +143,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   env->dir = tmpl;
   det::master::MasterOptions options;
   options.data_dir = env->dir + "/master";
+  options.background_thread = false;  // nothing runs between inputs
   auto core = det::master::MasterCore::Create(options);
   if (!core.ok()) {
     std::fprintf(stderr, "rest_server_fuzzer: MasterCore::Create: %s\n", core.status().ToString().c_str());
@@ -173,9 +179,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t body_at = response.find("\r\n\r\n");
   if (body_at == std::string::npos) Fail("no end of headers", request, response);
   std::string body = response.substr(body_at + 4);
-  if (absl::StrContains(response.substr(0, body_at), "Content-Type: application/json") && !body.empty() &&
-      !nlohmann::json::accept(body)) {
+  const std::string head = response.substr(0, body_at);
+  if (absl::StrContains(head, "Content-Type: application/json") && !body.empty() && !nlohmann::json::accept(body)) {
     Fail("the JSON answer does not parse", request, response);
+  }
+  if (absl::StrContains(head, "Content-Type: application/x-ndjson")) {
+    for (absl::string_view line : absl::StrSplit(body, '\n', absl::SkipEmpty())) {
+      if (!nlohmann::json::accept(line.begin(), line.end())) Fail("an NDJSON line does not parse", request, response);
+    }
   }
   return 0;
 }

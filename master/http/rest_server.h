@@ -7,12 +7,12 @@
 #include <string>
 #include <thread>
 #include <utility>
-
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "master/core/auth.h"
 #include "master/core/master_core.h"
+#include "master/http/rest_routes.h"
 
 namespace httplib {
 class Server;
@@ -20,21 +20,28 @@ class Server;
 
 namespace det::master {
 
-// Authentication: every /api/ route except kPublicRoutes needs a user token
-// (`Authorization: Bearer <token>` or the det_token cookie), checked once in
-// a pre-routing handler through master/service/request_auth.h, the same code
-// the gRPC services use; the dashboard's files (/, /dashboard/*) need none.
+class ApiHandlers;
+class RestDispatcher;
+
+// Routes (rest_dispatch.h): the declared route table (rest_routes.h, one
+// file per resource group), POST /api/v1/<RpcName> for every RPC that is not
+// client-streaming (server-streaming ones answer newline-delimited JSON), and
+// GET /api/v1/routes listing both; all of them call ApiHandlers, the same
+// handlers as gRPC.
+//
+// Authentication: every /api/ path except the routes of GetMaster and Login
+// needs a user token (`Authorization: Bearer <token>` or the det_token
+// cookie), checked once in a pre-routing handler through
+// ApiHandlers::Authenticate, the same check the gRPC services make; the
+// dashboard's files (/, /dashboard/*) need none.
 class RestServer {
  public:
-  // One registered API route: method and httplib path pattern (a regex).
-  struct Route {
-    std::string method;
-    std::string pattern;
-    bool authenticated = true;
-  };
+  // One API route: method, path template, RPC, and how it is served.
+  using Route = RestRouteInfo;
 
   // `auth` checks tokens; null: every authenticated route answers 401 (tests
   // of the unauthenticated routes and the dashboard need no AuthCore).
+  // Neither is owned; both must outlive the server.
   explicit RestServer(MasterCore* core, AuthCore* auth = nullptr);
   ~RestServer();
   // Binds host:port (0: any free port) and serves in a background thread;
@@ -52,21 +59,21 @@ class RestServer {
 
   // Every API route (also served as GET /api/v1/routes), for tests that must
   // cover all of them.
-  const std::vector<Route>& routes() const { return routes_; }
+  const std::vector<Route>& routes() const;
 
   // Runs one raw HTTP/1.1 request (request line, headers, body) through the
   // same parser and routes as a connection would, in-process and without a
   // socket, and returns the raw response ("HTTP/1.1 200 OK\r\n..."), or ""
   // when the request could not be parsed far enough to answer. For fuzzing
-  // and tests; needs no Start. Thread-safe.
+  // and tests; needs no Start. Thread-safe. A streaming RPC's lines come in
+  // one body (not chunked), the call cancelled after 5 s (rest_stream.h).
   std::string ServeRawForTesting(const std::string& request);
 
  private:
   void Routes();
   class Server;  // httplib::Server that can also serve an in-memory stream
-  MasterCore* core_;
-  AuthCore* auth_;
-  std::vector<Route> routes_;
+  std::unique_ptr<ApiHandlers> handlers_;
+  std::unique_ptr<RestDispatcher> dispatcher_;
   std::string dashboard_dir_;
   std::unique_ptr<Server> server_;
   std::thread thread_;

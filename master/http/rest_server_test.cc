@@ -1,24 +1,44 @@
-// The REST server's dashboard routes, driven in-process through
-// RestServer::ServeRawForTesting (same parser and routes as a socket).
+// The REST server, driven in-process through RestServer::ServeRawForTesting
+// (same parser and routes as a socket) and once over a real socket: the
+// dashboard's files, the declared route table, the generic
+// POST /api/v1/<RpcName> routes (NDJSON for streaming RPCs), how path and
+// query fill requests, GET /api/v1/routes and authentication.
 #include "master/http/rest_server.h"
 
+#include <elf.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/proto_json.h"
 #include "master/core/auth.h"
 #include "master/core/master_core.h"
 #include "master/http/dashboard_assets.h"
+#include "master/http/rest_dispatch.h"
+#include "master/http/rest_request.h"
+#include "master/http/rest_routes.h"
+#include "master/service/api_handlers.h"
 #include "nlohmann/json.hpp"
 
 namespace det::master {
@@ -65,6 +85,7 @@ class RestServerTest : public ::testing::Test {
     dir_ = tmpl;
     MasterOptions options;
     options.data_dir = (dir_ / "master").string();
+    options.background_thread = false;
     auto core = MasterCore::Create(options);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
@@ -161,7 +182,8 @@ TEST_F(RestServerTest, InvalidUtf8InAnErrorMessageIsA400) {
   auto login = (*auth)->Login("determined", "");
   ASSERT_TRUE(login.ok()) << login.status();
   RestServer rest(core_.get(), auth->get());
-  for (const char* target : {"/api/v1/experiments/%ff", "/api/v1/trials/%c3%28/metrics", "/api/v1/checkpoints/%ed%a0%80"}) {
+  for (const char* target :
+       {"/api/v1/experiments/%ff", "/api/v1/trials/%c3%28/metrics", "/api/v1/checkpoints/%ed%a0%80"}) {
     Reply r = Parse(rest.ServeRawForTesting(std::string("GET ") + target + " HTTP/1.1\r\nHost: x\r\n" +
                                             "Authorization: Bearer " + login->token() + "\r\n\r\n"));
     EXPECT_GE(r.status, 400) << target;
@@ -183,6 +205,494 @@ TEST(DashboardAssetsTest, FileNames) {
   EXPECT_EQ(DashboardContentType("x.bin"), "application/octet-stream");
   EXPECT_EQ(LoadDashboardFile("..", "").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(LoadDashboardFile("missing.js", "").status().code(), absl::StatusCode::kNotFound);
+}
+
+// ---------------------------------------------------------------- the API
+
+// Bytes that pass the master's trial.so checks (the ELF header of a shared
+// library for this machine); the master never loads them.
+std::string FakeTrialSo() {
+  Elf64_Ehdr header{};
+  std::memcpy(header.e_ident, ELFMAG, SELFMAG);
+  header.e_ident[EI_CLASS] = ELFCLASS64;
+  header.e_type = ET_DYN;
+#if defined(__aarch64__)
+  header.e_machine = EM_AARCH64;
+#else
+  header.e_machine = EM_X86_64;
+#endif
+  return std::string(reinterpret_cast<const char*>(&header), sizeof(header)) + std::string(64, '\0');
+}
+
+std::string ExperimentConfig(const fs::path& checkpoints, const std::string& name) {
+  return absl::StrCat("name: ", name, R"(
+hyperparameters:
+  global_batch_size: 16
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: 100
+checkpoint_storage:
+  type: shared_fs
+  host_path: )", checkpoints.string(), "\n");
+}
+
+// A master with users (determined, admin) and a REST server over both.
+class RestApiTest : public RestServerTest {
+ protected:
+  void SetUp() override {
+    RestServerTest::SetUp();
+    AuthOptions options;
+    options.pbkdf2_iterations = 1;
+    auto auth = AuthCore::Create(core_->store(), options);
+    ASSERT_TRUE(auth.ok()) << auth.status();
+    auth_ = std::move(*auth);
+    auto login = auth_->Login("determined", "");
+    ASSERT_TRUE(login.ok()) << login.status();
+    token_ = login->token();
+    api_ = std::make_unique<RestServer>(core_.get(), auth_.get());
+  }
+  void TearDown() override {
+    api_.reset();
+    auth_.reset();
+    RestServerTest::TearDown();
+  }
+  // One request with the token (unless `token` is false).
+  Reply Call(const std::string& method, const std::string& target, const std::string& body = "",
+             bool token = true, const std::string& extra_headers = "") {
+    std::string req = absl::StrCat(method, " ", target, " HTTP/1.1\r\nHost: x\r\n", extra_headers);
+    if (token) absl::StrAppend(&req, "Authorization: Bearer ", token_, "\r\n");
+    if (!body.empty()) absl::StrAppend(&req, "Content-Type: application/json\r\n");
+    absl::StrAppend(&req, "Content-Length: ", body.size(), "\r\n\r\n", body);
+    return Parse(api_->ServeRawForTesting(req));
+  }
+  nlohmann::json CallJson(const std::string& method, const std::string& target, const std::string& body = "",
+                          int want_status = 200) {
+    Reply r = Call(method, target, body);
+    EXPECT_EQ(r.status, want_status) << method << " " << target << ": " << r.body;
+    return nlohmann::json::parse(r.body, nullptr, false);
+  }
+  // Creates an experiment through POST /api/v1/experiments; returns its id.
+  int CreateExperiment(const std::string& name, bool activate = true) {
+    apiv1::CreateExperimentRequest req;
+    req.set_config_yaml(ExperimentConfig(dir_ / "checkpoints", name));
+    req.set_trial_so(FakeTrialSo());
+    req.set_activate(activate);
+    nlohmann::json e = CallJson("POST", "/api/v1/experiments", MessageToJson(req));
+    return e.is_object() ? e["experiment"].value("id", 0) : 0;
+  }
+  // `n` log lines of trial `trial_id`: "line 1" ... "line n".
+  void AddLogs(int64_t trial_id, int n) {
+    std::vector<TaskLogRow> rows(n);
+    for (int i = 0; i < n; ++i) {
+      rows[i].trial_id = trial_id;
+      rows[i].stream = "stdout";
+      rows[i].message = absl::StrCat("line ", i + 1);
+    }
+    ASSERT_TRUE(core_->store()->InsertTaskLogs(rows).ok());
+  }
+
+  std::unique_ptr<AuthCore> auth_;
+  std::string token_;
+  std::unique_ptr<RestServer> api_;
+};
+
+// Must show: POST /api/v1/GetExperiments with {} and a token answers the same
+// JSON as GET /api/v1/experiments.
+TEST_F(RestApiTest, GenericGetExperimentsAnswersLikeTheRoute) {
+  ASSERT_EQ(CreateExperiment("first"), 1);
+  ASSERT_EQ(CreateExperiment("second", /*activate=*/false), 2);
+  Reply route = Call("GET", "/api/v1/experiments");
+  ASSERT_EQ(route.status, 200) << route.body;
+  EXPECT_EQ(nlohmann::json::parse(route.body)["experiments"].size(), 2u) << route.body;
+  for (const std::string& body : {std::string("{}"), std::string()}) {
+    Reply generic = Call("POST", "/api/v1/GetExperiments", body);
+    EXPECT_EQ(generic.status, 200) << generic.body;
+    EXPECT_EQ(generic.headers["content-type"], "application/json");
+    EXPECT_EQ(generic.body, route.body);
+  }
+  // The same for one experiment and its trials.
+  EXPECT_EQ(Call("POST", "/api/v1/GetExperiment", R"({"experiment_id": 2})").body,
+            Call("GET", "/api/v1/experiments/2").body);
+  EXPECT_EQ(Call("POST", "/api/v1/GetExperimentTrials", R"({"experimentId": 1})").body,
+            Call("GET", "/api/v1/experiments/1/trials").body);
+}
+
+TEST_F(RestApiTest, GenericStreamingRpcAnswersNdjson) {
+  ASSERT_EQ(CreateExperiment("logs"), 1);
+  AddLogs(1, 2500);  // three messages: TrialLogCursor sends 1000 lines at most
+  Reply r = Call("POST", "/api/v1/TrialLogs", R"({"trial_id": 1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["content-type"], "application/x-ndjson");
+  ASSERT_TRUE(absl::EndsWith(r.body, "\n"));
+  std::vector<std::string> lines = absl::StrSplit(r.body, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << r.body.substr(0, 500);
+  std::vector<std::string> messages;
+  for (const std::string& line : lines) {
+    nlohmann::json m = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(m.is_object() && m.contains("logs")) << line.substr(0, 200);
+    for (const auto& l : m["logs"]) messages.push_back(l["message"]);
+  }
+  ASSERT_EQ(messages.size(), 2500u);
+  EXPECT_EQ(messages.front(), "line 1");
+  EXPECT_EQ(messages.back(), "line 2500");
+
+  // The declared route answers the same lines merged into one message.
+  nlohmann::json merged = CallJson("GET", "/api/v1/trials/1/logs");
+  ASSERT_EQ(merged["logs"].size(), 2500u);
+  EXPECT_EQ(merged["logs"][2499]["message"], "line 2500");
+  // ... from after_id on, never following (the trial is still active).
+  EXPECT_EQ(CallJson("GET", "/api/v1/trials/1/logs?after_id=2400&follow=true")["logs"].size(), 100u);
+
+  // A call that fails before its first message answers the error JSON.
+  Reply missing = Call("POST", "/api/v1/TrialLogs", R"({"trial_id": 99})");
+  EXPECT_EQ(missing.status, 404) << missing.body;
+  EXPECT_EQ(nlohmann::json::parse(missing.body)["error"], "NOT_FOUND");
+  EXPECT_EQ(Call("POST", "/api/v1/TrialLogs", "{not json").status, 400);
+}
+
+// Over a real socket a stream is chunked; a following one sends lines as
+// they come and ends when the client goes away (else Stop would wait forever
+// for a trial that never ends).
+TEST_F(RestApiTest, FollowingStreamEndsWhenTheClientLeaves) {
+  ASSERT_EQ(CreateExperiment("follow"), 1);
+  AddLogs(1, 3);
+  auto port = api_->Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client client("127.0.0.1", *port);
+  client.set_read_timeout(std::chrono::seconds(10));
+  auto whole = client.Post("/api/v1/TrialLogs", {{"Authorization", "Bearer " + token_}}, R"({"trial_id": 1})",
+                           "application/json");
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->status, 200) << whole->body;
+  EXPECT_EQ(whole->get_header_value("Content-Type"), "application/x-ndjson");
+  EXPECT_EQ(whole->get_header_value("Transfer-Encoding"), "chunked");
+  EXPECT_EQ(nlohmann::json::parse(whole->body)["logs"].size(), 3u) << whole->body;
+  auto missing = client.Post("/api/v1/TrialLogs", {{"Authorization", "Bearer " + token_}}, R"({"trial_id": 7})",
+                             "application/json");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404) << missing->body;
+
+  std::string received;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/api/v1/TrialLogs";
+  req.headers = {{"Authorization", "Bearer " + token_}, {"Content-Type", "application/json"}};
+  req.body = R"({"trial_id": 1, "follow": true})";
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    received.append(data, len);
+    return received.find('\n') == std::string::npos;  // leave after the first line
+  };
+  auto start = std::chrono::steady_clock::now();
+  auto res = client.send(req);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  nlohmann::json first = nlohmann::json::parse(received.substr(0, received.find('\n')), nullptr, false);
+  ASSERT_TRUE(first.is_object()) << received;
+  EXPECT_EQ(first["logs"].size(), 3u) << received;
+  client.stop();
+  start = std::chrono::steady_clock::now();
+  api_->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(RestApiTest, PathAndQueryFillTheRequest) {
+  ASSERT_EQ(CreateExperiment("alpha"), 1);
+  ASSERT_EQ(CreateExperiment("beta", /*activate=*/false), 2);
+  ASSERT_EQ(CreateExperiment("alphabet"), 3);
+  auto ids = [&](const std::string& query) {  // in the answer's order
+    std::vector<int> out;
+    nlohmann::json r = CallJson("GET", "/api/v1/experiments" + query);
+    for (const auto& e : r["experiments"]) out.push_back(e["id"]);
+    return out;
+  };
+  EXPECT_EQ(ids(""), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(ids("?name=alpha"), (std::vector<int>{1, 3}));
+  EXPECT_EQ(ids("?limit=1").size(), 1u);
+  EXPECT_EQ(ids("?limit=1&offset=2").size(), 1u);
+  EXPECT_EQ(ids("?states=STATE_PAUSED"), (std::vector<int>{2}));                   // enum by name
+  EXPECT_EQ(ids("?states=STATE_PAUSED&states=STATE_ACTIVE"), (std::vector<int>{1, 2, 3}));  // repeated
+  EXPECT_EQ(ids("?orderBy=ORDER_BY_DESC"), (std::vector<int>{3, 2, 1}));         // by JSON name
+  EXPECT_EQ(ids("?order_by=2&limit=2"), (std::vector<int>{3, 2}));                // enum by number
+  EXPECT_EQ(ids("?no_such_param=x&name=beta"), (std::vector<int>{2}));           // unknown: ignored
+  // The path wins over the query.
+  EXPECT_EQ(CallJson("GET", "/api/v1/experiments/2?experiment_id=1")["experiment"]["id"], 2);
+  EXPECT_EQ(CallJson("GET", "/api/v1/experiments/3")["experiment"]["name"], "alphabet");
+  // A JSON body route: the path fills the id.
+  EXPECT_EQ(CallJson("PATCH", "/api/v1/experiments/1", R"({"name": "renamed", "experiment_id": 3})")["experiment"]
+                    ["name"],
+            "renamed");
+  EXPECT_EQ(CallJson("GET", "/api/v1/experiments/1")["experiment"]["name"], "renamed");
+  // Actions answer "{}".
+  Reply paused = Call("POST", "/api/v1/experiments/1/pause");
+  EXPECT_EQ(paused.status, 200) << paused.body;
+  EXPECT_EQ(paused.body, "{}");
+  EXPECT_EQ(CallJson("GET", "/api/v1/experiments/1")["experiment"]["state"], "STATE_PAUSED");
+  nlohmann::json metrics = CallJson("GET", "/api/v1/trials/1/metrics?group=training&include_archived=true");
+  EXPECT_TRUE(metrics.contains("metrics")) << metrics.dump();
+}
+
+TEST_F(RestApiTest, MalformedValuesAre400NamingTheField) {
+  ASSERT_EQ(CreateExperiment("one"), 1);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/api/v1/experiments?limit=abc", "limit: not an integer: 'abc'"},
+      {"/api/v1/experiments?offset=1.5", "offset: not an integer: '1.5'"},
+      {"/api/v1/experiments?limit=99999999999", "limit: out of range: '99999999999'"},
+      {"/api/v1/experiments?states=STATE_NOPE", "states: not a value of det.api.v1.State: 'STATE_NOPE'"},
+      {"/api/v1/experiments?archived=maybe", "archived: not a bool (true or false): 'maybe'"},
+      {"/api/v1/experiments/abc", "experiment_id: not an integer: 'abc'"},
+      {"/api/v1/experiments/1/trials?limit=x", "limit: not an integer: 'x'"},
+      {"/api/v1/trials/1/metrics?include_archived=yes", "include_archived: not a bool (true or false): 'yes'"},
+      {"/api/v1/trials/1/logs?after_id=-x", "after_id: not an integer: '-x'"},
+  };
+  for (const auto& [target, message] : cases) {
+    Reply r = Call("GET", target);
+    EXPECT_EQ(r.status, 400) << target << ": " << r.body;
+    nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+    EXPECT_EQ(j.value("error", ""), "INVALID_ARGUMENT") << target;
+    EXPECT_EQ(j.value("message", ""), message) << target;
+    EXPECT_EQ(j.value("code", 0), 3) << target;
+  }
+  // A long value is quoted in part.
+  Reply r = Call("GET", "/api/v1/experiments?limit=" + std::string(500, 'z'));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_LT(r.body.size(), 200u) << r.body;
+  // A malformed JSON body.
+  EXPECT_EQ(Call("PATCH", "/api/v1/experiments/1", "{\"name\": 5").status, 400);
+}
+
+TEST_F(RestApiTest, UnknownRpcIs404AndClientStreamingIsGrpcOnly) {
+  Reply unknown = Call("POST", "/api/v1/NoSuchRpc", "{}");
+  EXPECT_EQ(unknown.status, 404) << unknown.body;
+  EXPECT_TRUE(absl::StrContains(unknown.body, "no RPC det.api.v1.Determined/NoSuchRpc")) << unknown.body;
+  EXPECT_EQ(Call("POST", "/api/v1/NoSuchRpc", "{}", /*token=*/false).status, 401);
+  EXPECT_EQ(Call("GET", "/api/v1/GetExperiments").status, 404);  // generic routes are POST
+  EXPECT_EQ(Call("POST", "/api/v1/getExperiments", "{}").status, 404);
+  EXPECT_EQ(Call("GET", "/api/v1/no-such-route").status, 404);
+  Reply upload = Call("POST", "/api/v1/UploadArtifact", "{}");
+  EXPECT_EQ(upload.status, 400) << upload.body;
+  EXPECT_TRUE(absl::StrContains(upload.body, "gRPC only")) << upload.body;
+}
+
+TEST_F(RestApiTest, RoutesListsDeclaredAndGenericRoutes) {
+  nlohmann::json routes = CallJson("GET", "/api/v1/routes")["routes"];
+  ASSERT_EQ(routes.size(), api_->routes().size());
+  const google::protobuf::ServiceDescriptor* service = ApiHandlers::Service();
+  std::map<std::string, nlohmann::json> generic;
+  int declared = 0;
+  for (const auto& r : routes) {
+    if (!r["generic"].get<bool>()) {
+      ++declared;
+      EXPECT_FALSE(r["streaming"].get<bool>()) << r.dump();
+      continue;
+    }
+    EXPECT_EQ(r["method"], "POST");
+    EXPECT_EQ(r["pattern"], "/api/v1/" + r["rpc"].get<std::string>());
+    EXPECT_TRUE(generic.emplace(r["rpc"], r).second) << "twice: " << r.dump();
+  }
+  EXPECT_GE(declared, 28);
+  int expected = 0;
+  for (int i = 0; i < service->method_count(); ++i) {
+    const google::protobuf::MethodDescriptor* m = service->method(i);
+    SCOPED_TRACE(m->name());
+    if (m->client_streaming()) {
+      EXPECT_EQ(generic.count(m->name()), 0u);
+      continue;
+    }
+    ++expected;
+    ASSERT_EQ(generic.count(m->name()), 1u);
+    EXPECT_EQ(generic[m->name()]["streaming"].get<bool>(), m->server_streaming());
+    EXPECT_EQ(generic[m->name()]["authenticated"].get<bool>(), m->name() != "GetMaster" && m->name() != "Login");
+  }
+  EXPECT_EQ(generic.size(), static_cast<size_t>(expected));
+  EXPECT_EQ(generic.size(), static_cast<size_t>(service->method_count() - 1));  // all but UploadArtifact
+  EXPECT_TRUE(generic["TrialLogs"]["streaming"].get<bool>());
+}
+
+// Every route the REST API served before the route table still is.
+TEST_F(RestApiTest, EveryEarlierRouteIsDeclared) {
+  std::set<std::pair<std::string, std::string>> served;
+  for (const RestServer::Route& r : api_->routes()) {
+    if (!r.generic) served.insert({r.method, r.pattern});
+  }
+  for (const std::pair<std::string, std::string>& want : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/api/v1/master"},
+           {"POST", "/api/v1/auth/login"},
+           {"POST", "/api/v1/auth/logout"},
+           {"GET", "/api/v1/me"},
+           {"GET", "/api/v1/users"},
+           {"POST", "/api/v1/users"},
+           {"PATCH", "/api/v1/users/{user_id}"},
+           {"GET", "/api/v1/routes"},
+           {"GET", "/api/v1/experiments"},
+           {"POST", "/api/v1/experiments"},
+           {"GET", "/api/v1/experiments/{experiment_id}"},
+           {"PATCH", "/api/v1/experiments/{experiment_id}"},
+           {"GET", "/api/v1/experiments/{experiment_id}/trials"},
+           {"GET", "/api/v1/experiments/{experiment_id}/checkpoints"},
+           {"POST", "/api/v1/experiments/{experiment_id}/activate"},
+           {"POST", "/api/v1/experiments/{experiment_id}/pause"},
+           {"POST", "/api/v1/experiments/{experiment_id}/cancel"},
+           {"POST", "/api/v1/experiments/{experiment_id}/kill"},
+           {"GET", "/api/v1/trials/{trial_id}"},
+           {"POST", "/api/v1/trials/{trial_id}/kill"},
+           {"GET", "/api/v1/trials/{trial_id}/metrics"},
+           {"GET", "/api/v1/trials/{trial_id}/checkpoints"},
+           {"GET", "/api/v1/trials/{trial_id}/logs"},
+           {"GET", "/api/v1/checkpoints/{checkpoint_uuid}"},
+           {"GET", "/api/v1/agents"},
+           {"GET", "/api/v1/slots"},
+       }) {
+    EXPECT_EQ(served.count(want), 1u) << want.first << " " << want.second;
+  }
+  for (const RestRoute& route : AllRestRoutes()) {
+    EXPECT_TRUE(CompileRestRoute(route).ok()) << route.method << " " << route.path;
+  }
+}
+
+// In-process sweep: every authenticated route answers 401 without a token;
+// the public ones are exactly GetMaster's and Login's.
+TEST_F(RestApiTest, EveryRouteButThePublicOnesNeedsAToken) {
+  std::set<std::string> public_routes;
+  for (const RestServer::Route& r : api_->routes()) {
+    std::string path = std::regex_replace(r.pattern, std::regex(R"(\{[a-z_]+\})"), "1");
+    SCOPED_TRACE(r.method + " " + path);
+    if (!r.authenticated) {
+      public_routes.insert(r.method + " " + r.pattern);
+      continue;
+    }
+    for (const std::string& headers : {std::string(), std::string("Authorization: Bearer nope\r\n"),
+                                       std::string("Cookie: det_token=nope\r\n")}) {
+      Reply res = Call(r.method, path, r.method == "GET" ? "" : "{}", /*token=*/false, headers);
+      EXPECT_EQ(res.status, 401) << res.body;
+      EXPECT_TRUE(absl::StrContains(res.body, "UNAUTHENTICATED")) << res.body;
+      EXPECT_EQ(res.headers["www-authenticate"], "Bearer");
+    }
+  }
+  EXPECT_EQ(public_routes, (std::set<std::string>{"GET /api/v1/master", "POST /api/v1/auth/login",
+                                                  "POST /api/v1/GetMaster", "POST /api/v1/Login"}));
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/api/v1/master"}, {"POST", "/api/v1/GetMaster"}}) {
+    Reply r = Call(method, path, method == "POST" ? "{}" : "", /*token=*/false);
+    EXPECT_EQ(r.status, 200) << path << ": " << r.body;
+    EXPECT_TRUE(nlohmann::json::parse(r.body)["auth_required"].get<bool>()) << path;
+  }
+  // Without an AuthCore nothing authenticated is served.
+  EXPECT_EQ(Get("/api/v1/experiments").status, 401);
+  EXPECT_EQ(Parse(rest_->ServeRawForTesting("POST /api/v1/GetExperiments HTTP/1.1\r\nHost: x\r\n"
+                                            "Content-Length: 2\r\n\r\n{}"))
+                .status,
+            401);
+}
+
+TEST_F(RestApiTest, LoginSetsTheCookieAndLogoutClearsIt) {
+  Reply login = Call("POST", "/api/v1/auth/login", R"({"username": "determined", "password": ""})", false);
+  ASSERT_EQ(login.status, 200) << login.body;
+  const std::string token = nlohmann::json::parse(login.body)["token"];
+  EXPECT_EQ(login.headers["set-cookie"], "det_token=" + token + "; Path=/; HttpOnly; SameSite=Strict");
+  Reply me = Call("GET", "/api/v1/me", "", false, "Cookie: theme=dark; det_token=" + token + "\r\n");
+  EXPECT_EQ(me.status, 200) << me.body;
+  EXPECT_EQ(nlohmann::json::parse(me.body)["user"]["username"], "determined");
+  Reply wrong = Call("POST", "/api/v1/auth/login", R"({"username": "determined", "password": "x"})", false);
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(wrong.headers.count("set-cookie"), 0u);
+  // The generic Login answers the same LoginResponse, without a cookie.
+  Reply generic = Call("POST", "/api/v1/Login", R"({"username": "determined"})", false);
+  EXPECT_EQ(generic.status, 200) << generic.body;
+  EXPECT_EQ(generic.headers.count("set-cookie"), 0u);
+  EXPECT_FALSE(nlohmann::json::parse(generic.body)["token"].get<std::string>().empty());
+
+  Reply logout = Call("POST", "/api/v1/auth/logout", "", false, "Cookie: det_token=" + token + "\r\n");
+  EXPECT_EQ(logout.status, 200) << logout.body;
+  EXPECT_EQ(logout.body, "{}");
+  EXPECT_EQ(logout.headers["set-cookie"], "det_token=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+  EXPECT_EQ(Call("GET", "/api/v1/me", "", false, "Cookie: det_token=" + token + "\r\n").status, 401);
+  EXPECT_EQ(Call("GET", "/api/v1/me").status, 200);  // another token lives on
+}
+
+// An RPC without a handler answers 501 with the error JSON, after auth.
+TEST_F(RestApiTest, UnimplementedRpcIs501AfterAuthentication) {
+  ApiHandlers handlers(core_.get(), auth_.get());
+  const google::protobuf::ServiceDescriptor* service = ApiHandlers::Service();
+  int found = 0;
+  for (int i = 0; i < service->method_count(); ++i) {
+    const google::protobuf::MethodDescriptor* m = service->method(i);
+    if (m->client_streaming() || m->server_streaming()) continue;
+    auto* factory = google::protobuf::MessageFactory::generated_factory();
+    std::unique_ptr<google::protobuf::Message> req(factory->GetPrototype(m->input_type())->New());
+    std::unique_ptr<google::protobuf::Message> resp(factory->GetPrototype(m->output_type())->New());
+    if (handlers.CallUnary(m->name(), ApiCaller(), *req, resp.get()).code() != absl::StatusCode::kUnimplemented) {
+      continue;
+    }
+    ++found;
+    SCOPED_TRACE(m->name());
+    EXPECT_EQ(Call("POST", "/api/v1/" + m->name(), "{}", /*token=*/false).status, 401);
+    Reply r = Call("POST", "/api/v1/" + m->name(), "{}");
+    EXPECT_EQ(r.status, 501) << r.body;
+    EXPECT_EQ(nlohmann::json::parse(r.body, nullptr, false).value("error", ""), "UNIMPLEMENTED") << r.body;
+  }
+  std::printf("[ info     ] %d unary RPCs have no handler yet\n", found);
+}
+
+TEST(RestRequestTest, PathTemplates) {
+  auto t = CompilePathTemplate("/api/v1/agents/{agent_id}/slots/{slot_id}/enable");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->params, (std::vector<std::string>{"agent_id", "slot_id"}));
+  std::vector<std::string> values;
+  ASSERT_TRUE(MatchPathTemplate(*t, "/api/v1/agents/a.b/slots/a.b%2/enable", &values));
+  EXPECT_EQ(values, (std::vector<std::string>{"a.b", "a.b%2"}));
+  EXPECT_FALSE(MatchPathTemplate(*t, "/api/v1/agents/a/b/slots/1/enable", &values));
+  EXPECT_FALSE(MatchPathTemplate(*t, "/api/v1/agents//slots/1/enable", &values));
+  auto dotted = CompilePathTemplate("/api/v1/a.b/{x}");
+  ASSERT_TRUE(dotted.ok());
+  EXPECT_FALSE(MatchPathTemplate(*dotted, "/api/v1/aXb/1", &values));  // '.' is literal
+  for (const char* bad : {"api/v1/x", "/api/v1/{", "/api/v1/{}", "/api/v1/{1x}", "/api/v1/x}", "/api/{a-b}"}) {
+    EXPECT_FALSE(CompilePathTemplate(bad).ok()) << bad;
+  }
+}
+
+TEST(RestRequestTest, FieldsFromText) {
+  apiv1::GetExperimentsRequest r;
+  std::multimap<std::string, std::string> pairs = {
+      {"limit", "7"}, {"name", "x y"}, {"sortBy", "SORT_BY_NAME"}, {"states", "STATE_ACTIVE"}, {"states", "2"},
+      {"archived", "false"}, {"experiment_ids", "-3"}, {"unknown", "whatever"}};
+  ASSERT_TRUE(SetFieldsFromPairs(pairs, &r).ok());
+  EXPECT_EQ(r.limit(), 7);
+  EXPECT_EQ(r.name(), "x y");
+  EXPECT_EQ(r.sort_by(), apiv1::GetExperimentsRequest::SORT_BY_NAME);
+  ASSERT_EQ(r.states_size(), 2);
+  EXPECT_EQ(r.states(0), apiv1::STATE_ACTIVE);
+  EXPECT_EQ(r.states(1), 2);
+  EXPECT_TRUE(r.has_archived());
+  EXPECT_FALSE(r.archived());
+  EXPECT_EQ(r.experiment_ids(0), -3);
+  apiv1::UpdateJobRequest job;
+  EXPECT_TRUE(SetFieldsFromPairs({{"weight", "0.5"}}, &job).ok());
+  EXPECT_DOUBLE_EQ(job.weight(), 0.5);
+  EXPECT_EQ(SetFieldsFromPairs({{"weight", "heavy"}}, &job).message(), "weight: not a number: 'heavy'");
+  apiv1::TrialLogsRequest logs;
+  EXPECT_EQ(SetFieldsFromPairs({{"after_id", "9223372036854775808"}}, &logs).message(),
+            "after_id: out of range: '9223372036854775808'");
+  EXPECT_TRUE(SetFieldsFromPairs({{"after_id", "9223372036854775807"}}, &logs).ok());
+  apiv1::PatchExperimentRequest patch;
+  EXPECT_EQ(SetFieldsFromPairs({{"labels", "a"}}, &patch).message(), "labels: cannot be set from text");
+}
+
+TEST(RestRequestTest, BadRoutesAreRefused) {
+  for (const RestRoute& bad : std::vector<RestRoute>{
+           {"GET", "/api/v1/x", "NoSuchRpc"},
+           {"TRACE", "/api/v1/x", "GetMe"},
+           {"POST", "/api/v1/x", "UploadArtifact", RestBody::kJson},
+           {"GET", "/api/v1/experiments/{id}", "GetExperiment"},                  // no field "id"
+           {"PATCH", "/api/v1/experiments/{labels}", "PatchExperiment"},          // a message field
+           {"GET", "/api/v1/experiments/{states}", "GetExperiments"},             // repeated
+           {"GET", "/api/v1/trials/{trial_id}/logs", "TrialLogs"},                // follows
+           {"GET", "/api/v1/trials/{trial_id}/logs", "TrialLogs", RestBody::kNone, "follow=nah"},
+           {"GET", "/api/v1/x", "GetExperiments", RestBody::kNone, "nope=1"},
+       }) {
+    EXPECT_FALSE(CompileRestRoute(bad).ok()) << bad.method << " " << bad.path << " " << bad.rpc;
+  }
 }
 
 }  // namespace

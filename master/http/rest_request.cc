@@ -1,0 +1,217 @@
+#include "master/http/rest_request.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace det::master {
+namespace {
+
+namespace pb = google::protobuf;
+
+bool IsIdentifier(absl::string_view s) {
+  if (s.empty() || absl::ascii_isdigit(s[0])) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(c) && c != '_') return false;
+  }
+  return true;
+}
+
+// `text` for an error message: quoted, at most 64 bytes.
+std::string Quote(absl::string_view text) {
+  constexpr size_t kMax = 64;
+  if (text.size() <= kMax) return absl::StrCat("'", text, "'");
+  return absl::StrCat("'", text.substr(0, kMax), "...'");
+}
+
+absl::Status Bad(const pb::FieldDescriptor* field, absl::string_view what, absl::string_view text) {
+  return absl::InvalidArgumentError(absl::StrCat(field->name(), ": ", what, ": ", Quote(text)));
+}
+
+// A signed integer of the field's width.
+absl::StatusOr<int64_t> ParseInt(const pb::FieldDescriptor* field, absl::string_view text, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(text, &v)) {
+    // Only digits (that overflow int64) are out of range; anything else is no integer.
+    absl::string_view digits = absl::StripPrefix(text, "-");
+    bool all_digits = !digits.empty() && digits.find_first_not_of("0123456789") == absl::string_view::npos;
+    return Bad(field, all_digits ? "out of range" : "not an integer", text);
+  }
+  if (v < lo || v > hi) return Bad(field, "out of range", text);
+  return v;
+}
+
+absl::StatusOr<uint64_t> ParseUint(const pb::FieldDescriptor* field, absl::string_view text, uint64_t hi) {
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(text, &v)) return Bad(field, "not a non-negative integer", text);
+  if (v > hi) return Bad(field, "out of range", text);
+  return v;
+}
+
+absl::Status SetInteger(pb::Message* m, const pb::FieldDescriptor* f, absl::string_view text) {
+  const pb::Reflection* r = m->GetReflection();
+  const bool rep = f->is_repeated();
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32: {
+      auto v = ParseInt(f, text, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
+      if (!v.ok()) return v.status();
+      rep ? r->AddInt32(m, f, static_cast<int32_t>(*v)) : r->SetInt32(m, f, static_cast<int32_t>(*v));
+      return absl::OkStatus();
+    }
+    case pb::FieldDescriptor::CPPTYPE_INT64: {
+      auto v = ParseInt(f, text, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+      if (!v.ok()) return v.status();
+      rep ? r->AddInt64(m, f, *v) : r->SetInt64(m, f, *v);
+      return absl::OkStatus();
+    }
+    case pb::FieldDescriptor::CPPTYPE_UINT32: {
+      auto v = ParseUint(f, text, std::numeric_limits<uint32_t>::max());
+      if (!v.ok()) return v.status();
+      rep ? r->AddUInt32(m, f, static_cast<uint32_t>(*v)) : r->SetUInt32(m, f, static_cast<uint32_t>(*v));
+      return absl::OkStatus();
+    }
+    default: {  // CPPTYPE_UINT64
+      auto v = ParseUint(f, text, std::numeric_limits<uint64_t>::max());
+      if (!v.ok()) return v.status();
+      rep ? r->AddUInt64(m, f, *v) : r->SetUInt64(m, f, *v);
+      return absl::OkStatus();
+    }
+  }
+}
+
+absl::Status SetFloating(pb::Message* m, const pb::FieldDescriptor* f, absl::string_view text) {
+  const pb::Reflection* r = m->GetReflection();
+  double v = 0;
+  if (!absl::SimpleAtod(text, &v)) return Bad(f, "not a number", text);
+  if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_FLOAT) {
+    f->is_repeated() ? r->AddFloat(m, f, static_cast<float>(v)) : r->SetFloat(m, f, static_cast<float>(v));
+  } else {
+    f->is_repeated() ? r->AddDouble(m, f, v) : r->SetDouble(m, f, v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetBool(pb::Message* m, const pb::FieldDescriptor* f, absl::string_view text) {
+  bool v = false;
+  if (text == "true" || text == "1") {
+    v = true;
+  } else if (text != "false" && text != "0") {
+    return Bad(f, "not a bool (true or false)", text);
+  }
+  f->is_repeated() ? m->GetReflection()->AddBool(m, f, v) : m->GetReflection()->SetBool(m, f, v);
+  return absl::OkStatus();
+}
+
+absl::Status SetEnum(pb::Message* m, const pb::FieldDescriptor* f, absl::string_view text) {
+  const pb::EnumDescriptor* type = f->enum_type();
+  const pb::EnumValueDescriptor* value = type->FindValueByName(std::string(text));
+  int number = 0;
+  if (value == nullptr && absl::SimpleAtoi(text, &number)) value = type->FindValueByNumber(number);
+  if (value == nullptr) return Bad(f, absl::StrCat("not a value of ", type->full_name()), text);
+  f->is_repeated() ? m->GetReflection()->AddEnum(m, f, value) : m->GetReflection()->SetEnum(m, f, value);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PathTemplate> CompilePathTemplate(absl::string_view path_template) {
+  if (path_template.empty() || path_template[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("path template must start with '/': ", path_template));
+  }
+  PathTemplate t;
+  for (size_t i = 0; i < path_template.size(); ++i) {
+    const char c = path_template[i];
+    if (c == '{') {
+      size_t end = path_template.find('}', i);
+      absl::string_view name = path_template.substr(i + 1, end == absl::string_view::npos ? 0 : end - i - 1);
+      if (end == absl::string_view::npos || !IsIdentifier(name)) {
+        return absl::InvalidArgumentError(absl::StrCat("bad parameter in path template ", path_template));
+      }
+      t.params.emplace_back(name);
+      t.regex += "([^/]+)";
+      i = end;
+    } else if (c == '}') {
+      return absl::InvalidArgumentError(absl::StrCat("unbalanced '}' in path template ", path_template));
+    } else if (absl::ascii_isalnum(c) || c == '/' || c == '_') {
+      t.regex += c;
+    } else {
+      t.regex += '\\';
+      t.regex += c;
+    }
+  }
+  t.matcher = std::regex(t.regex);
+  return t;
+}
+
+bool MatchPathTemplate(const PathTemplate& t, const std::string& path, std::vector<std::string>* values) {
+  std::smatch m;
+  if (!std::regex_match(path, m, t.matcher)) return false;
+  values->clear();
+  for (size_t i = 1; i < m.size(); ++i) values->push_back(m[i].str());
+  return true;
+}
+
+const pb::FieldDescriptor* FindFieldByAnyName(const pb::Descriptor* type, absl::string_view name) {
+  const pb::FieldDescriptor* f = type->FindFieldByName(std::string(name));
+  if (f != nullptr) return f;
+  for (int i = 0; i < type->field_count(); ++i) {
+    if (type->field(i)->json_name() == name) return type->field(i);
+  }
+  return nullptr;
+}
+
+bool IsTextSettable(const pb::FieldDescriptor* field) {
+  return field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE;
+}
+
+absl::Status SetFieldFromText(pb::Message* message, const pb::FieldDescriptor* field, absl::string_view text) {
+  if (!IsTextSettable(field)) {
+    return absl::InvalidArgumentError(absl::StrCat(field->name(), ": cannot be set from text"));
+  }
+  switch (field->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return SetInteger(message, field, text);
+    case pb::FieldDescriptor::CPPTYPE_FLOAT:
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return SetFloating(message, field, text);
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      return SetBool(message, field, text);
+    case pb::FieldDescriptor::CPPTYPE_ENUM:
+      return SetEnum(message, field, text);
+    default: {  // CPPTYPE_STRING (string and bytes)
+      const pb::Reflection* r = message->GetReflection();
+      field->is_repeated() ? r->AddString(message, field, std::string(text))
+                           : r->SetString(message, field, std::string(text));
+      return absl::OkStatus();
+    }
+  }
+}
+
+absl::Status SetFieldsFromPairs(const std::multimap<std::string, std::string>& pairs, pb::Message* message) {
+  for (const auto& [name, value] : pairs) {
+    const pb::FieldDescriptor* field = FindFieldByAnyName(message->GetDescriptor(), name);
+    if (field == nullptr) continue;
+    absl::Status st = SetFieldFromText(message, field, value);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+std::multimap<std::string, std::string> ParseFixedPairs(absl::string_view fixed) {
+  std::multimap<std::string, std::string> out;
+  for (absl::string_view pair : absl::StrSplit(fixed, '&', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    out.insert(std::move(kv));
+  }
+  return out;
+}
+
+}  // namespace det::master

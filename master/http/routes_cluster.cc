@@ -1,0 +1,23 @@
+// REST routes of the master, agents, slots, pools and jobs (rest_routes.h).
+#include "master/http/rest_routes.h"
+
+namespace det::master {
+
+std::vector<RestRoute> ClusterRoutes() {
+  return {
+      {"GET", "/api/v1/master", "GetMaster"},
+      {"GET", "/api/v1/agents", "GetAgents"},
+      {"GET", "/api/v1/agents/{agent_id}", "GetAgent"},
+      {"POST", "/api/v1/agents/{agent_id}/enable", "EnableAgent"},
+      {"POST", "/api/v1/agents/{agent_id}/disable", "DisableAgent", RestBody::kJson},
+      {"GET", "/api/v1/agents/{agent_id}/slots", "GetSlots"},
+      {"POST", "/api/v1/agents/{agent_id}/slots/{slot_id}/enable", "EnableSlot"},
+      {"POST", "/api/v1/agents/{agent_id}/slots/{slot_id}/disable", "DisableSlot", RestBody::kJson},
+      {"GET", "/api/v1/slots", "GetSlots"},
+      {"GET", "/api/v1/resource-pools", "GetResourcePools"},
+      {"GET", "/api/v1/job-queue", "GetJobQueue"},
+      {"PATCH", "/api/v1/jobs/{job_id}", "UpdateJob", RestBody::kJson},
+  };
+}
+
+}  // namespace det::master

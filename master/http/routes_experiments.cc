@@ -1,0 +1,26 @@
+// REST routes of experiments (rest_routes.h).
+#include "master/http/rest_routes.h"
+
+namespace det::master {
+
+std::vector<RestRoute> ExperimentRoutes() {
+  return {
+      {"GET", "/api/v1/experiments", "GetExperiments"},
+      {"POST", "/api/v1/experiments", "CreateExperiment", RestBody::kJson},
+      {"POST", "/api/v1/experiments/preview", "PreviewSearch", RestBody::kJson},
+      {"GET", "/api/v1/experiments/{experiment_id}", "GetExperiment"},
+      {"PATCH", "/api/v1/experiments/{experiment_id}", "PatchExperiment", RestBody::kJson},
+      {"DELETE", "/api/v1/experiments/{experiment_id}", "DeleteExperiment"},
+      {"GET", "/api/v1/experiments/{experiment_id}/trials", "GetExperimentTrials"},
+      {"GET", "/api/v1/experiments/{experiment_id}/checkpoints", "GetExperimentCheckpoints"},
+      {"GET", "/api/v1/experiments/{experiment_id}/validation-history", "GetExperimentValidationHistory"},
+      {"POST", "/api/v1/experiments/{experiment_id}/activate", "ActivateExperiment"},
+      {"POST", "/api/v1/experiments/{experiment_id}/pause", "PauseExperiment"},
+      {"POST", "/api/v1/experiments/{experiment_id}/cancel", "CancelExperiment"},
+      {"POST", "/api/v1/experiments/{experiment_id}/kill", "KillExperiment"},
+      {"POST", "/api/v1/experiments/{experiment_id}/archive", "ArchiveExperiment"},
+      {"POST", "/api/v1/experiments/{experiment_id}/unarchive", "UnarchiveExperiment"},
+  };
+}
+
+}  // namespace det::master

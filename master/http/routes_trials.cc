@@ -1,0 +1,21 @@
+// REST routes of trials, their metrics, logs and checkpoints (rest_routes.h).
+#include "master/http/rest_routes.h"
+
+namespace det::master {
+
+std::vector<RestRoute> TrialRoutes() {
+  return {
+      {"GET", "/api/v1/trials/{trial_id}", "GetTrial"},
+      {"POST", "/api/v1/trials/{trial_id}/kill", "KillTrial"},
+      {"POST", "/api/v1/trials/{trial_id}/pause", "PauseTrial"},
+      {"POST", "/api/v1/trials/{trial_id}/activate", "ActivateTrial"},
+      {"GET", "/api/v1/trials/{trial_id}/metrics", "GetTrialMetrics"},
+      {"GET", "/api/v1/trials/{trial_id}/checkpoints", "GetTrialCheckpoints"},
+      // Every existing line (after_id, offset, limit, tail) in one
+      // TrialLogsResponse; POST /api/v1/TrialLogs streams and follows.
+      {"GET", "/api/v1/trials/{trial_id}/logs", "TrialLogs", RestBody::kNone, "follow=false"},
+      {"GET", "/api/v1/checkpoints/{checkpoint_uuid}", "GetCheckpoint"},
+  };
+}
+
+}  // namespace det::master
