@@ -2,8 +2,9 @@
 // (with a cluster secret) and agent. Every RPC of every gRPC service, taken
 // from the protobuf descriptors so that a new RPC can never be forgotten, and
 // every REST route, taken from the master's own route table
-// (GET /api/v1/routes), is called without credentials, with bad ones and
-// with another trial's allocation token.
+// (GET /api/v1/routes: the declared routes and the generic
+// POST /api/v1/<RpcName> ones), is called without credentials, with bad ones
+// and with another trial's allocation token.
 #include <unistd.h>
 
 #include <algorithm>
@@ -193,11 +194,11 @@ class AuthCluster : public TestCluster {
   std::shared_ptr<grpc::Channel> channel_;
 };
 
-// The concrete path of a route pattern: "([^/]+)" -> "1", "(a|b)" -> "a".
+// The concrete path of a route pattern: "{checkpoint_uuid}" -> a uuid, any
+// other "{field}" -> "1".
 std::string ExamplePath(std::string pattern) {
-  pattern = std::regex_replace(pattern, std::regex(R"(\(\[\^/\]\+\))"), "1");
-  pattern = std::regex_replace(pattern, std::regex(R"(\(([A-Za-z_]+)(\|[A-Za-z_|]+)?\))"), "$1");
-  return std::regex_replace(pattern, std::regex(R"(\\\.)"), ".");
+  pattern = std::regex_replace(pattern, std::regex(R"(\{checkpoint_uuid\})"), "5f0e6a9c-1d2b-4c3d-8e4f-000000000001");
+  return std::regex_replace(pattern, std::regex(R"(\{[a-z_]+\})"), "1");
 }
 
 // Must show 2: without a token, or with another trial's token, every API
@@ -292,17 +293,27 @@ TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
   EXPECT_EQ(per_service["det.agent.v1.AgentService"], 3);
   EXPECT_GE(per_service["det.trial.v1.TrialService"], 11);
 
-  // REST: the master's route table.
+  // REST: the master's route table, the declared routes and the generic
+  // POST /api/v1/<RpcName> of every RPC but the client-streaming ones.
   json routes = cluster.GetJson("/api/v1/routes", token);
   ASSERT_TRUE(routes.contains("routes")) << routes.dump();
-  ASSERT_GE(routes["routes"].size(), 20u) << routes.dump();
+  ASSERT_GE(routes["routes"].size(), 80u) << routes.dump();
   int checked = 0;
+  int generic = 0;
   for (const auto& route : routes["routes"]) {
     const std::string method = route["method"];
     const std::string path = ExamplePath(route["pattern"]);
+    const std::string rpc = route.value("rpc", "");
+    const bool is_generic = route.value("generic", false);
     SCOPED_TRACE(method + " " + path + " (" + route["pattern"].get<std::string>() + ")");
+    if (is_generic) {
+      ++generic;
+      EXPECT_EQ(method, "POST");
+      EXPECT_EQ(path, "/api/v1/" + rpc);
+    }
     if (!route["authenticated"].get<bool>()) {
-      EXPECT_TRUE((method == "GET" && path == "/api/v1/master") || (method == "POST" && path == "/api/v1/auth/login"))
+      EXPECT_TRUE((method == "GET" && path == "/api/v1/master") || (method == "POST" && path == "/api/v1/auth/login") ||
+                  (method == "POST" && path == "/api/v1/GetMaster") || (method == "POST" && path == "/api/v1/Login"))
           << "undocumented public route";
       continue;
     }
@@ -315,10 +326,13 @@ TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
       EXPECT_EQ(res->status, 401) << res->body;
       EXPECT_THAT(res->body, HasSubstr("UNAUTHENTICATED"));
     }
-    // The token works as a header and as the dashboard's cookie.
+    // The token works as a header and as the dashboard's cookie (reads
+    // only: GET routes and the generic Get* RPCs, with {}; no side effects
+    // on the cluster).
+    const bool read_only = method == "GET" || (is_generic && rpc.rfind("Get", 0) == 0);
     for (const httplib::Headers& h : {httplib::Headers{{"Authorization", "Bearer " + token}},
                                       httplib::Headers{{"Cookie", "theme=dark; det_token=" + token}}}) {
-      if (method != "GET") break;  // no side effects on the cluster
+      if (!read_only) break;
       auto res = cluster.Http(method, path, h);
       ASSERT_TRUE(res);
       EXPECT_NE(res->status, 401) << res->body;
@@ -326,11 +340,19 @@ TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
     }
     ++checked;
   }
-  EXPECT_GE(checked, 20);
+  EXPECT_GE(checked, 75);
+  // One generic route per Determined RPC that is not client-streaming.
+  int client_streaming = 0;
+  for (const Rpc& rpc : rpcs) {
+    if (rpc.method->service()->full_name() == "det.api.v1.Determined" && rpc.method->client_streaming()) {
+      ++client_streaming;
+    }
+  }
+  EXPECT_EQ(generic, per_service["det.api.v1.Determined"] - client_streaming);
   std::printf("[ swept    ] %zu RPCs (%d Determined, %d AgentService, %d TrialService), %d authenticated REST "
-              "routes\n",
+              "routes (%d generic routes)\n",
               rpcs.size(), per_service["det.api.v1.Determined"], per_service["det.agent.v1.AgentService"],
-              per_service["det.trial.v1.TrialService"], checked);
+              per_service["det.trial.v1.TrialService"], checked, generic);
   // Paths with no route are not an oracle either.
   auto unknown = cluster.Http("GET", "/api/v1/no-such-route", {});
   ASSERT_TRUE(unknown);
@@ -343,6 +365,17 @@ TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
   auto login = cluster.Http("POST", "/api/v1/auth/login", {}, R"({"username": "determined", "password": "x"})");
   ASSERT_TRUE(login);
   EXPECT_EQ(login->status, 401);
+  auto generic_master = cluster.Http("POST", "/api/v1/GetMaster", {});
+  ASSERT_TRUE(generic_master);
+  EXPECT_EQ(generic_master->status, 200);
+  EXPECT_EQ(json::parse(generic_master->body)["cluster_id"], json::parse(master->body)["cluster_id"]);
+  auto generic_login = cluster.Http("POST", "/api/v1/Login", {}, R"({"username": "determined", "password": "x"})");
+  ASSERT_TRUE(generic_login);
+  EXPECT_EQ(generic_login->status, 401);
+  // An RPC the service does not have is no oracle either.
+  auto no_rpc = cluster.Http("POST", "/api/v1/NoSuchRpc", {});
+  ASSERT_TRUE(no_rpc);
+  EXPECT_EQ(no_rpc->status, 401);
   // The dashboard's page itself needs no token.
   auto page = cluster.Http("GET", "/", {});
   ASSERT_TRUE(page);
