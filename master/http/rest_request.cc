@@ -120,39 +120,40 @@ absl::Status SetEnum(pb::Message* m, const pb::FieldDescriptor* f, absl::string_
 }  // namespace
 
 absl::StatusOr<PathTemplate> CompilePathTemplate(absl::string_view path_template) {
-  if (path_template.empty() || path_template[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat("path template must start with '/': ", path_template));
+  if (!absl::ConsumePrefix(&path_template, "/")) {
+    return absl::InvalidArgumentError("a path template must start with '/'");
   }
   PathTemplate t;
-  for (size_t i = 0; i < path_template.size(); ++i) {
-    const char c = path_template[i];
-    if (c == '{') {
-      size_t end = path_template.find('}', i);
-      absl::string_view name = path_template.substr(i + 1, end == absl::string_view::npos ? 0 : end - i - 1);
-      if (end == absl::string_view::npos || !IsIdentifier(name)) {
-        return absl::InvalidArgumentError(absl::StrCat("bad parameter in path template ", path_template));
+  for (absl::string_view segment : absl::StrSplit(path_template, '/')) {
+    PathTemplate::Segment s;
+    if (segment.size() >= 2 && segment.front() == '{' && segment.back() == '}') {
+      segment = segment.substr(1, segment.size() - 2);
+      if (!IsIdentifier(segment)) {
+        return absl::InvalidArgumentError(absl::StrCat("bad parameter name '", segment, "' in the path template"));
       }
-      t.params.emplace_back(name);
-      t.regex += "([^/]+)";
-      i = end;
-    } else if (c == '}') {
-      return absl::InvalidArgumentError(absl::StrCat("unbalanced '}' in path template ", path_template));
-    } else if (absl::ascii_isalnum(c) || c == '/' || c == '_') {
-      t.regex += c;
-    } else {
-      t.regex += '\\';
-      t.regex += c;
+      s.param = true;
+      t.params.emplace_back(segment);
+    } else if (segment.find_first_of("{}") != absl::string_view::npos) {
+      return absl::InvalidArgumentError("a parameter must be a whole segment of the path template");
     }
+    s.text = std::string(segment);
+    t.segments.push_back(std::move(s));
   }
-  t.matcher = std::regex(t.regex);
   return t;
 }
 
-bool MatchPathTemplate(const PathTemplate& t, const std::string& path, std::vector<std::string>* values) {
-  std::smatch m;
-  if (!std::regex_match(path, m, t.matcher)) return false;
+bool MatchPathTemplate(const PathTemplate& t, absl::string_view path, std::vector<std::string>* values) {
+  if (!absl::ConsumePrefix(&path, "/")) return false;
+  std::vector<absl::string_view> parts = absl::StrSplit(path, '/');
+  if (parts.size() != t.segments.size()) return false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PathTemplate::Segment& s = t.segments[i];
+    if (s.param ? parts[i].empty() : parts[i] != s.text) return false;
+  }
   values->clear();
-  for (size_t i = 1; i < m.size(); ++i) values->push_back(m[i].str());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (t.segments[i].param) values->emplace_back(parts[i]);
+  }
   return true;
 }
 

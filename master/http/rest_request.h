@@ -5,7 +5,6 @@
 #define DET_MASTER_HTTP_REST_REQUEST_H_
 
 #include <map>
-#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,21 +17,24 @@
 
 namespace det::master {
 
-// A compiled path template: literal text and "{field}" parameters, each
-// matching one non-empty path segment ("[^/]+").
+// A compiled path template: '/'-separated segments, each literal text or a
+// whole "{field}" parameter that matches one non-empty path segment.
 struct PathTemplate {
-  std::string regex;                // the template as an ECMAScript regex
-  std::regex matcher;               // `regex`, compiled
+  struct Segment {
+    std::string text;    // the literal, or the parameter's name
+    bool param = false;
+  };
+  std::vector<Segment> segments;    // after the leading '/'
   std::vector<std::string> params;  // parameter names in path order
 };
 
-// InvalidArgument for an unbalanced brace, an empty or non-identifier
-// parameter name, or a template not starting with '/'.
+// InvalidArgument for a template not starting with '/', a brace anywhere
+// but around a whole segment, or a parameter name that is no identifier.
 absl::StatusOr<PathTemplate> CompilePathTemplate(absl::string_view path_template);
 
 // The values of the template's parameters in `path` (percent-decoded, as
 // httplib gives req.path), in template order; false when it does not match.
-bool MatchPathTemplate(const PathTemplate& t, const std::string& path, std::vector<std::string>* values);
+bool MatchPathTemplate(const PathTemplate& t, absl::string_view path, std::vector<std::string>* values);
 
 // The field of `type` named `name` by its proto name ("experiment_id") or
 // its JSON name ("experimentId"); null when none.

@@ -644,10 +644,15 @@ TEST(RestRequestTest, PathTemplates) {
   EXPECT_EQ(values, (std::vector<std::string>{"a.b", "a.b%2"}));
   EXPECT_FALSE(MatchPathTemplate(*t, "/api/v1/agents/a/b/slots/1/enable", &values));
   EXPECT_FALSE(MatchPathTemplate(*t, "/api/v1/agents//slots/1/enable", &values));
+  EXPECT_FALSE(MatchPathTemplate(*t, "/api/v1/agents/a/slots/1/enable/", &values));
+  EXPECT_FALSE(MatchPathTemplate(*t, "api/v1/agents/a/slots/1/enable", &values));
   auto dotted = CompilePathTemplate("/api/v1/a.b/{x}");
   ASSERT_TRUE(dotted.ok());
-  EXPECT_FALSE(MatchPathTemplate(*dotted, "/api/v1/aXb/1", &values));  // '.' is literal
-  for (const char* bad : {"api/v1/x", "/api/v1/{", "/api/v1/{}", "/api/v1/{1x}", "/api/v1/x}", "/api/{a-b}"}) {
+  EXPECT_FALSE(MatchPathTemplate(*dotted, "/api/v1/aXb/1", &values));  // literal text
+  EXPECT_TRUE(MatchPathTemplate(*dotted, "/api/v1/a.b/.*", &values));
+  EXPECT_EQ(values, (std::vector<std::string>{".*"}));
+  for (const char* bad : {"api/v1/x", "/api/v1/{", "/api/v1/{}", "/api/v1/{1x}", "/api/v1/x}", "/api/{a-b}",
+                          "/api/v1/x{a}", "/api/v1/{a}.json", "/api/v1/{{a}}"}) {
     EXPECT_FALSE(CompilePathTemplate(bad).ok()) << bad;
   }
 }
