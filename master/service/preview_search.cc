@@ -1,9 +1,7 @@
 #include "master/service/preview_search.h"
 
-#include "absl/strings/str_cat.h"
+#include "common/batch_lengths.h"
 #include "common/experiment_config.h"
-#include "common/hparams.h"
-#include "common/length.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "master/search/preview.h"
@@ -13,14 +11,9 @@ namespace det::master {
 absl::StatusOr<det::api::v1::PreviewSearchResponse> PreviewSearchFor(
     const det::api::v1::PreviewSearchRequest& request) {
   DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(request.config_yaml(), "config"));
-  DET_ASSIGN_OR_RETURN(int64_t gbs, GlobalBatchSize(FirstHParams(config.hyperparameters, 0)));
-  int64_t per_epoch = EpochLengthInBatches(gbs, config.records_per_epoch, 0);
-  auto max_length = ToBatches(config.searcher.max_length, gbs, per_epoch, "searcher.max_length");
-  if (!max_length.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        max_length.status().message(), per_epoch == 0 ? "; set records_per_epoch to use epochs" : ""));
-  }
-  DET_ASSIGN_OR_RETURN(SearchPreview preview, PreviewSearch(config, *max_length, request.simulation_seed()));
+  DET_ASSIGN_OR_RETURN(BatchLengths lengths,
+                       ResolveBatchLengths(config, "; set records_per_epoch to use epochs"));
+  DET_ASSIGN_OR_RETURN(SearchPreview preview, PreviewSearch(config, lengths.max_length, request.simulation_seed()));
 
   det::api::v1::PreviewSearchResponse resp;
   resp.set_max_length_batches(preview.max_length_batches);

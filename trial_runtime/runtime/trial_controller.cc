@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/batch_lengths.h"
 #include "common/status_macros.h"
 #include "trial_runtime/runtime/distributed.h"
 
@@ -143,18 +144,17 @@ absl::StatusOr<std::unique_ptr<TrialController>> TrialController::Create(TrialHa
                                                    c->validation_loader_->dataset_size(), " records, batch size ",
                                                    c->validation_loader_->options().batch_size()));
   }
-  const TrainingPlan& p = c->plan_;
-  int64_t gbs = context->get_global_batch_size();
-  c->batches_per_epoch_ = EpochLengthInBatches(gbs, p.records_per_epoch, c->train_loader_->batches_per_epoch());
-  DET_ASSIGN_OR_RETURN(c->max_batches_, ToBatches(p.max_length, gbs, c->batches_per_epoch_, "searcher.max_length"));
-  if (p.min_validation_period) {
-    DET_ASSIGN_OR_RETURN(c->validation_period_,
-                         ToBatches(*p.min_validation_period, gbs, c->batches_per_epoch_, "min_validation_period"));
-  }
-  if (p.min_checkpoint_period) {
-    DET_ASSIGN_OR_RETURN(c->checkpoint_period_,
-                         ToBatches(*p.min_checkpoint_period, gbs, c->batches_per_epoch_, "min_checkpoint_period"));
-  }
+  TrainingLengths plan_lengths;
+  plan_lengths.max_length = c->plan_.max_length;
+  plan_lengths.min_validation_period = c->plan_.min_validation_period;
+  plan_lengths.min_checkpoint_period = c->plan_.min_checkpoint_period;
+  plan_lengths.records_per_epoch = c->plan_.records_per_epoch;
+  DET_ASSIGN_OR_RETURN(BatchLengths lengths, ResolveBatchLengths(plan_lengths, context->get_global_batch_size(),
+                                                                 c->train_loader_->batches_per_epoch()));
+  c->batches_per_epoch_ = lengths.batches_per_epoch;
+  c->max_batches_ = lengths.max_length;
+  c->validation_period_ = lengths.validation_period;
+  c->checkpoint_period_ = lengths.checkpoint_period;
   if (c->plan_.scheduling_unit <= 0) c->plan_.scheduling_unit = 100;
   return c;
 }
