@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/artifact_cache.h"
+#include "common/sha256.h"
 #include "gtest/gtest.h"
 
 namespace det::agent {

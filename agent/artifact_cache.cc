@@ -1,7 +1,5 @@
 #include "agent/artifact_cache.h"
 
-#include <openssl/evp.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,65 +8,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/sha256.h"
 #include "spdlog/spdlog.h"
 
 namespace det::agent {
-namespace {
 
 namespace fs = std::filesystem;
-
-// Incremental SHA-256 over OpenSSL's EVP interface.
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new(), &EVP_MD_CTX_free) {
-    EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr);
-  }
-  void Update(absl::string_view data) { EVP_DigestUpdate(ctx_.get(), data.data(), data.size()); }
-  std::string HexDigest() {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_.get(), md, &len);
-    static const char kHex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < len; ++i) {
-      out.push_back(kHex[md[i] >> 4]);
-      out.push_back(kHex[md[i] & 0xf]);
-    }
-    return out;
-  }
-
- private:
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
-};
-
-}  // namespace
-
-std::string Sha256Hex(absl::string_view data) {
-  Sha256 h;
-  h.Update(data);
-  return h.HexDigest();
-}
-
-absl::StatusOr<std::string> Sha256File(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  Sha256 h;
-  char buf[1 << 16];
-  while (in) {
-    in.read(buf, sizeof(buf));
-    h.Update(absl::string_view(buf, static_cast<size_t>(in.gcount())));
-  }
-  if (in.bad()) return absl::InternalError(absl::StrCat("read error on ", path));
-  return h.HexDigest();
-}
-
-bool IsSha256Hex(absl::string_view s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
 
 ArtifactCache::ArtifactCache(std::string dir) : dir_(std::move(dir)) {}
 

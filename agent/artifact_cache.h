@@ -16,13 +16,6 @@
 
 namespace det::agent {
 
-// Lower-case hex SHA-256 of `data`.
-std::string Sha256Hex(absl::string_view data);
-// Lower-case hex SHA-256 of a file's contents. Errors: NotFound, Internal.
-absl::StatusOr<std::string> Sha256File(const std::string& path);
-// Whether `s` is 64 lower-case hex digits.
-bool IsSha256Hex(absl::string_view s);
-
 class ArtifactCache {
  public:
   // Receives one chunk of the artifact at byte `offset`.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/sha256.h"
 
 namespace det {
 namespace {
@@ -59,9 +60,9 @@ absl::StatusOr<std::string> JoinUnder(const std::string& base, absl::string_view
 }
 
 absl::Status ValidateSha256(absl::string_view sha256, absl::string_view field) {
-  bool ok = sha256.size() == 64;
-  for (char c : sha256) ok = ok && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
-  if (!ok) return absl::InvalidArgumentError(absl::StrCat(field, ": '", sha256, "' is not a lower-case hex SHA-256"));
+  if (!IsSha256Hex(sha256)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": '", sha256, "' is not a lower-case hex SHA-256"));
+  }
   return absl::OkStatus();
 }
 

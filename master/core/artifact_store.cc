@@ -1,7 +1,6 @@
 #include "master/core/artifact_store.h"
 
 #include <elf.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,22 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/safe_path.h"
+#include "common/sha256.h"
 
 namespace det::master {
 namespace fs = std::filesystem;
-
-std::string Sha256Hex(const std::string& bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr);
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 0xf]);
-  }
-  return out;
-}
 
 absl::Status CheckSharedLibrary(const std::string& bytes) {
   if (bytes.empty()) return absl::InvalidArgumentError("trial.so is empty");

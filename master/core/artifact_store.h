@@ -9,9 +9,6 @@
 
 namespace det::master {
 
-// Lowercase hex SHA-256 of `bytes`.
-std::string Sha256Hex(const std::string& bytes);
-
 // Returns OK when `bytes` is an ELF shared object (ET_DYN) for this machine's
 // architecture; InvalidArgument naming what is wrong otherwise.
 absl::Status CheckSharedLibrary(const std::string& bytes);

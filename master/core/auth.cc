@@ -3,7 +3,6 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 
 namespace det::master {
@@ -85,12 +85,6 @@ bool AuthCore::VerifyPassword(const std::string& password, const std::string& st
   std::string salt = absl::HexStringToBytes(parts[2]);
   std::string expected = absl::HexStringToBytes(parts[3]);
   return ConstantTimeEquals(Pbkdf2(password, salt, iterations), expected);
-}
-
-std::string AuthCore::Sha256Hex(absl::string_view data) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(md), sizeof(md)));
 }
 
 bool AuthCore::ConstantTimeEquals(absl::string_view a, absl::string_view b) {

@@ -82,8 +82,6 @@ class AuthCore {
   // Password hashing, exposed for tests.
   static std::string HashPassword(const std::string& password, int iterations);
   static bool VerifyPassword(const std::string& password, const std::string& stored_hash);
-  // Hex SHA-256.
-  static std::string Sha256Hex(absl::string_view data);
   // Constant-time equality (length leaks only).
   static bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/sha256.h"
 #include "tests/test_util.h"
 
 namespace det::master {
@@ -64,7 +65,7 @@ TEST_F(AuthCoreTest, LoginAuthenticateLogout) {
   EXPECT_EQ(auth_->Authenticate("nope").status().code(), absl::StatusCode::kUnauthenticated);
   // Tokens are stored hashed.
   EXPECT_EQ(store_->GetUserToken(login->token()).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(store_->GetUserToken(AuthCore::Sha256Hex(login->token())).ok());
+  EXPECT_TRUE(store_->GetUserToken(Sha256Hex(login->token())).ok());
   ASSERT_TRUE(auth_->Logout(login->token()).ok());
   EXPECT_EQ(auth_->Authenticate(login->token()).status().code(), absl::StatusCode::kUnauthenticated);
 }
