@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/grpc_status.h"
 #include "spdlog/spdlog.h"
 
 extern char** environ;
@@ -19,10 +20,6 @@ namespace av1 = det::agent::v1;
 namespace apiv1 = det::api::v1;
 
 constexpr size_t kMaxBufferedLogLines = 100000;
-
-absl::Status ToAbsl(const grpc::Status& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 void SetNow(google::protobuf::Timestamp* ts) {
   absl::Time now = absl::Now();
@@ -225,7 +222,7 @@ absl::Status Agent::Register(bool re_register) {
     absl::MutexLock lock(&mu_);
     contexts_.erase(&ctx);
   }
-  if (!st.ok()) return ToAbsl(st);
+  if (!st.ok()) return FromGrpcStatus(st);
 
   std::vector<std::string> to_kill(resp.kill_allocation_ids().begin(),
                                    resp.kill_allocation_ids().end());
@@ -447,11 +444,7 @@ absl::Status Agent::FetchArtifact(const std::string& sha256,
     contexts_.erase(&ctx);
   }
   if (!sink_status.ok()) return sink_status;
-  if (!st.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                        absl::StrCat("FetchArtifact(", sha256, "): ", st.error_message()));
-  }
-  return absl::OkStatus();
+  return FromGrpcStatus(st, absl::StrCat("FetchArtifact(", sha256, ")"));
 }
 
 void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {

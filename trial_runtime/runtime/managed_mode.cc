@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/experiment_config.h"
+#include "common/grpc_status.h"
 #include "common/proto_json.h"
 #include "det/trial/v1/trial.grpc.pb.h"
 #include "trial_runtime/runtime/distributed.h"
@@ -35,12 +36,6 @@ using Clock = std::chrono::steady_clock;
 std::string Env(const char* name, const char* fallback = "") {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
-}
-
-absl::Status FromGrpc(const grpc::Status& s, const char* what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
 }
 
 // Reconnects within a second of a restarted master coming back (gRPC's
@@ -98,7 +93,9 @@ class MasterClient {
       grpc::Status s = ((*stub_).*method)(&ctx, req, resp);
       Note(s.error_code());
       if (s.ok()) return absl::OkStatus();
-      if (s.error_code() != grpc::StatusCode::UNAVAILABLE || Clock::now() >= give_up) return FromGrpc(s, what);
+      if (s.error_code() != grpc::StatusCode::UNAVAILABLE || Clock::now() >= give_up) {
+        return FromGrpcStatus(s, what);
+      }
       if (!reported) {
         std::fprintf(stderr, "[det-trial] master unreachable (%s); retrying %s\n", s.error_message().c_str(), what);
         reported = true;
