@@ -3,9 +3,15 @@
 // alive (heartbeats, reconnect with backoff, re-registration), and runs the
 // trial runtime processes (det-trial --managed) the master asks for,
 // reporting their state changes and output lines.
+//
+// The class is defined in three files: agent.cc (the session with the
+// master: registration, the Connect stream, reconnects, artifact fetches),
+// allocations.cc (starting, killing and signalling allocations' processes)
+// and outbox.cc (the messages queued for the master).
 #ifndef DET_AGENT_AGENT_H_
 #define DET_AGENT_AGENT_H_
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -19,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/artifact_cache.h"
@@ -110,6 +117,9 @@ class Agent {
     std::shared_ptr<std::atomic<bool>> done;
   };
 
+  using Env = std::map<std::string, std::string>;
+
+  // The session with the master (agent.cc).
   absl::Status Register(bool re_register);
   // Runs one Connect stream until it breaks; returns its final status and
   // sets *received when any MasterMessage arrived.
@@ -117,19 +127,59 @@ class Agent {
   void WriterLoop(grpc::ClientReaderWriter<det::agent::v1::AgentMessage,
                                            det::agent::v1::MasterMessage>* stream);
   void HandleCommand(const det::agent::v1::MasterMessage& msg);
+  absl::Status FetchArtifact(const std::string& sha256, const ArtifactCache::ChunkSink& sink);
+  void SleepUnlessShutdown(absl::Duration d);
+  // Adds x-det-cluster-secret when the agent has a secret.
+  void AddClusterSecret(grpc::ClientContext* ctx) const;
+
+  // Allocations and their processes (allocations.cc). Runs on a worker
+  // thread per StartAllocation command.
   void StartAllocation(int64_t seq, const det::agent::v1::StartAllocation& start);
+  // Records the allocation and takes its devices; false when the command was
+  // answered instead (already running, duplicate rank, unknown or busy
+  // device).
+  bool Reserve(int64_t seq, const det::agent::v1::StartAllocation& start,
+               const std::shared_ptr<Allocation>& alloc);
+  // Refuses a start before any process exists: every rank TERMINATED with
+  // the status's message, then the command's result.
+  void RefuseStartLocked(int64_t seq, const det::agent::v1::StartAllocation& start,
+                         const Allocation& alloc, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails every rank of a reserved allocation that has not started and ends
+  // its start with `status`.
+  void FailStart(int64_t seq, Allocation& alloc, const absl::Status& status);
+  // Starts one rank's det-trial (unless the allocation is being killed).
+  // Returns the launch error, if any (the rank is then TERMINATED).
+  absl::Status LaunchRank(const det::agent::v1::StartAllocation& start,
+                          const det::agent::v1::ProcessSpec& spec, Allocation& alloc,
+                          const Env& base_env, const std::string& so_path, const std::string& dir,
+                          const std::string& config_path);
+  // Records a launched (or failed) process of `rank` and reports it.
+  absl::Status AdoptProcess(Allocation& alloc, int rank,
+                            absl::StatusOr<std::unique_ptr<Process>> process);
+  // The environment of one rank: `base_env`, the rank's own variables and
+  // the DET_* variables det-trial reads.
+  Env RankEnvironment(const det::agent::v1::StartAllocation& start,
+                      const det::agent::v1::ProcessSpec& spec, const Env& base_env,
+                      const std::string& so_path, const std::string& config_path) const;
   void KillAllocation(int64_t seq, const det::agent::v1::KillAllocation& kill);
   void SignalAllocation(int64_t seq, const det::agent::v1::SignalAllocation& sig);
-  absl::Status FetchArtifact(const std::string& sha256, const ArtifactCache::ChunkSink& sink);
   void KillLocal(const std::string& allocation_id, absl::Duration grace, const std::string& reason);
-
-  void OnLine(const std::string& allocation_id, int rank, OutputStream stream, std::string line);
   void OnExit(const std::string& allocation_id, int rank, const ExitStatus& status);
   // Marks `rank` done (its TERMINATED is about to be enqueued) and frees its
   // devices at once, so the master may reuse the slot as soon as it hears.
   void MarkDoneLocked(Allocation& alloc, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> RunningIdsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes finished allocations and joins finished workers.
+  void Reap();
 
+  // Messages queued for the master (outbox.cc): command results, process
+  // states, log lines (batched) and heartbeats.
+  void OnLine(const std::string& allocation_id, int rank, OutputStream stream, std::string line);
   void SendResult(int64_t seq, absl::Status status);
+  // The result of command `seq` (code 0 with a message for "already running").
+  void EnqueueResultLocked(int64_t seq, absl::StatusCode code, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnqueueLocked(det::agent::v1::AgentMessage msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnqueueStateLocked(const Allocation& alloc, int rank, det::agent::v1::ProcessState state,
                           int64_t pid, const ExitStatus* exit, const std::string& message)
@@ -137,12 +187,8 @@ class Agent {
   void AgentLogLocked(const Allocation& alloc, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushLogsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<std::string> RunningIdsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes finished allocations and joins finished workers.
-  void Reap();
-  void SleepUnlessShutdown(absl::Duration d);
-  // Adds x-det-cluster-secret when the agent has a secret.
-  void AddClusterSecret(grpc::ClientContext* ctx) const;
+  // A heartbeat naming the live allocations.
+  det::agent::v1::AgentMessage HeartbeatLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AgentOptions options_;
   ArtifactCache cache_;

@@ -43,6 +43,37 @@ std::string DefaultDetTrial() {
   return (self.parent_path() / "det-trial").string();
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The file's contents without surrounding whitespace (files usually end in a
+// newline; the master trims the same way).
+std::string ReadSecretFile(const std::string& path) {
+  std::string secret = ReadFile(path);
+  const char* ws = " \t\r\n";
+  secret.erase(secret.find_last_not_of(ws) + 1);
+  secret.erase(0, secret.find_first_not_of(ws));
+  return secret;
+}
+
+// "FIRST-LAST" within 1..65535, FIRST <= LAST; false (outputs untouched)
+// otherwise.
+bool ParsePortRange(const std::string& spec, int* first_out, int* last_out) {
+  int first = 0, last = 0;
+  char dash = 0;
+  if (std::sscanf(spec.c_str(), "%d%c%d", &first, &dash, &last) != 3 || dash != '-' || first < 1 ||
+      last > 65535 || first > last) {
+    return false;
+  }
+  *first_out = first;
+  *last_out = last;
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,18 +114,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_level(spdlog::level::from_str(log_level));
-  auto read_file = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
   if (!secret_file.empty()) {
-    opts.cluster_secret = read_file(secret_file);
-    // Files usually end in a newline; the master trims the same way.
-    const char* ws = " \t\r\n";
-    opts.cluster_secret.erase(opts.cluster_secret.find_last_not_of(ws) + 1);
-    opts.cluster_secret.erase(0, opts.cluster_secret.find_first_not_of(ws));
+    opts.cluster_secret = ReadSecretFile(secret_file);
     if (opts.cluster_secret.empty()) {
       spdlog::error("--cluster-secret-file {} is empty", secret_file);
       return 2;
@@ -105,7 +126,7 @@ int main(int argc, char** argv) {
   unsetenv("DET_CLUSTER_SECRET");
   if (!tls_ca.empty()) {
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = read_file(tls_ca);
+    ssl.pem_root_certs = ReadFile(tls_ca);
     opts.credentials = grpc::SslCredentials(ssl);
     // det-trial (managed mode) reaches the master over TLS with this CA.
     setenv("DET_MASTER_CERT_FILE", std::filesystem::absolute(tls_ca).c_str(), 1);
@@ -114,16 +135,10 @@ int main(int argc, char** argv) {
     spdlog::error("--master (or DET_MASTER) is required");
     return 2;
   }
-  if (!rendezvous_ports.empty()) {
-    int first = 0, last = 0;
-    char dash = 0;
-    if (std::sscanf(rendezvous_ports.c_str(), "%d%c%d", &first, &dash, &last) != 3 || dash != '-' || first < 1 ||
-        last > 65535 || first > last) {
-      spdlog::error("--rendezvous-ports must be FIRST-LAST within 1-65535, got '{}'", rendezvous_ports);
-      return 2;
-    }
-    opts.rendezvous_first_port = first;
-    opts.rendezvous_last_port = last;
+  if (!rendezvous_ports.empty() &&
+      !ParsePortRange(rendezvous_ports, &opts.rendezvous_first_port, &opts.rendezvous_last_port)) {
+    spdlog::error("--rendezvous-ports must be FIRST-LAST within 1-65535, got '{}'", rendezvous_ports);
+    return 2;
   }
   if (opts.hostname.empty()) opts.hostname = Hostname();
   if (opts.agent_id.empty()) opts.agent_id = opts.hostname;

@@ -1,0 +1,439 @@
+// det::agent::Agent, part 2 of 3: allocations. Starting one (checks,
+// device reservation, the trial.so from the cache, its directory and config,
+// one det-trial process per rank with its environment), killing and
+// signalling it, process exits, and reaping finished allocations.
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "agent/agent.h"
+#include "spdlog/spdlog.h"
+
+extern char** environ;
+
+namespace det::agent {
+namespace {
+
+namespace fs = std::filesystem;
+namespace av1 = det::agent::v1;
+namespace apiv1 = det::api::v1;
+
+// Allocation ids become directory names: keep [A-Za-z0-9_.-] only.
+std::string SafeName(const std::string& id) {
+  std::string out;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.';
+    out.push_back(ok ? c : '_');
+  }
+  if (out.empty() || out == "." || out == "..") out = "_" + out;
+  return out;
+}
+
+// The environment common to all ranks: the agent's own (which holds no
+// secret: main() removes DET_CLUSTER_SECRET) and the allocation's.
+std::map<std::string, std::string> BaseEnvironment(const av1::StartAllocation& start) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : start.env()) env[k] = v;
+  return env;
+}
+
+// Creates `dir` and writes the allocation's config.yaml into it; returns its
+// path. Internal on an I/O error.
+absl::StatusOr<std::string> WriteConfig(const std::string& dir, const std::string& config_yaml) {
+  const fs::path config_path = fs::path(dir) / "config.yaml";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::ofstream out(config_path, std::ios::trunc);
+  out << config_yaml;
+  out.close();
+  if (ec || !out) {
+    return absl::InternalError(
+        absl::StrCat("cannot write ", config_path.string(), ec ? ": " + ec.message() : ""));
+  }
+  return config_path.string();
+}
+
+}  // namespace
+
+std::vector<std::string> Agent::RunningAllocationIds() {
+  absl::MutexLock lock(&mu_);
+  return RunningIdsLocked();
+}
+
+std::vector<std::string> Agent::RunningIdsLocked() {
+  std::vector<std::string> ids;
+  for (const auto& [id, alloc] : allocations_) {
+    bool live = alloc->starting;
+    for (const auto& [rank, proc] : alloc->procs) live = live || !proc.done;
+    if (live) ids.push_back(id);
+  }
+  return ids;
+}
+
+void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
+  const std::string& id = start.allocation_id();
+  if (id.empty()) {
+    SendResult(seq, absl::InvalidArgumentError("StartAllocation without allocation_id"));
+    return;
+  }
+  if (start.processes().empty()) {
+    SendResult(seq, absl::InvalidArgumentError("StartAllocation without processes"));
+    return;
+  }
+  auto alloc = std::make_shared<Allocation>();
+  alloc->id = id;
+  alloc->task_id = start.task_id();
+  alloc->trial_id = start.trial_id();
+  if (!Reserve(seq, start, alloc)) return;
+  spdlog::info("starting allocation {} (trial {}, {} process(es))", id, start.trial_id(),
+               start.processes_size());
+
+  auto so_path = cache_.Get(start.trial_so().sha256(),
+                            [this](const std::string& sha, const ArtifactCache::ChunkSink& sink) {
+                              return FetchArtifact(sha, sink);
+                            });
+  if (!so_path.ok()) {
+    spdlog::error("allocation {}: artifact fetch failed: {}", id, so_path.status().ToString());
+    FailStart(seq, *alloc,
+              absl::UnavailableError(absl::StrCat("artifact fetch failed: ", so_path.status().ToString())));
+    return;
+  }
+  const std::string dir = (fs::path(options_.work_dir) / "allocations" / SafeName(id)).string();
+  absl::StatusOr<std::string> config_path = WriteConfig(dir, start.config_yaml());
+  if (!config_path.ok()) {
+    FailStart(seq, *alloc, config_path.status());
+    return;
+  }
+  const Env base_env = BaseEnvironment(start);
+  absl::Status launched;
+  for (const auto& spec : start.processes()) {
+    absl::Status st = LaunchRank(start, spec, *alloc, base_env, *so_path, dir, *config_path);
+    if (launched.ok()) launched = st;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    alloc->starting = false;
+  }
+  SendResult(seq, launched.ok() ? absl::OkStatus() : absl::InternalError(launched.message()));
+}
+
+bool Agent::Reserve(int64_t seq, const av1::StartAllocation& start,
+                    const std::shared_ptr<Allocation>& alloc) {
+  const std::string& id = alloc->id;
+  absl::MutexLock lock(&mu_);
+  if (allocations_.count(id) > 0) {
+    // A resent command for an allocation we already run.
+    EnqueueResultLocked(seq, absl::StatusCode::kOk, "already running");
+    return false;
+  }
+  std::set<int32_t> ours;
+  std::set<int> ranks;
+  for (const auto& d : options_.devices) ours.insert(d.id());
+  for (const auto& spec : start.processes()) {
+    if (!ranks.insert(spec.rank()).second) {
+      EnqueueResultLocked(seq, absl::StatusCode::kInvalidArgument,
+                          absl::StrCat("duplicate rank ", spec.rank()));
+      return false;
+    }
+    for (int32_t dev : spec.device_ids()) {
+      std::string problem;
+      if (ours.count(dev) == 0) {
+        problem = absl::StrCat("device ", dev, " does not exist on agent ", options_.agent_id);
+      } else if (busy_devices_.count(dev) > 0) {
+        problem = absl::StrCat("device ", dev, " is busy with allocation ", busy_devices_[dev]);
+      }
+      if (!problem.empty()) {
+        RefuseStartLocked(seq, start, *alloc, absl::FailedPreconditionError(problem));
+        return false;
+      }
+      alloc->device_ids.push_back(dev);
+    }
+  }
+  for (int32_t dev : alloc->device_ids) busy_devices_[dev] = id;
+  for (const auto& spec : start.processes()) {
+    alloc->procs[spec.rank()].rank = spec.rank();
+    alloc->procs[spec.rank()].device_ids.assign(spec.device_ids().begin(), spec.device_ids().end());
+    EnqueueStateLocked(*alloc, spec.rank(), av1::PROCESS_STATE_PULLING, 0, nullptr, "");
+  }
+  allocations_[id] = alloc;
+  return true;
+}
+
+void Agent::RefuseStartLocked(int64_t seq, const av1::StartAllocation& start,
+                              const Allocation& alloc, const absl::Status& status) {
+  // The master counts this allocation as placed: end every rank so it frees
+  // the slots and reschedules instead of waiting forever.
+  const std::string message(status.message());
+  for (const auto& r : start.processes()) {
+    EnqueueStateLocked(alloc, r.rank(), av1::PROCESS_STATE_TERMINATED, 0, nullptr, message);
+  }
+  EnqueueResultLocked(seq, status.code(), message);
+}
+
+void Agent::FailStart(int64_t seq, Allocation& alloc, const absl::Status& status) {
+  const std::string message(status.message());
+  absl::MutexLock lock(&mu_);
+  AgentLogLocked(alloc, message);
+  for (auto& [rank, proc] : alloc.procs) {
+    if (proc.process == nullptr && !proc.done) {
+      MarkDoneLocked(alloc, rank);
+      EnqueueStateLocked(alloc, rank, av1::PROCESS_STATE_TERMINATED, 0, nullptr, message);
+    }
+  }
+  alloc.starting = false;
+  EnqueueResultLocked(seq, status.code(), message);
+}
+
+absl::Status Agent::LaunchRank(const av1::StartAllocation& start, const av1::ProcessSpec& spec,
+                               Allocation& alloc, const Env& base_env, const std::string& so_path,
+                               const std::string& dir, const std::string& config_path) {
+  const int rank = spec.rank();
+  {
+    absl::MutexLock lock(&mu_);
+    if (alloc.kill_requested) {
+      MarkDoneLocked(alloc, rank);
+      EnqueueStateLocked(alloc, rank, av1::PROCESS_STATE_TERMINATED, 0, nullptr,
+                         "killed before start");
+      return absl::OkStatus();
+    }
+    EnqueueStateLocked(alloc, rank, av1::PROCESS_STATE_STARTING, 0, nullptr, "");
+  }
+  LaunchOptions lo;
+  lo.argv = {options_.det_trial_path, "--managed", so_path};
+  for (const auto& [k, v] : RankEnvironment(start, spec, base_env, so_path, config_path)) {
+    lo.env.push_back(k + "=" + v);
+  }
+  lo.cwd = dir;
+  const std::string id = alloc.id;
+  lo.on_line = [this, id, rank](OutputStream s, std::string line) {
+    OnLine(id, rank, s, std::move(line));
+  };
+  lo.on_exit = [this, id, rank](const ExitStatus& st) { OnExit(id, rank, st); };
+  return AdoptProcess(alloc, rank, Process::Start(std::move(lo)));
+}
+
+absl::Status Agent::AdoptProcess(Allocation& alloc, int rank,
+                                 absl::StatusOr<std::unique_ptr<Process>> process) {
+  bool kill_now = false;
+  absl::Duration grace;
+  Process* raw = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    Proc& proc = alloc.procs[rank];
+    if (!process.ok()) {
+      MarkDoneLocked(alloc, rank);
+      AgentLogLocked(alloc, absl::StrCat("rank ", rank, ": ", process.status().message()));
+      EnqueueStateLocked(alloc, rank, av1::PROCESS_STATE_TERMINATED, 0, nullptr,
+                         std::string(process.status().message()));
+      return process.status();
+    }
+    proc.process = std::move(*process);
+    raw = proc.process.get();
+    proc.pid = raw->pid();
+    proc.running_reported = true;
+    EnqueueStateLocked(alloc, rank, av1::PROCESS_STATE_RUNNING, proc.pid, nullptr, "");
+    spdlog::info("allocation {} rank {}: pid {}", alloc.id, rank, proc.pid);
+    if (proc.pending_exit) {
+      MarkDoneLocked(alloc, rank);
+      EnqueueStateLocked(alloc, rank, av1::PROCESS_STATE_TERMINATED, proc.pid, &*proc.pending_exit,
+                         "");
+    }
+    kill_now = alloc.kill_requested && !proc.done;
+    grace = alloc.kill_grace;
+  }
+  if (kill_now) raw->Kill(grace);
+  return absl::OkStatus();
+}
+
+Agent::Env Agent::RankEnvironment(const av1::StartAllocation& start, const av1::ProcessSpec& spec,
+                                  const Env& base_env, const std::string& so_path,
+                                  const std::string& config_path) const {
+  const int rank = spec.rank();
+  const auto& rdv = start.rendezvous();
+  const bool cuda = !options_.devices.empty() &&
+                    options_.devices.front().type() == apiv1::DEVICE_TYPE_CUDA;
+  const std::string master =
+      start.master_address().empty() ? options_.master_address : start.master_address();
+  Env env = base_env;
+  for (const auto& [k, v] : spec.env()) env[k] = v;
+  int node_rank = 0;
+  for (const auto& r : rdv.ranks()) {
+    if (r.rank() == rank) node_rank = r.node_rank();
+  }
+  env["DET_MASTER"] = master;
+  env["DET_MASTER_ADDR"] = master;
+  env["DET_ALLOCATION_ID"] = start.allocation_id();
+  env["DET_ALLOCATION_TOKEN"] = start.allocation_token();
+  env["DET_TASK_ID"] = start.task_id();
+  env["DET_TRIAL_ID"] = std::to_string(start.trial_id());
+  env["DET_EXPERIMENT_ID"] = std::to_string(start.experiment_id());
+  env["DET_RANK"] = std::to_string(rank);
+  env["DET_LOCAL_RANK"] = std::to_string(spec.local_rank());
+  env["DET_WORLD_SIZE"] =
+      std::to_string(rdv.world_size() > 0 ? rdv.world_size() : start.processes_size());
+  env["DET_LOCAL_SIZE"] = std::to_string(start.processes_size());
+  env["DET_NODE_RANK"] = std::to_string(node_rank);
+  env["DET_NUM_NODES"] = std::to_string(rdv.num_nodes() > 0 ? rdv.num_nodes() : 1);
+  env["DET_CHIEF_ADDR"] = rdv.chief_address();
+  env["DET_CHIEF_PORT"] = std::to_string(rdv.chief_port());
+  env["DET_TRIAL_SO"] = so_path;
+  env["DET_CONFIG"] = config_path;
+  env["DET_AGENT_ID"] = options_.agent_id;
+  if (!start.checkpoint_storage_path().empty()) {
+    env["DET_CHECKPOINT_STORAGE_PATH"] = start.checkpoint_storage_path();
+  }
+  env["CUDA_VISIBLE_DEVICES"] = cuda ? absl::StrJoin(spec.device_ids(), ",") : "";
+  return env;
+}
+
+void Agent::OnExit(const std::string& allocation_id, int rank, const ExitStatus& status) {
+  if (status.exit_code) {
+    spdlog::info("allocation {} rank {} exited with code {}", allocation_id, rank,
+                 *status.exit_code);
+  } else if (status.signal_number) {
+    spdlog::info("allocation {} rank {} killed by signal {}", allocation_id, rank,
+                 *status.signal_number);
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = allocations_.find(allocation_id);
+  if (it == allocations_.end()) return;
+  Proc& proc = it->second->procs[rank];
+  if (!proc.running_reported) {
+    proc.pending_exit = status;  // StartAllocation reports it after RUNNING
+    return;
+  }
+  MarkDoneLocked(*it->second, rank);
+  EnqueueStateLocked(*it->second, rank, av1::PROCESS_STATE_TERMINATED, proc.pid, &status, "");
+}
+
+void Agent::MarkDoneLocked(Allocation& alloc, int rank) {
+  Proc& proc = alloc.procs[rank];
+  proc.done = true;
+  for (int32_t dev : proc.device_ids) {
+    auto it = busy_devices_.find(dev);
+    if (it != busy_devices_.end() && it->second == alloc.id) busy_devices_.erase(it);
+  }
+}
+
+void Agent::KillLocal(const std::string& allocation_id, absl::Duration grace,
+                      const std::string& reason) {
+  std::shared_ptr<Allocation> alloc;  // keeps the processes alive below
+  std::vector<Process*> targets;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = allocations_.find(allocation_id);
+    if (it == allocations_.end()) return;
+    alloc = it->second;
+    alloc->kill_requested = true;
+    alloc->kill_grace = grace;
+    for (auto& [rank, proc] : alloc->procs) {
+      if (proc.process != nullptr && !proc.done) targets.push_back(proc.process.get());
+    }
+  }
+  spdlog::info("killing allocation {} ({} process(es), grace {}): {}", allocation_id,
+               targets.size(), absl::FormatDuration(grace), reason);
+  for (Process* p : targets) p->Kill(grace);
+}
+
+void Agent::KillAllocation(int64_t seq, const av1::KillAllocation& kill) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (allocations_.count(kill.allocation_id()) == 0) {
+      av1::AgentMessage m;
+      m.mutable_command_result()->set_seq(seq);
+      m.mutable_command_result()->set_code(static_cast<int>(absl::StatusCode::kNotFound));
+      m.mutable_command_result()->set_message(
+          absl::StrCat("unknown allocation ", kill.allocation_id()));
+      EnqueueLocked(std::move(m));
+      return;
+    }
+  }
+  absl::Duration grace = kill.grace_period_seconds() > 0
+                             ? absl::Seconds(kill.grace_period_seconds())
+                             : absl::ZeroDuration();
+  KillLocal(kill.allocation_id(), grace, kill.reason());
+  SendResult(seq, absl::OkStatus());
+}
+
+void Agent::SignalAllocation(int64_t seq, const av1::SignalAllocation& sig) {
+  if (sig.signal_number() <= 0 || sig.signal_number() >= NSIG) {
+    SendResult(seq, absl::InvalidArgumentError(
+                        absl::StrCat("bad signal number ", sig.signal_number())));
+    return;
+  }
+  std::shared_ptr<Allocation> alloc;
+  std::vector<Process*> targets;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = allocations_.find(sig.allocation_id());
+    if (it != allocations_.end()) {
+      alloc = it->second;
+      for (auto& [rank, proc] : alloc->procs) {
+        if (sig.has_rank() && rank != sig.rank()) continue;
+        if (proc.process != nullptr && !proc.done) targets.push_back(proc.process.get());
+      }
+    }
+  }
+  if (alloc == nullptr) {
+    SendResult(seq, absl::NotFoundError(absl::StrCat("unknown allocation ", sig.allocation_id())));
+    return;
+  }
+  if (sig.has_rank() && targets.empty()) {
+    SendResult(seq, absl::NotFoundError(absl::StrCat("no running rank ", sig.rank(),
+                                                     " in allocation ", sig.allocation_id())));
+    return;
+  }
+  absl::Status st;
+  for (Process* p : targets) {
+    absl::Status s = p->Signal(sig.signal_number());
+    if (st.ok()) st = s;
+  }
+  SendResult(seq, st);
+}
+
+void Agent::Reap() {
+  std::vector<std::shared_ptr<Allocation>> finished;
+  std::vector<Worker> done_workers;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = allocations_.begin(); it != allocations_.end();) {
+      bool live = it->second->starting;
+      for (const auto& [rank, proc] : it->second->procs) live = live || !proc.done;
+      if (live) {
+        ++it;
+        continue;
+      }
+      for (int32_t dev : it->second->device_ids) {
+        auto b = busy_devices_.find(dev);
+        if (b != busy_devices_.end() && b->second == it->first) busy_devices_.erase(b);
+      }
+      finished.push_back(std::move(it->second));
+      it = allocations_.erase(it);
+    }
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      if (it->done->load()) {
+        done_workers.push_back(std::move(*it));
+        it = workers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& w : done_workers) w.thread.join();
+  // Destroying the allocations joins their (finished) reader threads.
+  finished.clear();
+}
+
+}  // namespace det::agent
