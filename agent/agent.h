@@ -135,6 +135,11 @@ class Agent {
   // Allocations and their processes (allocations.cc). Runs on a worker
   // thread per StartAllocation command.
   void StartAllocation(int64_t seq, const det::agent::v1::StartAllocation& start);
+  // <work_dir>/allocations/<allocation_id>, the allocation's working
+  // directory. The id comes from the master: InvalidArgument naming
+  // "allocation_id" when it is not one file name or the directory would lead
+  // outside <work_dir>/allocations (common/safe_path.h).
+  absl::StatusOr<std::string> AllocationDir(const std::string& allocation_id) const;
   // Records the allocation and takes its devices; false when the command was
   // answered instead (already running, duplicate rank, unknown or busy
   // device).

@@ -439,5 +439,47 @@ TEST_F(AgentTest, ArtifactFetchFailureFailsTheStart) {
   EXPECT_TRUE(master_.HasState("alloc-f", av1::PROCESS_STATE_TERMINATED));
 }
 
+// Allocation ids and artifact hashes come from the master and name files on
+// this node: one that would lead outside the agent's work dir (a traversal,
+// or a symlink planted in allocations/) is refused before anything is
+// fetched, written or run, and every rank of it ends.
+TEST_F(AgentTest, RefusesIdsAndHashesThatLeadOutsideTheWorkDir) {
+  WriteScript("echo ran\nexit 0\n");
+  fs::create_directories(dir_ + "/outside");
+  fs::create_directories(dir_ + "/work/allocations");
+  fs::create_directory_symlink(dir_ + "/outside", dir_ + "/work/allocations/alloc-link");
+  StartAgent(Options("agent-1"));
+  master_.Send(StartMessage(1, "../escaped", "so bytes"));
+  master_.Send(StartMessage(2, "..", "so bytes"));
+  av1::MasterMessage bad_hash = StartMessage(3, "alloc-h", "so bytes");
+  bad_hash.mutable_start_allocation()->mutable_trial_so()->set_sha256("../../outside/x");
+  master_.Send(bad_hash);
+  master_.Send(StartMessage(4, "alloc-link", "so bytes"));
+  ASSERT_TRUE(master_.WaitUntil([&] {
+    for (int64_t seq = 1; seq <= 4; ++seq) {
+      if (master_.Result(seq) == nullptr) return false;
+    }
+    return true;
+  }));
+  absl::MutexLock lock(&master_.mu_);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"../escaped", "allocation_id"}, {"..", "allocation_id"}, {"alloc-h", "trial_so.sha256"},
+      {"alloc-link", "allocation_id"}};
+  for (size_t i = 0; i < refused.size(); ++i) {
+    const auto& [id, field] = refused[i];
+    const av1::CommandResult* result = master_.Result(static_cast<int64_t>(i + 1));
+    EXPECT_EQ(result->code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << id;
+    EXPECT_TRUE(absl::StrContains(result->message(), field)) << id << ": " << result->message();
+    auto states = master_.States(id);
+    ASSERT_EQ(states.size(), 1u) << id;
+    EXPECT_EQ(states[0].state(), av1::PROCESS_STATE_TERMINATED) << id;
+    EXPECT_EQ(states[0].message(), result->message()) << id;
+  }
+  EXPECT_EQ(master_.fetches_, 0);
+  EXPECT_FALSE(fs::exists(dir_ + "/work/escaped"));
+  EXPECT_FALSE(fs::exists(dir_ + "/outside/config.yaml"));
+  for (const auto& l : master_.Logs()) EXPECT_NE(l.message(), "ran");
+}
+
 }  // namespace
 }  // namespace det::agent

@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/agent.h"
+#include "common/safe_path.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 extern char** environ;
@@ -23,18 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace av1 = det::agent::v1;
 namespace apiv1 = det::api::v1;
-
-// Allocation ids become directory names: keep [A-Za-z0-9_.-] only.
-std::string SafeName(const std::string& id) {
-  std::string out;
-  for (char c : id) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.';
-    out.push_back(ok ? c : '_');
-  }
-  if (out.empty() || out == "." || out == "..") out = "_" + out;
-  return out;
-}
 
 // The environment common to all ranks: the agent's own (which holds no
 // secret: main() removes DET_CLUSTER_SECRET) and the allocation's.
@@ -96,6 +86,17 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
   alloc->id = id;
   alloc->task_id = start.task_id();
   alloc->trial_id = start.trial_id();
+  // The id and the hash name files on this node and come from the master,
+  // input like any other: refuse either when it would lead elsewhere.
+  absl::StatusOr<std::string> dir = AllocationDir(id);
+  const absl::Status paths =
+      dir.ok() ? ValidateSha256(start.trial_so().sha256(), "trial_so.sha256") : dir.status();
+  if (!paths.ok()) {
+    spdlog::error("refusing allocation {}: {}", id, paths.ToString());
+    absl::MutexLock lock(&mu_);
+    RefuseStartLocked(seq, start, *alloc, paths);
+    return;
+  }
   if (!Reserve(seq, start, alloc)) return;
   spdlog::info("starting allocation {} (trial {}, {} process(es))", id, start.trial_id(),
                start.processes_size());
@@ -110,8 +111,7 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
               absl::UnavailableError(absl::StrCat("artifact fetch failed: ", so_path.status().ToString())));
     return;
   }
-  const std::string dir = (fs::path(options_.work_dir) / "allocations" / SafeName(id)).string();
-  absl::StatusOr<std::string> config_path = WriteConfig(dir, start.config_yaml());
+  absl::StatusOr<std::string> config_path = WriteConfig(*dir, start.config_yaml());
   if (!config_path.ok()) {
     FailStart(seq, *alloc, config_path.status());
     return;
@@ -119,7 +119,7 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
   const Env base_env = BaseEnvironment(start);
   absl::Status launched;
   for (const auto& spec : start.processes()) {
-    absl::Status st = LaunchRank(start, spec, *alloc, base_env, *so_path, dir, *config_path);
+    absl::Status st = LaunchRank(start, spec, *alloc, base_env, *so_path, *dir, *config_path);
     if (launched.ok()) launched = st;
   }
   {
@@ -127,6 +127,12 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
     alloc->starting = false;
   }
   SendResult(seq, launched.ok() ? absl::OkStatus() : absl::InternalError(launched.message()));
+}
+
+absl::StatusOr<std::string> Agent::AllocationDir(const std::string& allocation_id) const {
+  DET_RETURN_IF_ERROR(ValidatePathComponent(allocation_id, "allocation_id"));
+  return JoinUnder((fs::path(options_.work_dir) / "allocations").string(), allocation_id,
+                   "allocation_id");
 }
 
 bool Agent::Reserve(int64_t seq, const av1::StartAllocation& start,

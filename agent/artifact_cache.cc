@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/safe_path.h"
 #include "common/sha256.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace det::agent {
@@ -22,10 +24,9 @@ std::string ArtifactCache::PathFor(const std::string& sha256) const {
 }
 
 absl::StatusOr<std::string> ArtifactCache::Get(const std::string& sha256, const Fetcher& fetch) {
-  if (!IsSha256Hex(sha256)) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed sha256 '", sha256, "'"));
-  }
-  const std::string path = PathFor(sha256);
+  // The hash names a file: never let it name one outside dir_.
+  DET_RETURN_IF_ERROR(ValidateSha256(sha256, "sha256"));
+  DET_ASSIGN_OR_RETURN(const std::string path, JoinUnder(dir_, sha256 + ".so", "sha256"));
   {
     absl::MutexLock lock(&mu_);
     // Wait for another download of the same hash to finish.

@@ -26,14 +26,18 @@ class ArtifactCache {
   // `dir` is created on first use.
   explicit ArtifactCache(std::string dir);
 
-  // Where the artifact lives once cached.
+  // Where the artifact lives once cached. Requires a well-formed hash
+  // (IsSha256Hex, common/sha256.h); Get checks it.
   std::string PathFor(const std::string& sha256) const;
 
   // Returns the path of the cached artifact, fetching it with `fetch` on a
-  // miss. Concurrent calls for one hash share one download (later callers
-  // wait for it; no lock is held during the fetch). Errors: InvalidArgument
-  // malformed sha256; DataLoss the fetched bytes hash differently; the
-  // fetcher's error; Internal on I/O failures. Thread-safe.
+  // miss. `sha256` comes from the master: it must be 64 lower-case hex digits
+  // and its file must stay inside the cache directory (common/safe_path.h).
+  // Concurrent calls for one hash share one download (later callers wait for
+  // it; no lock is held during the fetch). Errors: InvalidArgument naming
+  // "sha256" for a malformed hash or a path leading outside the cache;
+  // DataLoss the fetched bytes hash differently; the fetcher's error;
+  // Internal on I/O failures. Thread-safe.
   absl::StatusOr<std::string> Get(const std::string& sha256, const Fetcher& fetch);
 
  private:

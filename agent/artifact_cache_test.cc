@@ -93,5 +93,23 @@ TEST(ArtifactCacheTest, RejectsMalformedHashAndFetchErrors) {
   fs::remove_all(dir);
 }
 
+// A cache entry that is a symlink leading out of the cache (planted by
+// someone else on the node) is refused rather than run as the trial.so.
+TEST(ArtifactCacheTest, RefusesAnEntryThatLeadsOutsideTheCache) {
+  const std::string dir = TempDir();
+  fs::create_directories(dir + "/cache");
+  std::ofstream(dir + "/outside.so") << "not what the master sent";
+  const std::string sha = Sha256Hex("the real bytes");
+  fs::create_symlink(dir + "/outside.so", dir + "/cache/" + sha + ".so");
+  ArtifactCache cache(dir + "/cache");
+  int calls = 0;
+  auto path = cache.Get(sha, Serve("the real bytes", &calls));
+  ASSERT_FALSE(path.ok());
+  EXPECT_EQ(path.status().code(), absl::StatusCode::kInvalidArgument) << path.status();
+  EXPECT_NE(path.status().message().find("sha256"), absl::string_view::npos) << path.status();
+  EXPECT_EQ(calls, 0);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace det::agent
