@@ -1,6 +1,10 @@
 #include "common/proto_json.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/type_resolver.h>
+#include <google/protobuf/util/type_resolver_util.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,12 +28,29 @@ nlohmann::json StructToJson(const google::protobuf::Struct& s) {
 }
 
 absl::StatusOr<std::string> MessageToJsonOrError(const google::protobuf::Message& message, bool pretty) {
-  google::protobuf::util::JsonPrintOptions options;
+  namespace pb = google::protobuf;
+  static constexpr char kTypeUrlPrefix[] = "type.googleapis.com";
+  // Thread-safe: it only reads the (immutable) generated pool.
+  static pb::util::TypeResolver* const resolver =
+      pb::util::NewTypeResolverForDescriptorPool(kTypeUrlPrefix, pb::DescriptorPool::generated_pool());
+  // Through the deterministic binary form, so that map entries (a Struct's
+  // keys) come out in key order and equal messages print the same bytes.
+  std::string binary;
+  {
+    pb::io::StringOutputStream stream(&binary);
+    pb::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    if (!message.SerializeToCodedStream(&coded)) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot serialize ", message.GetTypeName()));
+    }
+  }
+  pb::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
   options.preserve_proto_field_names = true;
   options.add_whitespace = pretty;
   std::string out;
-  auto st = google::protobuf::util::MessageToJsonString(message, &out, options);
+  auto st = pb::util::BinaryToJsonString(resolver, absl::StrCat(kTypeUrlPrefix, "/", message.GetTypeName()), binary,
+                                         &out, options);
   if (!st.ok()) return absl::InvalidArgumentError(st.ToString());
   return out;
 }

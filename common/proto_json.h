@@ -17,8 +17,10 @@ namespace det {
 absl::StatusOr<google::protobuf::Struct> JsonToStruct(const nlohmann::json& json);
 nlohmann::json StructToJson(const google::protobuf::Struct& s);
 
-// Protobuf's canonical JSON (proto field names, defaults printed), indented
-// when `pretty`; InvalidArgument when protobuf cannot convert the message.
+// Protobuf's canonical JSON (proto field names, defaults printed, map and
+// Struct keys in sorted order so that equal messages print equal bytes),
+// indented when `pretty`; InvalidArgument when protobuf cannot convert the
+// message. Thread-safe.
 absl::StatusOr<std::string> MessageToJsonOrError(const google::protobuf::Message& message, bool pretty = false);
 // As MessageToJsonOrError, "{}" when the conversion fails.
 std::string MessageToJson(const google::protobuf::Message& message, bool pretty = false);

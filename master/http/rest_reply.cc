@@ -1,14 +1,9 @@
 #include "master/http/rest_reply.h"
 
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-#include <google/protobuf/util/json_util.h>
-#include <google/protobuf/util/type_resolver.h>
-#include <google/protobuf/util/type_resolver_util.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
 
 namespace det::master {
 
@@ -43,30 +38,9 @@ void SendError(httplib::Response& res, const absl::Status& status) {
 }
 
 absl::StatusOr<std::string> MessageJson(const google::protobuf::Message& message) {
-  namespace pb = google::protobuf;
-  static constexpr char kTypeUrlPrefix[] = "type.googleapis.com";
-  // Thread-safe: it only reads the (immutable) generated pool.
-  static pb::util::TypeResolver* const resolver =
-      pb::util::NewTypeResolverForDescriptorPool(kTypeUrlPrefix, pb::DescriptorPool::generated_pool());
-  std::string binary;
-  {
-    pb::io::StringOutputStream stream(&binary);
-    pb::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);  // map entries in key order
-    if (!message.SerializeToCodedStream(&coded)) {
-      return absl::InternalError(absl::StrCat("cannot serialize ", message.GetTypeName()));
-    }
-  }
-  // The options of common/proto_json.h's MessageToJson.
-  pb::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  auto st = pb::util::BinaryToJsonString(resolver, absl::StrCat(kTypeUrlPrefix, "/", message.GetTypeName()), binary,
-                                         &out, options);
-  if (!st.ok()) return absl::InternalError(absl::StrCat("cannot convert ", message.GetTypeName(), " to JSON: ",
-                                                        st.message().as_string()));
-  return out;
+  absl::StatusOr<std::string> json = MessageToJsonOrError(message);
+  if (!json.ok()) return absl::InternalError(json.status().message());
+  return json;
 }
 
 void SendMessage(httplib::Response& res, const google::protobuf::Message& message) {
