@@ -45,7 +45,7 @@ absl::Status CheckSharedLibrary(const std::string& bytes) {
 
 std::string ArtifactStore::PathOf(const std::string& sha256) const { return (fs::path(dir_) / (sha256 + ".so")).string(); }
 
-bool ArtifactStore::Has(const std::string& sha256) const { return fs::exists(PathOf(sha256)); }
+bool ArtifactStore::Has(const std::string& sha256) const { return IsSha256Hex(sha256) && fs::exists(PathOf(sha256)); }
 
 absl::StatusOr<std::string> ArtifactStore::Put(const std::string& bytes) {
   absl::Status st = CheckSharedLibrary(bytes);

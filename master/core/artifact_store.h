@@ -19,14 +19,17 @@ class ArtifactStore {
   explicit ArtifactStore(std::string dir) : dir_(std::move(dir)) {}
   // Validates and stores `bytes`; returns their sha256 (idempotent).
   absl::StatusOr<std::string> Put(const std::string& bytes);
+  // Whether an artifact with this hash is stored; false for anything that is
+  // not a lower-case hex SHA-256 (so a hash never names a file outside dir).
   bool Has(const std::string& sha256) const;
-  std::string PathOf(const std::string& sha256) const;
   // Size in bytes; NotFound for an unknown hash.
   absl::StatusOr<int64_t> Size(const std::string& sha256) const;
   // Up to max_bytes from offset. NotFound / OutOfRange.
   absl::StatusOr<std::string> Read(const std::string& sha256, int64_t offset, int64_t max_bytes) const;
 
  private:
+  // `sha256` must be a valid hash (checked by every caller).
+  std::string PathOf(const std::string& sha256) const;
   std::string dir_;
 };
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
 #include "common/proto_json.h"
+#include "common/safe_path.h"
 #include "common/status_macros.h"
 #include "master/core/checkpoint_gc.h"
 #include "master/core/core_state.h"
@@ -39,6 +40,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     }
     DET_ASSIGN_OR_RETURN(sha, artifacts_.Put(req.trial_so()));
   } else if (!req.trial_so_sha256().empty()) {
+    DET_RETURN_IF_ERROR(ValidateSha256(req.trial_so_sha256(), "trial_so_sha256"));
     if (!artifacts_.Has(req.trial_so_sha256())) {
       return absl::InvalidArgumentError(absl::StrCat("trial_so_sha256 ", req.trial_so_sha256(), " was never uploaded"));
     }

@@ -433,6 +433,23 @@ TEST_F(MasterCoreTest, DisconnectedAgentHasTheHeartbeatTimeoutToComeBack) {
   EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
 }
 
+// A client's trial_so_sha256 names a file in the artifact store: it must
+// not name one anywhere else.
+TEST_F(MasterCoreTest, TrialSoHashThatIsNoSha256IsRefused) {
+  det::testing::WriteFile(dir_ / "probe.so", FakeTrialSo());
+  apiv1::CreateExperimentRequest req;
+  req.set_config_yaml(Config(dir_ / "checkpoints", 1));
+  for (const std::string& bad : {std::string("../probe"), std::string("/etc/passwd"), std::string(64, 'A')}) {
+    req.set_trial_so_sha256(bad);
+    auto resp = core_->CreateExperiment(req);
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(resp.status().message(), HasSubstr("trial_so_sha256")) << bad;
+  }
+  req.set_trial_so_sha256(std::string(64, 'a'));
+  EXPECT_THAT(core_->CreateExperiment(req).status().message(), HasSubstr("was never uploaded"));
+  EXPECT_EQ(core_->GetExperiments(apiv1::GetExperimentsRequest())->experiments_size(), 0);
+}
+
 // A write that fails inside a core call rolls the whole call back: the
 // caller gets the error, the agent messages it queued are never sent (no
 // agent runs what the database does not know), and the master's state is
