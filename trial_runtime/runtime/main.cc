@@ -181,59 +181,36 @@ int RunLauncher(const Flags& flags) {
   return LaunchLocalRanks(exe, args, flags.nproc);
 }
 
-int RunLocal(const Flags& flags) {
-  TuneAllocator();
-  auto env = ReadDistributedEnv();
-  if (!env.ok()) return Fail(kExitConfigError, env.status());
-  const bool chief = env->rank == 0;
-  // A rank's errors name it; after an error a distributed rank exits at once
-  // (its peers' collectives fail and the launcher stops them).
-  auto fail = [&](int code, const absl::Status& status) {
-    if (!env->distributed()) return Fail(code, status);
-    std::fprintf(stderr, "det-trial: error: rank %d: %s\n", env->rank, std::string(status.message()).c_str());
-    std::fflush(stdout);
-    std::fflush(stderr);
-    _exit(code);
-    return code;
-  };
+// Prints a rank's error and returns `code`. In a distributed trial the
+// error names the rank and the process exits at once with `code` (its peers'
+// collectives fail and the launcher stops them).
+int FailRank(const DistributedEnv& env, int code, const absl::Status& status) {
+  if (!env.distributed()) return Fail(code, status);
+  std::fprintf(stderr, "det-trial: error: rank %d: %s\n", env.rank, std::string(status.message()).c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(code);
+  return code;
+}
 
-  auto prepared = PrepareLocal(flags);
-  if (auto* e = std::get_if<SetupError>(&prepared)) return fail(e->code, e->status);
-  const LocalSetup& setup = std::get<LocalSetup>(prepared);
-  const ExperimentConfig& config = setup.config;
-  const nlohmann::json& resume_meta = setup.resume_meta;
-  const nlohmann::json& hparams = setup.hparams;
-  const uint64_t seed = setup.seed;
-  if (env->distributed()) {
-    absl::Status st = CheckDivisible(setup.global_batch_size, env->world_size);
-    if (!st.ok()) return fail(kExitConfigError, st);
-  }
-
-  auto plugin = LoadTrialLibrary(flags.trial_path);
-  if (!plugin.ok()) return fail(kExitLibraryError, plugin.status());
-
-  if (flags.threads > 0) torch::set_num_threads(flags.threads);
-  torch::manual_seed(seed);
-
-  std::unique_ptr<Distributed> dist;
-  if (env->distributed()) {
-    auto joined = Distributed::Join(*env);
-    if (!joined.ok()) return fail(kExitTrialError, joined.status());
-    dist = *std::move(joined);
-  }
-
+// What the trial sees of itself in local mode (TrialContext), on the device
+// --device names. InvalidArgument for an unusable device.
+absl::StatusOr<TrialInfo> LocalTrialInfo(const Flags& flags, const LocalSetup& setup, const DistributedEnv& env) {
   TrialInfo info;
-  info.hparams = hparams;
-  info.experiment_config = config.raw;
-  info.trial_seed = seed;
+  info.hparams = setup.hparams;
+  info.experiment_config = setup.config.raw;
+  info.trial_seed = setup.seed;
   info.global_batch_size = setup.global_batch_size;
-  info.distributed = env->context();
+  info.distributed = env.context();
   auto device = SelectDevice(flags.device, info.distributed);
-  if (!device.ok()) return fail(kExitConfigError, device.status());
+  if (!device.ok()) return device.status();
   info.device = *device;
-  TrialContext context(info);
-  if (dist) context.set_gradient_reducer(dist->MakeGradientReducer());
+  return info;
+}
 
+// Where checkpoints go: --checkpoint-dir, else the config's
+// checkpoint_storage (host_path/storage_path), else OUTPUT_DIR/checkpoints.
+std::string LocalCheckpointDir(const Flags& flags, const ExperimentConfig& config) {
   std::string checkpoint_dir = flags.checkpoint_dir;
   if (checkpoint_dir.empty() && config.checkpoint_storage) {
     fs::path p = config.checkpoint_storage->host_path;
@@ -241,8 +218,12 @@ int RunLocal(const Flags& flags) {
     checkpoint_dir = p.string();
   }
   if (checkpoint_dir.empty()) checkpoint_dir = (fs::path(flags.output_dir) / "checkpoints").string();
-  std::string csv = flags.metrics_csv.empty() ? (fs::path(flags.output_dir) / "metrics.csv").string() : flags.metrics_csv;
+  return checkpoint_dir;
+}
 
+// Local mode sequences training, validation and checkpoints itself, from the
+// config's lengths and periods.
+TrainingPlan LocalTrainingPlan(const Flags& flags, const ExperimentConfig& config, const char* trial_class) {
   TrainingPlan plan;
   plan.max_length = config.searcher.max_length;
   plan.min_validation_period = config.min_validation_period;
@@ -251,70 +232,50 @@ int RunLocal(const Flags& flags) {
   plan.scheduling_unit = config.scheduling_unit;
   plan.perform_initial_validation = config.perform_initial_validation;
   plan.searcher_metric = config.searcher.metric;
-  plan.checkpoint_dir = checkpoint_dir;
-  plan.checkpoint_metadata = {{"config_yaml", config.yaml_text}, {"trial_class", (*plugin)->trial_class}};
+  plan.checkpoint_dir = LocalCheckpointDir(flags, config);
+  plan.checkpoint_metadata = {{"config_yaml", config.yaml_text}, {"trial_class", trial_class}};
+  return plan;
+}
 
-  InstallStopSignalHandlers();
+// The chief's first line: the trial, its seed, threads and hparams.
+void PrintLocalBanner(const Flags& flags, const DistributedEnv& env, const LocalSetup& setup, const char* trial_class) {
+  std::printf("[det-trial] trial %s from %s, seed %llu, %d torch threads%s, hparams %s\n", trial_class,
+              flags.trial_path.c_str(), static_cast<unsigned long long>(setup.seed), torch::get_num_threads(),
+              env.distributed() ? absl::StrCat(" per rank, ", env.world_size, " ranks").c_str() : "",
+              setup.hparams.dump().c_str());
+  std::fflush(stdout);
+}
 
-  if (chief) {
-    std::printf("[det-trial] trial %s from %s, seed %llu, %d torch threads%s, hparams %s\n", (*plugin)->trial_class,
-                flags.trial_path.c_str(), static_cast<unsigned long long>(seed), torch::get_num_threads(),
-                env->distributed() ? absl::StrCat(" per rank, ", env->world_size, " ranks").c_str() : "",
-                hparams.dump().c_str());
-    std::fflush(stdout);
-  }
+// The rank's reporter: the chief's LocalReporter (stdout, metrics.csv and a
+// progress bar; when resuming, rows after the checkpoint's batch are
+// dropped), also returned in *local_reporter; a NullReporter on the others.
+absl::StatusOr<std::unique_ptr<Reporter>> OpenLocalReporter(const Flags& flags, const LocalSetup& setup, bool chief,
+                                                            LocalReporter** local_reporter) {
+  *local_reporter = nullptr;
+  if (!chief) return std::make_unique<NullReporter>();
+  std::string csv =
+      flags.metrics_csv.empty() ? (fs::path(flags.output_dir) / "metrics.csv").string() : flags.metrics_csv;
+  std::optional<int64_t> keep;
+  if (!flags.resume.empty()) keep = setup.resume_meta.value("batches_trained", int64_t{0});
+  auto reporter = LocalReporter::Open(csv, !flags.no_progress && isatty(STDERR_FILENO), keep,
+                                      setup.config.searcher.metric, setup.config.searcher.smaller_is_better);
+  if (!reporter.ok()) return reporter.status();
+  *local_reporter = reporter->get();
+  return std::unique_ptr<Reporter>(*std::move(reporter));
+}
 
-  auto handle = TrialHandle::Create(*plugin, &context);
-  if (!handle.ok()) return fail(kExitTrialError, handle.status());
-  // Local reporter after the trial is built, so a failing constructor leaves
-  // no metrics file behind. Only the chief reports.
-  std::unique_ptr<Reporter> reporter_owner;
-  LocalReporter* local_reporter = nullptr;
-  if (chief) {
-    std::optional<int64_t> keep;
-    if (!flags.resume.empty()) keep = resume_meta.value("batches_trained", int64_t{0});
-    auto reporter = LocalReporter::Open(csv, !flags.no_progress && isatty(STDERR_FILENO), keep,
-                                        config.searcher.metric, config.searcher.smaller_is_better);
-    if (!reporter.ok()) return fail(kExitTrialError, reporter.status());
-    local_reporter = reporter->get();
-    reporter_owner = *std::move(reporter);
-  } else {
-    reporter_owner = std::make_unique<NullReporter>();
-  }
-  SignalPreemption preemption;
-  auto controller =
-      TrialController::Create(handle->get(), &context, reporter_owner.get(), &preemption, plan, dist.get());
-  if (!controller.ok()) {
-    return fail(controller.status().code() == absl::StatusCode::kInvalidArgument ? kExitConfigError : kExitTrialError,
-                controller.status());
-  }
-  if (!flags.resume.empty()) {
-    absl::Status st = (*controller)->Restore(flags.resume);
-    if (!st.ok()) return fail(kExitTrialError, st);
-    if (chief) {
-      std::printf("[det-trial] resumed from %s at batch %lld\n", flags.resume.c_str(),
-                  static_cast<long long>((*controller)->batches_trained()));
-    }
-  }
-  auto outcome = (*controller)->Run();
-  std::optional<std::pair<double, int64_t>> best;
-  if (local_reporter != nullptr) best = local_reporter->best();
-  reporter_owner.reset();
-  if (!outcome.ok()) return fail(kExitTrialError, outcome.status());
-  if (dist) {
-    absl::Status st = dist->Finish();
-    if (!st.ok()) return fail(kExitTrialError, st);
-  }
-  if (!chief) return 0;
-
-  const TrialController& c = **controller;
+// The chief's last lines: throughput, then where it paused (with the command
+// that resumes it) or what it completed and its best validation metric.
+void PrintLocalResult(const Flags& flags, const DistributedEnv& env, const ExperimentConfig& config,
+                      const TrialController& c, TrialOutcome outcome,
+                      const std::optional<std::pair<double, int64_t>>& best) {
   double secs = c.training_seconds();
   std::printf("[det-trial] training throughput: %.3f batches/s (%lld batches in %.3f s)\n",
               secs > 0 ? static_cast<double>(c.batches_this_run()) / secs : 0.0,
               static_cast<long long>(c.batches_this_run()), secs);
   const std::string ckpt = c.latest_checkpoint() ? c.latest_checkpoint()->path : "";
-  if (*outcome == TrialOutcome::kPaused) {
-    const std::string nproc = env->distributed() ? absl::StrCat(" --nproc ", env->world_size) : "";
+  if (outcome == TrialOutcome::kPaused) {
+    const std::string nproc = env.distributed() ? absl::StrCat(" --nproc ", env.world_size) : "";
     std::printf("[det-trial] paused at batch %lld; checkpoint %s\n[det-trial] resume with: det-trial --local %s %s%s --resume %s\n",
                 static_cast<long long>(c.batches_trained()), ckpt.c_str(), flags.config_path.c_str(),
                 flags.trial_path.c_str(), nproc.c_str(), ckpt.c_str());
@@ -327,7 +288,89 @@ int RunLocal(const Flags& flags) {
     }
   }
   std::fflush(stdout);
+}
+
+// Builds the trial in `context`, its reporter and controller, restores
+// --resume, trains to the end (or a pause) and prints the result. Returns the
+// exit code.
+int TrainLocal(const Flags& flags, const DistributedEnv& env, const LocalSetup& setup, const DetTrialPlugin* plugin,
+               Distributed* dist, TrialContext& context) {
+  const bool chief = env.rank == 0;
+  TrainingPlan plan = LocalTrainingPlan(flags, setup.config, plugin->trial_class);
+  InstallStopSignalHandlers();
+  if (chief) PrintLocalBanner(flags, env, setup, plugin->trial_class);
+
+  auto handle = TrialHandle::Create(plugin, &context);
+  if (!handle.ok()) return FailRank(env, kExitTrialError, handle.status());
+  // Local reporter after the trial is built, so a failing constructor leaves
+  // no metrics file behind. Only the chief reports.
+  LocalReporter* local_reporter = nullptr;
+  auto reporter = OpenLocalReporter(flags, setup, chief, &local_reporter);
+  if (!reporter.ok()) return FailRank(env, kExitTrialError, reporter.status());
+  SignalPreemption preemption;
+  auto controller = TrialController::Create(handle->get(), &context, reporter->get(), &preemption, plan, dist);
+  if (!controller.ok()) {
+    return FailRank(env,
+                    controller.status().code() == absl::StatusCode::kInvalidArgument ? kExitConfigError
+                                                                                      : kExitTrialError,
+                    controller.status());
+  }
+  if (!flags.resume.empty()) {
+    absl::Status st = (*controller)->Restore(flags.resume);
+    if (!st.ok()) return FailRank(env, kExitTrialError, st);
+    if (chief) {
+      std::printf("[det-trial] resumed from %s at batch %lld\n", flags.resume.c_str(),
+                  static_cast<long long>((*controller)->batches_trained()));
+    }
+  }
+  auto outcome = (*controller)->Run();
+  std::optional<std::pair<double, int64_t>> best;
+  if (local_reporter != nullptr) best = local_reporter->best();
+  reporter->reset();
+  if (!outcome.ok()) return FailRank(env, kExitTrialError, outcome.status());
+  if (dist != nullptr) {
+    absl::Status st = dist->Finish();
+    if (!st.ok()) return FailRank(env, kExitTrialError, st);
+  }
+  if (!chief) return 0;
+  PrintLocalResult(flags, env, setup.config, **controller, *outcome, best);
   return 0;
+}
+
+// det-trial --local without --nproc (or one rank started by the launcher):
+// reads the rank's environment, checks the config and library, joins the
+// process group of a distributed trial, then trains (TrainLocal).
+int RunLocal(const Flags& flags) {
+  TuneAllocator();
+  auto env = ReadDistributedEnv();
+  if (!env.ok()) return Fail(kExitConfigError, env.status());
+
+  auto prepared = PrepareLocal(flags);
+  if (auto* e = std::get_if<SetupError>(&prepared)) return FailRank(*env, e->code, e->status);
+  const LocalSetup& setup = std::get<LocalSetup>(prepared);
+  if (env->distributed()) {
+    absl::Status st = CheckDivisible(setup.global_batch_size, env->world_size);
+    if (!st.ok()) return FailRank(*env, kExitConfigError, st);
+  }
+
+  auto plugin = LoadTrialLibrary(flags.trial_path);
+  if (!plugin.ok()) return FailRank(*env, kExitLibraryError, plugin.status());
+
+  if (flags.threads > 0) torch::set_num_threads(flags.threads);
+  torch::manual_seed(setup.seed);
+
+  std::unique_ptr<Distributed> dist;
+  if (env->distributed()) {
+    auto joined = Distributed::Join(*env);
+    if (!joined.ok()) return FailRank(*env, kExitTrialError, joined.status());
+    dist = *std::move(joined);
+  }
+
+  auto info = LocalTrialInfo(flags, setup, *env);
+  if (!info.ok()) return FailRank(*env, kExitConfigError, info.status());
+  TrialContext context(*info);
+  if (dist) context.set_gradient_reducer(dist->MakeGradientReducer());
+  return TrainLocal(flags, *env, setup, *plugin, dist.get(), context);
 }
 
 }  // namespace

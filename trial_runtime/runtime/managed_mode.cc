@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -275,6 +276,321 @@ int Fail(int code, MasterClient* client, const absl::Status& status, bool determ
   return code;
 }
 
+// One rank of a managed allocation, step by step: FetchContext (the
+// trial's context from the master, its config and library), JoinProcessGroup
+// (threads, seed and, for a distributed trial, the process group),
+// BuildTrial (the trial, its reporter, preemption source and controller),
+// RestoreLatestCheckpoint, then the operations: the chief asks the master
+// for them (PerformOperations), the other ranks follow the chief.
+//
+// Each step returns std::nullopt to go on, or the exit code that ends the
+// run (Fail has printed and reported the error). Members are declared in the
+// order the steps make them, so that they are destroyed in reverse. Not
+// thread-safe; one per process.
+class ManagedRank {
+ public:
+  // Requires `client` to outlive this object.
+  ManagedRank(MasterClient* client, int rank) : client_(*client), rank_(rank) {}
+
+  // Runs the rank to its end; returns the process exit code.
+  int Run(const std::string& trial_path, int threads);
+
+ private:
+  std::optional<int> FetchContext(const std::string& trial_path);
+  std::optional<int> JoinProcessGroup(int threads);
+  // Every rank reports to the master and waits for the others there before
+  // joining the process group.
+  std::optional<int> Rendezvous();
+  std::optional<int> BuildTrial();
+  TrialInfo MakeTrialInfo() const;
+  TrainingPlan MakeTrainingPlan() const;
+  std::optional<int> RestoreLatestCheckpoint();
+
+  // The chief: asks the master for the next operation, hands it to the other
+  // ranks and performs it, until an exit, a preemption or an error.
+  int PerformOperations();
+  // Each performs one operation; std::nullopt when it completed (the next
+  // GetNextOperation acknowledges it), else the exit code.
+  std::optional<int> Train(const tv1::Operation& op);
+  std::optional<int> Validate(const tv1::Operation& op);
+  std::optional<int> Checkpoint();
+  int Exit(const tv1::Operation& op);
+  // No operation yet: checkpoints and exits (with the other ranks) when
+  // preempted, else waits a little. std::nullopt to ask again.
+  std::optional<int> Wait();
+  // A successful exit: the chief waits until the others are done with the
+  // process group it hosts.
+  int Finish();
+
+  MasterClient& client_;
+  const int rank_;
+  tv1::GetTrialContextResponse tc_;
+  ExperimentConfig config_;
+  const DetTrialPlugin* plugin_ = nullptr;
+  DistributedEnv denv_;
+  std::unique_ptr<Distributed> dist_;
+  bool chief_ = true;
+  MasterClient* reporting_client_ = nullptr;  // only the chief calls the master once the group formed
+  std::optional<TrialContext> context_;
+  std::unique_ptr<TrialHandle> handle_;
+  std::optional<MasterReporter> reporter_;
+  std::unique_ptr<PreemptionSource> preemption_;
+  std::unique_ptr<TrialController> controller_;
+};
+
+int ManagedRank::Run(const std::string& trial_path, int threads) {
+  if (auto rc = FetchContext(trial_path)) return *rc;
+  if (auto rc = JoinProcessGroup(threads)) return *rc;
+  if (auto rc = BuildTrial()) return *rc;
+  if (auto rc = RestoreLatestCheckpoint()) return *rc;
+  if (!chief_) {
+    int rc = RunRelayedOperations(*controller_, *dist_);
+    return rc == 0 ? Finish() : rc;
+  }
+  return PerformOperations();
+}
+
+std::optional<int> ManagedRank::FetchContext(const std::string& trial_path) {
+  tv1::GetTrialContextRequest ctx_req;
+  ctx_req.set_rank(rank_);
+  absl::Status st = client_.Call("GetTrialContext", &tv1::TrialService::Stub::GetTrialContext, ctx_req, &tc_);
+  if (!st.ok()) return Fail(client_.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
+
+  auto config = ParseExperimentConfig(tc_.config_yaml(), "experiment config");
+  if (!config.ok()) return Fail(kExitConfigError, &client_, config.status(), true);
+  config_ = *std::move(config);
+  auto plugin = LoadTrialLibrary(trial_path);
+  if (!plugin.ok()) return Fail(kExitLibraryError, &client_, plugin.status(), true);
+  plugin_ = *plugin;
+  return std::nullopt;
+}
+
+// A distributed trial (DET_WORLD_SIZE > 1, set by det-agent from the
+// master's rendezvous): every rank joins the process group before the trial
+// is built, so that wrap_model hands every rank the chief's weights.
+std::optional<int> ManagedRank::JoinProcessGroup(int threads) {
+  auto denv = ReadDistributedEnv();
+  if (!denv.ok()) return Fail(kExitConfigError, rank_ == 0 ? &client_ : nullptr, denv.status(), true);
+  denv_ = *std::move(denv);
+  if (denv_.distributed() && tc_.global_batch_size() % denv_.world_size != 0) {
+    return Fail(kExitConfigError, rank_ == 0 ? &client_ : nullptr,
+                absl::InvalidArgumentError(absl::StrCat("hyperparameters.global_batch_size ", tc_.global_batch_size(),
+                                                        " is not divisible by the ", denv_.world_size,
+                                                        " slots of this trial (resources.slots_per_trial)")),
+                true);
+  }
+  // The ranks on one agent share its cores: by default each gets its share.
+  if (threads <= 0 && denv_.local_size > 1 && Env("OMP_NUM_THREADS").empty()) {
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / denv_.local_size);
+  }
+  if (threads > 0) torch::set_num_threads(threads);
+  torch::manual_seed(tc_.trial_seed());
+  if (!denv_.distributed()) return std::nullopt;
+
+  if (auto rc = Rendezvous()) return *rc;
+  auto joined = Distributed::Join(denv_);
+  if (!joined.ok()) return Fail(kExitTrialError, nullptr, joined.status(), false);
+  dist_ = *std::move(joined);
+  if (rank_ == 0) {
+    std::printf("[det-trial] rank 0 of %d: process group over %s:%d formed (%d node(s))\n", denv_.world_size,
+                denv_.chief_addr.c_str(), denv_.chief_port, denv_.num_nodes);
+    std::fflush(stdout);
+  }
+  return std::nullopt;
+}
+
+// A rank that never started then fails the rendezvous with a message naming
+// how many arrived, rather than a store timeout. A master without
+// AllocationRendezvous is skipped (the store's own wait still applies).
+std::optional<int> ManagedRank::Rendezvous() {
+  tv1::AllocationRendezvousRequest rdv_req;
+  rdv_req.set_rank(rank_);
+  tv1::AllocationRendezvousResponse rdv_resp;
+  absl::Status st = client_.Call("AllocationRendezvous", &tv1::TrialService::Stub::AllocationRendezvous, rdv_req,
+                                 &rdv_resp, std::chrono::duration_cast<std::chrono::milliseconds>(denv_.timeout));
+  if (!st.ok() && st.code() != absl::StatusCode::kUnimplemented) {
+    return Fail(client_.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
+  }
+  return std::nullopt;
+}
+
+TrialInfo ManagedRank::MakeTrialInfo() const {
+  TrialInfo info;
+  info.hparams = StructToJson(tc_.hparams());
+  info.experiment_config = config_.raw;
+  info.experiment_id = tc_.experiment_id();
+  info.trial_id = tc_.trial_id();
+  info.trial_seed = tc_.trial_seed();
+  info.global_batch_size = tc_.global_batch_size();
+  info.distributed = denv_.context();
+  return info;
+}
+
+// The master sequences training, validation and checkpoints; the plan only
+// sets how training metrics are grouped and where checkpoints go.
+TrainingPlan ManagedRank::MakeTrainingPlan() const {
+  TrainingPlan plan;
+  plan.max_length = config_.searcher.max_length;
+  plan.records_per_epoch = config_.records_per_epoch;
+  plan.scheduling_unit = config_.scheduling_unit;
+  plan.searcher_metric = config_.searcher.metric;
+  plan.checkpoint_dir = tc_.checkpoint_storage_path();
+  plan.checkpoint_metadata = {{"config_yaml", config_.yaml_text},
+                              {"trial_class", plugin_->trial_class},
+                              {"allocation_id", client_.allocation_id()}};
+  return plan;
+}
+
+std::optional<int> ManagedRank::BuildTrial() {
+  chief_ = !dist_ || dist_->is_chief();
+  reporting_client_ = chief_ ? &client_ : nullptr;
+  TrialInfo info = MakeTrialInfo();
+  // The agent pins each rank to its GPU (CUDA_VISIBLE_DEVICES; empty for a
+  // CPU slot), so "auto" is that GPU or the CPU.
+  auto device = SelectDevice("auto", info.distributed);
+  if (!device.ok()) return Fail(kExitConfigError, reporting_client_, device.status(), true);
+  info.device = *device;
+  context_.emplace(info);
+  if (dist_) context_->set_gradient_reducer(dist_->MakeGradientReducer());
+
+  std::printf("[det-trial] trial %d (experiment %d) %s, allocation %s, seed %u, hparams %s\n", tc_.trial_id(),
+              tc_.experiment_id(), plugin_->trial_class, client_.allocation_id().c_str(), tc_.trial_seed(),
+              info.hparams.dump().c_str());
+  std::fflush(stdout);
+
+  auto handle = TrialHandle::Create(plugin_, &*context_);
+  if (!handle.ok()) return Fail(kExitTrialError, reporting_client_, handle.status(), false);
+  handle_ = *std::move(handle);
+
+  TrainingPlan plan = MakeTrainingPlan();
+  reporter_.emplace(&client_, info.global_batch_size, chief_);
+  // The chief asks the master whether to stop; the others follow its vote
+  // (TrialController stops every rank at the same batch) or their SIGTERM.
+  if (chief_) {
+    preemption_ = std::make_unique<MasterPreemption>(&client_);
+  } else {
+    preemption_ = std::make_unique<SignalPreemption>();
+  }
+  auto controller =
+      TrialController::Create(handle_.get(), &*context_, &*reporter_, preemption_.get(), plan, dist_.get());
+  if (!controller.ok()) return Fail(kExitTrialError, reporting_client_, controller.status(), false);
+  controller_ = *std::move(controller);
+  return std::nullopt;
+}
+
+std::optional<int> ManagedRank::RestoreLatestCheckpoint() {
+  if (tc_.latest_checkpoint().uuid().empty()) return std::nullopt;
+  std::string dir = tc_.latest_checkpoint().storage_path();
+  absl::Status st = controller_->Restore(dir);
+  if (!st.ok()) return Fail(kExitTrialError, reporting_client_, st, false);
+  if (chief_) {
+    std::printf("[det-trial] resumed from checkpoint %s at batch %lld\n", dir.c_str(),
+                static_cast<long long>(controller_->batches_trained()));
+  }
+  return std::nullopt;
+}
+
+int ManagedRank::PerformOperations() {
+  int64_t completed_op = 0;
+  while (true) {
+    tv1::GetNextOperationRequest req;
+    req.set_completed_op_id(completed_op);
+    req.set_total_batches(controller_->batches_trained());
+    req.set_timeout_ms(1000);
+    tv1::GetNextOperationResponse resp;
+    absl::Status st = client_.Call("GetNextOperation", &tv1::TrialService::Stub::GetNextOperation, req, &resp,
+                                   std::chrono::seconds(30));
+    if (!st.ok()) return Fail(client_.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
+    const tv1::Operation& op = resp.operation();
+    // The chief hands each operation to the others before performing it.
+    st = RelayOperation(dist_.get(), op);
+    if (!st.ok()) return Fail(kExitTrialError, &client_, st, false);
+    std::optional<int> ended;
+    switch (op.kind()) {
+      case tv1::OPERATION_KIND_TRAIN:
+        ended = Train(op);
+        break;
+      case tv1::OPERATION_KIND_VALIDATE:
+        ended = Validate(op);
+        break;
+      case tv1::OPERATION_KIND_CHECKPOINT:
+        ended = Checkpoint();
+        break;
+      case tv1::OPERATION_KIND_EXIT:
+        return Exit(op);
+      case tv1::OPERATION_KIND_WAIT:
+      default:
+        if (auto waited = Wait()) return *waited;
+        continue;  // nothing completed
+    }
+    if (ended) return *ended;
+    completed_op = op.op_id();
+  }
+}
+
+std::optional<int> ManagedRank::Train(const tv1::Operation& op) {
+  bool preempted = false;
+  absl::Status st = controller_->TrainTo(op.target_total_batches(), &preempted);
+  if (!st.ok()) return Fail(kExitTrialError, &client_, st, false);
+  if (!preempted) return std::nullopt;
+  auto saved = controller_->Checkpoint();
+  if (!saved.ok()) return Fail(kExitTrialError, &client_, saved.status(), false);
+  tv1::AckPreemptionRequest ack;
+  tv1::AckPreemptionResponse ack_resp;
+  (void)client_.Call("AckPreemption", &tv1::TrialService::Stub::AckPreemption, ack, &ack_resp);
+  std::printf("[det-trial] preempted at batch %lld\n", static_cast<long long>(controller_->batches_trained()));
+  std::fflush(stdout);
+  return Finish();
+}
+
+std::optional<int> ManagedRank::Validate(const tv1::Operation& op) {
+  auto metrics = controller_->Validate();
+  if (!metrics.ok()) {
+    const bool bad_config = metrics.status().code() == absl::StatusCode::kInvalidArgument;
+    return Fail(bad_config ? kExitConfigError : kExitTrialError, &client_, metrics.status(), bad_config);
+  }
+  tv1::CompleteSearcherOperationRequest done;
+  done.set_op_id(op.op_id());
+  done.set_searcher_metric(metrics->at(config_.searcher.metric));
+  tv1::CompleteSearcherOperationResponse done_resp;
+  absl::Status st = client_.Call("CompleteSearcherOperation", &tv1::TrialService::Stub::CompleteSearcherOperation,
+                                 done, &done_resp);
+  if (!st.ok()) return Fail(client_.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
+  return std::nullopt;
+}
+
+std::optional<int> ManagedRank::Checkpoint() {
+  auto saved = controller_->Checkpoint();
+  if (!saved.ok()) return Fail(kExitTrialError, &client_, saved.status(), false);
+  return std::nullopt;
+}
+
+int ManagedRank::Exit(const tv1::Operation& op) {
+  std::printf("[det-trial] exiting at batch %lld (%s)\n", static_cast<long long>(controller_->batches_trained()),
+              tv1::ExitReason_Name(op.exit_reason()).c_str());
+  std::fflush(stdout);
+  return Finish();
+}
+
+std::optional<int> ManagedRank::Wait() {
+  if (preemption_->ShouldPreempt()) {
+    absl::Status st = RelayPreemption(dist_.get());
+    if (!st.ok()) return Fail(kExitTrialError, &client_, st, false);
+    auto saved = controller_->Checkpoint();
+    if (!saved.ok()) return Fail(kExitTrialError, &client_, saved.status(), false);
+    return Finish();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return std::nullopt;
+}
+
+int ManagedRank::Finish() {
+  if (!dist_) return 0;
+  absl::Status done = dist_->Finish();
+  if (!done.ok()) return Fail(kExitTrialError, nullptr, done, false);
+  return 0;
+}
+
 }  // namespace
 
 int RunManaged(const std::string& trial_path, int threads) {
@@ -288,205 +604,8 @@ int RunManaged(const std::string& trial_path, int threads) {
   }
   const int rank = std::atoi(Env("DET_RANK", "0").c_str());
   MasterClient client(master, allocation_id, Env("DET_ALLOCATION_TOKEN"));
-
-  tv1::GetTrialContextRequest ctx_req;
-  ctx_req.set_rank(rank);
-  tv1::GetTrialContextResponse tc;
-  absl::Status st = client.Call("GetTrialContext", &tv1::TrialService::Stub::GetTrialContext, ctx_req, &tc);
-  if (!st.ok()) return Fail(client.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
-
-  auto config = ParseExperimentConfig(tc.config_yaml(), "experiment config");
-  if (!config.ok()) return Fail(kExitConfigError, &client, config.status(), true);
-  auto plugin = LoadTrialLibrary(trial_path);
-  if (!plugin.ok()) return Fail(kExitLibraryError, &client, plugin.status(), true);
-
-  // A distributed trial (DET_WORLD_SIZE > 1, set by det-agent from the
-  // master's rendezvous): every rank joins the process group before the
-  // trial is built, so that wrap_model hands every rank the chief's weights.
-  auto denv = ReadDistributedEnv();
-  if (!denv.ok()) return Fail(kExitConfigError, rank == 0 ? &client : nullptr, denv.status(), true);
-  if (denv->distributed() && tc.global_batch_size() % denv->world_size != 0) {
-    return Fail(kExitConfigError, rank == 0 ? &client : nullptr,
-                absl::InvalidArgumentError(absl::StrCat("hyperparameters.global_batch_size ", tc.global_batch_size(),
-                                                        " is not divisible by the ", denv->world_size,
-                                                        " slots of this trial (resources.slots_per_trial)")),
-                true);
-  }
-  // The ranks on one agent share its cores: by default each gets its share.
-  if (threads <= 0 && denv->local_size > 1 && Env("OMP_NUM_THREADS").empty()) {
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / denv->local_size);
-  }
-  if (threads > 0) torch::set_num_threads(threads);
-  torch::manual_seed(tc.trial_seed());
-  std::unique_ptr<Distributed> dist;
-  if (denv->distributed()) {
-    // Every rank reports to the master and waits for the others there first:
-    // a rank that never started then fails the rendezvous with a message
-    // naming how many arrived, rather than a store timeout. A master without
-    // AllocationRendezvous is skipped (the store's own wait still applies).
-    tv1::AllocationRendezvousRequest rdv_req;
-    rdv_req.set_rank(rank);
-    tv1::AllocationRendezvousResponse rdv_resp;
-    st = client.Call("AllocationRendezvous", &tv1::TrialService::Stub::AllocationRendezvous, rdv_req, &rdv_resp,
-                     std::chrono::duration_cast<std::chrono::milliseconds>(denv->timeout));
-    if (!st.ok() && st.code() != absl::StatusCode::kUnimplemented) {
-      return Fail(client.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
-    }
-    auto joined = Distributed::Join(*denv);
-    if (!joined.ok()) return Fail(kExitTrialError, nullptr, joined.status(), false);
-    dist = *std::move(joined);
-    if (rank == 0) {
-      std::printf("[det-trial] rank 0 of %d: process group over %s:%d formed (%d node(s))\n", denv->world_size,
-                  denv->chief_addr.c_str(), denv->chief_port, denv->num_nodes);
-      std::fflush(stdout);
-    }
-  }
-  const bool chief = !dist || dist->is_chief();
-  MasterClient* reporting_client = chief ? &client : nullptr;  // only the chief calls the master from here on
-  TrialInfo info;
-  info.hparams = StructToJson(tc.hparams());
-  info.experiment_config = config->raw;
-  info.experiment_id = tc.experiment_id();
-  info.trial_id = tc.trial_id();
-  info.trial_seed = tc.trial_seed();
-  info.global_batch_size = tc.global_batch_size();
-  info.distributed = denv->context();
-  // The agent pins each rank to its GPU (CUDA_VISIBLE_DEVICES; empty for a
-  // CPU slot), so "auto" is that GPU or the CPU.
-  auto device = SelectDevice("auto", info.distributed);
-  if (!device.ok()) return Fail(kExitConfigError, reporting_client, device.status(), true);
-  info.device = *device;
-  TrialContext context(info);
-  if (dist) context.set_gradient_reducer(dist->MakeGradientReducer());
-
-  std::printf("[det-trial] trial %d (experiment %d) %s, allocation %s, seed %u, hparams %s\n", tc.trial_id(),
-              tc.experiment_id(), (*plugin)->trial_class, allocation_id.c_str(), tc.trial_seed(),
-              info.hparams.dump().c_str());
-  std::fflush(stdout);
-
-  auto handle = TrialHandle::Create(*plugin, &context);
-  if (!handle.ok()) return Fail(kExitTrialError, reporting_client, handle.status(), false);
-
-  TrainingPlan plan;
-  // The master sequences training, validation and checkpoints; the plan only
-  // sets how training metrics are grouped and where checkpoints go.
-  plan.max_length = config->searcher.max_length;
-  plan.records_per_epoch = config->records_per_epoch;
-  plan.scheduling_unit = config->scheduling_unit;
-  plan.searcher_metric = config->searcher.metric;
-  plan.checkpoint_dir = tc.checkpoint_storage_path();
-  plan.checkpoint_metadata = {{"config_yaml", config->yaml_text},
-                              {"trial_class", (*plugin)->trial_class},
-                              {"allocation_id", allocation_id}};
-  MasterReporter reporter(&client, info.global_batch_size, chief);
-  // The chief asks the master whether to stop; the others follow its vote
-  // (TrialController stops every rank at the same batch) or their SIGTERM.
-  std::unique_ptr<PreemptionSource> preemption;
-  if (chief) {
-    preemption = std::make_unique<MasterPreemption>(&client);
-  } else {
-    preemption = std::make_unique<SignalPreemption>();
-  }
-  auto controller =
-      TrialController::Create(handle->get(), &context, &reporter, preemption.get(), plan, dist.get());
-  if (!controller.ok()) return Fail(kExitTrialError, reporting_client, controller.status(), false);
-  TrialController& c = **controller;
-  if (!tc.latest_checkpoint().uuid().empty()) {
-    std::string dir = tc.latest_checkpoint().storage_path();
-    st = c.Restore(dir);
-    if (!st.ok()) return Fail(kExitTrialError, reporting_client, st, false);
-    if (chief) {
-      std::printf("[det-trial] resumed from checkpoint %s at batch %lld\n", dir.c_str(),
-                  static_cast<long long>(c.batches_trained()));
-    }
-  }
-  // A successful exit: the chief waits until the others are done with the
-  // process group it hosts.
-  auto finish = [&]() -> int {
-    if (!dist) return 0;
-    absl::Status done = dist->Finish();
-    if (!done.ok()) return Fail(kExitTrialError, nullptr, done, false);
-    return 0;
-  };
-  if (!chief) {
-    int rc = RunRelayedOperations(c, *dist);
-    return rc == 0 ? finish() : rc;
-  }
-  // The chief hands each operation to the others before performing it.
-  auto relay = [&](const tv1::Operation& op) { return RelayOperation(dist.get(), op); };
-
-  int64_t completed_op = 0;
-  while (true) {
-    tv1::GetNextOperationRequest req;
-    req.set_completed_op_id(completed_op);
-    req.set_total_batches(c.batches_trained());
-    req.set_timeout_ms(1000);
-    tv1::GetNextOperationResponse resp;
-    st = client.Call("GetNextOperation", &tv1::TrialService::Stub::GetNextOperation, req, &resp,
-                     std::chrono::seconds(30));
-    if (!st.ok()) return Fail(client.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
-    const tv1::Operation& op = resp.operation();
-    st = relay(op);
-    if (!st.ok()) return Fail(kExitTrialError, &client, st, false);
-    switch (op.kind()) {
-      case tv1::OPERATION_KIND_TRAIN: {
-        bool preempted = false;
-        st = c.TrainTo(op.target_total_batches(), &preempted);
-        if (!st.ok()) return Fail(kExitTrialError, &client, st, false);
-        if (preempted) {
-          auto saved = c.Checkpoint();
-          if (!saved.ok()) return Fail(kExitTrialError, &client, saved.status(), false);
-          tv1::AckPreemptionRequest ack;
-          tv1::AckPreemptionResponse ack_resp;
-          (void)client.Call("AckPreemption", &tv1::TrialService::Stub::AckPreemption, ack, &ack_resp);
-          std::printf("[det-trial] preempted at batch %lld\n", static_cast<long long>(c.batches_trained()));
-          std::fflush(stdout);
-          return finish();
-        }
-        completed_op = op.op_id();
-        break;
-      }
-      case tv1::OPERATION_KIND_VALIDATE: {
-        auto metrics = c.Validate();
-        if (!metrics.ok()) {
-          return Fail(metrics.status().code() == absl::StatusCode::kInvalidArgument ? kExitConfigError
-                                                                                     : kExitTrialError,
-                      &client, metrics.status(), metrics.status().code() == absl::StatusCode::kInvalidArgument);
-        }
-        tv1::CompleteSearcherOperationRequest done;
-        done.set_op_id(op.op_id());
-        done.set_searcher_metric(metrics->at(config->searcher.metric));
-        tv1::CompleteSearcherOperationResponse done_resp;
-        st = client.Call("CompleteSearcherOperation", &tv1::TrialService::Stub::CompleteSearcherOperation, done,
-                         &done_resp);
-        if (!st.ok()) return Fail(client.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
-        completed_op = op.op_id();
-        break;
-      }
-      case tv1::OPERATION_KIND_CHECKPOINT: {
-        auto saved = c.Checkpoint();
-        if (!saved.ok()) return Fail(kExitTrialError, &client, saved.status(), false);
-        completed_op = op.op_id();
-        break;
-      }
-      case tv1::OPERATION_KIND_EXIT:
-        std::printf("[det-trial] exiting at batch %lld (%s)\n", static_cast<long long>(c.batches_trained()),
-                    tv1::ExitReason_Name(op.exit_reason()).c_str());
-        std::fflush(stdout);
-        return finish();
-      case tv1::OPERATION_KIND_WAIT:
-      default:
-        if (preemption->ShouldPreempt()) {
-          st = RelayPreemption(dist.get());
-          if (!st.ok()) return Fail(kExitTrialError, &client, st, false);
-          auto saved = c.Checkpoint();
-          if (!saved.ok()) return Fail(kExitTrialError, &client, saved.status(), false);
-          return finish();
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        break;
-    }
-  }
+  ManagedRank run(&client, rank);
+  return run.Run(trial_path, threads);
 }
 
 }  // namespace det::runtime
