@@ -1,5 +1,6 @@
 #include "tests/test_util.h"
 
+#include <elf.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -131,6 +133,19 @@ bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds time
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return pred();
+}
+
+std::string FakeTrialSo() {
+  Elf64_Ehdr header{};
+  std::memcpy(header.e_ident, ELFMAG, SELFMAG);
+  header.e_ident[EI_CLASS] = ELFCLASS64;
+  header.e_type = ET_DYN;
+#if defined(__aarch64__)
+  header.e_machine = EM_AARCH64;
+#else
+  header.e_machine = EM_X86_64;
+#endif
+  return std::string(reinterpret_cast<const char*>(&header), sizeof(header)) + std::string(64, '\0');
 }
 
 }  // namespace det::testing

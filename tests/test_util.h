@@ -60,6 +60,10 @@ bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds time
 // master bootstraps `determined` with an empty password.
 std::string RestLogin(int http_port, const std::string& username = "determined", const std::string& password = "");
 
+// Bytes that pass the master's trial.so checks (the ELF header of a shared
+// library for this machine) for in-process master tests; never loadable.
+std::string FakeTrialSo();
+
 // Points det-cli's token file ($DET_AUTH_FILE) into `dir`, so that a test's
 // det-cli runs never share (or touch) ~/.det/auth.json.
 void IsolateCliAuth(const std::string& dir);

@@ -5,9 +5,6 @@
 // reading their AgentSession; the background pass runs when a test says so.
 #include "master/core/master_core.h"
 
-#include <elf.h>
-
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,21 +41,6 @@ resources:
 checkpoint_storage:
   type: shared_fs
   host_path: )", checkpoint_dir, "\n");
-}
-
-// Bytes that pass the master's trial.so checks (an ELF header of a shared
-// library for this machine); the master never loads them.
-std::string FakeTrialSo() {
-  Elf64_Ehdr header{};
-  std::memcpy(header.e_ident, ELFMAG, SELFMAG);
-  header.e_ident[EI_CLASS] = ELFCLASS64;
-  header.e_type = ET_DYN;
-#if defined(__aarch64__)
-  header.e_machine = EM_AARCH64;
-#else
-  header.e_machine = EM_X86_64;
-#endif
-  return std::string(reinterpret_cast<const char*>(&header), sizeof(header)) + std::string(64, '\0');
 }
 
 class MasterCoreTest : public ::testing::Test {
@@ -102,7 +84,7 @@ class MasterCoreTest : public ::testing::Test {
   int64_t CreateExperiment(int slots = 1) {
     apiv1::CreateExperimentRequest req;
     req.set_config_yaml(Config(dir_ / "checkpoints", slots));
-    req.set_trial_so(FakeTrialSo());
+    req.set_trial_so(det::testing::FakeTrialSo());
     req.set_activate(true);
     auto resp = core_->CreateExperiment(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
@@ -436,7 +418,7 @@ TEST_F(MasterCoreTest, DisconnectedAgentHasTheHeartbeatTimeoutToComeBack) {
 // A client's trial_so_sha256 names a file in the artifact store: it must
 // not name one anywhere else.
 TEST_F(MasterCoreTest, TrialSoHashThatIsNoSha256IsRefused) {
-  det::testing::WriteFile(dir_ / "probe.so", FakeTrialSo());
+  det::testing::WriteFile(dir_ / "probe.so", det::testing::FakeTrialSo());
   apiv1::CreateExperimentRequest req;
   req.set_config_yaml(Config(dir_ / "checkpoints", 1));
   for (const std::string& bad : {std::string("../probe"), std::string("/etc/passwd"), std::string(64, 'A')}) {
@@ -470,7 +452,7 @@ TEST_F(MasterCoreTest, FailedCommitSendsNothingToAgentsAndLeavesNoTrace) {
   // Creating the experiment schedules its trial at once, in the same call.
   apiv1::CreateExperimentRequest create;
   create.set_config_yaml(Config(dir_ / "checkpoints", 1));
-  create.set_trial_so(FakeTrialSo());
+  create.set_trial_so(det::testing::FakeTrialSo());
   create.set_activate(true);
   auto created = core_->CreateExperiment(create);
   EXPECT_FALSE(created.ok());

@@ -5,7 +5,6 @@
 // query fill requests, GET /api/v1/routes and authentication.
 #include "master/http/rest_server.h"
 
-#include <elf.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -38,6 +37,7 @@
 #include "master/http/rest_dispatch.h"
 #include "master/http/rest_request.h"
 #include "master/http/rest_routes.h"
+#include "tests/test_util.h"
 #include "master/service/api_handlers.h"
 #include "nlohmann/json.hpp"
 
@@ -209,21 +209,6 @@ TEST(DashboardAssetsTest, FileNames) {
 
 // ---------------------------------------------------------------- the API
 
-// Bytes that pass the master's trial.so checks (the ELF header of a shared
-// library for this machine); the master never loads them.
-std::string FakeTrialSo() {
-  Elf64_Ehdr header{};
-  std::memcpy(header.e_ident, ELFMAG, SELFMAG);
-  header.e_ident[EI_CLASS] = ELFCLASS64;
-  header.e_type = ET_DYN;
-#if defined(__aarch64__)
-  header.e_machine = EM_AARCH64;
-#else
-  header.e_machine = EM_X86_64;
-#endif
-  return std::string(reinterpret_cast<const char*>(&header), sizeof(header)) + std::string(64, '\0');
-}
-
 std::string ExperimentConfig(const fs::path& checkpoints, const std::string& name) {
   return absl::StrCat("name: ", name, R"(
 hyperparameters:
@@ -278,7 +263,7 @@ class RestApiTest : public RestServerTest {
   int CreateExperiment(const std::string& name, bool activate = true) {
     apiv1::CreateExperimentRequest req;
     req.set_config_yaml(ExperimentConfig(dir_ / "checkpoints", name));
-    req.set_trial_so(FakeTrialSo());
+    req.set_trial_so(det::testing::FakeTrialSo());
     req.set_activate(activate);
     nlohmann::json e = CallJson("POST", "/api/v1/experiments", MessageToJson(req));
     return e.is_object() ? e["experiment"].value("id", 0) : 0;
