@@ -128,6 +128,18 @@ class MasterCoreTest : public ::testing::Test {
     msg.mutable_heartbeat();
     core_->HandleAgentMessage(agent_id, msg);
   }
+  // `ms` pass; agent `agent_id` sends a heartbeat listing `running`; the
+  // background pass runs.
+  void Tick(int64_t ms, const std::string& agent_id, const std::vector<std::string>& running) {
+    clock_->AdvanceMs(ms);
+    Heartbeat(agent_id, running);
+    core_->RunBackgroundPass();
+  }
+  void Pause(int64_t experiment_id) {
+    apiv1::PauseExperimentRequest pause;
+    pause.set_experiment_id(static_cast<int32_t>(experiment_id));
+    ASSERT_TRUE(core_->PauseExperiment(pause).ok());
+  }
   void Exited(const std::string& agent_id, const std::string& allocation_id, int rank, int code) {
     agentv1::AgentMessage msg;
     auto* ps = msg.mutable_process_state();
@@ -201,9 +213,7 @@ TEST_F(MasterCoreTest, HeartbeatsKeepAnAgentAndItsAllocation) {
   CreateExperiment();
   agentv1::StartAllocation start = ExpectStart(*a);
   for (int i = 0; i < 5; ++i) {
-    clock_->AdvanceMs(kHeartbeatTimeoutMs - 1000);
-    Heartbeat("a", {start.allocation_id()});
-    core_->RunBackgroundPass();
+    Tick(kHeartbeatTimeoutMs - 1000, "a", {start.allocation_id()});
   }
   EXPECT_FALSE(a->closed());
   EXPECT_TRUE(AgentInfo("a").connected());
@@ -238,18 +248,12 @@ TEST_F(MasterCoreTest, PauseThatDoesNotStopInTimeEscalatesToSigkill) {
   auto a = Agent("a", 1);
   int64_t exp = CreateExperiment();
   agentv1::StartAllocation start = ExpectStart(*a);
-  apiv1::PauseExperimentRequest pause;
-  pause.set_experiment_id(static_cast<int32_t>(exp));
-  ASSERT_TRUE(core_->PauseExperiment(pause).ok());
+  Pause(exp);
 
-  clock_->AdvanceMs(kStopTimeoutMs);
-  Heartbeat("a", {start.allocation_id()});
-  core_->RunBackgroundPass();
+  Tick(kStopTimeoutMs, "a", {start.allocation_id()});
   EXPECT_TRUE(Kills(Drain(*a)).empty()) << "not yet past the stop timeout";
 
-  clock_->AdvanceMs(1);
-  Heartbeat("a", {start.allocation_id()});
-  core_->RunBackgroundPass();
+  Tick(1, "a", {start.allocation_id()});
   auto kills = Kills(Drain(*a));
   ASSERT_EQ(kills.size(), 1u);
   EXPECT_EQ(kills[0].allocation_id(), start.allocation_id());
@@ -267,16 +271,10 @@ TEST_F(MasterCoreTest, StopWithinTheTimeoutIsNotEscalated) {
   auto a = Agent("a", 1);
   int64_t exp = CreateExperiment();
   agentv1::StartAllocation start = ExpectStart(*a);
-  apiv1::PauseExperimentRequest pause;
-  pause.set_experiment_id(static_cast<int32_t>(exp));
-  ASSERT_TRUE(core_->PauseExperiment(pause).ok());
-  clock_->AdvanceMs(kStopTimeoutMs - 1000);
-  Heartbeat("a", {start.allocation_id()});
-  core_->RunBackgroundPass();
+  Pause(exp);
+  Tick(kStopTimeoutMs - 1000, "a", {start.allocation_id()});
   Exited("a", start.allocation_id(), 0, 0);
-  clock_->AdvanceMs(kStopTimeoutMs);
-  Heartbeat("a", {});
-  core_->RunBackgroundPass();
+  Tick(kStopTimeoutMs, "a", {});
   EXPECT_TRUE(Kills(Drain(*a)).empty());
   EXPECT_EQ(Trial().state(), apiv1::STATE_PAUSED);
 }
@@ -292,9 +290,7 @@ TEST_F(MasterCoreTest, KillSendsSigtermThenSigkillAfterTheStopTimeout) {
   ASSERT_EQ(first.size(), 1u);
   EXPECT_EQ(first[0].grace_period_seconds(), 10);
 
-  clock_->AdvanceMs(kStopTimeoutMs + 1);
-  Heartbeat("a", {start.allocation_id()});
-  core_->RunBackgroundPass();
+  Tick(kStopTimeoutMs + 1, "a", {start.allocation_id()});
   auto second = Kills(Drain(*a));
   ASSERT_EQ(second.size(), 1u);
   EXPECT_EQ(second[0].grace_period_seconds(), 0);
@@ -309,14 +305,10 @@ TEST_F(MasterCoreTest, RendezvousThatNeverCompletesFailsTheAllocation) {
   ASSERT_EQ(start.processes_size(), 2);
   EXPECT_EQ(Rendezvous(start, 0).status().code(), absl::StatusCode::kDeadlineExceeded);
 
-  clock_->AdvanceMs(kRendezvousTimeoutMs);
-  Heartbeat("a", {start.allocation_id()});
-  core_->RunBackgroundPass();
+  Tick(kRendezvousTimeoutMs, "a", {start.allocation_id()});
   EXPECT_TRUE(Kills(Drain(*a)).empty()) << "not yet past the rendezvous timeout";
 
-  clock_->AdvanceMs(1);
-  Heartbeat("a", {start.allocation_id()});
-  core_->RunBackgroundPass();
+  Tick(1, "a", {start.allocation_id()});
   auto kills = Kills(Drain(*a));
   ASSERT_EQ(kills.size(), 1u);
   EXPECT_EQ(kills[0].reason(), "rendezvous timeout");
@@ -342,9 +334,7 @@ TEST_F(MasterCoreTest, CompletedRendezvousIsNotTimedOut) {
   auto both = Rendezvous(start, 1);
   ASSERT_TRUE(both.ok()) << both.status();
   EXPECT_EQ(both->rendezvous().ranks(1).port(), 30001);
-  clock_->AdvanceMs(kRendezvousTimeoutMs);
-  Heartbeat("a", {start.allocation_id()});
-  core_->RunBackgroundPass();
+  Tick(kRendezvousTimeoutMs, "a", {start.allocation_id()});
   EXPECT_TRUE(Kills(Drain(*a)).empty());
   EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
 }
@@ -360,9 +350,7 @@ TEST_F(MasterCoreTest, AgentReattachesItsAllocationAfterAMasterRestart) {
   EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
   auto again = Agent("a", 1, {start.allocation_id()});
   EXPECT_EQ(registered_["a"].kill_allocation_ids_size(), 0);
-  clock_->AdvanceMs(kHeartbeatTimeoutMs - 1000);
-  Heartbeat("a", {start.allocation_id()});
-  core_->RunBackgroundPass();
+  Tick(kHeartbeatTimeoutMs - 1000, "a", {start.allocation_id()});
   EXPECT_TRUE(Starts(Drain(*again)).empty());
   EXPECT_EQ(Trial().allocation_id(), start.allocation_id());
   EXPECT_EQ(Trial().restarts(), 0);
