@@ -2,7 +2,8 @@
 // processes) and the REST API over one core whose state lives in SQLite.
 //
 //   det-master [--data-dir DIR] [--grpc-port 8090] [--http-port 8080] [--ports-file FILE]
-//              [--heartbeat-timeout-ms 15000] [--stop-timeout-s 60] [--dashboard-dir DIR]
+//              [--heartbeat-timeout-ms 15000] [--stop-timeout-s 60] [--rendezvous-timeout-s 600]
+//              [--dashboard-dir DIR]
 //              [--cluster-secret-file FILE] [--token-ttl-hours 168]
 //              [--tls-cert FILE --tls-key FILE]
 //
@@ -57,6 +58,7 @@ struct Flags {
   std::string advertise;
   std::string log_level = "info";
   double stop_timeout_s = 60;
+  double rendezvous_timeout_s = 600;
   std::string dashboard_dir;
   std::string cluster_secret_file;
   double token_ttl_hours = 168;
@@ -84,6 +86,12 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "A trial asked to stop (pause, cancel, kill) that has not exited after this long is killed")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  f.rendezvous_timeout_s = f.options.rendezvous_timeout_ms / 1000.0;
+  app.add_option("--rendezvous-timeout-s", f.rendezvous_timeout_s,
+                 "Once a rank of a multi-rank trial reaches the rendezvous, the others have this long; then the "
+                 "allocation fails (a restart) and is killed")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--dashboard-dir", f.dashboard_dir,
                  "Serve the web dashboard from this directory (e.g. master/http/dashboard) instead of the "
                  "copy built into det-master")
@@ -200,6 +208,7 @@ int main(int argc, char** argv) {
   if (!AuthOptionsFrom(f, &auth_options)) return 2;
   spdlog::set_level(spdlog::level::from_str(f.log_level));
   f.options.stop_timeout_ms = static_cast<int64_t>(f.stop_timeout_s * 1000);
+  f.options.rendezvous_timeout_ms = static_cast<int64_t>(f.rendezvous_timeout_s * 1000);
 
   // Signals are taken synchronously (Serve).
   sigset_t signals;
