@@ -91,10 +91,17 @@ class TrialLogsReactor final : public grpc::ServerWriteReactor<apiv1::TrialLogsR
       return StartWrite(&batch_);
     }
     if (step->done) return Finish(grpc::Status::OK);
-    std::lock_guard<std::mutex> l(mu_);
-    if (cancelled_) return Finish(grpc::Status::CANCELLED);  // before the alarm could be armed
-    alarm_.Set(std::chrono::system_clock::now() + std::chrono::milliseconds(200), [this](bool) { Next(); });
-    alarm_used_ = true;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!cancelled_) {
+        alarm_.Set(std::chrono::system_clock::now() + std::chrono::milliseconds(200), [this](bool) { Next(); });
+        alarm_used_ = true;
+        return;
+      }
+    }
+    // Cancelled before the alarm could be armed (OnCancel had nothing to
+    // cancel). Finished outside mu_: OnDone deletes this reactor.
+    Finish(grpc::Status::CANCELLED);
   }
 
   grpc::CallbackServerContext* const ctx_;
