@@ -101,6 +101,7 @@ void MasterCore::CheckRendezvousTimeoutsLocked(int64_t now) {
   // Ranks that never reach the rendezvous (a node that cannot start its
   // process, a network that drops them) would hold every slot of the
   // allocation for ever: it fails, counted as a restart, and is killed.
+  bool any = false;
   for (auto& [id, alloc] : allocations_) {
     if (alloc->rendezvous_started_mono_ms == 0 || alloc->rendezvous_timed_out ||
         static_cast<int>(alloc->rendezvous_reported.size()) >= alloc->rendezvous.ranks_size() ||
@@ -108,6 +109,7 @@ void MasterCore::CheckRendezvousTimeoutsLocked(int64_t now) {
       continue;
     }
     alloc->rendezvous_timed_out = true;
+    any = true;
     std::string why = absl::StrCat("only ", alloc->rendezvous_reported.size(), " of ", alloc->rendezvous.ranks_size(),
                                    " ranks reached the rendezvous within ", options_.rendezvous_timeout_ms / 1000.0,
                                    " s");
@@ -120,7 +122,7 @@ void MasterCore::CheckRendezvousTimeoutsLocked(int64_t now) {
     }
     KillAllocationLocked(*alloc, "rendezvous timeout", /*grace_seconds=*/0);
   }
-  rendezvous_cv_.notify_all();
+  if (any) rendezvous_cv_.notify_all();  // its waiting ranks answer at once
 }
 
 std::vector<std::string> MasterCore::CollectGarbageLocked(ExperimentRuntime& exp) {
