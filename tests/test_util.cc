@@ -135,6 +135,24 @@ bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds time
   return pred();
 }
 
+std::string SingleTrialConfig(const std::string& name, const std::string& checkpoint_dir, int slots_per_trial) {
+  return "name: " + name + R"(
+hyperparameters:
+  global_batch_size: 16
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: 100
+max_restarts: 3
+resources:
+  slots_per_trial: )" + std::to_string(slots_per_trial) + R"(
+checkpoint_storage:
+  type: shared_fs
+  host_path: )" + checkpoint_dir + "\n";
+}
+
 std::string FakeTrialSo() {
   Elf64_Ehdr header{};
   std::memcpy(header.e_ident, ELFMAG, SELFMAG);

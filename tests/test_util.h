@@ -64,6 +64,11 @@ std::string RestLogin(int http_port, const std::string& username = "determined",
 // library for this machine) for in-process master tests; never loadable.
 std::string FakeTrialSo();
 
+// The config of a one-trial experiment ("single" searcher, 100 batches of
+// 16 records, max_restarts 3) named `name`, whose checkpoints go to
+// `checkpoint_dir`, for in-process master tests (the trial never runs).
+std::string SingleTrialConfig(const std::string& name, const std::string& checkpoint_dir, int slots_per_trial = 1);
+
 // Points det-cli's token file ($DET_AUTH_FILE) into `dir`, so that a test's
 // det-cli runs never share (or touch) ~/.det/auth.json.
 void IsolateCliAuth(const std::string& dir);

@@ -26,21 +26,7 @@ constexpr int64_t kStopTimeoutMs = 60000;
 constexpr int64_t kRendezvousTimeoutMs = 600000;
 
 std::string Config(const std::string& checkpoint_dir, int slots) {
-  return absl::StrCat(R"(name: clock-test
-hyperparameters:
-  global_batch_size: 16
-searcher:
-  name: single
-  metric: validation_loss
-  smaller_is_better: true
-  max_length:
-    batches: 100
-max_restarts: 3
-resources:
-  slots_per_trial: )", slots, R"(
-checkpoint_storage:
-  type: shared_fs
-  host_path: )", checkpoint_dir, "\n");
+  return det::testing::SingleTrialConfig("clock-test", checkpoint_dir, slots);
 }
 
 class MasterCoreTest : public ::testing::Test {

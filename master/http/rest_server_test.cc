@@ -210,18 +210,7 @@ TEST(DashboardAssetsTest, FileNames) {
 // ---------------------------------------------------------------- the API
 
 std::string ExperimentConfig(const fs::path& checkpoints, const std::string& name) {
-  return absl::StrCat("name: ", name, R"(
-hyperparameters:
-  global_batch_size: 16
-searcher:
-  name: single
-  metric: validation_loss
-  smaller_is_better: true
-  max_length:
-    batches: 100
-checkpoint_storage:
-  type: shared_fs
-  host_path: )", checkpoints.string(), "\n");
+  return det::testing::SingleTrialConfig(name, checkpoints.string());
 }
 
 // A master with users (determined, admin) and a REST server over both.
