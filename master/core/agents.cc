@@ -15,13 +15,6 @@
 namespace det::master {
 namespace {
 
-bool RunsOn(const AllocationRuntime& alloc, const std::string& agent_id) {
-  for (const auto& p : alloc.placements) {
-    if (p.agent_id == agent_id) return true;
-  }
-  return false;
-}
-
 absl::Status ValidateRegistration(const agentv1::RegisterAgentRequest& req) {
   if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id is required");
   if (req.devices_size() == 0) return absl::InvalidArgumentError(absl::StrCat("agent '", req.agent_id(), "' reports no slots"));

@@ -119,6 +119,14 @@ struct AgentRuntime {
   std::set<std::string> zombies;
 };
 
+// Whether a rank of `alloc` was placed on agent `agent_id`.
+inline bool RunsOn(const AllocationRuntime& alloc, const std::string& agent_id) {
+  for (const auto& p : alloc.placements) {
+    if (p.agent_id == agent_id) return true;
+  }
+  return false;
+}
+
 // Where an experiment's checkpoints go: checkpoint_storage's host_path (and
 // storage_path under it) when the config has one, else `checkpoint_root`.
 std::string ExperimentCheckpointDir(const ExperimentConfig& config, const std::string& checkpoint_root);

@@ -319,9 +319,9 @@ class MasterCore {
 
   // ---- recovery.cc
   absl::Status LoadFromStore() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Rebuilds one stored experiment and its trials; false when it can no
-  // longer be loaded (logged).
-  absl::StatusOr<bool> LoadExperimentLocked(const ExperimentRow& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rebuilds one stored experiment and its trials. One whose config or
+  // searcher no longer loads is skipped (logged, OK); errors are the store's.
+  absl::Status LoadExperimentLocked(const ExperimentRow& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rebuilds the allocations that were running when the master stopped; they
   // wait for their agents to re-register (see RegisterAgent).
   absl::Status RecoverAllocations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

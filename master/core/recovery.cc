@@ -25,17 +25,17 @@ absl::Status MasterCore::LoadFromStore() {
   if (master_id_.empty()) master_id_ = RandomHex(16);
   ExperimentFilter all;
   DET_ASSIGN_OR_RETURN(std::vector<ExperimentRow> rows, store_->ListExperiments(all));
-  for (const auto& row : rows) DET_RETURN_IF_ERROR(LoadExperimentLocked(row).status());
+  for (const auto& row : rows) DET_RETURN_IF_ERROR(LoadExperimentLocked(row));
   DET_RETURN_IF_ERROR(RecoverAllocations());
   ResumeTrialsLocked();
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
+absl::Status MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
   auto config = ParseExperimentConfig(row.config_yaml, absl::StrCat("experiment ", row.id));
   if (!config.ok()) {
     spdlog::warn("experiment {}: stored config no longer parses: {}", row.id, config.status().ToString());
-    return false;
+    return absl::OkStatus();
   }
   auto exp = std::make_unique<ExperimentRuntime>();
   exp->row = row;
@@ -56,7 +56,7 @@ absl::StatusOr<bool> MasterCore::LoadExperimentLocked(const ExperimentRow& row) 
                                    : Searcher::Create(exp->config, exp->max_length_batches);
   if (!searcher.ok()) {
     spdlog::warn("experiment {}: cannot restore its searcher: {}", row.id, searcher.status().ToString());
-    return false;
+    return absl::OkStatus();
   }
   exp->searcher = std::make_unique<Searcher>(*std::move(searcher));
   exp->search_done = exp->searcher->shutdown();
@@ -81,7 +81,7 @@ absl::StatusOr<bool> MasterCore::LoadExperimentLocked(const ExperimentRow& row) 
   }
   exp->gc_pending = true;
   experiments_[row.id] = std::move(exp);
-  return true;
+  return absl::OkStatus();
 }
 
 namespace {

@@ -72,9 +72,7 @@ void MasterCore::CheckHeartbeatsLocked(int64_t now) {
   for (auto& [id, agent] : agents_) {
     if (now - agent->last_heartbeat_mono_ms <= options_.heartbeat_timeout_ms) continue;
     bool has_allocations = false;
-    for (const auto& [aid, alloc] : allocations_) {
-      for (const auto& p : alloc->placements) has_allocations |= p.agent_id == id;
-    }
+    for (const auto& [aid, alloc] : allocations_) has_allocations |= RunsOn(*alloc, id);
     if (agent->connected || has_allocations) {
       LoseAgent(*agent, agent->connected ? "missed heartbeats" : "did not reconnect in time");
     }

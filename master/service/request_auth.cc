@@ -25,11 +25,6 @@ std::string UserToken(absl::string_view authorization, absl::string_view cookie)
   return "";
 }
 
-absl::StatusOr<::det::api::v1::User> AuthenticateUser(AuthCore& auth, absl::string_view authorization,
-                                                      absl::string_view cookie) {
-  return auth.Authenticate(UserToken(authorization, cookie));
-}
-
 absl::Status RequireAllocationToken(absl::string_view token) {
   if (token.empty()) return absl::UnauthenticatedError("missing allocation token (x-det-allocation-token)");
   return absl::OkStatus();

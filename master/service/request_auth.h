@@ -1,6 +1,7 @@
-// The one place that turns a request's credentials into an authenticated
-// caller, shared by the gRPC services (metadata) and the REST server (HTTP
-// headers), so the two transports cannot disagree.
+// Where a request's credentials are and how a user token is read from them,
+// shared by the gRPC services (metadata) and the REST server (HTTP headers),
+// so the two transports cannot disagree. Users are authenticated with it by
+// ApiHandlers::Authenticate (api_handlers.h), for both transports.
 //
 // Credentials:
 //   users   `authorization: Bearer <token>` (gRPC metadata or HTTP header),
@@ -36,11 +37,6 @@ inline constexpr char kTokenCookie[] = "det_token";
 // The user token of a request: "Bearer <t>" in `authorization`, else the
 // det_token cookie in `cookie` (a Cookie header), else "".
 std::string UserToken(absl::string_view authorization, absl::string_view cookie);
-
-// Authenticates the user of a request (see UserToken). Unauthenticated when
-// the token is missing or invalid.
-absl::StatusOr<::det::api::v1::User> AuthenticateUser(AuthCore& auth, absl::string_view authorization,
-                                                      absl::string_view cookie);
 
 // Unauthenticated when `token` (x-det-allocation-token) is empty; the token's
 // match with the named allocation is checked by MasterCore (PermissionDenied).
