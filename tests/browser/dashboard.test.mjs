@@ -426,6 +426,9 @@ async function main() {
       }
       log(`curves: ${group} ${name}: ${trials.map((t) => `trial ${t.id} ${stored[t.id][group].length} points`).join(', ')}`);
     };
+    // The metric choices appear once the trials' metrics have loaded (after
+    // the trial rows): wait for them before reading the default.
+    await page.waitForFunction((s) => document.querySelector(s)?.value !== '', byId('curve-metric'));
     check(await page.inputValue(byId('curve-metric')) === `validation:${metric}`,
       `curve metric defaults to ${await page.inputValue(byId('curve-metric'))}, not the searcher metric`);
     await checkCurves('validation', metric);
