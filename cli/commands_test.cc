@@ -217,7 +217,7 @@ TEST_F(CommandsTest, TrialMetricsTableAndJson) {
   std::ostringstream json_out;
   CommandIo json_io{json_out, err_, true};
   EXPECT_EQ(TrialMetrics(client, 7, "validation", json_io), 0);
-  EXPECT_THAT(json_out.str(), HasSubstr("\"total_batches\": \"60\""));
+  EXPECT_THAT(json_out.str(), HasSubstr("\"total_batches\": 60"));
 }
 
 TEST_F(CommandsTest, ExperimentLogsPrintsEveryTrialsLines) {

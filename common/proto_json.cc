@@ -6,9 +6,74 @@
 #include <google/protobuf/util/type_resolver.h>
 #include <google/protobuf/util/type_resolver_util.h>
 
+#include <cerrno>
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 
 namespace det {
+namespace {
+
+namespace pb = google::protobuf;
+
+bool IsInt64(const pb::FieldDescriptor* f) {
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Protobuf's JSON mapping prints 64-bit integers as strings. Ids are int64
+// but stay far below 2^53, so a JSON client (the dashboard, curl | jq)
+// should see numbers: a string that holds an integer of at most 2^53 in
+// magnitude becomes a number again. Well-known types (Timestamp, Struct,
+// Duration) keep their own mapping.
+void Int64StringsToNumbers(const pb::Descriptor* d, nlohmann::ordered_json& j);
+
+void FixValue(const pb::FieldDescriptor* f, nlohmann::ordered_json& v) {
+  if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+    const pb::Descriptor* m = f->message_type();
+    if (m->file()->package() == "google.protobuf") return;
+    Int64StringsToNumbers(m, v);
+    return;
+  }
+  if (!IsInt64(f) || !v.is_string()) return;
+  const std::string& s = v.get_ref<const std::string&>();
+  constexpr long double kMaxExact = 9007199254740992.0L;  // 2^53
+  errno = 0;
+  char* end = nullptr;
+  long double x = std::strtold(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || errno != 0 || x > kMaxExact || x < -kMaxExact) return;
+  if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT64) {
+    v = static_cast<uint64_t>(std::strtoull(s.c_str(), nullptr, 10));
+  } else {
+    v = static_cast<int64_t>(std::strtoll(s.c_str(), nullptr, 10));
+  }
+}
+
+void Int64StringsToNumbers(const pb::Descriptor* d, nlohmann::ordered_json& j) {
+  if (!j.is_object()) return;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    auto it = j.find(f->name());
+    if (it == j.end()) continue;
+    if (f->is_map()) {
+      if (!it->is_object()) continue;
+      const pb::FieldDescriptor* value = f->message_type()->map_value();
+      for (auto& [key, v] : it->items()) FixValue(value, v);
+    } else if (f->is_repeated()) {
+      if (!it->is_array()) continue;
+      for (auto& v : *it) FixValue(f, v);
+    } else {
+      FixValue(f, *it);
+    }
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<google::protobuf::Struct> JsonToStruct(const nlohmann::json& json) {
   google::protobuf::Struct s;
@@ -52,7 +117,10 @@ absl::StatusOr<std::string> MessageToJsonOrError(const google::protobuf::Message
   auto st = pb::util::BinaryToJsonString(resolver, absl::StrCat(kTypeUrlPrefix, "/", message.GetTypeName()), binary,
                                          &out, options);
   if (!st.ok()) return absl::InvalidArgumentError(st.ToString());
-  return out;
+  auto j = nlohmann::ordered_json::parse(out, nullptr, false);
+  if (j.is_discarded()) return out;
+  Int64StringsToNumbers(message.GetDescriptor(), j);
+  return j.dump(pretty ? 2 : -1);
 }
 
 std::string MessageToJson(const google::protobuf::Message& message, bool pretty) {

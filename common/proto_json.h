@@ -19,7 +19,8 @@ nlohmann::json StructToJson(const google::protobuf::Struct& s);
 
 // Protobuf's canonical JSON (proto field names, defaults printed, map and
 // Struct keys in sorted order so that equal messages print equal bytes),
-// indented when `pretty`; InvalidArgument when protobuf cannot convert the
+// except that 64-bit integer fields whose value fits in 2^53 print as JSON
+// numbers instead of strings (ids are int64); indented when `pretty`; InvalidArgument when protobuf cannot convert the
 // message. Thread-safe.
 absl::StatusOr<std::string> MessageToJsonOrError(const google::protobuf::Message& message, bool pretty = false);
 // As MessageToJsonOrError, "{}" when the conversion fails.
