@@ -26,7 +26,7 @@ std::string ExperimentCheckpointDir(const ExperimentConfig& config, const std::s
 }
 
 absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
-    const apiv1::CreateExperimentRequest& req) {
+    const apiv1::CreateExperimentRequest& req, const apiv1::User& owner) {
   DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(req.config_yaml(), "config"));
   DET_ASSIGN_OR_RETURN(BatchLengths lengths,
                        ResolveBatchLengths(config, "; set records_per_epoch to use epochs with the master"));
@@ -56,6 +56,8 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   WriteScope w(this);
   auto exp = std::make_unique<ExperimentRuntime>();
   exp->row.name = config.name;
+  exp->row.owner = owner.username();
+  exp->owner_id = owner.id();
   exp->row.description = config.description;
   exp->row.labels = config.labels;
   exp->row.state = req.activate() ? kActive : kPaused;
@@ -84,7 +86,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
 
 apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   apiv1::Experiment e;
-  e.set_id(static_cast<int32_t>(exp.row.id));
+  e.set_id(exp.row.id);
   e.set_name(exp.row.name);
   e.set_description(exp.row.description);
   for (const auto& l : exp.row.labels) e.add_labels(l);
@@ -114,12 +116,14 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   }
   if (best) {
     e.set_best_validation_metric(*best);
-    e.set_best_trial_id(static_cast<int32_t>(best_trial));
+    e.set_best_trial_id(best_trial);
   }
   e.set_num_trials(static_cast<int32_t>(exp.trial_by_request.size()));
   SetTime(e.mutable_start_time(), exp.row.created_ms);
   if (exp.row.ended_ms > 0) SetTime(e.mutable_end_time(), exp.row.ended_ms);
   e.set_resource_pool(exp.config.resources.resource_pool);
+  e.set_username(exp.row.owner);
+  e.set_user_id(exp.owner_id);
   *e.mutable_checkpoint_gc_policy() = EffectiveGcPolicy(exp.config, exp.row.checkpoint_gc_policy_json);
   return e;
 }

@@ -108,7 +108,14 @@ class MasterCore {
 
   // ---- det.api.v1 (experiments.cc, trials.cc, agents.cc)
   absl::StatusOr<apiv1::GetMasterResponse> GetMaster(const apiv1::GetMasterRequest& req);
-  absl::StatusOr<apiv1::CreateExperimentResponse> CreateExperiment(const apiv1::CreateExperimentRequest& req);
+  // Creates an experiment owned by `owner` (only the owner or an admin may
+  // change it: AuthorizeExperimentChange). The one-argument form creates one
+  // without an owner, which only admins may change (in-process tests).
+  absl::StatusOr<apiv1::CreateExperimentResponse> CreateExperiment(const apiv1::CreateExperimentRequest& req,
+                                                                   const apiv1::User& owner);
+  absl::StatusOr<apiv1::CreateExperimentResponse> CreateExperiment(const apiv1::CreateExperimentRequest& req) {
+    return CreateExperiment(req, apiv1::User());
+  }
   absl::StatusOr<apiv1::GetExperimentsResponse> GetExperiments(const apiv1::GetExperimentsRequest& req);
   absl::StatusOr<apiv1::GetExperimentResponse> GetExperiment(const apiv1::GetExperimentRequest& req);
   absl::StatusOr<apiv1::ActivateExperimentResponse> ActivateExperiment(const apiv1::ActivateExperimentRequest& req);
@@ -123,6 +130,17 @@ class MasterCore {
   absl::StatusOr<apiv1::GetExperimentCheckpointsResponse> GetExperimentCheckpoints(
       const apiv1::GetExperimentCheckpointsRequest& req);
   absl::StatusOr<apiv1::GetTrialResponse> GetTrial(const apiv1::GetTrialRequest& req);
+
+  // ---- ownership (ownership.cc)
+  // Ok when `user` may change experiment `experiment_id`: an active admin, or
+  // its owner. NotFound for an unknown experiment; PermissionDenied (naming
+  // the owner) otherwise.
+  absl::Status AuthorizeExperimentChange(const apiv1::User& user, int64_t experiment_id);
+  // The experiment of a trial / a checkpoint / a job ("exp-<id>"): NotFound
+  // (naming the id) when unknown, InvalidArgument for a malformed job id.
+  absl::StatusOr<int64_t> ExperimentOfTrial(int64_t trial_id);
+  absl::StatusOr<int64_t> ExperimentOfCheckpoint(const std::string& uuid);
+  static absl::StatusOr<int64_t> ExperimentOfJob(const std::string& job_id);
   absl::StatusOr<apiv1::KillTrialResponse> KillTrial(const apiv1::KillTrialRequest& req);
   absl::StatusOr<apiv1::GetTrialMetricsResponse> GetTrialMetrics(const apiv1::GetTrialMetricsRequest& req);
   absl::StatusOr<apiv1::GetTrialCheckpointsResponse> GetTrialCheckpoints(

@@ -123,7 +123,7 @@ class MasterCoreTest : public ::testing::Test {
   }
   void Pause(int64_t experiment_id) {
     apiv1::PauseExperimentRequest pause;
-    pause.set_experiment_id(static_cast<int32_t>(experiment_id));
+    pause.set_experiment_id(experiment_id);
     ASSERT_TRUE(core_->PauseExperiment(pause).ok());
   }
   void Exited(const std::string& agent_id, const std::string& allocation_id, int rank, int code) {
@@ -138,7 +138,7 @@ class MasterCoreTest : public ::testing::Test {
 
   apiv1::Trial Trial(int64_t id = 1) {
     apiv1::GetTrialRequest req;
-    req.set_trial_id(static_cast<int32_t>(id));
+    req.set_trial_id(id);
     auto resp = core_->GetTrial(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->trial() : apiv1::Trial();
@@ -154,7 +154,7 @@ class MasterCoreTest : public ::testing::Test {
   }
   std::string TrialLogs(int64_t trial_id = 1) {
     apiv1::TrialLogsRequest req;
-    req.set_trial_id(static_cast<int32_t>(trial_id));
+    req.set_trial_id(trial_id);
     auto batch = core_->ReadTrialLogs(req, 0, 1000);
     EXPECT_TRUE(batch.ok()) << batch.status();
     std::string out;
@@ -270,7 +270,7 @@ TEST_F(MasterCoreTest, KillSendsSigtermThenSigkillAfterTheStopTimeout) {
   int64_t exp = CreateExperiment();
   agentv1::StartAllocation start = ExpectStart(*a);
   apiv1::KillExperimentRequest kill;
-  kill.set_experiment_id(static_cast<int32_t>(exp));
+  kill.set_experiment_id(exp);
   ASSERT_TRUE(core_->KillExperiment(kill).ok());
   auto first = Kills(Drain(*a));
   ASSERT_EQ(first.size(), 1u);

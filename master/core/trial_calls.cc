@@ -29,8 +29,8 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
   trialv1::GetTrialContextResponse resp;
-  resp.set_trial_id(static_cast<int32_t>(trial.row.id));
-  resp.set_experiment_id(static_cast<int32_t>(exp.row.id));
+  resp.set_trial_id(trial.row.id);
+  resp.set_experiment_id(exp.row.id);
   resp.set_task_id(absl::StrCat("trial-", trial.row.id));
   nlohmann::json hp = nlohmann::json::parse(trial.row.hparams_json, nullptr, false);
   DET_ASSIGN_OR_RETURN(*resp.mutable_hparams(), JsonToStruct(hp));
@@ -38,7 +38,7 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
   resp.set_config_yaml(exp.row.config_yaml);
   auto gbs = GlobalBatchSize(hp);
   resp.set_global_batch_size(gbs.ok() ? *gbs : exp.global_batch_size);
-  resp.set_trial_run_id(static_cast<int32_t>(trial.row.run_id));
+  resp.set_trial_run_id(trial.row.run_id);
   resp.set_checkpoint_storage_path(exp.checkpoint_dir);
   resp.set_scheduling_unit(exp.config.scheduling_unit);
   resp.set_trial_so_sha256(exp.row.trial_so_sha256);
