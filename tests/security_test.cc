@@ -16,14 +16,21 @@
 
 #include <chrono>
 #include <fstream>
+#include <future>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <google/protobuf/message.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
+#include "det/api/v1/api.grpc.pb.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -57,7 +64,182 @@ void ExpectMasterHealthy(TestCluster& cluster) {
 // 1. Ownership and the authorization sweep
 // ---------------------------------------------------------------------------
 
-// (section 1 tests)
+// A gRPC unary call of det.api.v1.Determined `method` with a serialized
+// request and a user token; returns the status.
+grpc::Status CallApi(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     const google::protobuf::Message& request, const std::string& token) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  ctx.AddMetadata("authorization", "Bearer " + token);
+  std::string bytes = request.SerializeAsString();
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer req(&slice, 1), resp;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/det.api.v1.Determined/" + method, grpc::StubOptions(), &req, &resp,
+                 [&done](grpc::Status st) { done.set_value(st); });
+  return done.get_future().get();
+}
+
+// The RPCs that change something: each must be refused to a user who is
+// neither the owner of what it names nor an admin. The sweep also checks
+// that every other RPC of the service is a read (or the caller's own
+// session), so that a new mutating RPC cannot be missed.
+const std::set<std::string> kMutatingRpcs = {
+    "ActivateExperiment", "PauseExperiment", "CancelExperiment", "KillExperiment", "ArchiveExperiment",
+    "UnarchiveExperiment", "DeleteExperiment", "PatchExperiment", "KillTrial", "PauseTrial", "ActivateTrial",
+    "DeleteCheckpoints", "EnableAgent", "DisableAgent", "EnableSlot", "DisableSlot", "UpdateJob", "PostUser",
+    "PatchUser"};
+bool IsReadOrOwnSession(const std::string& rpc) {
+  for (const char* prefix : {"Get", "Preview", "Stream", "Download", "TrialLogs"}) {
+    if (rpc.rfind(prefix, 0) == 0) return true;
+  }
+  // Creating is open to every user (they own what they create).
+  return rpc == "Login" || rpc == "Logout" || rpc == "CreateExperiment" || rpc == "UploadArtifact";
+}
+
+// One trial that keeps training slowly (and checkpoints every 5 batches)
+// until it is killed.
+std::string SlowTrialConfig(const std::string& checkpoint_dir) {
+  return absl::StrCat(R"(name: owned
+hyperparameters:
+  global_batch_size: 16
+  learning_rate: 0.01
+  hidden_size: 16
+  dropout: 0.1
+  batch_delay_ms: 100
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: 100000
+min_validation_period:
+  batches: 5
+min_checkpoint_period:
+  batches: 5
+scheduling_unit: 5
+checkpoint_storage:
+  type: shared_fs
+  host_path: )", checkpoint_dir, R"(
+environment:
+  environment_variables:
+    - OMP_NUM_THREADS=1
+data:
+  train_size: 256
+  val_size: 64
+)");
+}
+
+// Must show 2: a second non-admin user (mallory) calling every mutating RPC
+// (gRPC) and every mutating REST route (declared and generic) on the first
+// user's (determined's) experiment, trial and checkpoint gets
+// PERMISSION_DENIED / 403, and nothing changes; the owner and an admin may.
+TEST(SecurityTest, AuthorizationSweepAnotherUserCannotChangeAnything) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  cluster.StartAgent("a1");
+  const int64_t exp = cluster.CreateExperiment(SlowTrialConfig(dir / "checkpoints"), "owned");
+  ASSERT_GT(exp, 0);
+  std::string uuid;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        nlohmann::json cps = cluster.Get(absl::StrCat("/api/v1/experiments/", exp, "/checkpoints"));
+        if (!cps.is_object() || cps["checkpoints"].empty()) return false;
+        uuid = cps["checkpoints"][0]["uuid"];
+        return true;
+      },
+      120s))
+      << cluster.MasterLog() << cluster.AgentLogs();
+  const int64_t trial = cluster.Trials(exp)[0]["id"];
+
+  const std::string admin = RestLogin(cluster.http_port(), "admin", "");
+  ASSERT_FALSE(admin.empty());
+  auto created = cluster.Http("POST", "/api/v1/users", {{"Authorization", "Bearer " + admin}},
+                              R"({"user": {"username": "mallory"}, "password": "mallory-pw-1"})");
+  ASSERT_TRUE(created && created->status == 200) << (created ? created->body : "no answer");
+  const std::string mallory = RestLogin(cluster.http_port(), "mallory", "mallory-pw-1");
+  ASSERT_FALSE(mallory.empty());
+  nlohmann::json me = cluster.Get("/api/v1/me");
+  const int64_t determined_id = me["user"]["id"];
+
+  // The fields every mutating request may name, all pointing at determined's.
+  const nlohmann::json body = {{"experiment_id", exp},        {"trial_id", trial},
+                               {"checkpoint_uuids", {uuid}},  {"job_id", absl::StrCat("exp-", exp)},
+                               {"user_id", determined_id},    {"agent_id", "a1"},
+                               {"slot_id", "0"},              {"name", "pwned"},
+                               {"password", "pwned-pw-1"},    {"admin", true},
+                               {"user", {{"username", "mallory2"}, {"admin", true}}},
+                               {"priority", 1}};
+
+  // gRPC: every method of the service, typed requests filled from `body`.
+  auto channel = grpc::CreateChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials());
+  google::protobuf::internal::AssignDescriptors(&descriptor_table_det_2fapi_2fv1_2fapi_2eproto);
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("det.api.v1.Determined");
+  ASSERT_NE(service, nullptr);
+  int grpc_checked = 0;
+  for (int i = 0; i < service->method_count(); ++i) {
+    const google::protobuf::MethodDescriptor* m = service->method(i);
+    SCOPED_TRACE(m->name());
+    if (!kMutatingRpcs.count(m->name())) {
+      EXPECT_TRUE(IsReadOrOwnSession(m->name())) << "a new RPC: add it to kMutatingRpcs or the reads";
+      continue;
+    }
+    std::unique_ptr<google::protobuf::Message> req(
+        google::protobuf::MessageFactory::generated_factory()->GetPrototype(m->input_type())->New());
+    ASSERT_TRUE(JsonToMessage(body.dump(), req.get()).ok());
+    grpc::Status st = CallApi(channel, m->name(), *req, mallory);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+    ++grpc_checked;
+  }
+  EXPECT_EQ(grpc_checked, static_cast<int>(kMutatingRpcs.size()));
+
+  // REST: every route of a mutating RPC, path fields filled.
+  nlohmann::json routes = cluster.Get("/api/v1/routes");
+  int rest_checked = 0;
+  for (const auto& route : routes["routes"]) {
+    const std::string rpc = route.value("rpc", "");
+    if (!kMutatingRpcs.count(rpc)) continue;
+    std::string path = route["pattern"];
+    for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+             {"{experiment_id}", std::to_string(exp)}, {"{trial_id}", std::to_string(trial)},
+             {"{checkpoint_uuid}", uuid}, {"{job_id}", absl::StrCat("exp-", exp)},
+             {"{user_id}", std::to_string(determined_id)}, {"{agent_id}", "a1"}, {"{slot_id}", "0"}}) {
+      for (size_t at; (at = path.find(field)) != std::string::npos;) path.replace(at, field.size(), value);
+    }
+    SCOPED_TRACE(route["method"].get<std::string>() + " " + path);
+    auto res = cluster.Http(route["method"], path, {{"Authorization", "Bearer " + mallory}}, body.dump());
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 403) << res->body;
+    EXPECT_NE(res->body.find("PERMISSION_DENIED"), std::string::npos) << res->body;
+    ++rest_checked;
+  }
+  EXPECT_GE(rest_checked, static_cast<int>(kMutatingRpcs.size()));  // each generic route at least
+  std::printf("[ swept    ] %d mutating RPCs and %d REST routes refused to another user\n", grpc_checked,
+              rest_checked);
+
+  // Nothing changed: still running under its name, checkpoint and users kept.
+  nlohmann::json e = cluster.Get(absl::StrCat("/api/v1/experiments/", exp))["experiment"];
+  EXPECT_EQ(e["state"], "STATE_ACTIVE");
+  EXPECT_EQ(e["name"], "owned");
+  EXPECT_EQ(e["username"], "determined");
+  int status = 0;
+  cluster.Get("/api/v1/checkpoints/" + uuid, &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_TRUE(RestLogin(cluster.http_port(), "mallory", "mallory-pw-1").size() > 0);
+  EXPECT_EQ(cluster.Get("/api/v1/users")["users"].size(), 3u);  // no mallory2
+  EXPECT_TRUE(RestLogin(cluster.http_port(), "determined", "").size() > 0);  // password unchanged
+
+  // The owner may, and so may an admin.
+  EXPECT_EQ(cluster.Cli({"experiment", "pause", std::to_string(exp)}), 0);
+  auto activate = cluster.Http("POST", absl::StrCat("/api/v1/experiments/", exp, "/activate"),
+                               {{"Authorization", "Bearer " + admin}});
+  ASSERT_TRUE(activate);
+  EXPECT_EQ(activate->status, 200) << activate->body;
+  EXPECT_EQ(cluster.Cli({"experiment", "kill", std::to_string(exp)}), 0);
+  ExpectMasterHealthy(cluster);
+}
 
 // ---------------------------------------------------------------------------
 // 2. Secure defaults
