@@ -25,9 +25,36 @@ std::string ExperimentCheckpointDir(const ExperimentConfig& config, const std::s
   return p.string();
 }
 
+namespace {
+
+// INVALID_ARGUMENT when slots_per_trial exceeds every slot the pool's known
+// agents (registered since start-up or recovered, connected or not) have
+// together: a trial may span several whole agents, but never more. With no
+// agent of the pool known yet, anything within the config's cap is accepted.
+absl::Status CheckSlotsFitPool(const std::map<std::string, std::unique_ptr<AgentRuntime>>& agents,
+                               const ResourcesConfig& resources) {
+  int64_t pool_slots = 0;
+  bool known = false;
+  for (const auto& [id, a] : agents) {
+    if (a->row.resource_pool != resources.resource_pool) continue;
+    known = true;
+    pool_slots += static_cast<int64_t>(a->devices.size());
+  }
+  if (!known || resources.slots_per_trial <= pool_slots) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "config: field 'resources.slots_per_trial' is ", resources.slots_per_trial, ", more than resource pool '",
+      resources.resource_pool, "' can offer (its agents have ", pool_slots, " slot(s) in all)"));
+}
+
+}  // namespace
+
 absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     const apiv1::CreateExperimentRequest& req, const apiv1::User& owner) {
   DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(req.config_yaml(), "config"));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_RETURN_IF_ERROR(CheckSlotsFitPool(agents_, config.resources));
+  }
   DET_ASSIGN_OR_RETURN(BatchLengths lengths,
                        ResolveBatchLengths(config, "; set records_per_epoch to use epochs with the master"));
   DET_ASSIGN_OR_RETURN(Searcher searcher, Searcher::Create(config, lengths.max_length));
