@@ -211,7 +211,7 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path, std::opti
       std::exit(1);
     }
   }
-  const int32_t id = created.experiment().id();
+  const int64_t id = created.experiment().id();
   auto t0 = std::chrono::steady_clock::now();
   bool killed = false;
   bool done = PollUntil(

@@ -453,9 +453,9 @@ std::optional<int> ManagedRank::BuildTrial() {
   context_.emplace(info);
   if (dist_) context_->set_gradient_reducer(dist_->MakeGradientReducer());
 
-  std::printf("[det-trial] trial %d (experiment %d) %s, allocation %s, seed %u, hparams %s\n", tc_.trial_id(),
-              tc_.experiment_id(), plugin_->trial_class, client_.allocation_id().c_str(), tc_.trial_seed(),
-              info.hparams.dump().c_str());
+  std::printf("[det-trial] trial %lld (experiment %lld) %s, allocation %s, seed %u, hparams %s\n",
+              static_cast<long long>(tc_.trial_id()), static_cast<long long>(tc_.experiment_id()),
+              plugin_->trial_class, client_.allocation_id().c_str(), tc_.trial_seed(), info.hparams.dump().c_str());
   std::fflush(stdout);
 
   auto handle = TrialHandle::Create(plugin_, &*context_);
