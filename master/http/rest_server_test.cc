@@ -85,6 +85,7 @@ class RestServerTest : public ::testing::Test {
     dir_ = tmpl;
     MasterOptions options;
     options.data_dir = (dir_ / "master").string();
+    options.checkpoint_storage_roots = {(dir_ / "checkpoints").string()};
     options.background_thread = false;
     auto core = MasterCore::Create(options);
     ASSERT_TRUE(core.ok()) << core.status();
