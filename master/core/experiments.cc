@@ -58,6 +58,8 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   DET_ASSIGN_OR_RETURN(BatchLengths lengths,
                        ResolveBatchLengths(config, "; set records_per_epoch to use epochs with the master"));
   DET_ASSIGN_OR_RETURN(Searcher searcher, Searcher::Create(config, lengths.max_length));
+  const std::string checkpoint_dir = ExperimentCheckpointDir(config, options_.checkpoint_root);
+  DET_RETURN_IF_ERROR(checkpoint_roots_.Check(checkpoint_dir, "checkpoint_storage.host_path"));
 
   std::string sha;
   if (!req.trial_so().empty()) {
@@ -98,7 +100,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   exp->validation_period = lengths.validation_period;
   exp->checkpoint_period = lengths.checkpoint_period;
   exp->global_batch_size = lengths.global_batch_size;
-  exp->checkpoint_dir = ExperimentCheckpointDir(exp->config, options_.checkpoint_root);
+  exp->checkpoint_dir = checkpoint_dir;
   exp->row.searcher_state_json = exp->searcher->Snapshot().dump();
   DET_ASSIGN_OR_RETURN(exp->row.id, store_->InsertExperiment(exp->row));
   int64_t id = exp->row.id;

@@ -223,7 +223,9 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
-  DET_RETURN_IF_ERROR(ValidatePathComponent(req.uuid(), "uuid"));
+  // Trial code names the checkpoint: a UUID only, so that the directory GC
+  // later deletes is always <checkpoint dir>/<uuid>.
+  DET_RETURN_IF_ERROR(ValidateUuid(req.uuid(), "uuid"));
   auto existing = store_->GetCheckpoint(req.uuid());
   if (existing.ok()) {
     if (existing->trial_id != trial.row.id) {
@@ -311,6 +313,12 @@ absl::StatusOr<trialv1::ShouldPreemptResponse> MasterCore::ShouldPreempt(const t
   }
 }
 
+absl::StatusOr<int> MasterCore::AllocationRanks(const std::string& allocation_id, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(allocation_id, token));
+  return std::max({alloc->rendezvous.world_size(), alloc->rendezvous.ranks_size(), 1});
+}
+
 absl::StatusOr<trialv1::AckPreemptionResponse> MasterCore::AckPreemption(const trialv1::AckPreemptionRequest& req,
                                                                          const std::string& token) {
   std::lock_guard<std::mutex> l(mu_);
@@ -325,6 +333,10 @@ absl::StatusOr<trialv1::ReportTrialLogsResponse> MasterCore::ReportTrialLogs(con
     std::lock_guard<std::mutex> l(mu_);
     DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
     trial_id = alloc->trial_id;
+  }
+  if (req.logs_size() > options_.max_log_lines_per_message) {
+    return absl::InvalidArgumentError(absl::StrCat("logs: ", req.logs_size(), " lines in one message; the limit is ",
+                                                   options_.max_log_lines_per_message));
   }
   std::vector<TaskLogRow> rows;
   for (const auto& log : req.logs()) {

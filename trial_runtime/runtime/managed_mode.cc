@@ -406,8 +406,15 @@ std::optional<int> ManagedRank::Rendezvous() {
   tv1::AllocationRendezvousRequest rdv_req;
   rdv_req.set_rank(rank_);
   tv1::AllocationRendezvousResponse rdv_resp;
-  absl::Status st = client_.Call("AllocationRendezvous", &tv1::TrialService::Stub::AllocationRendezvous, rdv_req,
-                                 &rdv_resp, std::chrono::duration_cast<std::chrono::milliseconds>(denv_.timeout));
+  // The master waits at most 60 s per call (DEADLINE_EXCEEDED): ask again
+  // until our own timeout.
+  const auto give_up = std::chrono::steady_clock::now() + denv_.timeout;
+  absl::Status st;
+  do {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now());
+    st = client_.Call("AllocationRendezvous", &tv1::TrialService::Stub::AllocationRendezvous, rdv_req, &rdv_resp,
+                      std::max(left, std::chrono::milliseconds(1)));
+  } while (st.code() == absl::StatusCode::kDeadlineExceeded && std::chrono::steady_clock::now() < give_up);
   if (!st.ok() && st.code() != absl::StatusCode::kUnimplemented) {
     return Fail(client_.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
   }
