@@ -1,5 +1,6 @@
 #include "agent/artifact_cache.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -108,6 +109,43 @@ TEST(ArtifactCacheTest, RefusesAnEntryThatLeadsOutsideTheCache) {
   EXPECT_EQ(path.status().code(), absl::StatusCode::kInvalidArgument) << path.status();
   EXPECT_NE(path.status().message().find("sha256"), absl::string_view::npos) << path.status();
   EXPECT_EQ(calls, 0);
+  fs::remove_all(dir);
+}
+
+// A cached file is read-only; one changed anyway (by someone with the
+// agent's uid, who makes it writable first) is detected at the next use,
+// deleted and fetched again.
+TEST(ArtifactCacheTest, SwappedFileIsDetectedAndFetchedAgain) {
+  const std::string dir = TempDir();
+  ArtifactCache cache(dir + "/cache");
+  const std::string content = "the real trial.so";
+  const std::string sha = Sha256Hex(content);
+  int calls = 0;
+  auto path = cache.Get(sha, Serve(content, &calls));
+  ASSERT_TRUE(path.ok()) << path.status();
+  struct stat st;
+  ASSERT_EQ(stat(path->c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0444u);
+  ASSERT_EQ(stat((dir + "/cache").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+
+  ASSERT_EQ(chmod(path->c_str(), 0644), 0);
+  std::ofstream(*path, std::ios::trunc) << "another experiment's trial.so";
+  auto again = cache.Get(sha, Serve(content, &calls));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(ReadFile(*again), content);
+  ASSERT_EQ(stat(again->c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0444u);
+
+  // Replaced by a symlink: not trusted either.
+  std::filesystem::remove(*path);
+  std::ofstream(dir + "/elsewhere") << content;
+  std::filesystem::create_symlink(dir + "/elsewhere", *path);
+  auto third = cache.Get(sha, Serve(content, &calls));
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(calls, 3);
+  EXPECT_FALSE(std::filesystem::is_symlink(*third));
   fs::remove_all(dir);
 }
 
