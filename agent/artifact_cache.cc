@@ -32,6 +32,16 @@ std::string ArtifactCache::PathFor(const std::string& sha256) const {
 absl::StatusOr<std::string> ArtifactCache::Get(const std::string& sha256, const Fetcher& fetch) {
   // The hash names a file: never let it name one outside dir_.
   DET_RETURN_IF_ERROR(ValidateSha256(sha256, "sha256"));
+  // A cached file replaced by a symlink (or anything but a file) is not
+  // followed: it goes, and the artifact is fetched again.
+  struct stat st;
+  const std::string candidate = PathFor(sha256);  // 64 hex digits: one file name
+  if (lstat(candidate.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    spdlog::warn("cached artifact {} was tampered with (not a regular file); deleting it", candidate);
+    if (unlink(candidate.c_str()) != 0 && errno != ENOENT) {
+      return absl::InternalError(absl::StrCat("cannot delete ", candidate, ": ", std::strerror(errno)));
+    }
+  }
   DET_ASSIGN_OR_RETURN(const std::string path, JoinUnder(dir_, sha256 + ".so", "sha256"));
   {
     absl::MutexLock lock(&mu_);
