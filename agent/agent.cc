@@ -4,9 +4,12 @@
 // allocations.cc, the outbox in outbox.cc.
 #include "agent/agent.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <utility>
@@ -87,6 +90,19 @@ absl::Status Agent::PrepareHost() {
   {
     absl::MutexLock lock(&mu_);
     agent_credential_ = *credential;
+  }
+  if (options_.trial_user) {
+    // The trial user must reach the cache and its allocation's directory
+    // (and nothing else here: the credential file stays 0600).
+    for (const char* sub : {"", "cache", "allocations"}) {
+      const std::string d = (fs::path(options_.work_dir) / sub).string();
+      std::error_code ec;
+      fs::create_directories(d, ec);
+      if (ec || chmod(d.c_str(), 0755) != 0) {
+        return absl::InternalError(absl::StrCat("cannot make ", d, " reachable by the trial user: ",
+                                                ec ? ec.message() : std::strerror(errno)));
+      }
+    }
   }
   if (!options_.use_cgroups) return absl::OkStatus();
   absl::StatusOr<std::string> own = OwnCgroupDir();

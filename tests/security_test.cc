@@ -364,7 +364,9 @@ TEST(SecurityTest, TrialUserRunsTrialsAsThatUser) {
       60s))
       << cluster.AgentLogs();
   for (pid_t pid : pids) EXPECT_EQ(ProcessUid(pid), 65534) << "pid " << pid;
-  EXPECT_TRUE(cluster.WaitForState(exp, "STATE_COMPLETED", 120s)) << cluster.MasterLog() << cluster.AgentLogs();
+  const int64_t trial = cluster.Trials(exp)[0].value("id", int64_t{0});
+  EXPECT_TRUE(cluster.WaitForState(exp, "STATE_COMPLETED", 120s))
+      << cluster.Get(absl::StrCat("/api/v1/trials/", trial, "/logs")).dump(1) << cluster.MasterLog();
 
   // Only root may use it.
   Subprocess& unprivileged = cluster.StartAgent(
