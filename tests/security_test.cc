@@ -200,6 +200,20 @@ class FakeAgent {
     return stub_->RegisterAgent(&ctx, req, resp);
   }
 
+  // Downloads artifact `sha256` (discarding it); the call's status.
+  grpc::Status Fetch(const std::string& session_token, const std::string& sha256) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-det-cluster-secret", kAgentSecret);
+    ctx.AddMetadata("authorization", "Bearer " + session_token);
+    agentv1::FetchArtifactRequest req;
+    req.set_sha256(sha256);
+    auto reader = stub_->FetchArtifact(&ctx, req);
+    agentv1::FetchArtifactResponse chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish();
+  }
+
   // Opens the session's Connect stream and sends `messages` on it.
   void Send(const std::string& session_token, const std::vector<agentv1::AgentMessage>& messages) {
     ctx_ = std::make_unique<grpc::ClientContext>();
@@ -224,9 +238,10 @@ class FakeAgent {
 };
 
 // An agent's message may only be about allocations placed on it: a fake
-// agent (with the cluster secret, registered under its own id) reporting
-// another agent's allocation TERMINATED and writing its trial's logs is
-// refused; the real allocation keeps running and completes.
+// agent (with the cluster secret, registered under its own id) downloading
+// another agent's trial.so, reporting its allocation TERMINATED and writing
+// its trial's logs is refused; the real allocation keeps running and
+// completes.
 TEST(SecurityTest, AgentMessagesAboutAnotherAgentsAllocationAreRefused) {
   TempDir dir;
   TestCluster cluster(dir, SecretClusterOptions(dir));
@@ -252,6 +267,9 @@ TEST(SecurityTest, AgentMessagesAboutAnotherAgentsAllocationAreRefused) {
   log->set_allocation_id(alloc);
   log->set_trial_id(trial);
   log->set_message("forged-log-line-by-evil");
+  // Another agent's trial.so is not this agent's to download either.
+  grpc::Status fetch = evil.Fetch(reg.session_token(), Sha256File(kTestSyntheticTrial).value());
+  EXPECT_EQ(fetch.error_code(), grpc::StatusCode::PERMISSION_DENIED) << fetch.error_message();
   evil.Send(reg.session_token(), attack);
   ASSERT_TRUE(PollUntil(
       [&] {

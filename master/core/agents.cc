@@ -196,6 +196,24 @@ absl::StatusOr<std::shared_ptr<AgentSession>> MasterCore::AttachAgent(const std:
   return absl::UnauthenticatedError("unknown agent session token; register first");
 }
 
+absl::Status MasterCore::AuthorizeArtifactFetch(const std::string& session_token, const std::string& sha256) {
+  std::lock_guard<std::mutex> l(mu_);
+  const AgentRuntime* agent = nullptr;
+  for (const auto& [id, a] : agents_) {
+    if (!session_token.empty() && a->session_token == session_token) agent = a.get();
+  }
+  if (agent == nullptr) return absl::UnauthenticatedError("unknown agent session token; register first");
+  for (const auto& [id, alloc] : allocations_) {
+    auto eit = experiments_.find(alloc->experiment_id);
+    if (eit != experiments_.end() && eit->second->row.trial_so_sha256 == sha256 && RunsOn(*alloc, agent->row.id)) {
+      return absl::OkStatus();
+    }
+  }
+  spdlog::warn("agent {}: refused artifact {}: no allocation placed on it runs it", agent->row.id, sha256.substr(0, 64));
+  return absl::PermissionDeniedError(
+      absl::StrCat("agent '", agent->row.id, "' runs no allocation of artifact ", sha256.substr(0, 64)));
+}
+
 void MasterCore::DetachAgent(const std::shared_ptr<AgentSession>& session) {
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);

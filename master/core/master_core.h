@@ -144,6 +144,10 @@ class MasterCore {
   absl::Status ResetAgentCredential(const std::string& agent_id);
   // Binds the Connect stream of the agent holding `session_token`.
   absl::StatusOr<std::shared_ptr<AgentSession>> AttachAgent(const std::string& session_token);
+  // Whether the agent holding `session_token` may download artifact
+  // `sha256`: only the trial.so of an allocation placed on it.
+  // Unauthenticated for an unknown session, PermissionDenied otherwise.
+  absl::Status AuthorizeArtifactFetch(const std::string& session_token, const std::string& sha256);
   // One message of agent `agent_id`'s Connect stream.
   void HandleAgentMessage(const std::string& agent_id, const agentv1::AgentMessage& message);
   // The stream of `session` ended.
