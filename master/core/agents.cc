@@ -79,6 +79,12 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   auto it = agents_.find(req.agent_id());
+  const bool connected = it != agents_.end() && it->second->connected;
+  if (connected && (req.previous_session_token().empty() ||
+                    req.previous_session_token() != it->second->session_token)) {
+    return absl::AlreadyExistsError(absl::StrCat("agent '", req.agent_id(),
+                                                 "' is already connected; choose another --id"));
+  }
   // A known agent id proves it is the same agent (its credential), before
   // anything about it changes; the cluster secret alone is not enough.
   std::optional<AgentRow> stored;
@@ -88,13 +94,7 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
   const std::string known_hash = it != agents_.end() ? it->second->row.credential_sha256
                                                      : (stored ? stored->credential_sha256 : "");
   DET_RETURN_IF_ERROR(CheckAgentCredential(req, known_hash));
-  if (it != agents_.end() && it->second->connected) {
-    bool same_session = !req.previous_session_token().empty() &&
-                        req.previous_session_token() == it->second->session_token;
-    if (!same_session) {
-      return absl::AlreadyExistsError(absl::StrCat("agent '", req.agent_id(),
-                                                   "' is already connected; choose another --id"));
-    }
+  if (connected) {
     // The same agent whose stream broke: what it runs is reconciled below.
     if (it->second->session) it->second->session->Close();
     it->second->session.reset();
