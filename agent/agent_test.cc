@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/artifact_cache.h"
+#include "agent/trial_env.h"
 #include "common/sha256.h"
 #include "gtest/gtest.h"
 
@@ -544,6 +545,33 @@ TEST_F(AgentTest, RefusesReservedAndMalformedEnvironmentVariables) {
     EXPECT_FALSE(master_.HasState(alloc, av1::PROCESS_STATE_RUNNING));
     ++seq;
   }
+}
+
+// An operator's DET_CLUSTER_SECRET (which the agent ignores) never reaches
+// a trial's environment.
+TEST(TrialEnvTest, TheClusterSecretIsNotPassedOn) {
+  setenv("DET_CLUSTER_SECRET", "operator-set-it", 1);
+  setenv("DET_TEST_KEEP", "kept", 1);
+  auto env = AgentEnvironmentForTrials();
+  unsetenv("DET_CLUSTER_SECRET");
+  unsetenv("DET_TEST_KEEP");
+  EXPECT_EQ(env.count("DET_CLUSTER_SECRET"), 0u);
+  EXPECT_EQ(env["DET_TEST_KEEP"], "kept");
+}
+
+TEST(TrialEnvTest, BoundsCountAndSize) {
+  google::protobuf::Map<std::string, std::string> env;
+  for (size_t i = 0; i <= kMaxTrialEnvVars; ++i) env["V" + std::to_string(i)] = "x";
+  EXPECT_EQ(ValidateTrialEnv(env, "env").code(), absl::StatusCode::kInvalidArgument);
+  env.clear();
+  env["BIG"] = std::string(kMaxTrialEnvValueBytes + 1, 'x');
+  absl::Status st = ValidateTrialEnv(env, "processes[0].env");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(st.message(), "processes[0].env")) << st;
+  env.clear();
+  env["OMP_NUM_THREADS"] = "1";
+  env["_x9"] = "";
+  EXPECT_TRUE(ValidateTrialEnv(env, "env").ok());
 }
 
 }  // namespace
