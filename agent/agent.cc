@@ -106,6 +106,10 @@ absl::Status Agent::PrepareHost() {
   }
   if (!options_.use_cgroups) return absl::OkStatus();
   absl::StatusOr<std::string> own = OwnCgroupDir();
+  if (own.ok()) {
+    const int stale = RemoveStaleAgentCgroups(*own);
+    if (stale > 0) spdlog::info("removed {} cgroup(s) of agents that are gone, and what ran in them", stale);
+  }
   std::string parent = own.ok() ? absl::StrCat(*own, "/det-agent-", getpid()) : "";
   absl::Status made = own.ok() ? CreateCgroup(parent) : own.status();
   if (made.ok()) {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -80,6 +81,24 @@ absl::Status KillAndRemoveCgroup(const std::string& dir, absl::Duration timeout)
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+int RemoveStaleAgentCgroups(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename();
+    if (name.rfind("det-agent-", 0) != 0 || !entry.is_directory(ec)) continue;
+    const std::string digits = name.substr(10);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    for (const auto& child : std::filesystem::directory_iterator(entry.path(), ec)) {
+      if (child.is_directory(ec)) (void)KillAndRemoveCgroup(child.path().string(), absl::Seconds(5));
+    }
+    if (rmdir(entry.path().c_str()) == 0) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace det::agent

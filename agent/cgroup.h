@@ -27,6 +27,11 @@ absl::Status CreateCgroup(const std::string& dir);
 // exist. Thread-safe.
 absl::Status KillAndRemoveCgroup(const std::string& dir, absl::Duration timeout);
 
+// Removes every "det-agent-<pid>" cgroup under `dir` whose agent process is
+// gone (it crashed or was killed), killing what is left in its trial
+// cgroups first. Returns how many it removed. Thread-safe.
+int RemoveStaleAgentCgroups(const std::string& dir);
+
 }  // namespace det::agent
 
 #endif  // DET_AGENT_CGROUP_H_
