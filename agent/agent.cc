@@ -4,13 +4,21 @@
 // allocations.cc, the outbox in outbox.cc.
 #include "agent/agent.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "agent/agent_credential.h"
+#include "agent/cgroup.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace det::agent {
@@ -57,6 +65,7 @@ Agent::~Agent() {
   }
   // Process destructors SIGKILL their groups and join their readers.
   allocations.clear();
+  if (!cgroup_parent_.empty()) rmdir(cgroup_parent_.c_str());
 }
 
 void Agent::Shutdown() {
@@ -69,6 +78,62 @@ void Agent::AddClusterSecret(grpc::ClientContext* ctx) const {
   // Every AgentService call carries the secret (the master checks it when it
   // has one configured).
   if (!options_.cluster_secret.empty()) ctx->AddMetadata("x-det-cluster-secret", options_.cluster_secret);
+}
+
+std::string Agent::CredentialPath() const {
+  return options_.credential_path.empty() ? AgentCredentialPath(options_.work_dir) : options_.credential_path;
+}
+
+absl::Status Agent::PrepareHost() {
+  absl::StatusOr<std::string> credential = ReadAgentCredential(CredentialPath());
+  if (!credential.ok()) return credential.status();
+  {
+    absl::MutexLock lock(&mu_);
+    agent_credential_ = *credential;
+  }
+  if (options_.trial_user) {
+    // The trial user must reach the cache and its allocation's directory
+    // (and nothing else here: the credential file stays 0600).
+    for (const char* sub : {"", "cache", "allocations"}) {
+      const std::string d = (fs::path(options_.work_dir) / sub).string();
+      std::error_code ec;
+      fs::create_directories(d, ec);
+      if (ec || chmod(d.c_str(), 0755) != 0) {
+        return absl::InternalError(absl::StrCat("cannot make ", d, " reachable by the trial user: ",
+                                                ec ? ec.message() : std::strerror(errno)));
+      }
+    }
+  }
+  if (!options_.use_cgroups) return absl::OkStatus();
+  absl::StatusOr<std::string> own = OwnCgroupDir();
+  if (own.ok()) {
+    const int stale = RemoveStaleAgentCgroups(*own);
+    if (stale > 0) spdlog::info("removed {} cgroup(s) of agents that are gone, and what ran in them", stale);
+  }
+  std::string parent = own.ok() ? absl::StrCat(*own, "/det-agent-", getpid()) : "";
+  absl::Status made = own.ok() ? CreateCgroup(parent) : own.status();
+  if (made.ok()) {
+    cgroup_parent_ = parent;
+    spdlog::info("trial processes run in cgroups under {}", parent);
+  } else {
+    spdlog::info("no cgroup for trial processes ({}): they are contained by process group and reaper",
+                 std::string(made.message()));
+  }
+  return absl::OkStatus();
+}
+
+void Agent::KeepCredential(const std::string& credential) {
+  {
+    absl::MutexLock lock(&mu_);
+    agent_credential_ = credential;
+  }
+  absl::Status st = WriteAgentCredential(CredentialPath(), credential);
+  if (st.ok()) {
+    spdlog::info("the master issued agent '{}' its credential; kept in {}", options_.agent_id, CredentialPath());
+  } else {
+    spdlog::error("cannot keep agent '{}''s credential: {}; a restarted agent will be refused until an operator "
+                  "runs det-master --reset-agent {}", options_.agent_id, st.ToString(), options_.agent_id);
+  }
 }
 
 void Agent::SleepUnlessShutdown(absl::Duration d) {
@@ -85,6 +150,7 @@ absl::Status Agent::Run() {
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   stub_ = av1::AgentService::NewStub(grpc::CreateCustomChannel(options_.master_address, creds, args));
+  DET_RETURN_IF_ERROR(PrepareHost());
 
   absl::Duration backoff = options_.backoff_initial;
   bool need_register = true;
@@ -167,6 +233,7 @@ absl::Status Agent::Register(bool re_register) {
   {
     absl::MutexLock lock(&mu_);
     previous_token = session_token_;
+    req.set_agent_credential(agent_credential_);
     if (re_register) {
       req.set_previous_session_token(session_token_);
       for (const auto& id : RunningIdsLocked()) req.add_running_allocation_ids(id);
@@ -187,6 +254,7 @@ absl::Status Agent::Register(bool re_register) {
     contexts_.erase(&ctx);
   }
   if (!st.ok()) return FromGrpcStatus(st);
+  if (!resp.agent_credential().empty()) KeepCredential(resp.agent_credential());
 
   std::vector<std::string> to_kill(resp.kill_allocation_ids().begin(),
                                    resp.kill_allocation_ids().end());

@@ -56,6 +56,15 @@ struct AgentOptions {
   std::string det_trial_path;
   // Sent as x-det-cluster-secret on every call (and in RegisterAgent).
   std::string cluster_secret;
+  // The per-agent credential file (agent_credential.h); empty:
+  // <work_dir>/agent-credential.
+  std::string credential_path;
+  // Run trial processes as this user (the agent must be root); unset: as
+  // the agent's own user.
+  std::optional<RunAs> trial_user;
+  // Put each trial process tree in a cgroup v2 of its own (under the
+  // agent's cgroup) where the agent can create one; false: the reaper only.
+  bool use_cgroups = true;
   std::string version = "0.1.0";
   // Reconnect backoff: initial, doubling up to max.
   absl::Duration backoff_initial = absl::Milliseconds(100);
@@ -131,6 +140,11 @@ class Agent {
   void SleepUnlessShutdown(absl::Duration d);
   // Adds x-det-cluster-secret when the agent has a secret.
   void AddClusterSecret(grpc::ClientContext* ctx) const;
+  std::string CredentialPath() const;
+  // Loads the credential file and, where possible, creates cgroup_parent_.
+  absl::Status PrepareHost();
+  // Keeps a credential the master issued (in memory and in its file).
+  void KeepCredential(const std::string& credential);
 
   // Allocations and their processes (allocations.cc). Runs on a worker
   // thread per StartAllocation command.
@@ -197,11 +211,16 @@ class Agent {
 
   const AgentOptions options_;
   ArtifactCache cache_;
+  // <agent's cgroup>/det-agent-<pid>, holding a cgroup per trial process;
+  // "" when cgroups are not used (set by Run() before any thread).
+  std::string cgroup_parent_;
   std::unique_ptr<det::agent::v1::AgentService::Stub> stub_;  // set by Run() before threads
 
   absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::string session_token_ ABSL_GUARDED_BY(mu_);
+  // This agent id's credential (from its file, or as the master issued it).
+  std::string agent_credential_ ABSL_GUARDED_BY(mu_);
   int heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 5000;
   bool session_done_ ABSL_GUARDED_BY(mu_) = false;
   // Contexts of RPCs in flight, cancelled by Shutdown().

@@ -9,12 +9,15 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/artifact_cache.h"
+#include "agent/trial_env.h"
 #include "common/sha256.h"
 #include "gtest/gtest.h"
 
@@ -33,6 +36,14 @@ class FakeMaster final : public av1::AgentService::Service {
     if (req->agent_id() == reject_id_) {
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                           "agent " + req->agent_id() + " is already connected");
+    }
+    if (!issue_credential_.empty()) {
+      // A real master: issued once, required from then on.
+      if (credential_issued_ && req->agent_credential() != issue_credential_) {
+        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "wrong per-agent credential");
+      }
+      if (!credential_issued_) resp->set_agent_credential(issue_credential_);
+      credential_issued_ = true;
     }
     token_ = "tok-" + std::to_string(registrations_.size());
     resp->set_session_token(token_);
@@ -174,6 +185,8 @@ class FakeMaster final : public av1::AgentService::Service {
 
   absl::Mutex mu_;
   std::string reject_id_ ABSL_GUARDED_BY(mu_);
+  std::string issue_credential_ ABSL_GUARDED_BY(mu_);  // "": issue none
+  bool credential_issued_ ABSL_GUARDED_BY(mu_) = false;
   std::string token_ ABSL_GUARDED_BY(mu_);
   std::vector<av1::RegisterAgentRequest> registrations_ ABSL_GUARDED_BY(mu_);
   std::vector<av1::AgentMessage> received_ ABSL_GUARDED_BY(mu_);
@@ -479,6 +492,86 @@ TEST_F(AgentTest, RefusesIdsAndHashesThatLeadOutsideTheWorkDir) {
   EXPECT_FALSE(fs::exists(dir_ + "/work/escaped"));
   EXPECT_FALSE(fs::exists(dir_ + "/outside/config.yaml"));
   for (const auto& l : master_.Logs()) EXPECT_NE(l.message(), "ran");
+}
+
+// The per-agent credential the master issues at the first registration is
+// kept in a 0600 file and presented by every later registration, also by a
+// restarted agent.
+TEST_F(AgentTest, KeepsAndPresentsItsCredential) {
+  {
+    absl::MutexLock lock(&master_.mu_);
+    master_.issue_credential_ = "cred-0123456789";
+  }
+  StartAgent(Options("agent-1"));
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.Heartbeats() >= 1; }));
+  StopAgent();
+  const std::string file = dir_ + "/work/agent-credential";
+  struct stat st;
+  ASSERT_EQ(stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::ifstream in(file);
+  std::string kept;
+  in >> kept;
+  EXPECT_EQ(kept, "cred-0123456789");
+
+  StartAgent(Options("agent-1"));
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.registrations_.size() >= 2 && master_.Heartbeats() >= 2; }));
+  absl::MutexLock lock(&master_.mu_);
+  EXPECT_TRUE(master_.registrations_[0].agent_credential().empty());
+  EXPECT_EQ(master_.registrations_[1].agent_credential(), "cred-0123456789");
+}
+
+// Environment variables from the master (a user's config) that would steer
+// the dynamic loader or override the agent's own are refused before any
+// process starts.
+TEST_F(AgentTest, RefusesReservedAndMalformedEnvironmentVariables) {
+  WriteScript("echo started\n");
+  StartAgent(Options("agent-1"));
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.Heartbeats() >= 1; }));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"LD_PRELOAD", "reserved"}, {"DET_ALLOCATION_TOKEN", "reserved"}, {"A=B", "is not"}, {"1X", "is not"}};
+  int64_t seq = 1;
+  for (const auto& [name, want] : bad) {
+    SCOPED_TRACE(name);
+    const std::string alloc = "env-" + std::to_string(seq);
+    av1::MasterMessage m = StartMessage(seq, alloc, "so");
+    (*m.mutable_start_allocation()->mutable_env())[name] = "x";
+    master_.Send(m);
+    ASSERT_TRUE(master_.WaitUntil([&] { return master_.Result(seq) != nullptr; }));
+    absl::MutexLock lock(&master_.mu_);
+    EXPECT_EQ(master_.Result(seq)->code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_TRUE(absl::StrContains(master_.Result(seq)->message(), want)) << master_.Result(seq)->message();
+    EXPECT_TRUE(master_.HasState(alloc, av1::PROCESS_STATE_TERMINATED));
+    EXPECT_FALSE(master_.HasState(alloc, av1::PROCESS_STATE_RUNNING));
+    ++seq;
+  }
+}
+
+// An operator's DET_CLUSTER_SECRET (which the agent ignores) never reaches
+// a trial's environment.
+TEST(TrialEnvTest, TheClusterSecretIsNotPassedOn) {
+  setenv("DET_CLUSTER_SECRET", "operator-set-it", 1);
+  setenv("DET_TEST_KEEP", "kept", 1);
+  auto env = AgentEnvironmentForTrials();
+  unsetenv("DET_CLUSTER_SECRET");
+  unsetenv("DET_TEST_KEEP");
+  EXPECT_EQ(env.count("DET_CLUSTER_SECRET"), 0u);
+  EXPECT_EQ(env["DET_TEST_KEEP"], "kept");
+}
+
+TEST(TrialEnvTest, BoundsCountAndSize) {
+  google::protobuf::Map<std::string, std::string> env;
+  for (size_t i = 0; i <= kMaxTrialEnvVars; ++i) env["V" + std::to_string(i)] = "x";
+  EXPECT_EQ(ValidateTrialEnv(env, "env").code(), absl::StatusCode::kInvalidArgument);
+  env.clear();
+  env["BIG"] = std::string(kMaxTrialEnvValueBytes + 1, 'x');
+  absl::Status st = ValidateTrialEnv(env, "processes[0].env");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(st.message(), "processes[0].env")) << st;
+  env.clear();
+  env["OMP_NUM_THREADS"] = "1";
+  env["_x9"] = "";
+  EXPECT_TRUE(ValidateTrialEnv(env, "env").ok());
 }
 
 }  // namespace

@@ -2,10 +2,15 @@
 // device reservation, the trial.so from the cache, its directory and config,
 // one det-trial process per rank with its environment), killing and
 // signalling it, process exits, and reaping finished allocations.
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -13,11 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/agent.h"
+#include "agent/trial_env.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-
-extern char** environ;
 
 namespace det::agent {
 namespace {
@@ -26,22 +30,28 @@ namespace fs = std::filesystem;
 namespace av1 = det::agent::v1;
 namespace apiv1 = det::api::v1;
 
-// The environment common to all ranks: the agent's own (which holds no
-// secret: main() removes DET_CLUSTER_SECRET) and the allocation's.
+// The environment common to all ranks: the agent's own (without the
+// cluster secret, which it never reads anyway) and the allocation's.
 std::map<std::string, std::string> BaseEnvironment(const av1::StartAllocation& start) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  std::map<std::string, std::string> env = AgentEnvironmentForTrials();
   for (const auto& [k, v] : start.env()) env[k] = v;
   return env;
 }
 
-// Creates `dir` and writes the allocation's config.yaml into it; returns its
-// path. Internal on an I/O error.
-absl::StatusOr<std::string> WriteConfig(const std::string& dir, const std::string& config_yaml) {
+// The variables the master asks for come from a user's config.
+absl::Status ValidateStartEnv(const av1::StartAllocation& start) {
+  DET_RETURN_IF_ERROR(ValidateTrialEnv(start.env(), "env"));
+  for (int i = 0; i < start.processes_size(); ++i) {
+    DET_RETURN_IF_ERROR(ValidateTrialEnv(start.processes(i).env(), absl::StrCat("processes[", i, "].env")));
+  }
+  return absl::OkStatus();
+}
+
+// Creates `dir` and writes the allocation's config.yaml into it, both owned
+// by `user` when set (the trial works there); returns its path. Internal on
+// an I/O error.
+absl::StatusOr<std::string> WriteConfig(const std::string& dir, const std::string& config_yaml,
+                                        const std::optional<RunAs>& user) {
   const fs::path config_path = fs::path(dir) / "config.yaml";
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -51,6 +61,10 @@ absl::StatusOr<std::string> WriteConfig(const std::string& dir, const std::strin
   if (ec || !out) {
     return absl::InternalError(
         absl::StrCat("cannot write ", config_path.string(), ec ? ": " + ec.message() : ""));
+  }
+  if (user && (lchown(dir.c_str(), user->uid, user->gid) != 0 ||
+               lchown(config_path.c_str(), user->uid, user->gid) != 0)) {
+    return absl::InternalError(absl::StrCat("cannot chown ", dir, " to uid ", user->uid, ": ", std::strerror(errno)));
   }
   return config_path.string();
 }
@@ -89,8 +103,9 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
   // The id and the hash name files on this node and come from the master,
   // input like any other: refuse either when it would lead elsewhere.
   absl::StatusOr<std::string> dir = AllocationDir(id);
-  const absl::Status paths =
+  absl::Status paths =
       dir.ok() ? ValidateSha256(start.trial_so().sha256(), "trial_so.sha256") : dir.status();
+  if (paths.ok()) paths = ValidateStartEnv(start);
   if (!paths.ok()) {
     spdlog::error("refusing allocation {}: {}", id, paths.ToString());
     absl::MutexLock lock(&mu_);
@@ -111,7 +126,7 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
               absl::UnavailableError(absl::StrCat("artifact fetch failed: ", so_path.status().ToString())));
     return;
   }
-  absl::StatusOr<std::string> config_path = WriteConfig(*dir, start.config_yaml());
+  absl::StatusOr<std::string> config_path = WriteConfig(*dir, start.config_yaml(), options_.trial_user);
   if (!config_path.ok()) {
     FailStart(seq, *alloc, config_path.status());
     return;
@@ -222,6 +237,10 @@ absl::Status Agent::LaunchRank(const av1::StartAllocation& start, const av1::Pro
     lo.env.push_back(k + "=" + v);
   }
   lo.cwd = dir;
+  lo.run_as = options_.trial_user;
+  if (!cgroup_parent_.empty()) {
+    lo.cgroup_dir = absl::StrCat(cgroup_parent_, "/det-alloc-", alloc.id, ".", rank);
+  }
   const std::string id = alloc.id;
   lo.on_line = [this, id, rank](OutputStream s, std::string line) {
     OnLine(id, rank, s, std::move(line));

@@ -1,5 +1,8 @@
 // On-disk cache of content-addressed artifacts (trial.so files):
-// <dir>/<sha256>.so, downloaded to <sha256>.so.tmp, verified, then renamed.
+// <dir>/<sha256>.so, downloaded to <sha256>.so.tmp, verified, made read-only
+// (0444) and fsynced, then renamed (and the directory fsynced). A cached
+// file is hashed again on every use: one that changed is deleted and
+// fetched again.
 #ifndef DET_AGENT_ARTIFACT_CACHE_H_
 #define DET_AGENT_ARTIFACT_CACHE_H_
 
@@ -30,8 +33,9 @@ class ArtifactCache {
   // (IsSha256Hex, common/sha256.h); Get checks it.
   std::string PathFor(const std::string& sha256) const;
 
-  // Returns the path of the cached artifact, fetching it with `fetch` on a
-  // miss. `sha256` comes from the master: it must be 64 lower-case hex digits
+  // Returns the path of the cached artifact after checking its hash,
+  // fetching it with `fetch` on a miss or when the cached file no longer
+  // hashes to `sha256` (it is deleted first, and the event logged). `sha256` comes from the master: it must be 64 lower-case hex digits
   // and its file must stay inside the cache directory (common/safe_path.h).
   // Concurrent calls for one hash share one download (later callers wait for
   // it; no lock is held during the fetch). Errors: InvalidArgument naming
@@ -41,6 +45,8 @@ class ArtifactCache {
   absl::StatusOr<std::string> Get(const std::string& sha256, const Fetcher& fetch);
 
  private:
+  absl::StatusOr<std::string> UseOrDownload(const std::string& sha256, const std::string& path,
+                                            const Fetcher& fetch);
   absl::StatusOr<std::string> Download(const std::string& sha256, const Fetcher& fetch);
 
   const std::string dir_;

@@ -3,8 +3,14 @@
 //
 //   det-agent --master HOST:PORT [--id ID] [--slots N] [--resource-pool P]
 //             [--work-dir DIR] [--det-trial PATH] [--hostname H]
-//             [--address A]... [--rendezvous-ports FIRST-LAST] [--cluster-secret S]
-//             [--cluster-secret-file F] [--tls-ca PEM] [--log-level L]
+//             [--address A]... [--rendezvous-ports FIRST-LAST]
+//             [--cluster-secret-file F] [--trial-user NAME] [--no-cgroups]
+//             [--tls-ca PEM] [--log-level L]
+//
+// The cluster secret comes from a file only (argv and the environment are
+// readable by others: /proc/PID/cmdline, /proc/PID/environ).
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "agent/agent.h"
@@ -60,6 +67,48 @@ std::string ReadSecretFile(const std::string& path) {
   return secret;
 }
 
+// The uid, gid and groups of user `name` (a name or a numeric uid).
+absl::StatusOr<det::agent::RunAs> LookUpUser(const std::string& name) {
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found);
+  if (found == nullptr && !name.empty() && name.find_first_not_of("0123456789") == std::string::npos) {
+    getpwuid_r(static_cast<uid_t>(std::stoul(name)), &pw, buf.data(), buf.size(), &found);
+  }
+  if (found == nullptr) return absl::NotFoundError("--trial-user " + name + ": no such user");
+  det::agent::RunAs user;
+  user.uid = found->pw_uid;
+  user.gid = found->pw_gid;
+  int n = 64;
+  std::vector<gid_t> groups(n);
+  if (getgrouplist(found->pw_name, found->pw_gid, groups.data(), &n) < 0) {
+    groups.resize(n);
+    getgrouplist(found->pw_name, found->pw_gid, groups.data(), &n);
+  }
+  groups.resize(n);
+  user.groups = groups;
+  if (user.uid == 0) return absl::InvalidArgumentError("--trial-user " + name + " is root: name an unprivileged user");
+  return user;
+}
+
+// --trial-user: false (logged) when the agent is no root or there is no
+// such user.
+bool SetTrialUser(const std::string& name, det::agent::AgentOptions* opts) {
+  if (geteuid() != 0) {
+    spdlog::error("--trial-user {} needs det-agent to run as root (it is uid {})", name, geteuid());
+    return false;
+  }
+  absl::StatusOr<det::agent::RunAs> user = LookUpUser(name);
+  if (!user.ok()) {
+    spdlog::error("{}", user.status().ToString());
+    return false;
+  }
+  opts->trial_user = *user;
+  spdlog::info("trial processes run as {} (uid {}, gid {})", name, user->uid, user->gid);
+  return true;
+}
+
 // "FIRST-LAST" within 1..65535, FIRST <= LAST; false (outputs untouched)
 // otherwise.
 bool ParsePortRange(const std::string& spec, int* first_out, int* last_out) {
@@ -83,7 +132,6 @@ int main(int argc, char** argv) {
   app.set_config("--config", "", "Read flags from this TOML file (see deploy/config/agent.toml)");
   det::agent::AgentOptions opts;
   opts.master_address = Env("DET_MASTER");
-  opts.cluster_secret = Env("DET_CLUSTER_SECRET");
   int slots = 1;
   std::string log_level = "info";
   app.add_option("--master", opts.master_address, "master address HOST:PORT (env DET_MASTER)");
@@ -101,12 +149,16 @@ int main(int argc, char** argv) {
   std::string rendezvous_ports;
   app.add_option("--rendezvous-ports", rendezvous_ports,
                  "FIRST-LAST: ports a distributed trial's chief may listen on here (default 29400-29499)");
-  app.add_option("--cluster-secret", opts.cluster_secret,
-                 "the cluster's agent secret (env DET_CLUSTER_SECRET; prefer --cluster-secret-file, argv is "
-                 "visible to other users)");
   std::string secret_file;
-  app.add_option("--cluster-secret-file", secret_file, "file holding the cluster's agent secret")
+  app.add_option("--cluster-secret-file", secret_file,
+                 "file holding the cluster's agent secret (mode 0600; the only way to give it)")
       ->check(CLI::ExistingFile);
+  std::string trial_user;
+  app.add_option("--trial-user", trial_user,
+                 "run trial processes as this user (det-agent must run as root)");
+  bool no_cgroups = false;
+  app.add_flag("--no-cgroups", no_cgroups,
+               "do not put trial processes in cgroups (they are still contained by process group and reaper)");
   std::string tls_ca;
   app.add_option("--tls-ca", tls_ca, "PEM CA certificate: reach the master over TLS")
       ->check(CLI::ExistingFile);
@@ -121,9 +173,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // Trial processes inherit this environment: they must never see the
-  // agent's secret (they authenticate with their allocation token).
-  unsetenv("DET_CLUSTER_SECRET");
+  // Trial processes never get it either way (trial_env.h).
+  if (std::getenv("DET_CLUSTER_SECRET") != nullptr) {
+    spdlog::warn("DET_CLUSTER_SECRET is ignored (environments leak): use --cluster-secret-file");
+    unsetenv("DET_CLUSTER_SECRET");
+  }
+  if (!trial_user.empty() && !SetTrialUser(trial_user, &opts)) return 2;
+  opts.use_cgroups = !no_cgroups;
   if (!tls_ca.empty()) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = ReadFile(tls_ca);

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +13,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "agent/cgroup.h"
+#include "agent/reaper.h"
+#include "spdlog/spdlog.h"
 
 namespace det::agent {
 namespace {
@@ -52,67 +54,107 @@ int OpenPidfd(pid_t pid) {
 
 absl::StatusOr<std::unique_ptr<Process>> Process::Start(LaunchOptions options) {
   if (options.argv.empty()) return absl::InvalidArgumentError("empty argv");
-  int out_pipe[2];
-  int err_pipe[2];
+  int out_pipe[2], err_pipe[2], report_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe");
   if (pipe2(err_pipe, O_CLOEXEC) != 0) {
     int e = errno;
-    close(out_pipe[0]);
-    close(out_pipe[1]);
+    for (int fd : out_pipe) close(fd);
     return ErrnoStatus(e, "pipe");
   }
-  auto close_all = [&] {
+  if (pipe2(report_pipe, O_CLOEXEC) != 0) {
+    int e = errno;
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
-  };
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
-  if (!options.cwd.empty()) {
-    posix_spawn_file_actions_addchdir_np(&actions, options.cwd.c_str());
+    return ErrnoStatus(e, "pipe");
   }
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t empty_mask;
-  sigemptyset(&empty_mask);
-  sigset_t default_signals;
-  sigfillset(&default_signals);
-  sigdelset(&default_signals, SIGKILL);
-  sigdelset(&default_signals, SIGSTOP);
-  posix_spawnattr_setsigmask(&attr, &empty_mask);
-  posix_spawnattr_setsigdefault(&attr, &default_signals);
-  posix_spawnattr_setpgroup(&attr, 0);  // new group led by the child
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
-
+  if (!options.cgroup_dir.empty()) {
+    absl::Status made = CreateCgroup(options.cgroup_dir);
+    if (!made.ok()) {
+      spdlog::warn("{}; {} runs contained by its reaper only", made.ToString(), options.argv[0]);
+      options.cgroup_dir.clear();
+    }
+  }
+  // Everything the forked reaper reads is built now: it may not allocate.
   std::vector<char*> argv;
   for (auto& a : options.argv) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<char*> envp;
   for (auto& e : options.env) envp.push_back(e.data());
   envp.push_back(nullptr);
-
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    close_all();
-    return ErrnoStatus(rc, absl::StrCat("exec ", options.argv[0], " failed"));
+  const std::string cgroup_procs = options.cgroup_dir.empty() ? "" : options.cgroup_dir + "/cgroup.procs";
+  reaper::Plan plan;
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.cwd = options.cwd.empty() ? nullptr : options.cwd.c_str();
+  plan.out_fd = out_pipe[1];
+  plan.err_fd = err_pipe[1];
+  plan.report_fd = report_pipe[1];
+  plan.cgroup_procs = cgroup_procs.empty() ? nullptr : cgroup_procs.c_str();
+  if (options.run_as) {
+    plan.set_user = true;
+    plan.uid = options.run_as->uid;
+    plan.gid = options.run_as->gid;
+    plan.groups = options.run_as->groups.data();
+    plan.num_groups = options.run_as->groups.size();
   }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
+
+  const pid_t reaper_pid = fork();
+  if (reaper_pid == 0) reaper::Run(plan);
+  const int fork_errno = errno;
+  for (int fd : {out_pipe[1], err_pipe[1], report_pipe[1]}) close(fd);
+  auto fail = [&](absl::Status st) {
+    for (int fd : {out_pipe[0], err_pipe[0], report_pipe[0]}) close(fd);
+    if (!options.cgroup_dir.empty()) (void)KillAndRemoveCgroup(options.cgroup_dir, absl::Seconds(5));
+    return st;
+  };
+  if (reaper_pid < 0) return fail(ErrnoStatus(fork_errno, "fork"));
+  reaper::StartReport start;
+  ssize_t got;
+  while ((got = read(report_pipe[0], &start, sizeof(start))) < 0 && errno == EINTR) {
+  }
+  if (got != static_cast<ssize_t>(sizeof(start)) || start.phase != reaper::kStarted) {
+    while (waitpid(reaper_pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    if (got != static_cast<ssize_t>(sizeof(start))) {
+      return fail(absl::InternalError(absl::StrCat("the reaper of ", options.argv[0], " died before starting it")));
+    }
+    std::string what = absl::StrCat(reaper::PhaseName(start.phase), " ", options.argv[0]);
+    if (start.phase == reaper::kSetuid && options.run_as) what = absl::StrCat("setuid(", options.run_as->uid, ")");
+    return fail(ErrnoStatus(start.error, absl::StrCat(what, " failed")));
+  }
   fcntl(out_pipe[0], F_SETFL, fcntl(out_pipe[0], F_GETFL) | O_NONBLOCK);
   fcntl(err_pipe[0], F_SETFL, fcntl(err_pipe[0], F_GETFL) | O_NONBLOCK);
-  std::unique_ptr<Process> p(new Process(pid, out_pipe[0], err_pipe[0], std::move(options)));
+  fcntl(report_pipe[0], F_SETFL, fcntl(report_pipe[0], F_GETFL) | O_NONBLOCK);
+  std::unique_ptr<Process> p(
+      new Process(start.pid, reaper_pid, out_pipe[0], err_pipe[0], report_pipe[0], std::move(options)));
   p->reader_ = std::thread([raw = p.get()] { raw->ReaderLoop(); });
   return p;
 }
 
-Process::Process(pid_t pid, int out_fd, int err_fd, LaunchOptions options)
-    : pid_(pid), out_fd_(out_fd), err_fd_(err_fd), options_(std::move(options)) {}
+Process::Process(pid_t pid, pid_t reaper_pid, int out_fd, int err_fd, int report_fd, LaunchOptions options)
+    : pid_(pid),
+      reaper_pid_(reaper_pid),
+      out_fd_(out_fd),
+      err_fd_(err_fd),
+      report_fd_(report_fd),
+      options_(std::move(options)) {}
+
+ExitStatus Process::ReadExitStatus(int reaper_wait_status) {
+  reaper::ExitReport report;
+  int wstatus = reaper_wait_status;
+  if (read(report_fd_, &report, sizeof(report)) == static_cast<ssize_t>(sizeof(report))) {
+    wstatus = report.wait_status;
+  } else {
+    // The reaper was killed (by the trial?): its process may live on.
+    ::kill(-pid_, SIGKILL);
+  }
+  ExitStatus status;
+  if (WIFEXITED(wstatus)) {
+    status.exit_code = WEXITSTATUS(wstatus);
+  } else if (WIFSIGNALED(wstatus)) {
+    status.signal_number = WTERMSIG(wstatus);
+  }
+  return status;
+}
 
 Process::~Process() {
   {
@@ -188,7 +230,7 @@ void Process::Emit(OutputStream stream, std::string* buffer, bool flush_partial)
 }
 
 void Process::ReaderLoop() {
-  const int pidfd = OpenPidfd(pid_);
+  const int pidfd = OpenPidfd(reaper_pid_);
   std::optional<absl::Time> leader_exit_time;
   // After the leader exits, wait this long for descendants holding the pipes.
   const absl::Duration kDrainGrace = absl::Milliseconds(200);
@@ -248,21 +290,12 @@ void Process::ReaderLoop() {
     read_fd(&err_fd_, OutputStream::kStderr, &err_buf_);
 
     if (!leader_exit_time) {
-      siginfo_t info;
-      std::memset(&info, 0, sizeof(info));
-      // WNOWAIT: the zombie keeps the pgid reserved while we clean up.
-      if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-          info.si_pid == pid_) {
+      // The reaper exits once the process and all it started are gone.
+      int wstatus = 0;
+      if (waitpid(reaper_pid_, &wstatus, WNOHANG) == reaper_pid_) {
+        ExitStatus status = ReadExitStatus(wstatus);
         absl::MutexLock lock(&mu_);
-        if (kill_requested_) ::kill(-pid_, SIGKILL);  // stragglers of a killed group
-        int wstatus = 0;
-        while (waitpid(pid_, &wstatus, 0) < 0 && errno == EINTR) {
-        }
-        if (WIFEXITED(wstatus)) {
-          status_.exit_code = WEXITSTATUS(wstatus);
-        } else if (WIFSIGNALED(wstatus)) {
-          status_.signal_number = WTERMSIG(wstatus);
-        }
+        status_ = status;
         reaped_ = true;
         leader_exit_time = absl::Now();
       }
@@ -280,6 +313,13 @@ void Process::ReaderLoop() {
   if (err_fd_ >= 0) close(err_fd_);
   out_fd_ = err_fd_ = -1;
   if (pidfd >= 0) close(pidfd);
+  close(report_fd_);
+  report_fd_ = -1;
+  if (!options_.cgroup_dir.empty()) {
+    // Whatever escaped the reaper (it was killed) is still in the cgroup.
+    absl::Status st = KillAndRemoveCgroup(options_.cgroup_dir, absl::Seconds(10));
+    if (!st.ok()) spdlog::error("{}", st.ToString());
+  }
 
   ExitStatus status;
   {

@@ -1,6 +1,8 @@
-// Launching one child process in its own process group, capturing its
-// stdout/stderr line by line, and stopping it with SIGTERM -> SIGKILL
-// escalation. No gRPC here: the agent wires the callbacks to its stream.
+// Launching one child process in its own process group, contained: under a
+// reaper (reaper.h) that ends every process it leaves behind, optionally in
+// a cgroup v2 and as another user. Captures its stdout/stderr line by line
+// and stops it with SIGTERM -> SIGKILL escalation. No gRPC here: the agent
+// wires the callbacks to its stream.
 #ifndef DET_AGENT_PROCESS_LAUNCHER_H_
 #define DET_AGENT_PROCESS_LAUNCHER_H_
 
@@ -23,6 +25,13 @@ namespace det::agent {
 
 enum class OutputStream { kStdout, kStderr };
 
+// A user to run the process as (the launcher must be root).
+struct RunAs {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups
+};
+
 // How a process ended: exactly one of exit_code / signal_number is set.
 struct ExitStatus {
   std::optional<int> exit_code;
@@ -43,15 +52,26 @@ struct LaunchOptions {
   // output was drained. The callback must not destroy the Process.
   std::function<void(const ExitStatus&)> on_exit;
   size_t max_line_bytes = 64 * 1024;
+  // Run the process as this user (setgroups/setgid/setuid after fork,
+  // before exec); unset: as the caller.
+  std::optional<RunAs> run_as;
+  // A cgroup v2 directory to create and run the whole process tree in; when
+  // the process ends, everything still in it is killed and it is removed.
+  // "": none (the reaper alone contains the tree). When it cannot be
+  // created the process runs without it.
+  std::string cgroup_dir;
 };
 
 // One running (or finished) child process. Thread-safe.
 class Process {
  public:
   // Spawns `options.argv` with stdin from /dev/null and stdout/stderr piped,
-  // as the leader of a new process group, and starts its reader thread.
-  // Errors: InvalidArgument (empty argv), and the errno of the failed
-  // spawn/exec (e.g. NotFound "exec failed: No such file or directory").
+  // as the leader of a new process group, under a reaper (reaper.h): when
+  // the process exits, every process it started (its group, and orphans
+  // that left the group, e.g. with setsid) is killed before the exit is
+  // reported. Starts the reader thread. Errors: InvalidArgument (empty
+  // argv), and the errno of the failed step (e.g. NotFound "exec ... failed:
+  // No such file or directory", PermissionDenied "setuid ... failed").
   static absl::StatusOr<std::unique_ptr<Process>> Start(LaunchOptions options);
 
   // Kills the process group (SIGKILL) if still running and joins the reader
@@ -60,6 +80,7 @@ class Process {
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
+  // The process's pid (also its process group id).
   pid_t pid() const { return pid_; }
 
   // Sends `signal_number` to the whole process group; OK when it already
@@ -77,13 +98,18 @@ class Process {
   std::optional<ExitStatus> WaitFor(absl::Duration timeout);
 
  private:
-  Process(pid_t pid, int out_fd, int err_fd, LaunchOptions options);
+  Process(pid_t pid, pid_t reaper_pid, int out_fd, int err_fd, int report_fd, LaunchOptions options);
   void ReaderLoop();
+  // The process's exit status from the reaper's report (or, when the reaper
+  // was killed, the reaper's own `wait_status`).
+  ExitStatus ReadExitStatus(int reaper_wait_status);
   void Emit(OutputStream stream, std::string* buffer, bool flush_partial);
 
   const pid_t pid_;
+  const pid_t reaper_pid_;
   int out_fd_;
   int err_fd_;
+  int report_fd_;  // the reaper's ExitReport
   LaunchOptions options_;
   std::string out_buf_;  // reader thread only
   std::string err_buf_;  // reader thread only
@@ -91,7 +117,7 @@ class Process {
 
   absl::Mutex mu_;
   bool exited_ ABSL_GUARDED_BY(mu_) = false;   // leader reaped, output drained
-  bool reaped_ ABSL_GUARDED_BY(mu_) = false;   // leader reaped (pgid may be gone)
+  bool reaped_ ABSL_GUARDED_BY(mu_) = false;   // reaper reaped (pgid may be gone)
   ExitStatus status_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> kill_deadline_ ABSL_GUARDED_BY(mu_);
   bool kill_requested_ ABSL_GUARDED_BY(mu_) = false;

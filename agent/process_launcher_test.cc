@@ -1,9 +1,17 @@
 #include "agent/process_launcher.h"
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "agent/cgroup.h"
 
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
@@ -139,6 +147,94 @@ TEST(ProcessTest, SignalReachesTheGroup) {
   EXPECT_EQ(st->signal_number.value_or(0), SIGTERM);
   // Signalling an exited process is a no-op.
   EXPECT_TRUE((*p)->Signal(SIGTERM).ok());
+}
+
+// Pids of live processes (not zombies) whose command line holds `marker`.
+std::vector<pid_t> ProcessesWith(const std::string& marker) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(e.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    std::ifstream stat(e.path() / "stat");
+    std::string st((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto paren = st.rfind(')');
+    const bool zombie = paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] == 'Z';
+    if (!zombie && cmdline.find(marker) != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// A process that leaves the group (setsid) and outlives its parent is still
+// killed when the process ends, before the exit is reported.
+void ExpectEscapedDaemonIsKilled(const std::string& cgroup_dir) {
+  Lines lines;
+  const std::string marker = absl::StrCat("3141.", getpid(), cgroup_dir.empty() ? "1" : "2");
+  auto o = lines.Options({"/bin/sh", "-c",
+                          "setsid sleep " + marker + " </dev/null >/dev/null 2>&1 & "
+                          "sh -c 'sleep " + marker + "1 & echo spawned' ; echo ready"});
+  o.cgroup_dir = cgroup_dir;
+  auto p = Process::Start(std::move(o));
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto st = (*p)->WaitFor(absl::Seconds(20));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code.value_or(-1), 0);
+  // on_exit ran: nothing of the tree may be left (no polling needed).
+  EXPECT_TRUE(ProcessesWith("sleep " + marker).empty()) << "an escaped process outlived its trial";
+  if (!cgroup_dir.empty()) {
+    EXPECT_FALSE(std::filesystem::exists(cgroup_dir));
+  }
+  absl::MutexLock lock(&lines.mu);
+  EXPECT_THAT(lines.out, Contains("ready"));
+}
+
+TEST(ProcessTest, EscapedDaemonIsKilledWithTheProcess) { ExpectEscapedDaemonIsKilled(""); }
+
+TEST(ProcessTest, EscapedDaemonIsKilledWithTheProcessInACgroup) {
+  auto own = OwnCgroupDir();
+  if (!own.ok()) GTEST_SKIP() << "no cgroup v2: " << own.status();
+  const std::string dir = absl::StrCat(*own, "/det-launcher-test-", getpid());
+  if (!CreateCgroup(dir).ok()) GTEST_SKIP() << "cannot create a cgroup under " << *own;
+  ExpectEscapedDaemonIsKilled(dir + "/p");
+  std::filesystem::remove(dir);
+}
+
+// A killed reaper does not let the process live on unnoticed.
+TEST(ProcessTest, KillAfterTheMainProcessExitedIsHarmless) {
+  Lines lines;
+  auto p = Process::Start(lines.Options({"/bin/sh", "-c", "exit 3"}));
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto st = (*p)->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code.value_or(-1), 3);
+  (*p)->Kill(absl::ZeroDuration());
+  EXPECT_TRUE((*p)->Signal(SIGTERM).ok());
+}
+
+TEST(ProcessTest, RunsAsAnotherUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (setuid), running as uid " << geteuid();
+  Lines lines;
+  auto o = lines.Options({"/bin/sh", "-c", "id -u; id -g; id -G"});
+  o.run_as = RunAs{65534, 65534, {65534}};
+  o.cwd = "/";
+  auto p = Process::Start(std::move(o));
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto st = (*p)->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code.value_or(-1), 0);
+  absl::MutexLock lock(&lines.mu);
+  EXPECT_THAT(lines.out, ElementsAre("65534", "65534", "65534"));
+}
+
+TEST(ProcessTest, UnreachableWorkingDirectoryIsAnError) {
+  Lines lines;
+  auto o = lines.Options({"/bin/true"});
+  o.cwd = "/nonexistent-dir";
+  auto p = Process::Start(std::move(o));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound) << p.status();
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "chdir")) << p.status();
 }
 
 }  // namespace

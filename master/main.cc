@@ -9,7 +9,9 @@
 //
 // Every API call but Login and GetMaster needs a user token (users `admin`
 // and `determined`, empty passwords, are created on first start); agents must
-// present the cluster secret (file or $DET_CLUSTER_SECRET) when one is set.
+// present the cluster secret (--cluster-secret-file; never the environment)
+// when one is set, and, once registered, their per-agent credential
+// (--reset-agent ID forgets an agent id's credential).
 #include <signal.h>
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
@@ -65,6 +68,7 @@ struct Flags {
   std::string cluster_secret_file;
   double token_ttl_hours = 168;
   std::string tls_cert, tls_key;
+  std::vector<std::string> reset_agents;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -111,9 +115,11 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "copy built into det-master")
       ->check(CLI::ExistingDirectory);
   app.add_option("--cluster-secret-file", f.cluster_secret_file,
-                 "File holding the secret agents must present (default $DET_CLUSTER_SECRET; none: agents are not "
-                 "authenticated)")
+                 "File holding the secret agents must present (none: agents are not authenticated)")
       ->check(CLI::ExistingFile);
+  app.add_option("--reset-agent", f.reset_agents,
+                 "Forget this agent id's per-agent credential at start (repeatable): its next registration gets "
+                 "a new one (for an agent that lost its work dir)");
   app.add_option("--token-ttl-hours", f.token_ttl_hours, "Lifetime of a login token")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -123,7 +129,7 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
 }
 
-// The AuthCore options the flags (and $DET_CLUSTER_SECRET) set; false with a
+// The AuthCore options the flags set; false with a
 // message on stderr when the secret file is unreadable.
 bool AuthOptionsFrom(const Flags& f, det::master::AuthOptions* out) {
   out->token_ttl_ms = static_cast<int64_t>(f.token_ttl_hours * 3600 * 1000);
@@ -135,8 +141,10 @@ bool AuthOptionsFrom(const Flags& f, det::master::AuthOptions* out) {
       return false;
     }
     out->cluster_secret = Trim(secret);
-  } else if (const char* env = std::getenv("DET_CLUSTER_SECRET"); env != nullptr) {
-    out->cluster_secret = Trim(env);
+  }
+  // Environments leak (/proc/PID/environ, child processes): never read it.
+  if (std::getenv("DET_CLUSTER_SECRET") != nullptr) {
+    std::fprintf(stderr, "det-master: warning: DET_CLUSTER_SECRET is ignored; use --cluster-secret-file\n");
   }
   return true;
 }
@@ -244,8 +252,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(auth.status().message()).c_str());
     return 1;
   }
+  for (const std::string& id : f.reset_agents) {
+    absl::Status reset = (*core)->ResetAgentCredential(id);
+    if (!reset.ok()) {
+      std::fprintf(stderr, "det-master: error: --reset-agent %s: %s\n", id.c_str(), std::string(reset.message()).c_str());
+      return 1;
+    }
+    spdlog::warn("agent '{}': credential reset; its next registration gets a new one", id);
+  }
   if (!(*auth)->cluster_secret_required()) {
-    spdlog::warn("no cluster secret (--cluster-secret-file or DET_CLUSTER_SECRET): any process that reaches the "
+    spdlog::warn("no cluster secret (--cluster-secret-file): any process that reaches the "
                  "gRPC port can register as an agent");
   }
   int code = Serve(f, core->get(), auth->get(), &signals);

@@ -1,5 +1,8 @@
 // MasterCore: det.agent.v1 (registration, the Connect stream, heartbeats,
 // process state, logs) and the det.api.v1 agent and slot listings.
+#include <map>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -8,6 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "common/sha256.h"
+#include "master/core/auth.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
@@ -27,6 +32,46 @@ absl::Status ValidateRegistration(const agentv1::RegisterAgentRequest& req) {
   return absl::OkStatus();
 }
 
+// OK when agent id req.agent_id() has no credential yet (`known_hash` empty)
+// or req presents the one whose SHA-256 is `known_hash` (constant time).
+absl::Status CheckAgentCredential(const agentv1::RegisterAgentRequest& req, const std::string& known_hash) {
+  if (known_hash.empty()) return absl::OkStatus();
+  if (req.agent_credential().empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "agent '", req.agent_id(), "' is registered with a per-agent credential and this registration has none "
+        "(the agent keeps it in <work-dir>/agent-credential; an operator resets a lost one with "
+        "det-master --reset-agent ", req.agent_id(), ")"));
+  }
+  if (!AuthCore::ConstantTimeEquals(Sha256Hex(req.agent_credential()), known_hash)) {
+    return absl::PermissionDeniedError(absl::StrCat("agent '", req.agent_id(),
+                                                    "': wrong per-agent credential (an operator resets it with "
+                                                    "det-master --reset-agent ", req.agent_id(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The trial of allocation `id` when it is (or lately was) placed on `agent`;
+// 0 otherwise.
+int64_t PlacedTrial(const std::map<std::string, std::unique_ptr<AllocationRuntime>>& allocations,
+                    const AgentRuntime& agent, const std::string& id) {
+  auto it = allocations.find(id);
+  if (it != allocations.end()) return RunsOn(*it->second, agent.row.id) ? it->second->trial_id : 0;
+  for (const auto& [recent, trial_id] : agent.recent_allocations) {
+    if (recent == id) return trial_id;
+  }
+  return 0;
+}
+
+// Logs a message of `agent` refused for naming what is not placed on it;
+// every message up to 8, then every power of two (a flood stays quiet).
+void RefuseAgentMessage(AgentRuntime& agent, const std::string& what) {
+  const int64_t n = ++agent.refused_messages;
+  if (n <= 8 || (n & (n - 1)) == 0) {
+    spdlog::warn("agent {}: refused {} ({} refused so far): PERMISSION_DENIED, not placed on this agent",
+                 agent.row.id, what, n);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const agentv1::RegisterAgentRequest& req) {
@@ -34,20 +79,37 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   auto it = agents_.find(req.agent_id());
-  if (it != agents_.end() && it->second->connected) {
-    bool same_session = !req.previous_session_token().empty() &&
-                        req.previous_session_token() == it->second->session_token;
-    if (!same_session) {
-      return absl::AlreadyExistsError(absl::StrCat("agent '", req.agent_id(),
-                                                   "' is already connected; choose another --id"));
-    }
+  const bool connected = it != agents_.end() && it->second->connected;
+  if (connected && (req.previous_session_token().empty() ||
+                    req.previous_session_token() != it->second->session_token)) {
+    return absl::AlreadyExistsError(absl::StrCat("agent '", req.agent_id(),
+                                                 "' is already connected; choose another --id"));
+  }
+  // A known agent id proves it is the same agent (its credential), before
+  // anything about it changes; the cluster secret alone is not enough.
+  std::optional<AgentRow> stored;
+  if (it == agents_.end()) {
+    DET_ASSIGN_OR_RETURN(stored, store_->GetAgent(req.agent_id()));
+  }
+  const std::string known_hash = it != agents_.end() ? it->second->row.credential_sha256
+                                                     : (stored ? stored->credential_sha256 : "");
+  DET_RETURN_IF_ERROR(CheckAgentCredential(req, known_hash));
+  if (connected) {
     // The same agent whose stream broke: what it runs is reconciled below.
     if (it->second->session) it->second->session->Close();
     it->second->session.reset();
     it->second->connected = false;
   }
-  if (it == agents_.end()) it = agents_.emplace(req.agent_id(), std::make_unique<AgentRuntime>()).first;
+  if (it == agents_.end()) {
+    it = agents_.emplace(req.agent_id(), std::make_unique<AgentRuntime>()).first;
+    if (stored) it->second->row = *stored;  // enabled, registered_ms, credential
+  }
   AgentRuntime& agent = *it->second;
+  std::string issued;
+  if (agent.row.credential_sha256.empty()) {
+    issued = RandomHex(32);
+    agent.row.credential_sha256 = Sha256Hex(issued);
+  }
   agent.row.id = req.agent_id();
   agent.row.hostname = req.hostname();
   agent.row.resource_pool = req.resource_pool().empty() ? "default" : req.resource_pool();
@@ -73,6 +135,7 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
   resp.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
   resp.set_cluster_id(cluster_id_);
   resp.set_enabled(agent.row.enabled);
+  if (!issued.empty()) resp.set_agent_credential(issued);
   ReconcileAgentLocked(agent, req, &resp);
   spdlog::info("agent {} registered: {} slot(s) in pool {}", agent.row.id, agent.devices.size(), agent.row.resource_pool);
   return Committed(w, resp);
@@ -109,6 +172,13 @@ void MasterCore::ReconcileAgentLocked(AgentRuntime& agent, const agentv1::Regist
   }
 }
 
+absl::Status MasterCore::ResetAgentCredential(const std::string& agent_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = agents_.find(agent_id);
+  if (it != agents_.end()) it->second->row.credential_sha256.clear();
+  return store_->ResetAgentCredential(agent_id);
+}
+
 absl::StatusOr<std::shared_ptr<AgentSession>> MasterCore::AttachAgent(const std::string& session_token) {
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
@@ -126,6 +196,24 @@ absl::StatusOr<std::shared_ptr<AgentSession>> MasterCore::AttachAgent(const std:
   return absl::UnauthenticatedError("unknown agent session token; register first");
 }
 
+absl::Status MasterCore::AuthorizeArtifactFetch(const std::string& session_token, const std::string& sha256) {
+  std::lock_guard<std::mutex> l(mu_);
+  const AgentRuntime* agent = nullptr;
+  for (const auto& [id, a] : agents_) {
+    if (!session_token.empty() && a->session_token == session_token) agent = a.get();
+  }
+  if (agent == nullptr) return absl::UnauthenticatedError("unknown agent session token; register first");
+  for (const auto& [id, alloc] : allocations_) {
+    auto eit = experiments_.find(alloc->experiment_id);
+    if (eit != experiments_.end() && eit->second->row.trial_so_sha256 == sha256 && RunsOn(*alloc, agent->row.id)) {
+      return absl::OkStatus();
+    }
+  }
+  spdlog::warn("agent {}: refused artifact {}: no allocation placed on it runs it", agent->row.id, sha256.substr(0, 64));
+  return absl::PermissionDeniedError(
+      absl::StrCat("agent '", agent->row.id, "' runs no allocation of artifact ", sha256.substr(0, 64)));
+}
+
 void MasterCore::DetachAgent(const std::shared_ptr<AgentSession>& session) {
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
@@ -140,23 +228,36 @@ void MasterCore::DetachAgent(const std::shared_ptr<AgentSession>& session) {
 }
 
 void MasterCore::HandleAgentMessage(const std::string& agent_id, const agentv1::AgentMessage& message) {
+  // Anything naming an allocation counts only for one placed on this agent:
+  // another agent's allocations and trials are not this agent's to end or
+  // write logs for.
   if (message.has_logs()) {
     std::vector<TaskLogRow> rows;
-    if (message.logs().logs_size() > options_.max_log_lines_per_message) {
-      spdlog::warn("agent {}: {} log lines in one message; storing the first {}", agent_id,
-                   message.logs().logs_size(), options_.max_log_lines_per_message);
-    }
-    for (const auto& log : message.logs().logs()) {
-      if (static_cast<int>(rows.size()) >= options_.max_log_lines_per_message) break;
-      TaskLogRow r;
-      r.trial_id = log.trial_id();
-      r.allocation_id = log.allocation_id();
-      r.rank = log.has_rank() ? log.rank() : 0;
-      r.time_ms = log.has_timestamp() ? TimeMs(log.timestamp()) : WallMs();
-      r.level = apiv1::LogLevel_Name(log.level());
-      r.stream = log.stdtype() == apiv1::STD_TYPE_STDERR ? "stderr" : "stdout";
-      r.message = log.message();
-      if (r.trial_id > 0) rows.push_back(std::move(r));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = agents_.find(agent_id);
+      if (it == agents_.end()) return;
+      if (message.logs().logs_size() > options_.max_log_lines_per_message) {
+        spdlog::warn("agent {}: {} log lines in one message; storing the first {}", agent_id,
+                     message.logs().logs_size(), options_.max_log_lines_per_message);
+      }
+      for (const auto& log : message.logs().logs()) {
+        if (static_cast<int>(rows.size()) >= options_.max_log_lines_per_message) break;
+        const int64_t trial_id = PlacedTrial(allocations_, *it->second, log.allocation_id());
+        if (trial_id <= 0) {
+          RefuseAgentMessage(*it->second, absl::StrCat("log lines of allocation '", log.allocation_id(), "'"));
+          continue;
+        }
+        TaskLogRow r;
+        r.trial_id = trial_id;  // the master's, never the agent's word
+        r.allocation_id = log.allocation_id();
+        r.rank = log.has_rank() ? log.rank() : 0;
+        r.time_ms = log.has_timestamp() ? TimeMs(log.timestamp()) : WallMs();
+        r.level = apiv1::LogLevel_Name(log.level());
+        r.stream = log.stdtype() == apiv1::STD_TYPE_STDERR ? "stderr" : "stdout";
+        r.message = log.message();
+        rows.push_back(std::move(r));
+      }
     }
     if (!rows.empty()) {
       absl::Status st = store_->InsertTaskLogs(rows);
@@ -174,7 +275,15 @@ void MasterCore::HandleAgentMessage(const std::string& agent_id, const agentv1::
   if (message.has_heartbeat()) HandleHeartbeatLocked(agent, message.heartbeat());
   if (message.has_process_state()) {
     const auto& ps = message.process_state();
+    auto ait = allocations_.find(ps.allocation_id());
+    if (ait == allocations_.end()) return;  // ended or given up: nothing to count
+    if (!RankRunsOn(*ait->second, agent.row.id, ps.rank())) {
+      RefuseAgentMessage(agent, absl::StrCat("a state change of rank ", ps.rank(), " of allocation '",
+                                             ps.allocation_id(), "'"));
+      return;
+    }
     if (ps.state() == agentv1::PROCESS_STATE_TERMINATED) {
+      if (!ait->second->terminated_ranks.insert(ps.rank()).second) return;  // counted already
       int code = ps.has_exit_code() ? ps.exit_code() : (ps.has_signal_number() ? 128 + ps.signal_number() : 1);
       std::string why = ps.has_signal_number() ? absl::StrCat("rank ", ps.rank(), " killed by signal ", ps.signal_number())
                                                : absl::StrCat("rank ", ps.rank(), " exited with code ", code);

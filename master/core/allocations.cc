@@ -162,6 +162,10 @@ void MasterCore::EndAllocation(AllocationRuntime& alloc) {
   for (const auto& placement : alloc.placements) {
     auto ait = agents_.find(placement.agent_id);
     if (ait == agents_.end()) continue;
+    // Its last log lines may still be on their way from this agent.
+    auto& recent = ait->second->recent_allocations;
+    recent.emplace_back(alloc.id, alloc.trial_id);
+    if (recent.size() > kRecentAllocations) recent.pop_front();
     for (int slot : placement.slots) {
       ait->second->used_slots.erase(slot);
       ait->second->slot_allocation.erase(slot);

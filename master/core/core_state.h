@@ -5,11 +5,13 @@
 #define DET_MASTER_CORE_CORE_STATE_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/experiment_config.h"
@@ -96,6 +98,8 @@ struct AllocationRuntime {
   std::set<int> rendezvous_reported;  // ranks that called AllocationRendezvous
   int64_t rendezvous_started_mono_ms = 0;  // first rank's report (0: none yet)
   bool rendezvous_timed_out = false;
+  // Ranks whose TERMINATED was counted (a repeated report is not).
+  std::set<int> terminated_ranks;
 };
 
 struct AgentRuntime {
@@ -118,7 +122,26 @@ struct AgentRuntime {
   // master restart or an agent loss): they hold unknown slots, so nothing
   // is placed on the agent until its heartbeats stop listing them.
   std::set<std::string> zombies;
+  // Allocations that ended lately on this agent (id -> trial id), oldest
+  // first, at most kRecentAllocations: their last log lines may still come.
+  std::deque<std::pair<std::string, int64_t>> recent_allocations;
+  // Messages refused because they named an allocation not placed here.
+  int64_t refused_messages = 0;
 };
+
+inline constexpr size_t kRecentAllocations = 64;
+
+// Whether `rank` of `alloc` was placed on agent `agent_id` (ranks are
+// numbered over the placements' slots in order, as StartAllocation sends).
+inline bool RankRunsOn(const AllocationRuntime& alloc, const std::string& agent_id, int64_t rank) {
+  int64_t next = 0;
+  for (const auto& p : alloc.placements) {
+    const int64_t first = next;
+    next += static_cast<int64_t>(p.slots.size());
+    if (p.agent_id == agent_id && rank >= first && rank < next) return true;
+  }
+  return false;
+}
 
 // Whether a rank of `alloc` was placed on agent `agent_id`.
 inline bool RunsOn(const AllocationRuntime& alloc, const std::string& agent_id) {

@@ -168,8 +168,16 @@ class MasterCore {
 
   // ---- det.agent.v1 (agents.cc)
   absl::StatusOr<agentv1::RegisterAgentResponse> RegisterAgent(const agentv1::RegisterAgentRequest& req);
+  // Forgets agent `agent_id`'s per-agent credential: its next registration
+  // is treated as its first and gets a new one (det-master --reset-agent).
+  // NotFound for an unknown agent. Thread-safe.
+  absl::Status ResetAgentCredential(const std::string& agent_id);
   // Binds the Connect stream of the agent holding `session_token`.
   absl::StatusOr<std::shared_ptr<AgentSession>> AttachAgent(const std::string& session_token);
+  // Whether the agent holding `session_token` may download artifact
+  // `sha256`: only the trial.so of an allocation placed on it.
+  // Unauthenticated for an unknown session, PermissionDenied otherwise.
+  absl::Status AuthorizeArtifactFetch(const std::string& session_token, const std::string& sha256);
   // One message of agent `agent_id`'s Connect stream.
   void HandleAgentMessage(const std::string& agent_id, const agentv1::AgentMessage& message);
   // The stream of `session` ended.

@@ -59,10 +59,13 @@ class MasterCoreTest : public ::testing::Test {
     req.set_hostname("localhost");
     for (int i = 0; i < slots; ++i) req.add_devices()->set_id(i);
     for (const auto& r : running) req.add_running_allocation_ids(r);
+    // Like a real agent: the credential issued at the first registration.
+    req.set_agent_credential(credentials_[id]);
     auto resp = core_->RegisterAgent(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     if (!resp.ok()) return nullptr;
     registered_[id] = *resp;
+    if (!resp->agent_credential().empty()) credentials_[id] = resp->agent_credential();
     auto session = core_->AttachAgent(resp->session_token());
     EXPECT_TRUE(session.ok()) << session.status();
     return session.ok() ? *session : nullptr;
@@ -174,6 +177,7 @@ class MasterCoreTest : public ::testing::Test {
   std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
   std::unique_ptr<MasterCore> core_;
   std::map<std::string, agentv1::RegisterAgentResponse> registered_;
+  std::map<std::string, std::string> credentials_;  // per agent id
 };
 
 TEST_F(MasterCoreTest, AgentSilentPastHeartbeatTimeoutIsLostAndItsTrialMoves) {
@@ -428,6 +432,7 @@ TEST_F(MasterCoreTest, DisconnectedAgentHasTheHeartbeatTimeoutToComeBack) {
   req.add_devices()->set_id(0);
   req.add_running_allocation_ids(start.allocation_id());
   req.set_previous_session_token(registered_["a"].session_token());
+  req.set_agent_credential(credentials_["a"]);
   auto resp = core_->RegisterAgent(req);
   ASSERT_TRUE(resp.ok()) << resp.status();
   EXPECT_EQ(resp->kill_allocation_ids_size(), 0);
@@ -492,6 +497,62 @@ TEST_F(MasterCoreTest, FailedCommitSendsNothingToAgentsAndLeavesNoTrace) {
   ASSERT_EQ(starts.size(), 1u);
   EXPECT_EQ(core_->store()->ListAllocations()->size(), 1u);
   EXPECT_EQ(Trial().allocation_id(), starts[0].allocation_id());
+}
+
+// An agent id's first registration issues a credential (stored hashed);
+// later registrations need it, also after a master restart; an operator's
+// reset lets the next registration get a new one.
+TEST_F(MasterCoreTest, KnownAgentIdNeedsItsCredential) {
+  auto a = Agent("a", 1);
+  const std::string credential = credentials_["a"];
+  ASSERT_EQ(credential.size(), 64u);
+  core_->DetachAgent(a);
+  agentv1::RegisterAgentRequest req;
+  req.set_agent_id("a");
+  req.add_devices()->set_id(0);
+  auto none = core_->RegisterAgent(req);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kPermissionDenied) << none.status();
+  req.set_agent_credential(std::string(64, '0'));
+  EXPECT_EQ(core_->RegisterAgent(req).status().code(), absl::StatusCode::kPermissionDenied);
+  req.set_agent_credential(credential);
+  auto good = core_->RegisterAgent(req);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE(good->agent_credential().empty()) << "issued only once";
+
+  Restart();
+  req.clear_agent_credential();
+  EXPECT_EQ(core_->RegisterAgent(req).status().code(), absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(core_->ResetAgentCredential("a").ok());
+  auto fresh = core_->RegisterAgent(req);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(fresh->agent_credential().size(), 64u);
+  EXPECT_NE(fresh->agent_credential(), credential);
+  EXPECT_EQ(core_->ResetAgentCredential("nobody").code(), absl::StatusCode::kNotFound);
+}
+
+// A process state change of an allocation placed on another agent (or of a
+// rank it does not run) is ignored; a repeated TERMINATED counts once.
+TEST_F(MasterCoreTest, AgentMessagesCountOnlyForItsOwnAllocations) {
+  auto a = Agent("a", 1);
+  auto b = Agent("b", 1);
+  CreateExperiment();
+  core_->RunBackgroundPass();
+  std::string alloc = Trial().allocation_id();
+  ASSERT_FALSE(alloc.empty());
+  std::string runner;
+  auto agents = core_->GetAgents(apiv1::GetAgentsRequest());
+  ASSERT_TRUE(agents.ok());
+  for (const auto& ag : agents->agents()) {
+    for (const auto& id : ag.allocation_ids()) {
+      if (id == alloc) runner = ag.id();
+    }
+  }
+  ASSERT_FALSE(runner.empty());
+  const std::string other = runner == "a" ? "b" : "a";
+  Exited(other, alloc, 0, 1);
+  Exited(runner, alloc, 5, 1);
+  EXPECT_EQ(Trial().allocation_id(), alloc);
+  EXPECT_EQ(Trial().restarts(), 0);
 }
 
 }  // namespace

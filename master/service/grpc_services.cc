@@ -253,6 +253,9 @@ grpc::Status AgentServiceImpl::FetchArtifact(grpc::ServerContext* ctx, const age
                                              grpc::ServerWriter<agentv1::FetchArtifactResponse>* writer) {
   absl::Status secret = CheckAgentSecret(*auth_, ctx);
   if (!secret.ok()) return ToGrpcStatus(secret);
+  // Another user's trial.so goes only to an agent that runs it.
+  absl::Status placed = core_->AuthorizeArtifactFetch(BearerToken(ctx), req->sha256());
+  if (!placed.ok()) return ToGrpcStatus(placed);
   auto size = core_->artifacts().Size(req->sha256());
   if (!size.ok()) return ToGrpcStatus(size.status());
   constexpr int64_t kChunk = 1 << 20;

@@ -161,6 +161,8 @@ struct AgentRow {
   bool enabled = true;
   int64_t registered_ms = 0;
   int64_t last_seen_ms = 0;
+  // SHA-256 (hex) of the agent's credential; "" when none was issued yet.
+  std::string credential_sha256;
 };
 
 struct UserRow {
@@ -386,6 +388,14 @@ class Store {
 
   // Every agent, ordered by id.
   absl::StatusOr<std::vector<AgentRow>> ListAgents();
+
+  // Agent `id`, or nullopt when there is none.
+  absl::StatusOr<std::optional<AgentRow>> GetAgent(const std::string& id);
+
+  // Clears agent `id`'s credential, so that its next registration is treated
+  // as its first (an operator's reset of a lost credential). NotFound when
+  // there is no such agent.
+  absl::Status ResetAgentCredential(const std::string& id);
 
   // ---- Key-value (cluster id etc.) ----
 

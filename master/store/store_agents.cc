@@ -21,14 +21,15 @@ using store_internal::ColText;
 #define DET_ALLOCATION_COLUMNS \
   "id, trial_id, experiment_id, token, placements_json, processes, terminated, created_ms"
 #define DET_AGENT_COLUMNS \
-  "id, hostname, resource_pool, devices_json, version, enabled, registered_ms, last_seen_ms"
+  "id, hostname, resource_pool, devices_json, version, enabled, registered_ms, last_seen_ms, credential_sha256"
 
 constexpr char kUpsertAgent[] =
-    "INSERT INTO agents(" DET_AGENT_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "INSERT INTO agents(" DET_AGENT_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT(id) DO UPDATE SET hostname = excluded.hostname, "
     "resource_pool = excluded.resource_pool, devices_json = excluded.devices_json, "
     "version = excluded.version, enabled = excluded.enabled, "
-    "registered_ms = excluded.registered_ms, last_seen_ms = excluded.last_seen_ms";
+    "registered_ms = excluded.registered_ms, last_seen_ms = excluded.last_seen_ms, "
+    "credential_sha256 = excluded.credential_sha256";
 constexpr char kUpsertAllocation[] =
     "INSERT INTO allocations(" DET_ALLOCATION_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT(id) DO UPDATE SET trial_id = excluded.trial_id, experiment_id = excluded.experiment_id, "
@@ -38,6 +39,8 @@ constexpr char kDeleteAllocation[] = "DELETE FROM allocations WHERE id = ?";
 constexpr char kListAllocations[] = "SELECT " DET_ALLOCATION_COLUMNS " FROM allocations ORDER BY created_ms, id";
 
 constexpr char kListAgents[] = "SELECT " DET_AGENT_COLUMNS " FROM agents ORDER BY id";
+constexpr char kGetAgent[] = "SELECT " DET_AGENT_COLUMNS " FROM agents WHERE id = ?";
+constexpr char kResetAgentCredential[] = "UPDATE agents SET credential_sha256 = '' WHERE id = ?";
 
 AllocationRow ReadAllocation(sqlite3_stmt* s) {
   AllocationRow r;
@@ -62,6 +65,7 @@ AgentRow ReadAgent(sqlite3_stmt* s) {
   r.enabled = ColInt(s, 5) != 0;
   r.registered_ms = ColInt(s, 6);
   r.last_seen_ms = ColInt(s, 7);
+  r.credential_sha256 = ColText(s, 8);
   return r;
 }
 
@@ -80,7 +84,8 @@ absl::Status Store::UpsertAgent(const AgentRow& row) {
         .Text(row.version)
         .Int(row.enabled ? 1 : 0)
         .Int(row.registered_ms)
-        .Int(row.last_seen_ms);
+        .Int(row.last_seen_ms)
+        .Text(row.credential_sha256);
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind agent");
     int rc = sqlite3_step(st.get());
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("upsert agent ", row.id));
@@ -96,6 +101,31 @@ absl::StatusOr<std::vector<AgentRow>> Store::ListAgents() {
   while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(ReadAgent(st.get()));
   if (rc != SQLITE_DONE) return Error(rc, "list agents");
   return out;
+}
+
+absl::StatusOr<std::optional<AgentRow>> Store::GetAgent(const std::string& id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetAgent));
+  Binder b(st.get());
+  b.Text(id);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind agent id");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_DONE) return std::optional<AgentRow>();
+  if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("get agent ", id));
+  return std::optional<AgentRow>(ReadAgent(st.get()));
+}
+
+absl::Status Store::ResetAgentCredential(const std::string& id) {
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kResetAgentCredential));
+    Binder b(st.get());
+    b.Text(id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind agent id");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("reset credential of agent ", id));
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("agent '", id, "' not found"));
+    return absl::OkStatus();
+  });
 }
 
 // ---- Allocations ----

@@ -162,10 +162,16 @@ CREATE TABLE user_tokens (
 CREATE INDEX user_tokens_user_id ON user_tokens(user_id);
 )sql";
 
+// 4: each agent id's credential (the SHA-256 of the secret the master issued
+// at its first registration; '' until then, or after an operator reset).
+constexpr char kMigration4[] = R"sql(
+ALTER TABLE agents ADD COLUMN credential_sha256 TEXT NOT NULL DEFAULT '';
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
-      new std::vector<const char*>{kMigration1, kMigration2, kMigration3};
+      new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4};
   return *kMigrations;
 }
 
