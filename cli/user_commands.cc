@@ -129,7 +129,7 @@ int UserCreate(Client& client, const std::string& username, bool admin, const st
 
 int UserChangePassword(Client& client, const std::string& username, const std::string& password,
                        const CommandIo& io) {
-  int32_t user_id = 0;
+  int64_t user_id = 0;
   std::string name = username;
   if (username.empty()) {
     v1::GetMeResponse me;

@@ -59,7 +59,7 @@ absl::Status Unauthenticated() { return absl::UnauthenticatedError("invalid cred
 
 apiv1::User UserProto(const UserRow& row) {
   apiv1::User u;
-  u.set_id(static_cast<int32_t>(row.id));
+  u.set_id(row.id);
   u.set_username(row.username);
   u.set_display_name(row.display_name);
   u.set_admin(row.admin);
