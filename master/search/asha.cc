@@ -95,6 +95,7 @@ class AshaSearch final : public SearchMethod {
     brackets_.resize(layout_.brackets.size());
     for (size_t b = 0; b < brackets_.size(); ++b) {
       brackets_[b].rungs.resize(static_cast<size_t>(layout_.brackets[b].num_rungs));
+      Recount();
       const std::vector<int64_t>& len = layout_.brackets[b].rung_lengths;
       int64_t c = layout_.brackets[b].max_trials;
       for (size_t k = 0; k < len.size(); ++k) {
@@ -152,7 +153,7 @@ class AshaSearch final : public SearchMethod {
       return TrialExitedEarly(id, ExitedReason::kUserCanceled, rng);
     }
     std::vector<SearcherOp> ops;
-    it->second.state = TrialState::kEnded;
+    SetTrial(it->second, TrialState::kEnded, it->second.rung);
     ++ended_;
     AfterEvent(it->second.bracket, rng, &ops);
     return ops;
@@ -165,7 +166,7 @@ class AshaSearch final : public SearchMethod {
     Trial& t = it->second;
     size_t b = t.bracket;
     TrialState was = t.state;
-    t.state = TrialState::kEnded;
+    SetTrial(t, TrialState::kEnded, t.rung);
     if (reason == ExitedReason::kInvalidHp) {
       t.invalid = true;
       --brackets_[b].created;  // does not count: a fresh sample takes its place
@@ -319,6 +320,7 @@ class AshaSearch final : public SearchMethod {
           (!s.trials_.empty() && s.trials_.rbegin()->first >= s.next_request_id_)) {
         return absl::InvalidArgumentError("searcher snapshot has inconsistent counters");
       }
+      s.Recount();
       *this = std::move(s);
       return absl::OkStatus();
     } catch (const json::exception& e) {
@@ -350,12 +352,39 @@ class AshaSearch final : public SearchMethod {
   int64_t TopRung(size_t b) const { return layout_.brackets[b].num_rungs - 1; }
 
   // Trials of bracket `b` training (toward rung `k`, or any when k < 0).
+  // O(1): a scan of every trial per event made a 10,000-trial search (the
+  // max_trials cap) cost O(n^2), 25 s of CPU for one PreviewSearch.
   int64_t Training(size_t b, int64_t k = -1) const {
-    int64_t n = 0;
-    for (const auto& [id, t] : trials_) {
-      if (t.bracket == b && t.state == TrialState::kTraining && (k < 0 || t.rung == k)) ++n;
+    return k < 0 ? training_[b] : training_at_[b][static_cast<size_t>(k)];
+  }
+
+  // Adds (delta 1) or removes (-1) trial t's share of the counters.
+  void Count(const Trial& t, int64_t delta) {
+    if (t.state == TrialState::kTraining) {
+      training_[t.bracket] += delta;
+      training_at_[t.bracket][static_cast<size_t>(t.rung)] += delta;
     }
-    return n;
+    if (t.state == TrialState::kWaiting) waiting_at_[t.bracket][static_cast<size_t>(t.rung)] += delta;
+    if (t.state != TrialState::kEnded) unended_ += delta;
+  }
+  // Every change of a trial's state or rung goes through here.
+  void SetTrial(Trial& t, TrialState state, int64_t rung) {
+    Count(t, -1);
+    t.state = state;
+    t.rung = rung;
+    Count(t, 1);
+  }
+  // Rebuilds the counters from trials_.
+  void Recount() {
+    training_.assign(brackets_.size(), 0);
+    training_at_.resize(brackets_.size());
+    waiting_at_.resize(brackets_.size());
+    for (size_t b = 0; b < brackets_.size(); ++b) {
+      training_at_[b].assign(brackets_[b].rungs.size(), 0);
+      waiting_at_[b].assign(brackets_[b].rungs.size(), 0);
+    }
+    unended_ = 0;
+    for (const auto& [id, t] : trials_) Count(t, 1);
   }
 
   bool CanCreate(size_t b) const {
@@ -372,6 +401,7 @@ class AshaSearch final : public SearchMethod {
     Trial t;
     t.bracket = b;
     trials_[create.request_id] = t;
+    Count(t, 1);
     RequestId id = create.request_id;
     ops->push_back(std::move(create));
     ops->push_back(ValidateAfterOp{id, RungLength(b, 0)});
@@ -414,19 +444,19 @@ class AshaSearch final : public SearchMethod {
   void Record(RequestId id, int64_t k, double value, bool worst, std::vector<SearcherOp>* ops) {
     Trial& t = trials_[id];
     size_t b = t.bracket;
-    t.rung = k;
+    SetTrial(t, t.state, k);
     Credit(b, k);
     bool live = t.state == TrialState::kTraining || t.state == TrialState::kWaiting;
     if (k == TopRung(b)) {
       Insert(b, k, Entry{id, value, worst, false}, /*ties_first=*/false);
       if (live) {
-        t.state = TrialState::kClosing;
+        SetTrial(t, TrialState::kClosing, t.rung);
         ops->push_back(CloseTrialOp{id});
       }
       return;
     }
     Insert(b, k, Entry{id, value, worst, false}, /*ties_first=*/false);
-    if (live) t.state = TrialState::kWaiting;
+    if (live) SetTrial(t, TrialState::kWaiting, t.rung);
     for (RequestId p : Promote(b, k)) Advance(p, k + 1, ops);
   }
 
@@ -435,8 +465,7 @@ class AshaSearch final : public SearchMethod {
   void Advance(RequestId id, int64_t k, std::vector<SearcherOp>* ops) {
     Trial& t = trials_[id];
     if (t.state == TrialState::kWaiting) {
-      t.rung = k;
-      t.state = TrialState::kTraining;
+      SetTrial(t, TrialState::kTraining, k);
       ops->push_back(ValidateAfterOp{id, RungLength(t.bracket, k)});
     } else {
       Record(id, k, 0, true, ops);
@@ -448,7 +477,7 @@ class AshaSearch final : public SearchMethod {
     Trial& t = trials_[id];
     size_t b = t.bracket;
     for (int64_t r = t.rung; r <= TopRung(b); ++r) {
-      t.rung = r;
+      SetTrial(t, t.state, r);
       if (length < RungLength(b, r)) {
         ops->push_back(ValidateAfterOp{id, RungLength(b, r)});
         return;
@@ -457,7 +486,7 @@ class AshaSearch final : public SearchMethod {
       Credit(b, r);
       int64_t n = static_cast<int64_t>(brackets_[b].rungs[static_cast<size_t>(r)].entries.size());
       if (r == TopRung(b) || static_cast<int64_t>(index) >= std::max<int64_t>(1, FloorDiv(n, layout_.divisor))) {
-        t.state = TrialState::kClosing;
+        SetTrial(t, TrialState::kClosing, t.rung);
         ops->push_back(CloseTrialOp{id});
         return;
       }
@@ -476,10 +505,11 @@ class AshaSearch final : public SearchMethod {
     }
     for (int64_t k = 0; k <= TopRung(b); ++k) {
       if (Training(b, k) > 0) break;
+      if (waiting_at_[b][static_cast<size_t>(k)] == 0) continue;  // nothing to close: skip the scan
       for (const Entry& e : bs.rungs[static_cast<size_t>(k)].entries) {
         Trial& t = trials_[e.id];
         if (!e.promoted && t.state == TrialState::kWaiting) {
-          t.state = TrialState::kClosing;
+          SetTrial(t, TrialState::kClosing, t.rung);
           ops->push_back(CloseTrialOp{e.id});
         }
       }
@@ -497,9 +527,7 @@ class AshaSearch final : public SearchMethod {
     for (size_t b = 0; b < brackets_.size(); ++b) {
       if (brackets_[b].created < layout_.brackets[b].max_trials) return;
     }
-    for (const auto& [id, t] : trials_) {
-      if (t.state != TrialState::kEnded) return;
-    }
+    if (unended_ > 0) return;
     shutdown_sent_ = true;
     ops->push_back(ShutdownOp{ended_ > 0 && errored_ == ended_});
   }
@@ -511,6 +539,13 @@ class AshaSearch final : public SearchMethod {
 
   std::vector<BracketState> brackets_;
   std::map<RequestId, Trial> trials_;
+  // Derived from trials_ (SetTrial keeps them, Recount rebuilds them): trials
+  // training per bracket and per [bracket][rung], waiting per [bracket][rung],
+  // and trials not ended.
+  std::vector<int64_t> training_;
+  std::vector<std::vector<int64_t>> training_at_;
+  std::vector<std::vector<int64_t>> waiting_at_;
+  int64_t unended_ = 0;
   RequestId next_request_id_ = 1;
   int64_t ended_ = 0;    // counted trials ended (closed or exited, not invalid-hp)
   int64_t errored_ = 0;  // of those, exited with kErrored

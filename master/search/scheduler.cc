@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <queue>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -106,18 +107,38 @@ std::vector<Assignment> Schedule(const std::vector<SchedAgent>& agents, const st
     candidates.push_back(&r);
   }
 
+  // The best remaining request by (priority, share, submit_order,
+  // allocation_id), found with a heap of shares as they were when pushed: a
+  // share only grows (a group's slots only grow within one call), so a popped
+  // request whose share is still current is the true minimum, and one whose
+  // share grew goes back in. O(n log n), where a scan per pick was O(n^2): 20
+  // ms of every background pass for 10,000 pending trials.
+  auto share_of = [&used](const SchedRequest* r) {
+    auto it = used.find({r->resource_pool, r->group_id});
+    return (it == used.end() ? 0.0 : it->second) / r->weight;
+  };
+  struct Queued {
+    double share;
+    const SchedRequest* req;
+  };
+  auto after = [](const Queued& a, const Queued& b) {
+    return std::tie(a.req->priority, a.share, a.req->submit_order, a.req->allocation_id) >
+           std::tie(b.req->priority, b.share, b.req->submit_order, b.req->allocation_id);
+  };
+  std::priority_queue<Queued, std::vector<Queued>, decltype(after)> queue(after);
+  for (const SchedRequest* r : candidates) queue.push(Queued{share_of(r), r});
+
   std::set<PoolGroup> blocked;
   std::vector<Assignment> result;
-  while (!candidates.empty()) {
-    auto key = [&](const SchedRequest* r) {
-      auto it = used.find({r->resource_pool, r->group_id});
-      double share = (it == used.end() ? 0.0 : it->second) / r->weight;
-      return std::make_tuple(r->priority, share, r->submit_order, std::cref(r->allocation_id));
-    };
-    auto best_it = std::min_element(candidates.begin(), candidates.end(),
-                                    [&](const SchedRequest* a, const SchedRequest* b) { return key(a) < key(b); });
-    const SchedRequest* req = *best_it;
-    candidates.erase(best_it);
+  while (!queue.empty()) {
+    Queued top = queue.top();
+    queue.pop();
+    const SchedRequest* req = top.req;
+    double share = share_of(req);
+    if (share != top.share) {
+      queue.push(Queued{share, req});
+      continue;
+    }
     PoolGroup pg{req->resource_pool, req->group_id};
     if (blocked.count(pg) != 0) continue;
     auto pool = pools.find(req->resource_pool);
