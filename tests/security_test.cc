@@ -1071,6 +1071,33 @@ TEST(SecurityBoundsTest, SlotsPerTrialBeyondThePoolIsInvalidArgument) {
   ExpectMasterHealthy(cluster);
 }
 
+// Ids are int64 end to end: experiment 2^32 + 1 is not experiment 1 (today's
+// attack patched experiment 1 through a truncated id), on every transport.
+TEST(SecurityTest, IdsAreInt64AndNeverTruncated) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  const int64_t exp = cluster.CreateExperiment(SlowTrialConfig(dir / "checkpoints"), "ids");
+  ASSERT_EQ(exp, 1);
+  int status = 0;
+  nlohmann::json r = cluster.Send("PATCH", "/api/v1/experiments/4294967297", R"({"name": "pwned"})", &status);
+  EXPECT_EQ(status, 404) << r.dump();
+  r = cluster.Send("POST", "/api/v1/PatchExperiment", R"({"experiment_id": 4294967297, "name": "pwned"})", &status);
+  EXPECT_EQ(status, 404) << r.dump();
+  r = cluster.Send("PATCH", "/api/v1/experiments/18446744073709551617", R"({"name": "pwned"})", &status);
+  EXPECT_EQ(status, 400) << r.dump();
+  EXPECT_NE(r.dump().find("experiment_id"), std::string::npos) << r.dump();
+  auto channel = grpc::CreateChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials());
+  det::api::v1::PatchExperimentRequest patch;
+  patch.set_experiment_id(4294967297);
+  patch.set_name("pwned");
+  EXPECT_EQ(CallApi(channel, "PatchExperiment", patch, cluster.Token()).error_code(), grpc::StatusCode::NOT_FOUND);
+  // A trial id past 2^31 in a log read is NOT_FOUND too, not trial 1's logs.
+  cluster.Get("/api/v1/trials/4294967297/logs", &status);
+  EXPECT_EQ(status, 404);
+  EXPECT_EQ(cluster.Get("/api/v1/experiments/1")["experiment"]["name"], "ids");
+  ExpectMasterHealthy(cluster);
+}
+
 // Logs and long-polls
 
 // Every line of trial `trial_id` through the paged REST read (GET
