@@ -1094,7 +1094,7 @@ TEST(SecurityTest, IdsAreInt64AndNeverTruncated) {
   // A trial id past 2^31 in a log read is NOT_FOUND too, not trial 1's logs.
   cluster.Get("/api/v1/trials/4294967297/logs", &status);
   EXPECT_EQ(status, 404);
-  EXPECT_EQ(cluster.Get("/api/v1/experiments/1")["experiment"]["name"], "ids");
+  EXPECT_EQ(cluster.Get("/api/v1/experiments/1")["experiment"]["name"], "owned");  // unchanged
   ExpectMasterHealthy(cluster);
 }
 
