@@ -69,7 +69,9 @@ struct ExperimentRuntime {
 // the others are wall times (stored, shown).
 struct AllocationRuntime {
   std::string id;
-  std::string token;
+  // SHA-256 (hex) of the allocation token: the token is sent to the agent
+  // once, never kept (MasterCore::Authorize compares hashes in constant time).
+  std::string token_sha256;
   int64_t trial_id = 0;
   int64_t experiment_id = 0;
   std::vector<SlotAssignment> placements;
@@ -96,6 +98,9 @@ struct AllocationRuntime {
   int64_t rendezvous_started_mono_ms = 0;  // first rank's report (0: none yet)
   bool rendezvous_timed_out = false;
 };
+
+// Whether `token` is the allocation's token (constant time over the hashes).
+bool TokenMatches(const AllocationRuntime& alloc, const std::string& token);
 
 struct AgentRuntime {
   AgentRow row;
