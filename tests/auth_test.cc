@@ -408,7 +408,10 @@ TEST(AuthTest, CliLoginAndUsers) {
   ASSERT_EQ(cluster.Cli({"user", "login", "alice", "--password-stdin"}, &out, &err, "s3cret\n"), 0) << err;
   ASSERT_EQ(cluster.Cli({"user", "whoami"}, &out, &err), 0) << err;
   EXPECT_THAT(out, HasSubstr("'alice'"));
-  ASSERT_EQ(cluster.Cli({"user", "change-password", "--password-stdin"}, &out, &err, "n3w\n"), 0) << err;
+  // Changing one's own password needs the current one (first stdin line).
+  EXPECT_EQ(cluster.Cli({"user", "change-password", "--password-stdin"}, &out, &err, "wrong\nn3w\n"), 1);
+  EXPECT_THAT(err, HasSubstr("old_password"));
+  ASSERT_EQ(cluster.Cli({"user", "change-password", "--password-stdin"}, &out, &err, "s3cret\nn3w\n"), 0) << err;
   ASSERT_EQ(cluster.Cli({"user", "whoami"}, &out, &err), 0) << err;  // this token survives
   EXPECT_EQ(RestLogin(cluster.http_port(), "alice", "s3cret"), "");
   EXPECT_NE(RestLogin(cluster.http_port(), "alice", "n3w"), "");
