@@ -488,6 +488,49 @@ TEST(SecurityTest, UnauthenticatedMessagesAreBounded) {
   ExpectMasterHealthy(cluster);
 }
 
+// Large trial libraries still work, in chunks and only for users: det-cli
+// uploads a 12 MiB trial.so with UploadArtifact and creates the experiment
+// by hash; the same bytes inline are RESOURCE_EXHAUSTED, and UploadArtifact
+// without a token is UNAUTHENTICATED.
+TEST(SecurityTest, LargeTrialLibrariesGoThroughUploadArtifact) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  const std::string big_so = ReadFile(kTestSyntheticTrial) + std::string(12 << 20, '\0');
+  WriteFile(dir / "big_trial.so", big_so);
+  const int id = cluster.CreateExperiment(SingleTrialConfig("big", dir / "checkpoints"), "big", dir / "big_trial.so");
+  EXPECT_GT(id, 0);
+  json exp = cluster.Get(absl::StrCat("/api/v1/experiments/", id));
+  EXPECT_NE(exp.dump().find(absl::StrCat(big_so.size())), std::string::npos) << "its trial.so size: " << exp.dump();
+
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  auto api = ::det::api::v1::Determined::NewStub(
+      grpc::CreateCustomChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials(), args));
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + cluster.Token());
+    ::det::api::v1::CreateExperimentRequest req;
+    req.set_config_yaml(SingleTrialConfig("inline", dir / "checkpoints"));
+    req.set_trial_so(big_so);
+    ::det::api::v1::CreateExperimentResponse resp;
+    EXPECT_EQ(api->CreateExperiment(&ctx, req, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    grpc::ClientContext ctx;
+    ::det::api::v1::UploadArtifactResponse resp;
+    auto writer = api->UploadArtifact(&ctx, &resp);
+    ::det::api::v1::UploadArtifactRequest first;
+    first.set_sha256(std::string(64, 'a'));
+    first.set_size_bytes(1 << 20);
+    first.set_chunk(std::string(1 << 20, 'x'));
+    writer->Write(first);
+    writer->WritesDone();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  ExpectMasterHealthy(cluster);
+}
+
 // ---------------------------------------------------------------------------
 // 8. Fuzzers
 // ---------------------------------------------------------------------------
