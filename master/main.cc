@@ -5,7 +5,7 @@
 //              [--heartbeat-timeout-ms 15000] [--stop-timeout-s 60] [--rendezvous-timeout-s 600]
 //              [--dashboard-dir DIR]
 //              [--cluster-secret-file FILE] [--token-ttl-hours 168]
-//              [--tls-cert FILE --tls-key FILE] [--max-message-mib 8]
+//              [--tls-cert FILE --tls-key FILE] [--max-message-mib 8] [--grpc-memory-mib 128]
 //              [--initial-admin-password-file FILE] [--allow-empty-passwords]
 //
 // Every API call but Login and GetMaster needs a user token (users `admin`
@@ -69,6 +69,7 @@ struct Flags {
   std::string initial_admin_password_file;
   bool allow_empty_passwords = false;
   double max_message_mib = 8;
+  double grpc_memory_mib = 128;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -123,6 +124,10 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "trial.so files are uploaded in chunks")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 1024.0));
+  app.add_option("--grpc-memory-mib", f.grpc_memory_mib,
+                 "Memory all gRPC connections together may hold for messages in flight (gRPC resource quota)")
+      ->capture_default_str()
+      ->check(CLI::Range(16.0, 65536.0));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
 }
 
@@ -208,6 +213,12 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   // included, is bounded by this: large trial.so files come in chunks
   // (UploadArtifact).
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_request_bytes));
+  // gRPC 1.51 assembles a whole message before that check: the memory quota
+  // bounds what all its connections together may hold (it resets streams,
+  // ENHANCE_YOUR_CALM, beyond), so concurrent oversized calls cannot add up.
+  grpc::ResourceQuota quota("det-master");
+  quota.Resize(static_cast<size_t>(f.grpc_memory_mib * (1 << 20)));
+  builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(64 << 20);
   builder.RegisterService(&api);
   builder.RegisterService(&agents);

@@ -478,10 +478,28 @@ TEST(SecurityTest, UnauthenticatedMessagesAreBounded) {
       EXPECT_EQ(agents->RegisterAgent(&ctx, req, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     }
   }
+  // Concurrently, from several connections: still refused, still bounded.
+  std::vector<std::thread> attackers;
+  std::atomic<int> exhausted{0};
+  for (int t = 0; t < 4; ++t) {
+    attackers.emplace_back([&] {
+      auto own = ::det::api::v1::Determined::NewStub(
+          grpc::CreateCustomChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials(), args));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+      ::det::api::v1::LoginRequest req;
+      req.set_password(big);
+      ::det::api::v1::LoginResponse resp;
+      if (own->Login(&ctx, req, &resp).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++exhausted;
+    });
+  }
+  for (auto& t : attackers) t.join();
+  EXPECT_EQ(exhausted, 4);
   const int64_t rss_after = RssMiB(cluster.master().pid());
   // gRPC 1.51 assembles a message before its size check, so the one in
-  // flight costs its size while it arrives (freed when refused): nine 64 MiB
-  // calls (576 MiB) must not add up.
+  // flight costs memory while it arrives (bounded by the master's gRPC memory
+  // quota, --grpc-memory-mib, and freed when refused): nine 64 MiB calls
+  // (576 MiB) must not add up.
   EXPECT_LT(rss_after - rss_before, 192) << rss_before << " -> " << rss_after << " MiB";
   // A normal login still works.
   EXPECT_NE(RestLogin(cluster.http_port()), "");
