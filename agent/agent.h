@@ -105,7 +105,7 @@ class Agent {
   struct Allocation {
     std::string id;
     std::string task_id;
-    int32_t trial_id = 0;
+    int64_t trial_id = 0;
     std::vector<int32_t> device_ids;
     bool starting = true;
     bool kill_requested = false;

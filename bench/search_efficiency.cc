@@ -211,7 +211,7 @@ Outcome Run(v1::Determined::Stub& api, const std::string& config_path, std::opti
       std::exit(1);
     }
   }
-  const int32_t id = created.experiment().id();
+  const int64_t id = created.experiment().id();
   auto t0 = std::chrono::steady_clock::now();
   bool killed = false;
   bool done = PollUntil(
@@ -361,7 +361,8 @@ int main(int argc, char** argv) {
   }
   TempDir dir;
   Subprocess master({kBin + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0", "--http-port", "0",
-                     "--ports-file", dir / "ports.json", "--log-level", "warn"},
+                     "--ports-file", dir / "ports.json", "--log-level", "warn", "--checkpoint-storage-root",
+                     dir / "checkpoints"},
                     dir / "master.out", dir / "master.err");
   if (!PollUntil([&] { return !ReadFile(dir / "ports.json").empty(); }, std::chrono::seconds(30))) return 1;
   auto ports = nlohmann::json::parse(ReadFile(dir / "ports.json"));

@@ -139,7 +139,7 @@ grpc::Status FetchAll(Client& client, grpc::Status (Stub::*method)(grpc::ClientC
   return grpc::Status::OK;
 }
 
-grpc::Status FetchTrials(Client& client, int32_t experiment_id, v1::GetExperimentTrialsResponse* all) {
+grpc::Status FetchTrials(Client& client, int64_t experiment_id, v1::GetExperimentTrialsResponse* all) {
   v1::GetExperimentTrialsRequest req;
   req.set_experiment_id(experiment_id);
   return FetchAll(client, &Stub::GetExperimentTrials, req, all,
@@ -154,7 +154,7 @@ bool ReadFileBytes(const std::string& path, std::string* out) {
 }
 
 // Streams one trial's logs to `io.out`; `follow` waits for new lines.
-grpc::Status StreamTrialLogs(Client& client, int32_t trial_id, bool follow, bool with_trial, const CommandIo& io) {
+grpc::Status StreamTrialLogs(Client& client, int64_t trial_id, bool follow, bool with_trial, const CommandIo& io) {
   v1::TrialLogsRequest req;
   req.set_trial_id(trial_id);
   req.set_follow(follow);
@@ -311,7 +311,7 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
   return ExperimentFollow(client, resp.experiment().id(), args.poll_interval, io);
 }
 
-int ExperimentFollow(Client& client, int32_t experiment_id, std::chrono::milliseconds poll_interval,
+int ExperimentFollow(Client& client, int64_t experiment_id, std::chrono::milliseconds poll_interval,
                      const CommandIo& io) {
   v1::State last_state = v1::STATE_UNSPECIFIED;
   std::map<int32_t, std::string> last_trial_lines;
@@ -389,7 +389,7 @@ int ExperimentList(Client& client, bool all, const CommandIo& io) {
   return 0;
 }
 
-int ExperimentDescribe(Client& client, int32_t experiment_id, const CommandIo& io) {
+int ExperimentDescribe(Client& client, int64_t experiment_id, const CommandIo& io) {
   v1::GetExperimentRequest req;
   req.set_experiment_id(experiment_id);
   v1::GetExperimentResponse resp;
@@ -432,7 +432,7 @@ int ExperimentDescribe(Client& client, int32_t experiment_id, const CommandIo& i
   return 0;
 }
 
-int ExperimentLogs(Client& client, int32_t experiment_id, const CommandIo& io) {
+int ExperimentLogs(Client& client, int64_t experiment_id, const CommandIo& io) {
   v1::GetExperimentTrialsResponse trials;
   grpc::Status status = FetchTrials(client, experiment_id, &trials);
   if (!status.ok()) return ReportError(client, status, io.err);
@@ -443,7 +443,7 @@ int ExperimentLogs(Client& client, int32_t experiment_id, const CommandIo& io) {
   return 0;
 }
 
-int ExperimentListTrials(Client& client, int32_t experiment_id, const CommandIo& io) {
+int ExperimentListTrials(Client& client, int64_t experiment_id, const CommandIo& io) {
   v1::GetExperimentTrialsResponse trials;
   grpc::Status status = FetchTrials(client, experiment_id, &trials);
   if (!status.ok()) return ReportError(client, status, io.err);
@@ -455,7 +455,7 @@ int ExperimentListTrials(Client& client, int32_t experiment_id, const CommandIo&
   return 0;
 }
 
-int ExperimentListCheckpoints(Client& client, int32_t experiment_id, const CommandIo& io) {
+int ExperimentListCheckpoints(Client& client, int64_t experiment_id, const CommandIo& io) {
   v1::GetExperimentCheckpointsRequest req;
   req.set_experiment_id(experiment_id);
   v1::GetExperimentCheckpointsResponse resp;
@@ -470,7 +470,7 @@ int ExperimentListCheckpoints(Client& client, int32_t experiment_id, const Comma
   return 0;
 }
 
-int ExperimentChangeState(Client& client, ExperimentAction action, int32_t experiment_id, const CommandIo& io) {
+int ExperimentChangeState(Client& client, ExperimentAction action, int64_t experiment_id, const CommandIo& io) {
   grpc::Status status;
   const char* done = "";
   switch (action) {
@@ -514,7 +514,7 @@ int ExperimentChangeState(Client& client, ExperimentAction action, int32_t exper
 
 // ------------------------------------------------------------------ trials
 
-int TrialDescribe(Client& client, int32_t trial_id, const CommandIo& io) {
+int TrialDescribe(Client& client, int64_t trial_id, const CommandIo& io) {
   v1::GetTrialRequest req;
   req.set_trial_id(trial_id);
   v1::GetTrialResponse resp;
@@ -553,13 +553,13 @@ int TrialDescribe(Client& client, int32_t trial_id, const CommandIo& io) {
   return 0;
 }
 
-int TrialLogs(Client& client, int32_t trial_id, bool follow, const CommandIo& io) {
+int TrialLogs(Client& client, int64_t trial_id, bool follow, const CommandIo& io) {
   grpc::Status status = StreamTrialLogs(client, trial_id, follow, /*with_trial=*/false, io);
   if (!status.ok()) return ReportError(client, status, io.err);
   return 0;
 }
 
-int TrialMetrics(Client& client, int32_t trial_id, const std::string& group, const CommandIo& io) {
+int TrialMetrics(Client& client, int64_t trial_id, const std::string& group, const CommandIo& io) {
   v1::GetTrialMetricsRequest req;
   req.set_trial_id(trial_id);
   req.set_group(group);
@@ -590,7 +590,7 @@ int TrialMetrics(Client& client, int32_t trial_id, const std::string& group, con
   return 0;
 }
 
-int ExperimentSetGcPolicy(Client& client, int32_t experiment_id, const GcPolicyArgs& args, const CommandIo& io) {
+int ExperimentSetGcPolicy(Client& client, int64_t experiment_id, const GcPolicyArgs& args, const CommandIo& io) {
   v1::GetExperimentRequest get;
   get.set_experiment_id(experiment_id);
   v1::GetExperimentResponse current;
@@ -617,7 +617,7 @@ int ExperimentSetGcPolicy(Client& client, int32_t experiment_id, const GcPolicyA
   return 0;
 }
 
-int TrialKill(Client& client, int32_t trial_id, const CommandIo& io) {
+int TrialKill(Client& client, int64_t trial_id, const CommandIo& io) {
   v1::KillTrialRequest req;
   req.set_trial_id(trial_id);
   v1::KillTrialResponse resp;

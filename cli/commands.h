@@ -52,20 +52,20 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
 // Polls GetExperiment (and its trials) every `poll_interval`, printing state
 // changes and trial progress, until the experiment is terminal. Returns 0 when
 // COMPLETED, 1 when ERROR or CANCELED (or an RPC failed).
-int ExperimentFollow(Client& client, int32_t experiment_id, std::chrono::milliseconds poll_interval,
+int ExperimentFollow(Client& client, int64_t experiment_id, std::chrono::milliseconds poll_interval,
                      const CommandIo& io);
 
 // experiment list [--all]: unarchived experiments, or all with `all`.
 int ExperimentList(Client& client, bool all, const CommandIo& io);
-int ExperimentDescribe(Client& client, int32_t experiment_id, const CommandIo& io);
+int ExperimentDescribe(Client& client, int64_t experiment_id, const CommandIo& io);
 // Logs of all the experiment's trials, trial by trial.
-int ExperimentLogs(Client& client, int32_t experiment_id, const CommandIo& io);
-int ExperimentListTrials(Client& client, int32_t experiment_id, const CommandIo& io);
+int ExperimentLogs(Client& client, int64_t experiment_id, const CommandIo& io);
+int ExperimentListTrials(Client& client, int64_t experiment_id, const CommandIo& io);
 // Also `checkpoint list EXPERIMENT_ID`.
-int ExperimentListCheckpoints(Client& client, int32_t experiment_id, const CommandIo& io);
+int ExperimentListCheckpoints(Client& client, int64_t experiment_id, const CommandIo& io);
 
 enum class ExperimentAction { kPause, kActivate, kCancel, kKill };
-int ExperimentChangeState(Client& client, ExperimentAction action, int32_t experiment_id, const CommandIo& io);
+int ExperimentChangeState(Client& client, ExperimentAction action, int64_t experiment_id, const CommandIo& io);
 
 // Sets the experiment's checkpoint GC policy; a count left unset keeps its
 // current value. The master applies it at once to ended trials' checkpoints.
@@ -74,14 +74,14 @@ struct GcPolicyArgs {
   std::optional<int32_t> save_trial_best;
   std::optional<int32_t> save_trial_latest;
 };
-int ExperimentSetGcPolicy(Client& client, int32_t experiment_id, const GcPolicyArgs& args, const CommandIo& io);
+int ExperimentSetGcPolicy(Client& client, int64_t experiment_id, const GcPolicyArgs& args, const CommandIo& io);
 
-int TrialDescribe(Client& client, int32_t trial_id, const CommandIo& io);
+int TrialDescribe(Client& client, int64_t trial_id, const CommandIo& io);
 // With `follow`, streams until the trial is terminal (no deadline).
-int TrialLogs(Client& client, int32_t trial_id, bool follow, const CommandIo& io);
+int TrialLogs(Client& client, int64_t trial_id, bool follow, const CommandIo& io);
 // `group` empty: all groups.
-int TrialMetrics(Client& client, int32_t trial_id, const std::string& group, const CommandIo& io);
-int TrialKill(Client& client, int32_t trial_id, const CommandIo& io);
+int TrialMetrics(Client& client, int64_t trial_id, const std::string& group, const CommandIo& io);
+int TrialKill(Client& client, int64_t trial_id, const CommandIo& io);
 
 int CheckpointDescribe(Client& client, const std::string& uuid, const CommandIo& io);
 

@@ -92,7 +92,7 @@ struct CommandLine {
   std::function<int()> local_run;
   bool json = false;
   // EXPERIMENT_ID or TRIAL_ID (only one subcommand runs).
-  int32_t id = 0;
+  int64_t id = 0;
   // experiment create
   ExperimentCreateArgs create_args;
   bool local = false;
@@ -121,7 +121,7 @@ void AddJsonFlag(CLI::App* sub, CommandLine& cl) {
   sub->add_flag("--json", cl.json, "Print the response as protobuf JSON");
 }
 
-void AddIdArg(CLI::App* sub, int32_t& id, const char* name, const char* help) {
+void AddIdArg(CLI::App* sub, int64_t& id, const char* name, const char* help) {
   sub->add_option(name, id, help)->required();
 }
 

@@ -10,12 +10,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/yaml_limits.h"
 #include "yaml-cpp/yaml.h"
 
 namespace det {
 namespace {
-
-constexpr int kMaxDepth = 128;
 
 bool IsDigits(std::string_view s, bool (*pred)(unsigned char)) {
   if (s.empty()) return false;
@@ -108,11 +107,14 @@ bool IsValidUtf8(std::string_view s) {
 
 class YamlConverter {
  public:
-  explicit YamlConverter(ConfigSource* source) : source_(source) {}
+  YamlConverter(ConfigSource* source, int max_depth) : source_(source), max_depth_(max_depth) {}
 
+  // CheckYamlLimits has bounded the expansion; the depth check here only
+  // guards the recursion should a caller skip it.
   absl::StatusOr<nlohmann::json> Convert(const YAML::Node& node, const std::string& path, int depth) {
-    if (depth > kMaxDepth) {
-      return source_->Error(path, absl::StrCat("field '", path, "' is nested too deeply"));
+    if (depth > max_depth_) {
+      return source_->Error(path, absl::StrCat("field '", path, "' is nested more than ", max_depth_,
+                                               " levels deep; the limit is ", max_depth_));
     }
     switch (node.Type()) {
       case YAML::NodeType::Undefined:
@@ -181,6 +183,7 @@ class YamlConverter {
 
  private:
   ConfigSource* source_;
+  int max_depth_;
 };
 
 bool IsScalar(const nlohmann::json& v) { return v.is_string() || v.is_number() || v.is_boolean(); }
@@ -250,7 +253,11 @@ nlohmann::json ResolvePlainYamlScalar(const std::string& s) {
   return s;
 }
 
-absl::StatusOr<nlohmann::json> ParseYamlToJson(std::string_view text, ConfigSource* source) {
+absl::StatusOr<nlohmann::json> ParseYamlToJson(std::string_view text, ConfigSource* source,
+                                               const YamlLimits& limits) {
+  // Before any tree exists: yaml-cpp's own tree of a 1 MiB document can take
+  // hundreds of MiB, and aliases expand when converted below.
+  if (absl::Status s = CheckYamlLimits(text, source->name, limits); !s.ok()) return s;
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));
@@ -263,7 +270,7 @@ absl::StatusOr<nlohmann::json> ParseYamlToJson(std::string_view text, ConfigSour
     return absl::InvalidArgumentError(absl::StrCat(source->name, ": invalid YAML: ", e.what()));
   }
   try {
-    return YamlConverter(source).Convert(root, "", 0);
+    return YamlConverter(source, limits.max_depth).Convert(root, "", 0);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(source->name, ": invalid YAML: ", e.what()));
   }

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/yaml_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace det {
@@ -45,8 +46,11 @@ std::string JoinPath(std::string_view parent, std::string_view key);
 // (~, null, empty), bool (true/false), int (decimal, 0x, 0o), float (1.5,
 // 1e-3, .inf, .nan), else string; quoted and block scalars are strings.
 // Errors (InvalidArgument, prefixed "name:LINE:"): YAML syntax errors,
-// duplicate keys, non-scalar keys.
-absl::StatusOr<nlohmann::json> ParseYamlToJson(std::string_view text, ConfigSource* source);
+// duplicate keys, non-scalar keys, and any of `limits` exceeded (text size,
+// nodes, depth or bytes after alias expansion; see yaml_limits.h), which is
+// checked before the document is parsed into a tree.
+absl::StatusOr<nlohmann::json> ParseYamlToJson(std::string_view text, ConfigSource* source,
+                                               const YamlLimits& limits = {});
 
 // Resolves one plain (unquoted) YAML scalar as described above.
 nlohmann::json ResolvePlainYamlScalar(const std::string& text);

@@ -89,8 +89,8 @@ absl::Status ParseSearcher(const ConfigMapReader& r, SearcherConfig* s) {
   if (r.Find("max_length") == nullptr) return r.Missing("max_length");
   DET_ASSIGN_OR_RETURN(s->max_length, ParseLength(r.source(), *r.Find("max_length"), r.PathOf("max_length"), 1));
 
-  DET_RETURN_IF_ERROR(r.GetInt("max_trials", &s->max_trials, 1, kInt64Max));
-  DET_RETURN_IF_ERROR(r.GetInt("max_concurrent_trials", &s->max_concurrent_trials, 0, kInt64Max));
+  DET_RETURN_IF_ERROR(r.GetInt("max_trials", &s->max_trials, 1, kMaxSearcherTrials));
+  DET_RETURN_IF_ERROR(r.GetInt("max_concurrent_trials", &s->max_concurrent_trials, 0, kMaxSearcherTrials));
   DET_RETURN_IF_ERROR(r.GetDouble("divisor", &s->divisor));
   if (!(s->divisor > 1) || s->divisor > 1e9) return r.TypeError("divisor", "a number greater than 1");
   DET_RETURN_IF_ERROR(r.GetInt("max_rungs", &s->max_rungs, 1, kInt64Max));
@@ -98,7 +98,11 @@ absl::Status ParseSearcher(const ConfigMapReader& r, SearcherConfig* s) {
   DET_RETURN_IF_ERROR(r.GetEnum("mode", {"aggressive", "standard", "conservative"}, &mode));
   if (mode == "aggressive") s->mode = AshaMode::kAggressive;
   if (mode == "conservative") s->mode = AshaMode::kConservative;
-  DET_RETURN_IF_ERROR(r.GetIntList("bracket_rungs", &s->bracket_rungs, 1, kInt64Max));
+  DET_RETURN_IF_ERROR(r.GetIntList("bracket_rungs", &s->bracket_rungs, 1, kMaxBracketRungs));
+  if (static_cast<int64_t>(s->bracket_rungs.size()) > kMaxBracketRungs) {
+    return r.Error("bracket_rungs", absl::StrCat("field '", r.PathOf("bracket_rungs"), "' must have at most ",
+                                                 kMaxBracketRungs, " entries, got ", s->bracket_rungs.size()));
+  }
   DET_RETURN_IF_ERROR(r.GetBool("stop_once", &s->stop_once));
   DET_RETURN_IF_ERROR(r.GetString("time_metric", &s->time_metric));
   DET_RETURN_IF_ERROR(r.GetInt("max_time", &s->max_time, 1, kInt64Max));
@@ -156,13 +160,13 @@ absl::Status ParseResources(const ConfigMapReader& r, ResourcesConfig* c, std::v
   DET_RETURN_IF_ERROR(r.CheckKeys({"slots_per_trial", "resource_pool", "weight", "priority", "max_slots"},
                                   {"shm_size", "agent_label", "devices", "native_parallel", "is_single_node"},
                                   warnings));
-  DET_RETURN_IF_ERROR(r.GetInt("slots_per_trial", &c->slots_per_trial, 1, kInt64Max));
+  DET_RETURN_IF_ERROR(r.GetInt("slots_per_trial", &c->slots_per_trial, 1, kMaxSlotsPerTrial));
   DET_RETURN_IF_ERROR(r.GetString("resource_pool", &c->resource_pool));
   if (c->resource_pool.empty()) return r.TypeError("resource_pool", "a non-empty string");
   DET_RETURN_IF_ERROR(r.GetDouble("weight", &c->weight));
   if (!(c->weight > 0) || !std::isfinite(c->weight)) return r.TypeError("weight", "a positive number");
   DET_RETURN_IF_ERROR(r.GetInt("priority", &c->priority, 1, 99));
-  DET_RETURN_IF_ERROR(r.GetInt("max_slots", &c->max_slots, 1, kInt64Max));
+  DET_RETURN_IF_ERROR(r.GetInt("max_slots", &c->max_slots, 1, kMaxSlotsPerTrial * kMaxSearcherTrials));
   return absl::OkStatus();
 }
 

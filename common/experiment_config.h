@@ -39,19 +39,27 @@ std::string_view AshaModeToString(AshaMode mode);
 // "best", "all", "none".
 std::string_view CheckpointPolicyToString(CheckpointPolicy policy);
 
+// Caps on what one config may ask for (each an InvalidArgument naming the
+// field and the cap): a user gets an error, not a master that expands a
+// billion trials. Grid points are capped by kMaxGridPoints (hparams.h), the
+// YAML itself by YamlLimits (yaml_limits.h).
+inline constexpr int64_t kMaxSearcherTrials = 10000;  // searcher.max_trials, max_concurrent_trials
+inline constexpr int64_t kMaxSlotsPerTrial = 1024;    // resources.slots_per_trial
+inline constexpr int64_t kMaxBracketRungs = 64;       // searcher.bracket_rungs: entries and each value
+
 struct SearcherConfig {
   SearcherName name = SearcherName::kSingle;  // required
   std::string metric;                         // required
   bool smaller_is_better = true;
   Length max_length;  // required; value >= 1
-  // Required (>= 1) for random, adaptive_asha and async_halving; 1 for single;
-  // for grid 0 unless given (the grid decides).
+  // Required (1..kMaxSearcherTrials) for random, adaptive_asha and
+  // async_halving; 1 for single; for grid 0 unless given (the grid decides).
   int64_t max_trials = 0;
-  int64_t max_concurrent_trials = 0;  // 0: unlimited
+  int64_t max_concurrent_trials = 0;  // 0: unlimited; <= kMaxSearcherTrials
   double divisor = 4;                 // adaptive_asha, async_halving; > 1
   int64_t max_rungs = 5;              // adaptive_asha; >= 1
   AshaMode mode = AshaMode::kStandard;
-  std::vector<int64_t> bracket_rungs;  // adaptive_asha; each >= 1
+  std::vector<int64_t> bracket_rungs;  // adaptive_asha; each 1..64, at most 64 entries
   bool stop_once = false;
   std::optional<std::string> time_metric;
   std::optional<int64_t> max_time;  // >= 1
@@ -71,11 +79,11 @@ struct CheckpointStorageConfig {
 };
 
 struct ResourcesConfig {
-  int64_t slots_per_trial = 1;  // >= 1
+  int64_t slots_per_trial = 1;  // 1..kMaxSlotsPerTrial
   std::string resource_pool = "default";
   double weight = 1;                // > 0
   std::optional<int64_t> priority;  // 1..99
-  std::optional<int64_t> max_slots;  // >= 1
+  std::optional<int64_t> max_slots;  // 1..kMaxSlotsPerTrial * kMaxSearcherTrials
 };
 
 struct ReproducibilityConfig {

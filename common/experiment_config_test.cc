@@ -305,7 +305,7 @@ TEST(ExperimentConfigErrorTest, OutOfRange) {
   EXPECT_EQ(ErrorOf(std::string(kMinimal) + "resources:\n  priority: 100\n"),
             "config.yaml:9: field 'resources.priority' must be between 1 and 99, got 100");
   EXPECT_EQ(ErrorOf(std::string(kMinimal) + "resources:\n  slots_per_trial: 0\n"),
-            "config.yaml:9: field 'resources.slots_per_trial' must be >= 1, got 0");
+            "config.yaml:9: field 'resources.slots_per_trial' must be between 1 and 1024, got 0");
   EXPECT_EQ(ErrorOf(std::string(kMinimal) + "resources:\n  weight: 0\n"),
             "config.yaml:9: field 'resources.weight' must be a positive number, got '0'");
   EXPECT_EQ(ErrorOf(std::string(kMinimal) + "max_restarts: -1\n"),
@@ -314,6 +314,42 @@ TEST(ExperimentConfigErrorTest, OutOfRange) {
             "config.yaml:8: field 'scheduling_unit' must be >= 1, got 0");
   EXPECT_EQ(ErrorOf(Replace(kMinimal, "batches: 100", "batches: 0")),
             "config.yaml:7: field 'searcher.max_length.batches' must be >= 1, got 0");
+}
+
+// The caps of the security issue: each refused naming the field and the cap.
+TEST(ExperimentConfigErrorTest, CapsNameTheFieldAndTheLimit) {
+  EXPECT_EQ(ErrorOf(Replace(kMinimal, "name: single", "name: random\n  max_trials: 1000000000")),
+            "config.yaml:5: field 'searcher.max_trials' must be between 1 and 10000, got 1000000000");
+  EXPECT_TRUE(Parse(Replace(kMinimal, "name: single", "name: random\n  max_trials: 10000")).ok());
+  EXPECT_EQ(ErrorOf(Replace(kMinimal, "name: single", "name: random\n  max_trials: 2\n  max_concurrent_trials: 10001")),
+            "config.yaml:6: field 'searcher.max_concurrent_trials' must be between 0 and 10000, got 10001");
+  // 2^32 used to become a 0-slot allocation (truncated to int).
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "resources:\n  slots_per_trial: 4294967296\n"),
+            "config.yaml:9: field 'resources.slots_per_trial' must be between 1 and 1024, got 4294967296");
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "resources:\n  slots_per_trial: 1025\n"),
+            "config.yaml:9: field 'resources.slots_per_trial' must be between 1 and 1024, got 1025");
+  EXPECT_TRUE(Parse(std::string(kMinimal) + "resources:\n  slots_per_trial: 1024\n").ok());
+  // Beyond 64 bits an integer is read as a double: a type error, not a wrap.
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "resources:\n  slots_per_trial: 18446744073709551617\n"),
+            "config.yaml:9: field 'resources.slots_per_trial' must be an integer, got '1.8446744073709552e+19'");
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "resources:\n  max_slots: 18446744073709551615\n"),
+            "config.yaml:9: field 'resources.max_slots' must be an integer, got '18446744073709551615'");
+  std::string asha = Replace(kMinimal, "name: single", "name: adaptive_asha\n  max_trials: 4");
+  EXPECT_EQ(ErrorOf(Replace(asha, "max_trials: 4", "max_trials: 4\n  bracket_rungs: [65]")),
+            "config.yaml:6: field 'searcher.bracket_rungs[0]' must be between 1 and 64, got 65");
+  std::string many = "[1";
+  for (int i = 0; i < 64; ++i) many += ", 1";
+  EXPECT_EQ(ErrorOf(Replace(asha, "max_trials: 4", "max_trials: 4\n  bracket_rungs: " + many + "]")),
+            "config.yaml:6: field 'searcher.bracket_rungs' must have at most 64 entries, got 65");
+  // A 10^6-point grid (six 10-point axes).
+  std::string axes;
+  for (const char* k : {"a", "b", "c", "d", "e", "f"}) {
+    axes += std::string("  ") + k + ": {type: int, minval: 1, maxval: 10, count: 10}\n";
+  }
+  std::string grid = Replace(Replace(kMinimal, "  global_batch_size: 32\n", "  global_batch_size: 32\n" + axes),
+                             "name: single", "name: grid");
+  EXPECT_EQ(ErrorOf(grid), "config.yaml: the grid of 'hyperparameters' has more than 10000 points (the limit); "
+                           "lower some counts");
 }
 
 TEST(ExperimentConfigErrorTest, MissingRequiredField) {
@@ -388,7 +424,7 @@ TEST(ExperimentConfigErrorTest, SearcherCrossFieldConstraints) {
   EXPECT_EQ(ErrorOf(Replace(kMinimal, "name: single", "name: adaptive_asha")),
             "config.yaml: missing required field 'searcher.max_trials' (required by searcher 'adaptive_asha')");
   EXPECT_EQ(ErrorOf(Replace(kMinimal, "name: single", "name: random\n  max_trials: 0")),
-            "config.yaml:5: field 'searcher.max_trials' must be >= 1, got 0");
+            "config.yaml:5: field 'searcher.max_trials' must be between 1 and 10000, got 0");
   std::string grid = Replace(kMinimal, "  global_batch_size: 32\n",
                              "  global_batch_size: 32\n  lr:\n    type: double\n    minval: 0.1\n    maxval: 0.2\n");
   EXPECT_EQ(ErrorOf(Replace(grid, "name: single", "name: grid")),

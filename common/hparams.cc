@@ -191,8 +191,14 @@ struct GridAxisOf {
   std::vector<json> values;
 };
 
+// Appends the axes of `space` to `axes`, keeping *size (the product of
+// their lengths so far) within kMaxGridPoints: an axis is checked against
+// its count before its points exist, and the product after each axis, so
+// no more than about kMaxGridPoints points per axis are ever built (an axis
+// of length >= 2 doubles the product, so few axes can be long).
 absl::Status CollectAxes(const HyperparameterSpace& space, const ConfigSource& source, const std::string& path,
-                         std::vector<std::string>* route, std::vector<GridAxisOf>* axes) {
+                         const std::string& grid_path, std::vector<std::string>* route,
+                         std::vector<GridAxisOf>* axes, uint64_t* size) {
   for (const auto& [name, h] : space) {
     route->push_back(name);
     std::string child = JoinPath(path, name);
@@ -200,7 +206,7 @@ absl::Status CollectAxes(const HyperparameterSpace& space, const ConfigSource& s
       if (h.nested.empty()) {
         axes->push_back({*route, {json::object()}});
       } else {
-        DET_RETURN_IF_ERROR(CollectAxes(h.nested, source, child, route, axes));
+        DET_RETURN_IF_ERROR(CollectAxes(h.nested, source, child, grid_path, route, axes, size));
       }
     } else {
       if ((h.type == Hyperparameter::Type::kInt || h.type == Hyperparameter::Type::kDouble ||
@@ -216,6 +222,13 @@ absl::Status CollectAxes(const HyperparameterSpace& space, const ConfigSource& s
         }
       }
       DET_ASSIGN_OR_RETURN(std::vector<json> values, GridAxis(h, child));
+      // Both factors are <= kMaxGridPoints (the product so far and one axis,
+      // whose length is bounded by its count or the config's size): no overflow.
+      *size *= values.size();
+      if (*size > kMaxGridPoints) {
+        return source.Error("", absl::StrCat("the grid of '", grid_path, "' has more than ", kMaxGridPoints,
+                                             " points (the limit); lower some counts"));
+      }
       axes->push_back({*route, std::move(values)});
     }
     route->pop_back();
@@ -227,16 +240,8 @@ absl::StatusOr<std::vector<GridAxisOf>> Axes(const HyperparameterSpace& space, c
                                              std::string_view path, uint64_t* size) {
   std::vector<GridAxisOf> axes;
   std::vector<std::string> route;
-  DET_RETURN_IF_ERROR(CollectAxes(space, source, std::string(path), &route, &axes));
-  uint64_t n = 1;
-  for (const auto& axis : axes) {
-    n *= axis.values.size();
-    if (n > kMaxGridPoints) {
-      return source.Error("", absl::StrCat("the grid of '", std::string(path), "' has more than ", kMaxGridPoints,
-                                           " points; lower some counts"));
-    }
-  }
-  *size = n;
+  *size = 1;
+  DET_RETURN_IF_ERROR(CollectAxes(space, source, std::string(path), std::string(path), &route, &axes, size));
   return axes;
 }
 

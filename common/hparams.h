@@ -84,8 +84,9 @@ nlohmann::json SampleHParams(const HyperparameterSpace& space, std::mt19937_64& 
 // values; a search hparam gets its first sampled value).
 nlohmann::json FirstHParams(const HyperparameterSpace& space, uint64_t seed);
 
-// The largest grid GridHParams enumerates.
-inline constexpr uint64_t kMaxGridPoints = 1000000;
+// The largest grid GridHParams enumerates (also the largest count of one
+// int/double/log hparam in a grid search).
+inline constexpr uint64_t kMaxGridPoints = 10000;
 
 // Checks the space can be enumerated as a grid: every int/double/log hparam
 // has a count ("grid search requires field 'hyperparameters.lr.count'") and

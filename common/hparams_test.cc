@@ -237,7 +237,19 @@ TEST(HParamsGridTest, TooLargeGridIsRejected) {
   HyperparameterSpace s = {{"a", Hyperparameter::Double(0, 1, 1000)},
                            {"b", Hyperparameter::Double(0, 1, 1000)},
                            {"c", Hyperparameter::Double(0, 1, 2)}};
-  EXPECT_THAT(GridHParams(s).status().message(), HasSubstr("more than 1000000 points"));
+  EXPECT_THAT(GridHParams(s).status().message(), HasSubstr("more than 10000 points (the limit)"));
+  EXPECT_THAT(ValidateGridSpace(s).status().message(), HasSubstr("more than 10000 points (the limit)"));
+  // 100 x 100 is exactly the limit.
+  HyperparameterSpace at_limit = {{"a", Hyperparameter::Double(0, 1, 100)}, {"b", Hyperparameter::Double(0, 1, 100)}};
+  EXPECT_EQ(*ValidateGridSpace(at_limit), 10000u);
+  // A 10^6-point grid of six 10-point axes is refused without building it,
+  // as is one count above the limit.
+  HyperparameterSpace million;
+  for (const char* k : {"a", "b", "c", "d", "e", "f"}) million[k] = Hyperparameter::Int(1, 10, 10);
+  EXPECT_THAT(ValidateGridSpace(million).status().message(), HasSubstr("more than 10000 points"));
+  HyperparameterSpace one_axis = {{"a", Hyperparameter::Double(0, 1, 10001)}};
+  EXPECT_THAT(ValidateGridSpace(one_axis).status().message(),
+              HasSubstr("field 'hyperparameters.a.count' must be <= 10000 for grid search, got 10001"));
 }
 
 TEST(HParamsTest, GlobalBatchSize) {

@@ -6,7 +6,16 @@
 # New inputs go to a temporary corpus (the seeds in the repository are only
 # read); a crash, leak, timeout or sanitizer report is copied to
 # $DET_FUZZ_ARTIFACTS (default: the fuzzer's directory/artifacts) and fails
-# the test. DET_FUZZ_SECONDS overrides SECONDS. Exit status: 0 no crash,
+# the test. DET_FUZZ_SECONDS overrides SECONDS.
+#
+# Memory is bounded so that a blow-up is a finding, not a slow machine: the
+# process may not grow past DET_FUZZ_RSS_LIMIT_MB (default 512) resident, nor
+# make one allocation larger than DET_FUZZ_MALLOC_LIMIT_MB (default: the RSS
+# limit). The alias bomb (fuzz/corpus/experiment_config/alias_bomb.yaml) grew
+# the config parser to 2.3 GB before the YAML limits; the fuzzers run in about
+# 110 MB. An out-of-memory input is saved as oom-* and fails the test.
+#
+# Exit status: 0 no crash,
 # 77 (skip) when FUZZER was not built (no clang with libFuzzer), else the
 # fuzzer's.
 set -uo pipefail
@@ -24,8 +33,11 @@ mkdir -p "$artifacts"
 work="$(mktemp -d "${TMPDIR:-/tmp}/det-fuzz-XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/corpus"
+rss_mb="${DET_FUZZ_RSS_LIMIT_MB:-512}"
+malloc_mb="${DET_FUZZ_MALLOC_LIMIT_MB:-$rss_mb}"
 # Fixed seed: the same mutations every run (up to timing).
-"$fuzzer" -seed=1 -error_exitcode=1 -timeout_exitcode=1 -max_total_time="$seconds" -timeout=25 -rss_limit_mb=4096 -max_len=8192 \
+"$fuzzer" -seed=1 -error_exitcode=1 -timeout_exitcode=1 -max_total_time="$seconds" -timeout=25 \
+  -rss_limit_mb="$rss_mb" -malloc_limit_mb="$malloc_mb" -max_len=8192 \
   -print_final_stats=1 -artifact_prefix="$work/" "$@" "$work/corpus" "$seeds"
 rc=$?
 found=0

@@ -62,6 +62,8 @@ struct Flags {
   std::string log_level = "info";
   double stop_timeout_s = 60;
   double rendezvous_timeout_s = 600;
+  double max_trial_log_mib = 64;
+  double max_log_line_kib = 64;
   std::string dashboard_dir;
   std::string cluster_secret_file;
   double token_ttl_hours = 168;
@@ -81,6 +83,18 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--db", f.options.db_path, "SQLite database file (default DATA_DIR/det.db)");
   app.add_option("--checkpoint-root", f.options.checkpoint_root,
                  "Checkpoint directory for configs without checkpoint_storage (default DATA_DIR/checkpoints)");
+  app.add_option("--checkpoint-storage-root", f.options.checkpoint_storage_roots,
+                 "A directory under which configs' checkpoint_storage.host_path may lie (repeatable; the checkpoint "
+                 "root is always allowed); must not contain the data dir or the database");
+  f.max_trial_log_mib = f.options.max_trial_log_bytes / double(1 << 20);
+  app.add_option("--max-trial-log-mib", f.max_trial_log_mib,
+                 "Log volume kept per trial; beyond it the oldest lines are dropped (a marker line says how many)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  f.max_log_line_kib = f.options.max_log_line_bytes / 1024.0;
+  app.add_option("--max-log-line-kib", f.max_log_line_kib, "Longest log line stored; longer lines are cut (marked)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--host", f.host, "Address to listen on")->capture_default_str();
   app.add_option("--grpc-port", f.grpc_port, "gRPC port (0: any free port)")->capture_default_str();
   app.add_option("--http-port", f.http_port, "REST port (0: any free port)")->capture_default_str();
@@ -275,6 +289,8 @@ int main(int argc, char** argv) {
   f.options.stop_timeout_ms = static_cast<int64_t>(f.stop_timeout_s * 1000);
   f.options.rendezvous_timeout_ms = static_cast<int64_t>(f.rendezvous_timeout_s * 1000);
   f.options.max_message_bytes = static_cast<int64_t>(f.max_message_mib * (1 << 20));
+  f.options.max_trial_log_bytes = static_cast<int64_t>(f.max_trial_log_mib * (1 << 20));
+  f.options.max_log_line_bytes = static_cast<int64_t>(f.max_log_line_kib * 1024);
 
   // Signals are taken synchronously (Serve).
   sigset_t signals;

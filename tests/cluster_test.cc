@@ -83,7 +83,7 @@ TEST(ClusterTest, RandomSearchCompletesOnTwoAgents) {
     ASSERT_TRUE(metrics.contains("metrics")) << metrics.dump();
     ASSERT_GE(metrics["metrics"].size(), 2u) << metrics.dump();  // at 30 and 60 batches
     // protobuf's JSON mapping writes int64 as a string.
-    EXPECT_EQ(metrics["metrics"].back()["total_batches"], "60");
+    EXPECT_EQ(metrics["metrics"].back()["total_batches"], 60);
     EXPECT_TRUE(metrics["metrics"].back()["metrics"].contains("validation_loss"));
 
     std::string cli_out;
@@ -192,12 +192,12 @@ TEST(ClusterTest, AdaptiveAshaPromotesFromCheckpointsAndCompletes) {
     EXPECT_EQ(t["state"], "STATE_COMPLETED") << t.dump();
     auto metrics = cluster.Get(absl::StrCat("/api/v1/trials/", t["id"].get<int>(), "/metrics?group=validation"));
     ASSERT_GE(metrics["metrics"].size(), 1u) << metrics.dump();
-    EXPECT_EQ(metrics["metrics"][0]["total_batches"], "40") << metrics.dump();
-    std::string last = metrics["metrics"].back()["total_batches"];
-    if (last == "160") {
+    EXPECT_EQ(metrics["metrics"][0]["total_batches"], 40) << metrics.dump();
+    const int64_t last = metrics["metrics"].back()["total_batches"];
+    if (last == 160) {
       ++full;
     } else {
-      EXPECT_EQ(last, "40") << metrics.dump();
+      EXPECT_EQ(last, 40) << metrics.dump();
       ++stopped;
     }
   }

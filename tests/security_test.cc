@@ -12,21 +12,30 @@
 //   7. Tokens (revocation races, allocation tokens)
 //   8. Fuzzers (RSS and malloc limits)
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <filesystem>
 #include <fstream>
+#include <future>
+#include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <gmock/gmock.h>
+#include <google/protobuf/message.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 // Sections 2 and 7 (secure defaults, tokens).
 #include <arpa/inet.h>
-#include <gmock/gmock.h>
-#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sqlite3.h>
 #include <sys/socket.h>
@@ -35,9 +44,12 @@
 #include <regex>
 
 #include "det/agent/v1/agent.grpc.pb.h"
-#include "det/api/v1/api.grpc.pb.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
+#include "det/api/v1/api.grpc.pb.h"
+#include "det/trial/v1/trial.grpc.pb.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -71,7 +83,182 @@ void ExpectMasterHealthy(TestCluster& cluster) {
 // 1. Ownership and the authorization sweep
 // ---------------------------------------------------------------------------
 
-// (section 1 tests)
+// A gRPC unary call of det.api.v1.Determined `method` with a serialized
+// request and a user token; returns the status.
+grpc::Status CallApi(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     const google::protobuf::Message& request, const std::string& token) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  ctx.AddMetadata("authorization", "Bearer " + token);
+  std::string bytes = request.SerializeAsString();
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer req(&slice, 1), resp;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/det.api.v1.Determined/" + method, grpc::StubOptions(), &req, &resp,
+                 [&done](grpc::Status st) { done.set_value(st); });
+  return done.get_future().get();
+}
+
+// The RPCs that change something: each must be refused to a user who is
+// neither the owner of what it names nor an admin. The sweep also checks
+// that every other RPC of the service is a read (or the caller's own
+// session), so that a new mutating RPC cannot be missed.
+const std::set<std::string> kMutatingRpcs = {
+    "ActivateExperiment", "PauseExperiment", "CancelExperiment", "KillExperiment", "ArchiveExperiment",
+    "UnarchiveExperiment", "DeleteExperiment", "PatchExperiment", "KillTrial", "PauseTrial", "ActivateTrial",
+    "DeleteCheckpoints", "EnableAgent", "DisableAgent", "EnableSlot", "DisableSlot", "UpdateJob", "PostUser",
+    "PatchUser"};
+bool IsReadOrOwnSession(const std::string& rpc) {
+  for (const char* prefix : {"Get", "Preview", "Stream", "Download", "TrialLogs"}) {
+    if (rpc.rfind(prefix, 0) == 0) return true;
+  }
+  // Creating is open to every user (they own what they create).
+  return rpc == "Login" || rpc == "Logout" || rpc == "CreateExperiment" || rpc == "UploadArtifact";
+}
+
+// One trial that keeps training slowly (and checkpoints every 5 batches)
+// until it is killed.
+std::string SlowTrialConfig(const std::string& checkpoint_dir) {
+  return absl::StrCat(R"(name: owned
+hyperparameters:
+  global_batch_size: 16
+  learning_rate: 0.01
+  hidden_size: 16
+  dropout: 0.1
+  batch_delay_ms: 100
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: 100000
+min_validation_period:
+  batches: 5
+min_checkpoint_period:
+  batches: 5
+scheduling_unit: 5
+checkpoint_storage:
+  type: shared_fs
+  host_path: )", checkpoint_dir, R"(
+environment:
+  environment_variables:
+    - OMP_NUM_THREADS=1
+data:
+  train_size: 256
+  val_size: 64
+)");
+}
+
+// Must show 2: a second non-admin user (mallory) calling every mutating RPC
+// (gRPC) and every mutating REST route (declared and generic) on the first
+// user's (determined's) experiment, trial and checkpoint gets
+// PERMISSION_DENIED / 403, and nothing changes; the owner and an admin may.
+TEST(SecurityTest, AuthorizationSweepAnotherUserCannotChangeAnything) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  cluster.StartAgent("a1");
+  const int64_t exp = cluster.CreateExperiment(SlowTrialConfig(dir / "checkpoints"), "owned");
+  ASSERT_GT(exp, 0);
+  std::string uuid;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        nlohmann::json cps = cluster.Get(absl::StrCat("/api/v1/experiments/", exp, "/checkpoints"));
+        if (!cps.is_object() || cps["checkpoints"].empty()) return false;
+        uuid = cps["checkpoints"][0]["uuid"];
+        return true;
+      },
+      120s))
+      << cluster.MasterLog() << cluster.AgentLogs();
+  const int64_t trial = cluster.Trials(exp)[0]["id"];
+
+  const std::string admin = RestLogin(cluster.http_port(), "admin", "");
+  ASSERT_FALSE(admin.empty());
+  auto created = cluster.Http("POST", "/api/v1/users", {{"Authorization", "Bearer " + admin}},
+                              R"({"user": {"username": "mallory"}, "password": "mallory-pw-1"})");
+  ASSERT_TRUE(created && created->status == 200) << (created ? created->body : "no answer");
+  const std::string mallory = RestLogin(cluster.http_port(), "mallory", "mallory-pw-1");
+  ASSERT_FALSE(mallory.empty());
+  nlohmann::json me = cluster.Get("/api/v1/me");
+  const int64_t determined_id = me["user"]["id"];
+
+  // The fields every mutating request may name, all pointing at determined's.
+  const nlohmann::json body = {{"experiment_id", exp},        {"trial_id", trial},
+                               {"checkpoint_uuids", {uuid}},  {"job_id", absl::StrCat("exp-", exp)},
+                               {"user_id", determined_id},    {"agent_id", "a1"},
+                               {"slot_id", "0"},              {"name", "pwned"},
+                               {"password", "pwned-pw-1"},    {"admin", true},
+                               {"user", {{"username", "mallory2"}, {"admin", true}}},
+                               {"priority", 1}};
+
+  // gRPC: every method of the service, typed requests filled from `body`.
+  auto channel = grpc::CreateChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials());
+  google::protobuf::internal::AssignDescriptors(&descriptor_table_det_2fapi_2fv1_2fapi_2eproto);
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("det.api.v1.Determined");
+  ASSERT_NE(service, nullptr);
+  int grpc_checked = 0;
+  for (int i = 0; i < service->method_count(); ++i) {
+    const google::protobuf::MethodDescriptor* m = service->method(i);
+    SCOPED_TRACE(m->name());
+    if (!kMutatingRpcs.count(m->name())) {
+      EXPECT_TRUE(IsReadOrOwnSession(m->name())) << "a new RPC: add it to kMutatingRpcs or the reads";
+      continue;
+    }
+    std::unique_ptr<google::protobuf::Message> req(
+        google::protobuf::MessageFactory::generated_factory()->GetPrototype(m->input_type())->New());
+    ASSERT_TRUE(JsonToMessage(body.dump(), req.get()).ok());
+    grpc::Status st = CallApi(channel, m->name(), *req, mallory);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+    ++grpc_checked;
+  }
+  EXPECT_EQ(grpc_checked, static_cast<int>(kMutatingRpcs.size()));
+
+  // REST: every route of a mutating RPC, path fields filled.
+  nlohmann::json routes = cluster.Get("/api/v1/routes");
+  int rest_checked = 0;
+  for (const auto& route : routes["routes"]) {
+    const std::string rpc = route.value("rpc", "");
+    if (!kMutatingRpcs.count(rpc)) continue;
+    std::string path = route["pattern"];
+    for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+             {"{experiment_id}", std::to_string(exp)}, {"{trial_id}", std::to_string(trial)},
+             {"{checkpoint_uuid}", uuid}, {"{job_id}", absl::StrCat("exp-", exp)},
+             {"{user_id}", std::to_string(determined_id)}, {"{agent_id}", "a1"}, {"{slot_id}", "0"}}) {
+      for (size_t at; (at = path.find(field)) != std::string::npos;) path.replace(at, field.size(), value);
+    }
+    SCOPED_TRACE(route["method"].get<std::string>() + " " + path);
+    auto res = cluster.Http(route["method"], path, {{"Authorization", "Bearer " + mallory}}, body.dump());
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 403) << res->body;
+    EXPECT_NE(res->body.find("PERMISSION_DENIED"), std::string::npos) << res->body;
+    ++rest_checked;
+  }
+  EXPECT_GE(rest_checked, static_cast<int>(kMutatingRpcs.size()));  // each generic route at least
+  std::printf("[ swept    ] %d mutating RPCs and %d REST routes refused to another user\n", grpc_checked,
+              rest_checked);
+
+  // Nothing changed: still running under its name, checkpoint and users kept.
+  nlohmann::json e = cluster.Get(absl::StrCat("/api/v1/experiments/", exp))["experiment"];
+  EXPECT_EQ(e["state"], "STATE_ACTIVE");
+  EXPECT_EQ(e["name"], "owned");
+  EXPECT_EQ(e["username"], "determined");
+  int status = 0;
+  cluster.Get("/api/v1/checkpoints/" + uuid, &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_TRUE(RestLogin(cluster.http_port(), "mallory", "mallory-pw-1").size() > 0);
+  EXPECT_EQ(cluster.Get("/api/v1/users")["users"].size(), 3u);  // no mallory2
+  EXPECT_TRUE(RestLogin(cluster.http_port(), "determined", "").size() > 0);  // password unchanged
+
+  // The owner may, and so may an admin.
+  EXPECT_EQ(cluster.Cli({"experiment", "pause", std::to_string(exp)}), 0);
+  auto activate = cluster.Http("POST", absl::StrCat("/api/v1/experiments/", exp, "/activate"),
+                               {{"Authorization", "Bearer " + admin}});
+  ASSERT_TRUE(activate);
+  EXPECT_EQ(activate->status, 200) << activate->body;
+  EXPECT_EQ(cluster.Cli({"experiment", "kill", std::to_string(exp)}), 0);
+  ExpectMasterHealthy(cluster);
+}
 
 // ---------------------------------------------------------------------------
 // 2. Secure defaults
@@ -294,6 +481,239 @@ TEST(SecurityTest, AnonymousRestBodiesAreRefusedBeforeReading) {
 
 // (section 3 tests)
 
+namespace trialv1 = ::det::trial::v1;
+
+// Helpers of sections 3 and 6: untrusted trial code with real credentials.
+
+// A stand-in for det-trial (the agent's --det-trial): it saves its
+// environment, which holds its allocation id and token, to
+// DIR/trial-env/<allocation id>, prints a flood when the config sets
+// FAKE_TRIAL_FLOOD, then sleeps. The test then calls det.trial.v1 as the
+// trial's code could.
+std::string FakeDetTrial(const TempDir& dir) {
+  const std::string envs = dir / "trial-env";
+  std::filesystem::create_directories(envs);
+  const std::string script = dir / "fake-det-trial.sh";
+  WriteFile(script, absl::StrCat(R"(#!/bin/sh
+env > ")", envs, R"(/.$DET_ALLOCATION_ID" && mv ")", envs, R"(/.$DET_ALLOCATION_ID" ")", envs, R"(/$DET_ALLOCATION_ID"
+if [ -n "$FAKE_TRIAL_FLOOD" ]; then
+  awk 'BEGIN { s = "x"; for (i = 0; i < 19; i++) s = s s; print s;
+               for (i = 0; i < 60000; i++) printf "agent flood line %d yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy\n", i }'
+fi
+exec sleep 300
+)"));
+  chmod(script.c_str(), 0755);
+  return script;
+}
+
+// A fake trial's credentials, as its environment holds them.
+struct FakeTrial {
+  std::string allocation_id;
+  std::string token;
+  int64_t trial_id = 0;
+};
+
+// The first `n` fake trials that started (fewer after 60 s).
+std::vector<FakeTrial> FakeTrials(const TempDir& dir, size_t n) {
+  std::vector<FakeTrial> out;
+  PollUntil(
+      [&] {
+        out.clear();
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(dir / "trial-env", ec)) {
+          if (e.path().filename().string().rfind(".", 0) == 0) continue;
+          FakeTrial t;
+          std::istringstream in(ReadFile(e.path().string()));
+          std::string line;
+          while (std::getline(in, line)) {
+            if (line.rfind("DET_ALLOCATION_ID=", 0) == 0) t.allocation_id = line.substr(18);
+            if (line.rfind("DET_ALLOCATION_TOKEN=", 0) == 0) t.token = line.substr(21);
+            if (line.rfind("DET_TRIAL_ID=", 0) == 0) t.trial_id = std::stoll(line.substr(13));
+          }
+          if (!t.token.empty()) out.push_back(t);
+        }
+        return out.size() >= n;
+      },
+      60s);
+  return out;
+}
+
+// A cluster whose agent (`slots` slots) runs FakeDetTrial for every trial.
+class FakeTrialCluster : public TestCluster {
+ public:
+  FakeTrialCluster(const TempDir& dir, int slots, TestClusterOptions options = {})
+      : TestCluster(dir, std::move(options)),
+        channel_(grpc::CreateChannel(grpc_address(), grpc::InsecureChannelCredentials())),
+        stub_(trialv1::TrialService::NewStub(channel_)) {
+    WriteFile(dir / "fake.so", FakeTrialSo());
+    StartAgent("a", AgentOptions().set_slots(slots).add_flags({"--det-trial", FakeDetTrial(dir)}));
+  }
+  // Creates a one-trial experiment of `extra` appended to a config whose
+  // checkpoints go to `checkpoint_dir` (its checkpoint_storage last).
+  int CreateFake(const std::string& name, const std::string& checkpoint_dir, const std::string& extra = "") {
+    return CreateExperiment(SingleTrialConfig(name, checkpoint_dir) + extra, name, dir() / "fake.so");
+  }
+  // Calls det.trial.v1 `method` as trial `t`.
+  template <typename Req, typename Resp>
+  grpc::Status Call(grpc::Status (trialv1::TrialService::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+                    const FakeTrial& t, Req req, Resp* resp = nullptr) {
+    Resp ignored;
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-det-allocation-token", t.token);
+    ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    req.set_allocation_id(t.allocation_id);
+    return (stub_.get()->*method)(&ctx, req, resp ? resp : &ignored);
+  }
+  grpc::Status ReportCheckpoint(const FakeTrial& t, const std::string& uuid, int64_t batches) {
+    trialv1::ReportCheckpointRequest req;
+    req.set_uuid(uuid);
+    req.set_total_batches(batches);
+    return Call(&trialv1::TrialService::Stub::ReportCheckpoint, t, req);
+  }
+  trialv1::TrialService::Stub* stub() { return stub_.get(); }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<trialv1::TrialService::Stub> stub_;
+};
+
+// The checkpoint's state as REST reports it ("" when unknown).
+std::string CheckpointState(TestCluster& cluster, const std::string& uuid) {
+  return cluster.Get("/api/v1/checkpoints/" + uuid)["checkpoint"].value("state", "");
+}
+
+// Attack: a config whose checkpoint_storage.host_path points outside the
+// allowed roots (plainly, by "..", or through a symlink into the master's
+// data dir), so that checkpoint GC would later delete there. Refused with
+// INVALID_ARGUMENT naming the field and the roots; a master whose root would
+// contain its own data refuses to start.
+TEST(SecurityTest, CheckpointStorageOutsideTheAllowedRootsIsRefused) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  const std::string root = dir / "checkpoints";
+  std::filesystem::create_directories(root);
+  std::filesystem::create_directory_symlink(dir / "master", root + "/to-master");
+  for (const std::string& host_path :
+       {std::string("/tmp"), dir / "master", root + "/../master", root + "/to-master", root + "/to-master/sub",
+        std::string("relative/path")}) {
+    nlohmann::json body = {{"config_yaml", SingleTrialConfig("outside", host_path)},
+                           {"trial_so", absl::Base64Escape(FakeTrialSo())},
+                           {"activate", true}};
+    int status = 0;
+    nlohmann::json resp = cluster.Send("POST", "/api/v1/experiments", body.dump(), &status);
+    EXPECT_EQ(status, 400) << host_path << ": " << resp.dump();
+    EXPECT_THAT(resp.dump(), ::testing::HasSubstr("checkpoint_storage.host_path")) << host_path;
+    EXPECT_THAT(resp.dump(), ::testing::HasSubstr(root)) << "names the allowed roots";
+  }
+  EXPECT_EQ(cluster.Get("/api/v1/experiments")["experiments"].size(), 0u);
+  // Under the root it is fine.
+  nlohmann::json ok = {{"config_yaml", SingleTrialConfig("inside", root + "/exp")},
+                       {"trial_so", absl::Base64Escape(FakeTrialSo())}};
+  int status = 0;
+  cluster.Send("POST", "/api/v1/experiments", ok.dump(), &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_TRUE(std::filesystem::exists(cluster.db_path()));
+  ExpectMasterHealthy(cluster);
+
+  // A root that holds the master's own data: the master does not start.
+  TempDir other;
+  std::string out, err;
+  int code = RunProcess({std::string(kTestBinDir) + "/det-master", "--data-dir", other / "master", "--grpc-port", "0",
+                         "--http-port", "0", "--checkpoint-storage-root", other.path()},
+                        &out, &err, 30s);
+  EXPECT_EQ(code, 1) << out << err;
+  EXPECT_THAT(err, ::testing::HasSubstr("contains the master's own"));
+}
+
+// Attack: trial code reports checkpoints named "../../master/det.db",
+// "det.db", or a UUID that is a symlink it made to the master's data dir,
+// so that GC would delete the master's database. Each is INVALID_ARGUMENT
+// naming `uuid`; nothing is recorded and det.db is intact.
+TEST(SecurityTest, TrialCannotNameACheckpointOutsideItsDirectory) {
+  TempDir dir;
+  FakeTrialCluster cluster(dir, 1);
+  const std::string ckdir = dir / "checkpoints/exp";
+  ASSERT_GT(cluster.CreateFake("names", ckdir), 0);
+  auto trials = FakeTrials(dir, 1);
+  ASSERT_EQ(trials.size(), 1u) << cluster.AgentLogs();
+  const FakeTrial& t = trials[0];
+  std::filesystem::create_directories(ckdir);
+  const std::string link_uuid = "0f3c9a1e-5b2d-4c6e-8f10-112233445566";
+  std::filesystem::create_directory_symlink(dir / "master", ckdir + "/" + link_uuid);
+  for (const std::string& uuid : {std::string("../../master/det.db"), std::string("det.db"), std::string(".."),
+                                  std::string("0F3C9A1E-5B2D-4C6E-8F10-112233445566"), link_uuid}) {
+    grpc::Status st = cluster.ReportCheckpoint(t, uuid, 10);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << uuid << ": " << st.error_message();
+    EXPECT_THAT(st.error_message(), ::testing::HasSubstr("uuid")) << uuid;
+  }
+  EXPECT_EQ(cluster.Get(absl::StrCat("/api/v1/trials/", t.trial_id, "/checkpoints"))["checkpoints"].size(), 0u);
+  // A real one is accepted (so the refusals above were the names').
+  const std::string good = "1a2b3c4d-0000-4000-8000-00000000abcd";
+  std::filesystem::create_directories(ckdir + "/" + good);
+  EXPECT_TRUE(cluster.ReportCheckpoint(t, good, 10).ok());
+  EXPECT_TRUE(std::filesystem::exists(cluster.db_path()));
+  EXPECT_TRUE(std::filesystem::exists(dir / "master/artifacts"));
+  ExpectMasterHealthy(cluster);
+}
+
+// Attack: after reporting real checkpoints, trial code swaps a checkpoint's
+// directory, or the storage directory above it, for a symlink to data it
+// wants destroyed; then its trial ends and GC deletes the checkpoints. GC
+// never follows either link: the targets are untouched, while a checkpoint
+// left alone is deleted.
+TEST(SecurityTest, CheckpointGcNeverFollowsASymlink) {
+  TempDir dir;
+  FakeTrialCluster cluster(dir, 2);
+  const std::string gc = "  save_experiment_best: 0\n  save_trial_best: 0\n  save_trial_latest: 0\n";
+  const std::string ck1 = dir / "checkpoints/one", ck2 = dir / "checkpoints/two";
+  int e1 = cluster.CreateFake("one", ck1, gc);
+  int e2 = cluster.CreateFake("two", ck2, gc);
+  ASSERT_GT(e1, 0);
+  ASSERT_GT(e2, 0);
+  auto trials = FakeTrials(dir, 2);
+  ASSERT_EQ(trials.size(), 2u) << cluster.AgentLogs();
+  const int64_t trial1 = cluster.Trials(e1)[0].value("id", int64_t{0});
+  const FakeTrial& t1 = trials[0].trial_id == trial1 ? trials[0] : trials[1];
+  const FakeTrial& t2 = trials[0].trial_id == trial1 ? trials[1] : trials[0];
+  const std::string swapped = "aaaaaaaa-0000-4000-8000-000000000001", plain = "aaaaaaaa-0000-4000-8000-000000000002",
+                    under_link = "aaaaaaaa-0000-4000-8000-000000000003";
+  for (const auto& [d, u] : {std::pair{ck1, swapped}, std::pair{ck1, plain}, std::pair{ck2, under_link}}) {
+    std::filesystem::create_directories(d + "/" + u);
+    WriteFile(d + "/" + u + "/model.pt", "weights");
+  }
+  ASSERT_TRUE(cluster.ReportCheckpoint(t1, swapped, 10).ok());
+  ASSERT_TRUE(cluster.ReportCheckpoint(t1, plain, 20).ok());
+  ASSERT_TRUE(cluster.ReportCheckpoint(t2, under_link, 10).ok());
+  // What the trial wants destroyed: the master's data and a directory that
+  // holds a same-named checkpoint.
+  const std::string precious = dir / "precious";
+  std::filesystem::create_directories(precious + "/" + under_link);
+  WriteFile(precious + "/" + under_link + "/keep", "keep");
+  std::filesystem::remove_all(ck1 + "/" + swapped);
+  std::filesystem::create_directory_symlink(dir / "master", ck1 + "/" + swapped);
+  std::filesystem::rename(ck2, ck2 + "-moved");
+  std::filesystem::create_directory_symlink(precious, ck2);
+
+  for (int e : {e1, e2}) {
+    int status = 0;
+    cluster.Send("POST", absl::StrCat("/api/v1/experiments/", e, "/kill"), "{}", &status);
+    EXPECT_EQ(status, 200);
+  }
+  // GC ran: the plain checkpoint's directory is gone.
+  EXPECT_TRUE(PollUntil([&] { return !std::filesystem::exists(ck1 + "/" + plain); }, 60s)) << cluster.MasterLog();
+  for (const std::string& u : {swapped, plain, under_link}) {
+    EXPECT_TRUE(PollUntil([&] { return CheckpointState(cluster, u) == "CHECKPOINT_STATE_DELETED"; }, 60s))
+        << u << ": " << CheckpointState(cluster, u);
+  }
+  EXPECT_TRUE(std::filesystem::exists(cluster.db_path()));
+  EXPECT_TRUE(std::filesystem::exists(dir / "master/artifacts"));
+  EXPECT_TRUE(std::filesystem::is_symlink(ck1 + "/" + swapped));
+  EXPECT_EQ(ReadFile(precious + "/" + under_link + "/keep"), "keep");
+  EXPECT_TRUE(std::filesystem::exists(ck2 + "-moved/" + under_link + "/model.pt"));
+  EXPECT_THAT(cluster.MasterLog(), ::testing::HasSubstr("not deleting"));
+  ExpectMasterHealthy(cluster);
+}
+
 // ---------------------------------------------------------------------------
 // 4. Agents
 // ---------------------------------------------------------------------------
@@ -311,6 +731,315 @@ TEST(SecurityTest, AnonymousRestBodiesAreRefusedBeforeReading) {
 // ---------------------------------------------------------------------------
 
 // (section 6 tests)
+
+// A config whose searcher section is `searcher`, with `hparams` under
+// hyperparameters and `extra` appended (no checkpoint_storage: the master's
+// default root).
+std::string BoundsConfig(const std::string& searcher, const std::string& hparams = "",
+                         const std::string& extra = "") {
+  return "name: bounds\nhyperparameters:\n  global_batch_size: 16\n" + hparams + "searcher:\n" + searcher +
+         "  metric: validation_loss\n  max_length:\n    batches: 10\n" + extra;
+}
+
+// 473 bytes of nested aliases that expand to 9^9 strings (the issue's
+// attack; also fuzz/corpus/experiment_config/alias_bomb.yaml).
+std::string AliasBomb() {
+  std::string s =
+      "name: billion-lol\nhyperparameters:\n  global_batch_size: 32\n"
+      "  a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n";
+  const std::string levels = "abcdefghi";
+  for (size_t i = 1; i < levels.size(); ++i) {
+    std::string refs;
+    for (int k = 0; k < 9; ++k) refs += std::string(k == 0 ? "" : ",") + "*" + levels[i - 1];
+    s += std::string("  ") + levels[i] + ": &" + levels[i] + " [" + refs + "]\n";
+  }
+  return s + "searcher: {name: single, metric: loss, max_length: 1}\n";
+}
+
+// Runs det-cli ARGS, expecting it to fail with INVALID_ARGUMENT and a message
+// containing `what`.
+void ExpectCliInvalid(TestCluster& cluster, const std::vector<std::string>& args, const std::string& what) {
+  std::string out, err;
+  int rc = cluster.Cli(args, &out, &err);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(err.find("INVALID_ARGUMENT"), std::string::npos) << err;
+  EXPECT_NE(err.find(what), std::string::npos) << "expected '" << what << "' in: " << err;
+}
+
+// Creates `yaml` through det-cli, expecting INVALID_ARGUMENT naming `what`.
+void ExpectCreateInvalid(TestCluster& cluster, const std::string& yaml, const std::string& name,
+                         const std::string& what) {
+  std::string path = cluster.dir() / (name + ".yaml");
+  WriteFile(path, yaml);
+  ExpectCliInvalid(cluster, {"experiment", "create", path, kTestSyntheticTrial, "--paused"}, what);
+}
+
+int ExperimentCount(TestCluster& cluster) {
+  auto list = cluster.Get("/api/v1/experiments");
+  return list.is_object() && list.contains("experiments") ? static_cast<int>(list["experiments"].size()) : -1;
+}
+
+TEST(SecurityBoundsTest, AliasBombIsRefusedQuicklyAndTheMasterStaysSmall) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  std::string bomb = AliasBomb();
+  ASSERT_EQ(bomb.size(), 473u);
+  std::string path = dir / "bomb.yaml";
+  WriteFile(path, bomb);
+  const std::string limit = "YAML expands to more than 100000 nodes (aliases included); the limit is 100000";
+
+  auto start = std::chrono::steady_clock::now();
+  ExpectCliInvalid(cluster, {"preview-search", path}, limit);
+  ExpectCreateInvalid(cluster, bomb, "bomb-create", limit);
+  // REST too (the generic route and the experiments route answer 400).
+  int status = 0;
+  nlohmann::json preview = cluster.Send("POST", "/api/v1/PreviewSearch",
+                                        nlohmann::json{{"config_yaml", bomb}}.dump(), &status);
+  EXPECT_EQ(status, 400) << preview.dump();
+  EXPECT_NE(preview.dump().find("100000 nodes"), std::string::npos) << preview.dump();
+  nlohmann::json created = cluster.Send("POST", "/api/v1/experiments",
+                                        nlohmann::json{{"config_yaml", bomb}, {"trial_so", "f0VMRg=="}}.dump(),
+                                        &status);
+  EXPECT_EQ(status, 400) << created.dump();
+  // Generous: before the limits one bomb kept a core busy for over 60 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+
+  EXPECT_EQ(ExperimentCount(cluster), 0) << "nothing created";
+  ExpectMasterHealthy(cluster);
+}
+
+TEST(SecurityBoundsTest, ConfigSizeAndDepthAreLimited) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  // 2 MiB of comment: over the 1 MiB config limit (under gRPC's 4 MiB).
+  ExpectCreateInvalid(cluster, BoundsConfig("  name: single\n") + "#" + std::string(2 << 20, 'x') + "\n", "big",
+                      "the limit is 1048576 bytes (1 MiB)");
+  ExpectCreateInvalid(cluster, BoundsConfig("  name: single\n", "", "data: " + std::string(100, '[') +
+                                                                       std::string(100, ']') + "\n"),
+                      "deep", "YAML nests more than 64 levels deep (aliases included); the limit is 64");
+  EXPECT_EQ(ExperimentCount(cluster), 0);
+  ExpectMasterHealthy(cluster);
+}
+
+TEST(SecurityBoundsTest, SearchSizesAreCapped) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  // max_trials 10^9 in a random search: refused, not expanded.
+  ExpectCreateInvalid(cluster, BoundsConfig("  name: random\n  max_trials: 1000000000\n"), "random",
+                      "field 'searcher.max_trials' must be between 1 and 10000, got 1000000000");
+  std::string path = dir / "random-preview.yaml";
+  WriteFile(path, BoundsConfig("  name: random\n  max_trials: 1000000000\n"));
+  ExpectCliInvalid(cluster, {"preview-search", path}, "must be between 1 and 10000");
+  // A 10^6-point grid: six hyperparameters of 10 points.
+  std::string axes;
+  for (const char* k : {"a", "b", "c", "d", "e", "f"}) {
+    axes += std::string("  ") + k + ": {type: int, minval: 1, maxval: 10, count: 10}\n";
+  }
+  ExpectCreateInvalid(cluster, BoundsConfig("  name: grid\n", axes), "grid",
+                      "the grid of 'hyperparameters' has more than 10000 points (the limit)");
+  path = dir / "grid-preview.yaml";
+  WriteFile(path, BoundsConfig("  name: grid\n", axes));
+  ExpectCliInvalid(cluster, {"preview-search", path}, "more than 10000 points");
+  // 2^32 slots used to become a 0-slot allocation rescheduled for ever.
+  ExpectCreateInvalid(cluster, BoundsConfig("  name: single\n", "", "resources:\n  slots_per_trial: 4294967296\n"),
+                      "slots", "field 'resources.slots_per_trial' must be between 1 and 1024, got 4294967296");
+  EXPECT_EQ(ExperimentCount(cluster), 0) << "nothing created";
+  ExpectMasterHealthy(cluster);
+}
+
+TEST(SecurityBoundsTest, SlotsPerTrialBeyondThePoolIsInvalidArgument) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  std::string three = BoundsConfig("  name: single\n", "", "resources:\n  slots_per_trial: 3\n");
+  // No agent known yet: accepted (only the config's cap applies).
+  std::string path = dir / "before-agents.yaml";
+  WriteFile(path, three);
+  std::string out, err;
+  EXPECT_EQ(cluster.Cli({"experiment", "create", path, kTestSyntheticTrial, "--paused"}, &out, &err), 0) << err;
+
+  cluster.StartAgent("only", AgentOptions().set_slots(2));
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, 30s));
+  ExpectCreateInvalid(cluster, three, "three",
+                      "field 'resources.slots_per_trial' is 3, more than resource pool 'default' can offer "
+                      "(its agents have 2 slot(s) in all)");
+  // Another pool, of no known agent: accepted.
+  std::string other = BoundsConfig("  name: single\n", "",
+                                   "resources:\n  slots_per_trial: 3\n  resource_pool: elsewhere\n");
+  path = dir / "other.yaml";
+  WriteFile(path, other);
+  EXPECT_EQ(cluster.Cli({"experiment", "create", path, kTestSyntheticTrial, "--paused"}, &out, &err), 0) << err;
+  EXPECT_EQ(ExperimentCount(cluster), 2) << "only the two accepted ones";
+  ExpectMasterHealthy(cluster);
+}
+
+// Logs and long-polls
+
+// Every line of trial `trial_id` through the paged REST read (GET
+// .../logs?after_id=N, at most 1000 lines a page, `more` and next_after_id
+// saying where to go on); *pages counts the pages.
+std::vector<nlohmann::json> AllLogLines(TestCluster& cluster, int64_t trial_id, int* pages = nullptr) {
+  std::vector<nlohmann::json> lines;
+  int64_t after = 0;
+  for (int page = 0; page < 1000; ++page) {
+    nlohmann::json r = cluster.Get(absl::StrCat("/api/v1/trials/", trial_id, "/logs?after_id=", after));
+    const nlohmann::json logs = r.value("logs", nlohmann::json::array());
+    EXPECT_LE(logs.size(), 1000u);
+    for (const auto& l : logs) lines.push_back(l);
+    if (pages != nullptr) *pages = page + 1;
+    if (!r.value("more", false)) break;
+    EXPECT_EQ(r.value("next_after_id", int64_t{0}), logs.back().value("id", int64_t{-1}));
+    after = r.value("next_after_id", int64_t{0});
+  }
+  return lines;
+}
+
+int64_t LogBytes(const std::vector<nlohmann::json>& lines) {
+  int64_t n = 0;
+  for (const auto& l : lines) n += static_cast<int64_t>(l.value("message", "").size());
+  return n;
+}
+
+// Checks what a 1 MiB-per-trial master stored: within the volume (each line
+// counted as its bytes + 64), one marker line, the oldest, and ids in order.
+void ExpectBoundedLog(const std::vector<nlohmann::json>& lines) {
+  EXPECT_LE(LogBytes(lines) + 64 * static_cast<int64_t>(lines.size()), 1 << 20);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_THAT(lines[0].value("message", ""), ::testing::HasSubstr("earlier lines dropped (log limit of 1048576 bytes"));
+  int markers = 0;
+  for (const auto& l : lines) {
+    markers += l.value("message", "").find("earlier lines dropped") != std::string::npos;
+    EXPECT_LE(l.value("message", "").size(), (64u << 10) + 64);
+  }
+  EXPECT_EQ(markers, 1);
+  for (size_t i = 1; i < lines.size(); ++i) {
+    EXPECT_LT(lines[i - 1].value("id", int64_t{0}), lines[i].value("id", int64_t{0}));
+  }
+}
+
+// Attack: a trial's output (through its agent: a 512 KiB line and 4 MB of
+// lines), then its code (through ReportTrialLogs: a 1 MiB line, 20001 lines
+// in one message, 4 MB more) flood a master that keeps 1 MiB per trial.
+// Stored: lines cut to 64 KiB with a marker, the oldest lines dropped behind
+// one marker line, the oversized message INVALID_ARGUMENT; the REST read is
+// paged and det-cli still reads everything.
+TEST(SecurityTest, TrialLogFloodIsStoredBoundedAndReadInPages) {
+  TempDir dir;
+  FakeTrialCluster cluster(dir, 1, TestClusterOptions().add_master_flags({"--max-trial-log-mib", "1"}));
+  ASSERT_GT(cluster.CreateFake("flood", dir / "checkpoints",
+                               "environment:\n  environment_variables:\n    - FAKE_TRIAL_FLOOD=1\n"),
+            0);
+  auto trials = FakeTrials(dir, 1);
+  ASSERT_EQ(trials.size(), 1u) << cluster.AgentLogs();
+  const FakeTrial& t = trials[0];
+  // The agent's part: everything it forwards has arrived once its last line has.
+  auto has_line = [&](const std::string& prefix) {
+    for (const auto& l : AllLogLines(cluster, t.trial_id)) {
+      if (l.value("message", "").rfind(prefix, 0) == 0) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(PollUntil([&] { return has_line("agent flood line 59999 "); }, 120s)) << cluster.AgentLogs();
+  ExpectBoundedLog(AllLogLines(cluster, t.trial_id));
+
+  // The trial code's part.
+  trialv1::ReportTrialLogsRequest big;
+  big.add_logs()->set_message(std::string(1 << 20, 'b'));
+  EXPECT_TRUE(cluster.Call(&trialv1::TrialService::Stub::ReportTrialLogs, t, big).ok());
+  EXPECT_TRUE(has_line(std::string(64 << 10, 'b') + " ... [line truncated: 1048576 bytes]"));
+  trialv1::ReportTrialLogsRequest many;
+  for (int i = 0; i < 20001; ++i) many.add_logs()->set_message("x");
+  grpc::Status st = cluster.Call(&trialv1::TrialService::Stub::ReportTrialLogs, t, many);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), ::testing::HasSubstr("logs"));
+  for (int m = 0; m < 40; ++m) {
+    trialv1::ReportTrialLogsRequest req;
+    for (int i = 0; i < 1000; ++i) req.add_logs()->set_message(absl::StrCat("rpc flood ", m * 1000 + i, " ", std::string(80, 'r')));
+    ASSERT_TRUE(cluster.Call(&trialv1::TrialService::Stub::ReportTrialLogs, t, req).ok());
+  }
+  int pages = 0;
+  auto lines = AllLogLines(cluster, t.trial_id, &pages);
+  EXPECT_GT(pages, 1);
+  ExpectBoundedLog(lines);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().value("message", ""), "rpc flood 39999 " + std::string(80, 'r'));
+  // A client limit above the page size is capped; a small one is honoured.
+  nlohmann::json page = cluster.Get(absl::StrCat("/api/v1/trials/", t.trial_id, "/logs?limit=100000"));
+  EXPECT_EQ(page["logs"].size(), 1000u);
+  EXPECT_TRUE(page.value("more", false));
+  page = cluster.Get(absl::StrCat("/api/v1/trials/", t.trial_id, "/logs?limit=5"));
+  EXPECT_EQ(page["logs"].size(), 5u);
+  // det-cli (a gRPC stream) still reads every line, past any page.
+  std::string out, err;
+  EXPECT_EQ(cluster.Cli({"trial", "logs", std::to_string(t.trial_id)}, &out, &err), 0) << err;
+  EXPECT_THAT(out, ::testing::HasSubstr("earlier lines dropped"));
+  EXPECT_THAT(out, ::testing::HasSubstr("rpc flood 39999 "));
+  ExpectMasterHealthy(cluster);
+}
+
+// Attack: one trial opens 600 ShouldPreempt long-polls of 60 s at once (more
+// than the master's 512 long-poll threads). Only its ranks + 1 wait; the rest
+// are answered at once, and another trial's ShouldPreempt is answered without
+// delay.
+TEST(SecurityTest, OneAllocationsLongPollsDoNotStarveAnother) {
+  TempDir dir;
+  FakeTrialCluster cluster(dir, 2);
+  ASSERT_GT(cluster.CreateFake("attacker", dir / "checkpoints"), 0);
+  ASSERT_GT(cluster.CreateFake("victim", dir / "checkpoints"), 0);
+  auto trials = FakeTrials(dir, 2);
+  ASSERT_EQ(trials.size(), 2u) << cluster.AgentLogs();
+  const FakeTrial& attacker = trials[0];
+  const FakeTrial& victim = trials[1];
+
+  constexpr int kPolls = 600;
+  struct Poll {
+    grpc::ClientContext ctx;
+    trialv1::ShouldPreemptRequest req;
+    trialv1::ShouldPreemptResponse resp;
+  };
+  std::vector<std::unique_ptr<Poll>> polls;
+  std::mutex mu;
+  std::condition_variable cv;
+  int finished = 0, finished_ok = 0;
+  for (int i = 0; i < kPolls; ++i) {
+    auto p = std::make_unique<Poll>();
+    p->ctx.AddMetadata("x-det-allocation-token", attacker.token);
+    p->ctx.set_deadline(std::chrono::system_clock::now() + 90s);
+    p->req.set_allocation_id(attacker.allocation_id);
+    p->req.set_timeout_ms(60000);
+    cluster.stub()->async()->ShouldPreempt(&p->ctx, &p->req, &p->resp, [&](grpc::Status s) {
+      std::lock_guard<std::mutex> l(mu);
+      ++finished;
+      finished_ok += s.ok();
+      cv.notify_all();
+    });
+    polls.push_back(std::move(p));
+  }
+  // All but ranks + 1 = 2 come back at once, with the current state.
+  {
+    std::unique_lock<std::mutex> l(mu);
+    EXPECT_TRUE(cv.wait_for(l, 20s, [&] { return finished >= kPolls - 2; })) << finished << " of " << kPolls;
+    EXPECT_EQ(finished_ok, finished);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  trialv1::ShouldPreemptRequest quick;
+  quick.set_timeout_ms(0);
+  trialv1::ShouldPreemptResponse resp;
+  grpc::Status st = cluster.Call(&trialv1::TrialService::Stub::ShouldPreempt, victim, quick, &resp);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_FALSE(resp.preempt());
+  EXPECT_LT(took, 5s) << "the victim's ShouldPreempt waited behind the attacker's long-polls";
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_LE(kPolls - finished, 2) << "more than ranks + 1 long-polls of one allocation waited";
+  }
+  for (auto& p : polls) p->ctx.TryCancel();
+  {
+    std::unique_lock<std::mutex> l(mu);
+    EXPECT_TRUE(cv.wait_for(l, 30s, [&] { return finished == kPolls; }));
+  }
+  ExpectMasterHealthy(cluster);
+}
 
 // ---------------------------------------------------------------------------
 // 7. Tokens
@@ -554,6 +1283,27 @@ TEST(SecurityTest, LargeTrialLibrariesGoThroughUploadArtifact) {
 // ---------------------------------------------------------------------------
 
 // (section 8 tests)
+
+// The config fuzzer, run on the alias bomb with the RSS and malloc limits
+// fuzz/run_fuzzer.sh uses: it must pass quickly (before the YAML limits it
+// was an out-of-memory finding).
+TEST(SecurityFuzzersTest, ConfigFuzzerPassesTheAliasBombWithinItsLimits) {
+  // The fuzz-only clang build lives beside bin/ (fuzz/CMakeLists.txt).
+  std::string fuzzer = std::string(DET_BIN_DIR) + "/../fuzz/bin/experiment_config_fuzzer";
+  if (access(fuzzer.c_str(), X_OK) != 0) {
+    GTEST_SKIP() << fuzzer << " was not built (the fuzzers need clang++ with libFuzzer; see README 'Fuzzing')";
+  }
+  std::string bomb = std::string(DET_SOURCE_DIR) + "/fuzz/corpus/experiment_config/alias_bomb.yaml";
+  ASSERT_EQ(access(bomb.c_str(), R_OK), 0) << bomb;
+  TempDir dir;
+  std::string log = dir / "fuzzer.log";
+  std::string cmd = absl::StrCat(fuzzer, " -rss_limit_mb=512 -malloc_limit_mb=512 -timeout=10 ", bomb, " > ", log,
+                                 " 2>&1");
+  int rc = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(rc, 0) << output;
+}
 
 TEST(SecurityTest, MasterStartsHealthy) {
   TempDir dir;

@@ -38,6 +38,8 @@ void TestCluster::StartMaster(int grpc_port) {
                                std::string("0"), std::string("--ports-file"), ports}) {
     argv.push_back(a);
   }
+  // The tests' configs keep checkpoints under dir/checkpoints.
+  argv.insert(argv.end(), {std::string("--checkpoint-storage-root"), dir_ / "checkpoints"});
   argv.insert(argv.end(), options_.master_flags.begin(), options_.master_flags.end());
   master_ = std::make_unique<Subprocess>(argv, dir_ / absl::StrCat("master-", master_runs_, ".out"),
                                          dir_ / absl::StrCat("master-", master_runs_, ".err"));

@@ -91,7 +91,8 @@ struct TestClusterOptions {
 class TestCluster {
  public:
   // Isolates det-cli's token file in `dir` and starts a master on `dir`
-  // (data in dir/master). Requires: `dir` outlives this object. A master that
+  // (data in dir/master; configs may keep checkpoints under dir/checkpoints,
+  // its --checkpoint-storage-root). Requires: `dir` outlives this object. A master that
   // writes no ports file within 30 s is a test failure (with its log).
   explicit TestCluster(const TempDir& dir, TestClusterOptions options = {});
   // SIGTERMs the agents, then the master, waiting up to 10 s for each.

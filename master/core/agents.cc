@@ -142,7 +142,12 @@ void MasterCore::DetachAgent(const std::shared_ptr<AgentSession>& session) {
 void MasterCore::HandleAgentMessage(const std::string& agent_id, const agentv1::AgentMessage& message) {
   if (message.has_logs()) {
     std::vector<TaskLogRow> rows;
+    if (message.logs().logs_size() > options_.max_log_lines_per_message) {
+      spdlog::warn("agent {}: {} log lines in one message; storing the first {}", agent_id,
+                   message.logs().logs_size(), options_.max_log_lines_per_message);
+    }
     for (const auto& log : message.logs().logs()) {
+      if (static_cast<int>(rows.size()) >= options_.max_log_lines_per_message) break;
       TaskLogRow r;
       r.trial_id = log.trial_id();
       r.allocation_id = log.allocation_id();

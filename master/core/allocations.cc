@@ -99,8 +99,8 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
     auto* start = msg.mutable_start_allocation();
     start->set_allocation_id(alloc->id);
     start->set_task_id(absl::StrCat("trial-", trial_id));
-    start->set_trial_id(static_cast<int32_t>(trial_id));
-    start->set_experiment_id(static_cast<int32_t>(exp.row.id));
+    start->set_trial_id(trial_id);
+    start->set_experiment_id(exp.row.id);
     start->set_allocation_token(token);
     start->mutable_trial_so()->set_sha256(exp.row.trial_so_sha256);
     start->mutable_trial_so()->set_size_bytes(artifacts_.Size(exp.row.trial_so_sha256).value_or(0));

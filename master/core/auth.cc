@@ -81,7 +81,7 @@ int64_t AuthCore::Pbkdf2RunsForTesting() { return pbkdf2_runs.load(); }
 
 apiv1::User UserProto(const UserRow& row) {
   apiv1::User u;
-  u.set_id(static_cast<int32_t>(row.id));
+  u.set_id(row.id);
   u.set_username(row.username);
   u.set_display_name(row.display_name);
   u.set_admin(row.admin);

@@ -52,7 +52,8 @@ struct TrialRuntime {
 };
 
 struct ExperimentRuntime {
-  ExperimentRow row;
+  ExperimentRow row;  // row.owner: the creator's username ("" for none)
+  int64_t owner_id = 0;  // the creator's user id (0 when none or deleted)
   ExperimentConfig config;
   std::unique_ptr<Searcher> searcher;
   std::map<int64_t, int64_t> trial_by_request;

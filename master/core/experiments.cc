@@ -25,12 +25,41 @@ std::string ExperimentCheckpointDir(const ExperimentConfig& config, const std::s
   return p.string();
 }
 
+namespace {
+
+// INVALID_ARGUMENT when slots_per_trial exceeds every slot the pool's known
+// agents (registered since start-up or recovered, connected or not) have
+// together: a trial may span several whole agents, but never more. With no
+// agent of the pool known yet, anything within the config's cap is accepted.
+absl::Status CheckSlotsFitPool(const std::map<std::string, std::unique_ptr<AgentRuntime>>& agents,
+                               const ResourcesConfig& resources) {
+  int64_t pool_slots = 0;
+  bool known = false;
+  for (const auto& [id, a] : agents) {
+    if (a->row.resource_pool != resources.resource_pool) continue;
+    known = true;
+    pool_slots += static_cast<int64_t>(a->devices.size());
+  }
+  if (!known || resources.slots_per_trial <= pool_slots) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "config: field 'resources.slots_per_trial' is ", resources.slots_per_trial, ", more than resource pool '",
+      resources.resource_pool, "' can offer (its agents have ", pool_slots, " slot(s) in all)"));
+}
+
+}  // namespace
+
 absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
-    const apiv1::CreateExperimentRequest& req) {
+    const apiv1::CreateExperimentRequest& req, const apiv1::User& owner) {
   DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(req.config_yaml(), "config"));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_RETURN_IF_ERROR(CheckSlotsFitPool(agents_, config.resources));
+  }
   DET_ASSIGN_OR_RETURN(BatchLengths lengths,
                        ResolveBatchLengths(config, "; set records_per_epoch to use epochs with the master"));
   DET_ASSIGN_OR_RETURN(Searcher searcher, Searcher::Create(config, lengths.max_length));
+  const std::string checkpoint_dir = ExperimentCheckpointDir(config, options_.checkpoint_root);
+  DET_RETURN_IF_ERROR(checkpoint_roots_.Check(checkpoint_dir, "checkpoint_storage.host_path"));
 
   std::string sha;
   if (!req.trial_so().empty()) {
@@ -56,6 +85,8 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   WriteScope w(this);
   auto exp = std::make_unique<ExperimentRuntime>();
   exp->row.name = config.name;
+  exp->row.owner = owner.username();
+  exp->owner_id = owner.id();
   exp->row.description = config.description;
   exp->row.labels = config.labels;
   exp->row.state = req.activate() ? kActive : kPaused;
@@ -69,7 +100,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   exp->validation_period = lengths.validation_period;
   exp->checkpoint_period = lengths.checkpoint_period;
   exp->global_batch_size = lengths.global_batch_size;
-  exp->checkpoint_dir = ExperimentCheckpointDir(exp->config, options_.checkpoint_root);
+  exp->checkpoint_dir = checkpoint_dir;
   exp->row.searcher_state_json = exp->searcher->Snapshot().dump();
   DET_ASSIGN_OR_RETURN(exp->row.id, store_->InsertExperiment(exp->row));
   int64_t id = exp->row.id;
@@ -84,7 +115,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
 
 apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   apiv1::Experiment e;
-  e.set_id(static_cast<int32_t>(exp.row.id));
+  e.set_id(exp.row.id);
   e.set_name(exp.row.name);
   e.set_description(exp.row.description);
   for (const auto& l : exp.row.labels) e.add_labels(l);
@@ -114,12 +145,14 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   }
   if (best) {
     e.set_best_validation_metric(*best);
-    e.set_best_trial_id(static_cast<int32_t>(best_trial));
+    e.set_best_trial_id(best_trial);
   }
   e.set_num_trials(static_cast<int32_t>(exp.trial_by_request.size()));
   SetTime(e.mutable_start_time(), exp.row.created_ms);
   if (exp.row.ended_ms > 0) SetTime(e.mutable_end_time(), exp.row.ended_ms);
   e.set_resource_pool(exp.config.resources.resource_pool);
+  e.set_username(exp.row.owner);
+  e.set_user_id(exp.owner_id);
   *e.mutable_checkpoint_gc_policy() = EffectiveGcPolicy(exp.config, exp.row.checkpoint_gc_policy_json);
   return e;
 }

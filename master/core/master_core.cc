@@ -26,8 +26,18 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(MasterOptions opt
   if (options.checkpoint_root.empty()) options.checkpoint_root = (fs::path(options.data_dir) / "checkpoints").string();
   options.checkpoint_root = fs::absolute(options.checkpoint_root).string();
   if (!options.clock) options.clock = std::make_shared<SystemClock>();
+  std::vector<std::string> roots = options.checkpoint_storage_roots;
+  roots.insert(roots.begin(), options.checkpoint_root);
+  DET_ASSIGN_OR_RETURN(
+      CheckpointRoots checkpoint_roots,
+      CheckpointRoots::Create(roots, {options.data_dir, options.db_path, (fs::path(options.data_dir) / "artifacts").string()}));
   DET_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(options.db_path));
+  TaskLogLimits log_limits;
+  log_limits.max_line_bytes = options.max_log_line_bytes;
+  log_limits.max_trial_bytes = options.max_trial_log_bytes;
+  store->set_task_log_limits(log_limits);
   std::unique_ptr<MasterCore> core(new MasterCore(std::move(options), std::move(store)));
+  core->checkpoint_roots_ = std::move(checkpoint_roots);
   {
     std::lock_guard<std::mutex> l(core->mu_);
     WriteScope w(core.get());

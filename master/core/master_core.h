@@ -43,6 +43,7 @@
 #include "det/trial/v1/trial.pb.h"
 #include "master/core/agent_session.h"
 #include "master/core/artifact_store.h"
+#include "master/core/checkpoint_roots.h"
 #include "master/core/clock.h"
 #include "master/search/scheduler.h"
 #include "master/search/searcher.h"
@@ -63,6 +64,10 @@ struct MasterOptions {
   std::string data_dir = "det-master-data";
   std::string db_path;          // default <data_dir>/det.db
   std::string checkpoint_root;  // default <data_dir>/checkpoints (used when a config has no checkpoint_storage)
+  // Where a config's checkpoint_storage (host_path/storage_path) may point,
+  // besides checkpoint_root (always allowed). None may contain the data dir
+  // or the database (Create fails).
+  std::vector<std::string> checkpoint_storage_roots;
   std::string cluster_name = "det-cpp";
   int heartbeat_interval_ms = 1000;
   // An agent silent (or disconnected) this long is lost: its trials are
@@ -78,6 +83,13 @@ struct MasterOptions {
   int64_t rendezvous_timeout_ms = 10 * 60 * 1000;
   // The largest trial.so (inline in CreateExperiment, or UploadArtifact).
   int64_t max_trial_so_bytes = 256 << 20;
+  // Trial logs: each line at most max_log_line_bytes (longer: cut with a
+  // marker), each trial at most max_trial_log_bytes (over it: its oldest
+  // lines dropped, with a marker line), each message of log lines (from a
+  // trial or an agent) at most max_log_lines_per_message lines.
+  int64_t max_log_line_bytes = 64 << 10;
+  int64_t max_trial_log_bytes = 64 << 20;
+  int max_log_lines_per_message = 10000;
   // The largest gRPC message and authenticated REST body the servers accept
   // (unauthenticated REST bodies: kMaxUnauthenticatedBodyBytes); larger
   // trial.so files go through UploadArtifact in 1 MiB chunks.
@@ -111,7 +123,14 @@ class MasterCore {
 
   // ---- det.api.v1 (experiments.cc, trials.cc, agents.cc)
   absl::StatusOr<apiv1::GetMasterResponse> GetMaster(const apiv1::GetMasterRequest& req);
-  absl::StatusOr<apiv1::CreateExperimentResponse> CreateExperiment(const apiv1::CreateExperimentRequest& req);
+  // Creates an experiment owned by `owner` (only the owner or an admin may
+  // change it: AuthorizeExperimentChange). The one-argument form creates one
+  // without an owner, which only admins may change (in-process tests).
+  absl::StatusOr<apiv1::CreateExperimentResponse> CreateExperiment(const apiv1::CreateExperimentRequest& req,
+                                                                   const apiv1::User& owner);
+  absl::StatusOr<apiv1::CreateExperimentResponse> CreateExperiment(const apiv1::CreateExperimentRequest& req) {
+    return CreateExperiment(req, apiv1::User());
+  }
   absl::StatusOr<apiv1::GetExperimentsResponse> GetExperiments(const apiv1::GetExperimentsRequest& req);
   absl::StatusOr<apiv1::GetExperimentResponse> GetExperiment(const apiv1::GetExperimentRequest& req);
   absl::StatusOr<apiv1::ActivateExperimentResponse> ActivateExperiment(const apiv1::ActivateExperimentRequest& req);
@@ -126,6 +145,17 @@ class MasterCore {
   absl::StatusOr<apiv1::GetExperimentCheckpointsResponse> GetExperimentCheckpoints(
       const apiv1::GetExperimentCheckpointsRequest& req);
   absl::StatusOr<apiv1::GetTrialResponse> GetTrial(const apiv1::GetTrialRequest& req);
+
+  // ---- ownership (ownership.cc)
+  // Ok when `user` may change experiment `experiment_id`: an active admin, or
+  // its owner. NotFound for an unknown experiment; PermissionDenied (naming
+  // the owner) otherwise.
+  absl::Status AuthorizeExperimentChange(const apiv1::User& user, int64_t experiment_id);
+  // The experiment of a trial / a checkpoint / a job ("exp-<id>"): NotFound
+  // (naming the id) when unknown, InvalidArgument for a malformed job id.
+  absl::StatusOr<int64_t> ExperimentOfTrial(int64_t trial_id);
+  absl::StatusOr<int64_t> ExperimentOfCheckpoint(const std::string& uuid);
+  static absl::StatusOr<int64_t> ExperimentOfJob(const std::string& job_id);
   absl::StatusOr<apiv1::KillTrialResponse> KillTrial(const apiv1::KillTrialRequest& req);
   absl::StatusOr<apiv1::GetTrialMetricsResponse> GetTrialMetrics(const apiv1::GetTrialMetricsRequest& req);
   absl::StatusOr<apiv1::GetTrialCheckpointsResponse> GetTrialCheckpoints(
@@ -187,6 +217,10 @@ class MasterCore {
       std::chrono::milliseconds wait = std::chrono::seconds(60));
   absl::StatusOr<trialv1::ReportTrialLogsResponse> ReportTrialLogs(const trialv1::ReportTrialLogsRequest& req,
                                                                    const std::string& token);
+  // The number of ranks (at least 1) of allocation `allocation_id` when
+  // `token` is its token (errors as every det.trial.v1 call): what bounds its
+  // long-polls in flight (master/service/grpc_services.h).
+  absl::StatusOr<int> AllocationRanks(const std::string& allocation_id, const std::string& token);
 
   // One pass of the background work (timeouts.cc): heartbeat, stop and
   // rendezvous timeouts, scheduling, checkpoint GC (files deleted before it
@@ -335,20 +369,23 @@ class MasterCore {
 
   // ---- timeouts.cc
   void BackgroundLoop();
-  // Returns checkpoint directories to delete (after releasing mu_).
-  std::vector<std::string> BackgroundPassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the checkpoints whose directories to delete (after releasing mu_).
+  std::vector<CheckpointRow> BackgroundPassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckHeartbeatsLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckStopTimeoutsLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckRendezvousTimeoutsLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the checkpoints the experiment's GC policy no longer keeps DELETED
-  // and returns their directories.
-  std::vector<std::string> CollectGarbageLocked(ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void DeleteCheckpointDirs(const std::vector<std::string>& dirs);
+  // and returns them.
+  std::vector<CheckpointRow> CollectGarbageLocked(ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes their directories (CheckpointRoots::RemoveCheckpoint: only under
+  // a root, never through a symlink).
+  void DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed) const;
 
   const MasterOptions options_;
   const std::shared_ptr<const Clock> clock_;
   std::unique_ptr<Store> store_;
   ArtifactStore artifacts_;
+  CheckpointRoots checkpoint_roots_;  // set once by Create
   const int64_t started_mono_ms_;
   const int64_t started_wall_ms_;
   std::string cluster_id_;

@@ -5,6 +5,7 @@
 // reading their AgentSession; the background pass runs when a test says so.
 #include "master/core/master_core.h"
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -123,7 +124,7 @@ class MasterCoreTest : public ::testing::Test {
   }
   void Pause(int64_t experiment_id) {
     apiv1::PauseExperimentRequest pause;
-    pause.set_experiment_id(static_cast<int32_t>(experiment_id));
+    pause.set_experiment_id(experiment_id);
     ASSERT_TRUE(core_->PauseExperiment(pause).ok());
   }
   void Exited(const std::string& agent_id, const std::string& allocation_id, int rank, int code) {
@@ -138,7 +139,7 @@ class MasterCoreTest : public ::testing::Test {
 
   apiv1::Trial Trial(int64_t id = 1) {
     apiv1::GetTrialRequest req;
-    req.set_trial_id(static_cast<int32_t>(id));
+    req.set_trial_id(id);
     auto resp = core_->GetTrial(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->trial() : apiv1::Trial();
@@ -154,7 +155,7 @@ class MasterCoreTest : public ::testing::Test {
   }
   std::string TrialLogs(int64_t trial_id = 1) {
     apiv1::TrialLogsRequest req;
-    req.set_trial_id(static_cast<int32_t>(trial_id));
+    req.set_trial_id(trial_id);
     auto batch = core_->ReadTrialLogs(req, 0, 1000);
     EXPECT_TRUE(batch.ok()) << batch.status();
     std::string out;
@@ -270,7 +271,7 @@ TEST_F(MasterCoreTest, KillSendsSigtermThenSigkillAfterTheStopTimeout) {
   int64_t exp = CreateExperiment();
   agentv1::StartAllocation start = ExpectStart(*a);
   apiv1::KillExperimentRequest kill;
-  kill.set_experiment_id(static_cast<int32_t>(exp));
+  kill.set_experiment_id(exp);
   ASSERT_TRUE(core_->KillExperiment(kill).ok());
   auto first = Kills(Drain(*a));
   ASSERT_EQ(first.size(), 1u);
@@ -282,6 +283,52 @@ TEST_F(MasterCoreTest, KillSendsSigtermThenSigkillAfterTheStopTimeout) {
   EXPECT_EQ(second[0].grace_period_seconds(), 0);
   Exited("a", start.allocation_id(), 0, 137);
   EXPECT_EQ(Trial().state(), apiv1::STATE_CANCELED);
+}
+
+// Trial code names its checkpoints: only UUIDs are recorded; GC deletes the
+// recorded directories, but one swapped for a symlink (here to the master's
+// data dir) is left, never followed.
+TEST_F(MasterCoreTest, CheckpointIdsAreUuidsAndGcNeverFollowsASymlink) {
+  auto a = Agent("a", 1);
+  int64_t exp = CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  auto report = [&](const std::string& uuid, int64_t batches) {
+    trialv1::ReportCheckpointRequest req;
+    req.set_allocation_id(start.allocation_id());
+    req.set_uuid(uuid);
+    req.set_total_batches(batches);
+    return core_->ReportCheckpoint(req, start.allocation_token()).status();
+  };
+  for (const std::string& bad : {"../det.db", "det.db", "checkpoint-1", "0F3C9A1E-5B2D-4C6E-8F10-112233445566"}) {
+    absl::Status st = report(bad, 10);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(st.message(), HasSubstr("uuid"));
+  }
+  const std::string ck = dir_ / "checkpoints";
+  const std::string swapped = "0f3c9a1e-5b2d-4c6e-8f10-000000000001", plain = "0f3c9a1e-5b2d-4c6e-8f10-000000000002";
+  for (const std::string& u : {swapped, plain}) {
+    std::filesystem::create_directories(ck + "/" + u);
+    det::testing::WriteFile(ck + "/" + u + "/w", "w");
+  }
+  ASSERT_TRUE(report(swapped, 10).ok());
+  ASSERT_TRUE(report(plain, 20).ok());
+  std::filesystem::remove_all(ck + "/" + swapped);
+  std::filesystem::create_directory_symlink(dir_.path(), ck + "/" + swapped);
+
+  apiv1::KillExperimentRequest kill;
+  kill.set_experiment_id(exp);
+  ASSERT_TRUE(core_->KillExperiment(kill).ok());
+  Exited("a", start.allocation_id(), 0, 137);
+  apiv1::PatchExperimentRequest patch;
+  patch.set_experiment_id(exp);
+  patch.mutable_checkpoint_gc_policy()->set_save_trial_latest(0);
+  ASSERT_TRUE(core_->PatchExperiment(patch).ok());
+  core_->RunBackgroundPass();
+  EXPECT_FALSE(std::filesystem::exists(ck + "/" + plain));
+  EXPECT_TRUE(std::filesystem::is_symlink(ck + "/" + swapped));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "det.db"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "checkpoints"));
+  for (const std::string& u : {swapped, plain}) EXPECT_EQ(core_->store()->GetCheckpoint(u)->state, "DELETED");
 }
 
 TEST_F(MasterCoreTest, RendezvousThatNeverCompletesFailsTheAllocation) {

@@ -33,22 +33,22 @@ std::string RandomHex(size_t bytes) {
 apiv1::MetricsReport MetricProto(const MetricRow& r) {
   apiv1::MetricsReport m;
   m.set_id(r.id);
-  m.set_trial_id(static_cast<int32_t>(r.trial_id));
+  m.set_trial_id(r.trial_id);
   m.set_total_batches(r.total_batches);
   m.set_total_epochs(r.total_epochs);
   m.set_group(r.group);
   for (const auto& [k, v] : r.metrics) (*m.mutable_metrics())[k] = v;
   m.set_archived(r.archived);
   SetTime(m.mutable_end_time(), r.time_ms);
-  m.set_trial_run_id(static_cast<int32_t>(r.trial_run_id));
+  m.set_trial_run_id(r.trial_run_id);
   return m;
 }
 
 apiv1::Checkpoint CheckpointProto(const CheckpointRow& r) {
   apiv1::Checkpoint c;
   c.set_uuid(r.uuid);
-  c.set_trial_id(static_cast<int32_t>(r.trial_id));
-  c.set_experiment_id(static_cast<int32_t>(r.experiment_id));
+  c.set_trial_id(r.trial_id);
+  c.set_experiment_id(r.experiment_id);
   apiv1::CheckpointState state = apiv1::CHECKPOINT_STATE_UNSPECIFIED;
   apiv1::CheckpointState_Parse("CHECKPOINT_STATE_" + r.state, &state);
   c.set_state(state);
@@ -63,7 +63,7 @@ apiv1::Checkpoint CheckpointProto(const CheckpointRow& r) {
 apiv1::TaskLog TaskLogProto(const TaskLogRow& r) {
   apiv1::TaskLog log;
   log.set_id(r.id);
-  log.set_trial_id(static_cast<int32_t>(r.trial_id));
+  log.set_trial_id(r.trial_id);
   log.set_allocation_id(r.allocation_id);
   log.set_rank(r.rank);
   SetTime(log.mutable_timestamp(), r.time_ms);

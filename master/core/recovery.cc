@@ -81,6 +81,10 @@ absl::Status MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
     trials_[t.id] = std::move(tr);
   }
   exp->gc_pending = true;
+  if (!row.owner.empty()) {
+    auto owner = store_->GetUserByName(row.owner);
+    if (owner.ok()) exp->owner_id = owner->id;
+  }
   experiments_[row.id] = std::move(exp);
   return absl::OkStatus();
 }

@@ -3,8 +3,6 @@
 // heartbeats are lost, stops that take too long become SIGKILLs, rendezvous
 // that never complete fail; then pending allocations are scheduled and the
 // checkpoint GC policy (checkpoint_gc.h) is applied.
-#include <filesystem>
-
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -13,14 +11,13 @@
 #include "master/core/master_core.h"
 
 namespace det::master {
-namespace fs = std::filesystem;
 
 void MasterCore::BackgroundLoop() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
     stop_cv_.wait_for(l, std::chrono::milliseconds(500));
     if (stop_) break;
-    std::vector<std::string> doomed;
+    std::vector<CheckpointRow> doomed;
     {
       WriteScope w(this);
       doomed = BackgroundPassLocked();
@@ -35,7 +32,7 @@ void MasterCore::BackgroundLoop() {
 }
 
 void MasterCore::RunBackgroundPass() {
-  std::vector<std::string> doomed;
+  std::vector<CheckpointRow> doomed;
   {
     std::lock_guard<std::mutex> l(mu_);
     WriteScope w(this);
@@ -44,21 +41,20 @@ void MasterCore::RunBackgroundPass() {
   DeleteCheckpointDirs(doomed);
 }
 
-void MasterCore::DeleteCheckpointDirs(const std::vector<std::string>& dirs) {
-  for (const auto& path : dirs) {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-    if (ec) spdlog::warn("checkpoint GC: cannot delete {}: {}", path, ec.message());
+void MasterCore::DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed) const {
+  for (const CheckpointRow& c : doomed) {
+    absl::Status st = checkpoint_roots_.RemoveCheckpoint(c.storage_path, c.uuid);
+    if (!st.ok()) spdlog::warn("checkpoint GC: not deleting {}: {}", c.storage_path, st.ToString());
   }
 }
 
-std::vector<std::string> MasterCore::BackgroundPassLocked() {
+std::vector<CheckpointRow> MasterCore::BackgroundPassLocked() {
   const int64_t now = MonoMs();
   CheckHeartbeatsLocked(now);
   CheckStopTimeoutsLocked(now);
   CheckRendezvousTimeoutsLocked(now);
   ScheduleLocked();
-  std::vector<std::string> doomed;
+  std::vector<CheckpointRow> doomed;
   for (auto& [id, exp] : experiments_) {
     if (!exp->gc_pending) continue;
     exp->gc_pending = false;
@@ -123,8 +119,8 @@ void MasterCore::CheckRendezvousTimeoutsLocked(int64_t now) {
   if (any) rendezvous_cv_.notify_all();  // its waiting ranks answer at once
 }
 
-std::vector<std::string> MasterCore::CollectGarbageLocked(ExperimentRuntime& exp) {
-  std::vector<std::string> doomed;
+std::vector<CheckpointRow> MasterCore::CollectGarbageLocked(ExperimentRuntime& exp) {
+  std::vector<CheckpointRow> doomed;
   auto rows = store_->ListCheckpoints(exp.row.id, std::nullopt);
   if (!rows.ok()) {
     spdlog::error("experiment {}: checkpoint GC: {}", exp.row.id, rows.status().ToString());
@@ -143,7 +139,7 @@ std::vector<std::string> MasterCore::CollectGarbageLocked(ExperimentRuntime& exp
       spdlog::error("checkpoint GC: {}", st.ToString());
       continue;
     }
-    if (fs::path(c.storage_path).filename() == c.uuid) doomed.push_back(c.storage_path);
+    doomed.push_back(c);  // its directory: only through CheckpointRoots
   }
   if (!doomed.empty()) {
     spdlog::info("experiment {}: checkpoint GC deletes {} checkpoint(s)", exp.row.id, doomed.size());

@@ -29,8 +29,8 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
   trialv1::GetTrialContextResponse resp;
-  resp.set_trial_id(static_cast<int32_t>(trial.row.id));
-  resp.set_experiment_id(static_cast<int32_t>(exp.row.id));
+  resp.set_trial_id(trial.row.id);
+  resp.set_experiment_id(exp.row.id);
   resp.set_task_id(absl::StrCat("trial-", trial.row.id));
   nlohmann::json hp = nlohmann::json::parse(trial.row.hparams_json, nullptr, false);
   DET_ASSIGN_OR_RETURN(*resp.mutable_hparams(), JsonToStruct(hp));
@@ -38,7 +38,7 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
   resp.set_config_yaml(exp.row.config_yaml);
   auto gbs = GlobalBatchSize(hp);
   resp.set_global_batch_size(gbs.ok() ? *gbs : exp.global_batch_size);
-  resp.set_trial_run_id(static_cast<int32_t>(trial.row.run_id));
+  resp.set_trial_run_id(trial.row.run_id);
   resp.set_checkpoint_storage_path(exp.checkpoint_dir);
   resp.set_scheduling_unit(exp.config.scheduling_unit);
   resp.set_trial_so_sha256(exp.row.trial_so_sha256);
@@ -223,7 +223,9 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
-  DET_RETURN_IF_ERROR(ValidatePathComponent(req.uuid(), "uuid"));
+  // Trial code names the checkpoint: a UUID only, so that the directory GC
+  // later deletes is always <checkpoint dir>/<uuid>.
+  DET_RETURN_IF_ERROR(ValidateUuid(req.uuid(), "uuid"));
   auto existing = store_->GetCheckpoint(req.uuid());
   if (existing.ok()) {
     if (existing->trial_id != trial.row.id) {
@@ -311,6 +313,12 @@ absl::StatusOr<trialv1::ShouldPreemptResponse> MasterCore::ShouldPreempt(const t
   }
 }
 
+absl::StatusOr<int> MasterCore::AllocationRanks(const std::string& allocation_id, const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(allocation_id, token));
+  return std::max({alloc->rendezvous.world_size(), alloc->rendezvous.ranks_size(), 1});
+}
+
 absl::StatusOr<trialv1::AckPreemptionResponse> MasterCore::AckPreemption(const trialv1::AckPreemptionRequest& req,
                                                                          const std::string& token) {
   std::lock_guard<std::mutex> l(mu_);
@@ -325,6 +333,10 @@ absl::StatusOr<trialv1::ReportTrialLogsResponse> MasterCore::ReportTrialLogs(con
     std::lock_guard<std::mutex> l(mu_);
     DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
     trial_id = alloc->trial_id;
+  }
+  if (req.logs_size() > options_.max_log_lines_per_message) {
+    return absl::InvalidArgumentError(absl::StrCat("logs: ", req.logs_size(), " lines in one message; the limit is ",
+                                                   options_.max_log_lines_per_message));
   }
   std::vector<TaskLogRow> rows;
   for (const auto& log : req.logs()) {

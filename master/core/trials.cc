@@ -15,8 +15,8 @@ namespace det::master {
 
 apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   apiv1::Trial t;
-  t.set_id(static_cast<int32_t>(trial.row.id));
-  t.set_experiment_id(static_cast<int32_t>(trial.row.experiment_id));
+  t.set_id(trial.row.id);
+  t.set_experiment_id(trial.row.experiment_id);
   t.set_state(StateEnum(trial.row.state));
   auto hp = JsonToStruct(nlohmann::json::parse(trial.row.hparams_json, nullptr, false));
   if (hp.ok()) *t.mutable_hparams() = *hp;
@@ -37,7 +37,7 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   t.set_allocation_id(trial.allocation_id);
   t.set_runner_state(trial.allocation_id.empty() ? apiv1::ALLOCATION_STATE_UNSPECIFIED
                                                  : apiv1::ALLOCATION_STATE_RUNNING);
-  t.set_request_id(static_cast<int32_t>(trial.row.request_id));
+  t.set_request_id(trial.row.request_id);
   t.set_searcher_target_batches(trial.searcher_target);
   t.set_error_message(trial.error_message);
   return t;

@@ -2,12 +2,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/proto_json.h"
@@ -50,6 +52,20 @@ absl::Status RouteError(const RestRoute& route, absl::string_view problem) {
 
 bool Streams(const pb::MethodDescriptor* m) { return m->server_streaming() && !m->client_streaming(); }
 
+// CompiledRestRoute::caps applied to `request`.
+void ApplyCaps(const std::vector<std::pair<const pb::FieldDescriptor*, int64_t>>& caps, pb::Message* request) {
+  const pb::Reflection* r = request->GetReflection();
+  for (const auto& [f, max] : caps) {
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_INT32) {
+      const int32_t v = r->GetInt32(*request, f);
+      if (v <= 0 || v > max) r->SetInt32(request, f, static_cast<int32_t>(max));
+    } else {
+      const int64_t v = r->GetInt64(*request, f);
+      if (v <= 0 || v > max) r->SetInt64(request, f, max);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<RestRoute> AllRestRoutes() {
@@ -87,6 +103,18 @@ absl::StatusOr<CompiledRestRoute> CompileRestRoute(const RestRoute& route) {
   const bool fixes_follow = c.fixed.count("follow") == 1 && c.fixed.find("follow")->second == "false";
   if (Streams(c.method) && input->FindFieldByName("follow") != nullptr && !fixes_follow) {
     return RouteError(route, "a declared route of a streaming RPC must fix follow=false");
+  }
+  for (const auto& [name, value] : ParseFixedPairs(route.caps)) {
+    const pb::FieldDescriptor* f = FindFieldByAnyName(input, name);
+    int64_t max = 0;
+    if (f == nullptr || f->is_repeated() ||
+        (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_INT32 && f->cpp_type() != pb::FieldDescriptor::CPPTYPE_INT64) ||
+        !absl::SimpleAtoi(value, &max) || max <= 0 ||
+        (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_INT32 && max > std::numeric_limits<int32_t>::max())) {
+      return RouteError(route, absl::StrCat("cap ", name, "=", value, " is no positive cap of an integer field of ",
+                                            input->full_name()));
+    }
+    c.caps.emplace_back(f, max);
   }
   std::unique_ptr<pb::Message> scratch = NewMessage(input);
   for (const auto& [name, value] : c.fixed) {
@@ -182,6 +210,7 @@ void RestDispatcher::ServeDeclared(const CompiledRestRoute& d, const std::vector
   }
   if (st.ok()) st = SetFieldsFromPairs(d.fixed, request.get());
   if (!st.ok()) return SendError(res, st);
+  ApplyCaps(d.caps, request.get());
   std::unique_ptr<pb::Message> response = NewMessage(d.method->output_type());
   if (Streams(d.method)) {
     // One answer: every streamed message merged in order.

@@ -38,6 +38,8 @@ struct CompiledRestRoute {
   const google::protobuf::MethodDescriptor* method = nullptr;
   std::vector<const google::protobuf::FieldDescriptor*> path_fields;  // in template order
   std::multimap<std::string, std::string> fixed;
+  // route.caps: each an integer field of the request and its largest value.
+  std::vector<std::pair<const google::protobuf::FieldDescriptor*, int64_t>> caps;
 };
 
 // Compiles `route`: a known HTTP method, a well-formed template, an RPC of

@@ -13,6 +13,8 @@
 //   2. the path parameters: "{experiment_id}" fills the field of that name.
 //   3. `fixed`: "field=value&..." set last, whatever the client sent (e.g.
 //      "follow=false").
+//   4. `caps`: "field=max&...": an integer field the client left at 0 or set
+//      above max (or below 0) becomes max (e.g. "limit=1000": pages).
 // The response is the RPC's response as protobuf JSON. A declared route of a
 // server-streaming RPC answers one message: every streamed response merged in
 // order (MergeFrom), so repeated fields are concatenated; it must fix
@@ -50,6 +52,7 @@ struct RestRoute {
   RestBody body = RestBody::kNone;
   const char* fixed = "";  // "field=value&..." (see above)
   RestResponseHook hook = nullptr;
+  const char* caps = "";  // "field=max&..." (see above)
 };
 
 // One API route as GET /api/v1/routes lists it.

@@ -85,6 +85,7 @@ class RestServerTest : public ::testing::Test {
     dir_ = tmpl;
     MasterOptions options;
     options.data_dir = (dir_ / "master").string();
+    options.checkpoint_storage_roots = {(dir_ / "checkpoints").string()};
     options.background_thread = false;
     auto core = MasterCore::Create(options);
     ASSERT_TRUE(core.ok()) << core.status();
@@ -313,12 +314,27 @@ TEST_F(RestApiTest, GenericStreamingRpcAnswersNdjson) {
   EXPECT_EQ(messages.front(), "line 1");
   EXPECT_EQ(messages.back(), "line 2500");
 
-  // The declared route answers the same lines merged into one message.
-  nlohmann::json merged = CallJson("GET", "/api/v1/trials/1/logs");
-  ASSERT_EQ(merged["logs"].size(), 2500u);
-  EXPECT_EQ(merged["logs"][2499]["message"], "line 2500");
+  // The declared route answers the same lines merged into one message, a
+  // page of at most 1000 at a time; next_after_id and `more` lead on.
+  std::vector<std::string> paged;
+  int64_t after = 0;
+  for (int page = 0; page < 10; ++page) {
+    nlohmann::json merged = CallJson("GET", absl::StrCat("/api/v1/trials/1/logs?after_id=", after, "&limit=5000"));
+    ASSERT_LE(merged["logs"].size(), 1000u);
+    for (const auto& l : merged["logs"]) paged.push_back(l["message"]);
+    if (!merged.value("more", false)) break;
+    after = merged["next_after_id"].get<int64_t>();
+    EXPECT_EQ(after, merged["logs"].back()["id"].get<int64_t>());
+  }
+  EXPECT_EQ(paged, messages);
+  nlohmann::json small = CallJson("GET", "/api/v1/trials/1/logs?limit=3");
+  EXPECT_EQ(small["logs"].size(), 3u);
+  EXPECT_TRUE(small.value("more", false));
   // ... from after_id on, never following (the trial is still active).
-  EXPECT_EQ(CallJson("GET", "/api/v1/trials/1/logs?after_id=2400&follow=true")["logs"].size(), 100u);
+  nlohmann::json last = CallJson("GET", "/api/v1/trials/1/logs?after_id=2400&follow=true");
+  EXPECT_EQ(last["logs"].size(), 100u);
+  EXPECT_FALSE(last.value("more", false));
+  EXPECT_EQ(last["next_after_id"].get<int64_t>(), 2500);
 
   // A call that fails before its first message answers the error JSON.
   Reply missing = Call("POST", "/api/v1/TrialLogs", R"({"trial_id": 99})");

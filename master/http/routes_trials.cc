@@ -11,9 +11,11 @@ std::vector<RestRoute> TrialRoutes() {
       {"POST", "/api/v1/trials/{trial_id}/activate", "ActivateTrial"},
       {"GET", "/api/v1/trials/{trial_id}/metrics", "GetTrialMetrics"},
       {"GET", "/api/v1/trials/{trial_id}/checkpoints", "GetTrialCheckpoints"},
-      // Every existing line (after_id, offset, limit, tail) in one
-      // TrialLogsResponse; POST /api/v1/TrialLogs streams and follows.
-      {"GET", "/api/v1/trials/{trial_id}/logs", "TrialLogs", RestBody::kNone, "follow=false"},
+      // One page of existing lines (after_id, offset, limit: at most 1000,
+      // also its default) in one TrialLogsResponse, whose next_after_id and
+      // `more` say where the next page starts; POST /api/v1/TrialLogs
+      // streams and follows.
+      {"GET", "/api/v1/trials/{trial_id}/logs", "TrialLogs", RestBody::kNone, "follow=false", nullptr, "limit=1000"},
       {"GET", "/api/v1/checkpoints/{checkpoint_uuid}", "GetCheckpoint"},
   };
 }

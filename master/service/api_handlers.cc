@@ -52,7 +52,9 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   // ---- experiments (MasterCore)
   Bind<apiv1::PreviewSearchRequest, apiv1::PreviewSearchResponse>(
       "PreviewSearch", [](const ApiCaller&, const auto& req) { return PreviewSearchFor(req); });
-  BindCore("CreateExperiment", &MasterCore::CreateExperiment);
+  Bind<apiv1::CreateExperimentRequest, apiv1::CreateExperimentResponse>(
+      "CreateExperiment",
+      [this](const ApiCaller& caller, const auto& req) { return core_->CreateExperiment(req, caller.user); });
   BindCore("GetExperiments", &MasterCore::GetExperiments);
   BindCore("GetExperiment", &MasterCore::GetExperiment);
   BindCore("ActivateExperiment", &MasterCore::ActivateExperiment);
@@ -115,6 +117,7 @@ absl::Status ApiHandlers::CallUnary(absl::string_view method, const ApiCaller& c
   if (request.GetDescriptor() != m->input_type() || response->GetDescriptor() != m->output_type()) {
     return absl::InvalidArgumentError(absl::StrCat(method, ": request or response of the wrong type"));
   }
+  DET_RETURN_IF_ERROR(Authorize(method, caller, request));
   auto it = unary_.find(method);
   if (it == unary_.end()) return absl::UnimplementedError(absl::StrCat(method, " is not implemented by this master"));
   return it->second(caller, request, response);
@@ -130,11 +133,74 @@ absl::Status ApiHandlers::CallServerStreaming(absl::string_view method, const Ap
   if (request.GetDescriptor() != m->input_type()) {
     return absl::InvalidArgumentError(absl::StrCat(method, ": request of the wrong type"));
   }
+  DET_RETURN_IF_ERROR(Authorize(method, caller, request));
   auto it = streaming_.find(method);
   if (it == streaming_.end()) {
     return absl::UnimplementedError(absl::StrCat(method, " is not implemented by this master"));
   }
   return it->second(caller, request, write, cancelled);
+}
+
+absl::Status ApiHandlers::Authorize(absl::string_view method, const ApiCaller& caller,
+                                   const Message& request) const {
+  const MethodAccess access = AccessOf(method);
+  switch (access.access) {
+    case Access::kPublic:
+    case Access::kUser:
+    case Access::kSelfOrAdmin:  // AuthCore checks which fields need an admin
+      return absl::OkStatus();
+    case Access::kAdmin:
+      if (caller.user.admin() && caller.user.active()) return absl::OkStatus();
+      return absl::PermissionDeniedError(
+          absl::StrCat(method, " needs an admin; user '", caller.user.username(), "' is not one"));
+    case Access::kExperimentOwner: {
+      DET_ASSIGN_OR_RETURN(std::vector<int64_t> ids, OwnedExperiments(access, request));
+      for (int64_t id : ids) DET_RETURN_IF_ERROR(core_->AuthorizeExperimentChange(caller.user, id));
+      return absl::OkStatus();
+    }
+    case Access::kUnlisted:
+      break;
+  }
+  return absl::PermissionDeniedError(absl::StrCat(method, " has no access rule; refused"));
+}
+
+absl::StatusOr<std::vector<int64_t>> ApiHandlers::OwnedExperiments(const MethodAccess& access,
+                                                                   const Message& request) const {
+  const pb::FieldDescriptor* f = request.GetDescriptor()->FindFieldByName(access.field);
+  if (f == nullptr) return absl::InternalError(absl::StrCat("no field '", access.field, "' in the request"));
+  const pb::Reflection* r = request.GetReflection();
+  std::vector<int64_t> ids;
+  switch (access.owned_by) {
+    case OwnedBy::kExperimentId:
+      if (int64_t id = r->GetInt64(request, f); id > 0) ids.push_back(id);
+      break;
+    case OwnedBy::kTrialId:
+      if (int64_t id = r->GetInt64(request, f); id > 0) {
+        DET_ASSIGN_OR_RETURN(int64_t exp, core_->ExperimentOfTrial(id));
+        ids.push_back(exp);
+      }
+      break;
+    case OwnedBy::kCheckpointUuids: {
+      constexpr int kMaxUuids = 1000;
+      const int n = r->FieldSize(request, f);
+      if (n > kMaxUuids) {
+        return absl::InvalidArgumentError(absl::StrCat(access.field, ": ", n, " uuids; at most ", kMaxUuids));
+      }
+      for (int i = 0; i < n; ++i) {
+        DET_ASSIGN_OR_RETURN(int64_t exp, core_->ExperimentOfCheckpoint(r->GetRepeatedString(request, f, i)));
+        ids.push_back(exp);
+      }
+      break;
+    }
+    case OwnedBy::kJobId: {
+      DET_ASSIGN_OR_RETURN(int64_t exp, MasterCore::ExperimentOfJob(r->GetString(request, f)));
+      ids.push_back(exp);
+      break;
+    }
+    case OwnedBy::kNone:
+      break;
+  }
+  return ids;
 }
 
 template <typename Req, typename Resp>

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
@@ -22,6 +23,7 @@
 #include "det/api/v1/user.pb.h"
 #include "master/core/auth.h"
 #include "master/core/master_core.h"
+#include "master/service/method_access.h"
 
 namespace det::master {
 
@@ -61,9 +63,16 @@ class ApiHandlers {
   absl::StatusOr<ApiCaller> Authenticate(absl::string_view method, absl::string_view authorization,
                                          absl::string_view cookie) const;
 
-  // Runs unary `method`. NotFound for a name the service does not have,
-  // InvalidArgument when it is not unary, Unimplemented when no handler is
-  // bound. `request` and `response` must be of the method's types.
+  // Whether `caller` may make this call of `method` (method_access.h): Ok,
+  // or PermissionDenied naming the method and the rule (NotFound when the
+  // experiment it names does not exist). CallUnary and CallServerStreaming
+  // check it first; a client-streaming RPC's handler calls it itself.
+  absl::Status Authorize(absl::string_view method, const ApiCaller& caller, const Message& request) const;
+
+  // Runs unary `method` after Authorize. NotFound for a name the service
+  // does not have, InvalidArgument when it is not unary, Unimplemented when
+  // no handler is bound. `request` and `response` must be of the method's
+  // types.
   absl::Status CallUnary(absl::string_view method, const ApiCaller& caller, const Message& request,
                          Message* response) const;
   // Runs server-streaming `method` (see ServerStreaming); errors as CallUnary.
@@ -80,6 +89,9 @@ class ApiHandlers {
                      std::function<absl::Status(const ApiCaller&, const Req&, const std::function<bool(const Resp&)>&,
                                                 const std::function<bool()>&)>
                          fn);
+  // The experiments a kExperimentOwner request names (ids <= 0 are left to
+  // the handler's own validation).
+  absl::StatusOr<std::vector<int64_t>> OwnedExperiments(const MethodAccess& access, const Message& request) const;
   // Looks `method` up in Service(): NotFound for an unknown name.
   static absl::StatusOr<const google::protobuf::MethodDescriptor*> FindMethod(absl::string_view method);
 

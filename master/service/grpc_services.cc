@@ -277,21 +277,23 @@ grpc::Status AgentServiceImpl::FetchArtifact(grpc::ServerContext* ctx, const age
 
 LongPollPool::~LongPollPool() { Shutdown(); }
 
-void LongPollPool::Submit(std::function<void()> task) {
+bool LongPollPool::Submit(std::function<void()> task) {
   std::unique_lock<std::mutex> l(mu_);
   if (stop_) {
     // No thread would run it: run it here (it sees stopping() and ends
     // within a slice) so that its call still finishes.
     l.unlock();
     task();
-    return;
+    return true;
   }
+  if (static_cast<int>(queue_.size()) - idle_ >= kMaxQueued) return false;
   queue_.push_back(std::move(task));
   // Every queued task needs its own idle thread (a task may wait ~60 s).
   if (static_cast<int>(queue_.size()) > idle_ && static_cast<int>(threads_.size()) < kMaxThreads) {
     threads_.emplace_back([this] { Work(); });
   }
   cv_.notify_one();
+  return true;
 }
 
 void LongPollPool::Work() {
@@ -360,7 +362,8 @@ DET_TRIAL_UNARY(ReportTrialLogs)
 #undef DET_TRIAL_UNARY
 
 grpc::ServerUnaryReactor* TrialServiceImpl::LongPoll(
-    grpc::CallbackServerContext* ctx, std::chrono::milliseconds max_wait,
+    grpc::CallbackServerContext* ctx, const char* method, const std::string& allocation_id,
+    std::chrono::milliseconds max_wait, bool answer_when_busy,
     std::function<PollStep(const std::string& token, std::chrono::milliseconds slice)> step) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::string token = AllocationToken(ctx);
@@ -369,15 +372,53 @@ grpc::ServerUnaryReactor* TrialServiceImpl::LongPoll(
     reactor->Finish(ToGrpcStatus(present));
     return reactor;
   }
-  pool_.Submit([this, ctx, reactor, token, max_wait, step = std::move(step)] {
+  // The token is checked here, so that only the allocation itself counts
+  // against its own limit.
+  absl::StatusOr<int> ranks = core_->AllocationRanks(allocation_id, token);
+  if (!ranks.ok()) {
+    reactor->Finish(ToGrpcStatus(ranks.status()));
+    return reactor;
+  }
+  const int limit = *ranks + 1;
+  auto key = std::make_pair(allocation_id, std::string(method));
+  bool admitted;
+  {
+    std::lock_guard<std::mutex> l(polls_mu_);
+    int& n = polls_[key];
+    admitted = n < limit;
+    if (admitted) ++n;
+    if (n == 0) polls_.erase(key);
+  }
+  if (!admitted) {
+    reactor->Finish(answer_when_busy ? step(token, std::chrono::milliseconds(0)).status
+                                     : grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                                    absl::StrCat(method, ": allocation ", allocation_id, " already has ",
+                                                                 limit, " calls waiting (its ranks + 1)")));
+    return reactor;
+  }
+  auto release = [this, key] {
+    std::lock_guard<std::mutex> l(polls_mu_);
+    auto it = polls_.find(key);
+    if (it != polls_.end() && --it->second <= 0) polls_.erase(it);
+  };
+  max_wait = std::min<std::chrono::milliseconds>(max_wait, std::chrono::seconds(60));
+  bool queued = pool_.Submit([this, ctx, reactor, token, max_wait, release, step = std::move(step)] {
     auto end = std::chrono::steady_clock::now() + std::min(max_wait, UntilDeadline(ctx));
     while (true) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
       auto slice = std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(1000));
       PollStep r = step(token, slice);
-      if (r.done || left <= slice || ctx->IsCancelled() || pool_.stopping()) return reactor->Finish(r.status);
+      if (r.done || left <= slice || ctx->IsCancelled() || pool_.stopping()) {
+        release();
+        return reactor->Finish(r.status);
+      }
     }
   });
+  if (!queued) {
+    release();
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 absl::StrCat(method, ": the master's long-poll queue is full; ask again later")));
+  }
   return reactor;
 }
 
@@ -385,8 +426,10 @@ grpc::ServerUnaryReactor* TrialServiceImpl::AllocationRendezvous(grpc::CallbackS
                                                                  const trialv1::AllocationRendezvousRequest* req,
                                                                  trialv1::AllocationRendezvousResponse* resp) {
   // Waits for every rank (a repeated call by the same rank only records its
-  // address again), for at most 10 minutes or the client's deadline.
-  return LongPoll(ctx, std::chrono::minutes(10), [this, req, resp](const std::string& token, auto slice) {
+  // address again), for at most 60 s or the client's deadline
+  // (DEADLINE_EXCEEDED: the rank asks again).
+  return LongPoll(ctx, "AllocationRendezvous", req->allocation_id(), std::chrono::seconds(60),
+                  /*answer_when_busy=*/false, [this, req, resp](const std::string& token, auto slice) {
     auto r = core_->AllocationRendezvous(*req, token, slice);
     if (r.ok()) {
       *resp = *std::move(r);
@@ -401,7 +444,8 @@ grpc::ServerUnaryReactor* TrialServiceImpl::ShouldPreempt(grpc::CallbackServerCo
                                                           trialv1::ShouldPreemptResponse* resp) {
   // Waits up to the request's timeout_ms (at most 60 s) for a preemption.
   auto max_wait = std::chrono::milliseconds(std::clamp(req->timeout_ms(), 0, 60000));
-  return LongPoll(ctx, max_wait, [this, req, resp](const std::string& token, auto slice) {
+  return LongPoll(ctx, "ShouldPreempt", req->allocation_id(), max_wait, /*answer_when_busy=*/true,
+                  [this, req, resp](const std::string& token, auto slice) {
     trialv1::ShouldPreemptRequest one = *req;
     one.set_timeout_ms(static_cast<int32_t>(slice.count()));
     auto r = core_->ShouldPreempt(one, token);

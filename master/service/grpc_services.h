@@ -13,7 +13,13 @@
 //     every rank) run on TrialServiceImpl's own thread pool (LongPollPool),
 //     waiting in slices of at most 1 s so that a cancelled call, the
 //     client's deadline (which also bounds the wait) or Shutdown() ends
-//     them promptly.
+//     them promptly. One long-poll waits 60 s at most (the client asks
+//     again). Trial code is untrusted, so one allocation cannot take the
+//     pool from the others: it may have at most (its ranks + 1) long-polls
+//     of each method in flight; beyond that ShouldPreempt answers at once
+//     with the current state and AllocationRendezvous is
+//     RESOURCE_EXHAUSTED. The pool's queue is bounded too
+//     (RESOURCE_EXHAUSTED when full).
 //   * TrialLogs is a ServerWriteReactor: it writes one batch at a time
 //     (OnWriteDone fetches the next) and, when following an idle trial, waits
 //     on a grpc::Alarm (200 ms) instead of a thread.
@@ -31,6 +37,9 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
+#include <string>
+#include <utility>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -135,16 +144,18 @@ class AgentServiceImpl final : public agentv1::AgentService::Service {
 };
 
 // A growing pool of threads for calls that wait (long-polls). Threads are
-// added while every one is busy (up to kMaxThreads; beyond that calls queue).
-// Thread-safe.
+// added while every one is busy (up to kMaxThreads; beyond that calls queue,
+// up to kMaxQueued). Thread-safe.
 class LongPollPool {
  public:
   static constexpr int kMaxThreads = 512;
+  static constexpr int kMaxQueued = 1024;
   LongPollPool() = default;
   ~LongPollPool();  // Shutdown()
   // Runs `task` on a pool thread; after Shutdown(), on the caller's thread.
-  // Tasks must check stopping() and then end quickly.
-  void Submit(std::function<void()> task);
+  // Tasks must check stopping() and then end quickly. false (and `task`
+  // dropped, not run) when kMaxQueued tasks already wait.
+  bool Submit(std::function<void()> task);
   // Makes stopping() true, runs what is queued and joins every thread.
   void Shutdown();
   bool stopping() const;
@@ -195,16 +206,24 @@ class TrialServiceImpl final : public trialv1::TrialService::CallbackService {
     grpc::Status status;
     bool done = false;
   };
-  // Checks that the call carries an allocation token, then, on pool_, calls
-  // `step(token, slice)` (each call may wait up to `slice`, at most 1 s) until
-  // it is done, `max_wait` or the client's deadline has passed, the call is
-  // cancelled or the server shuts down, and finishes with its last status.
+  // Checks that the call carries allocation `allocation_id`'s token and that
+  // the allocation has fewer than (its ranks + 1) long-polls of `method` in
+  // flight, then, on pool_, calls `step(token, slice)` (each call may wait
+  // up to `slice`, at most 1 s) until it is done, `max_wait` (at most 60 s)
+  // or the client's deadline has passed, the call is cancelled or the server
+  // shuts down, and finishes with its last status. Over the allocation's
+  // limit: `answer_when_busy` finishes at once with step(token, 0), else
+  // RESOURCE_EXHAUSTED.
   grpc::ServerUnaryReactor* LongPoll(
-      grpc::CallbackServerContext* ctx, std::chrono::milliseconds max_wait,
+      grpc::CallbackServerContext* ctx, const char* method, const std::string& allocation_id,
+      std::chrono::milliseconds max_wait, bool answer_when_busy,
       std::function<PollStep(const std::string& token, std::chrono::milliseconds slice)> step);
 
   MasterCore* const core_;
   LongPollPool pool_;
+  std::mutex polls_mu_;
+  // Long-polls in flight per (allocation, method).
+  std::map<std::pair<std::string, std::string>, int> polls_ ABSL_GUARDED_BY(polls_mu_);
 };
 
 #undef DET_CALLBACK_UNARY

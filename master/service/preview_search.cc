@@ -19,7 +19,7 @@ absl::StatusOr<det::api::v1::PreviewSearchResponse> PreviewSearchFor(
   resp.set_max_length_batches(preview.max_length_batches);
   for (const PreviewTrial& t : preview.trials) {
     auto* out = resp.add_trials();
-    out->set_request_id(static_cast<int32_t>(t.request_id));
+    out->set_request_id(t.request_id);
     auto hp = JsonToStruct(t.hparams);
     if (hp.ok()) *out->mutable_hparams() = *std::move(hp);
     for (int64_t v : t.validation_points) out->add_validation_points(v);

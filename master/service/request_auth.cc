@@ -4,15 +4,11 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "master/service/method_access.h"
 
 namespace det::master {
 
-bool IsUnauthenticatedMethod(absl::string_view method) {
-  for (const char* m : kUnauthenticatedMethods) {
-    if (method == m) return true;
-  }
-  return false;
-}
+bool IsUnauthenticatedMethod(absl::string_view method) { return AccessOf(method).access == Access::kPublic; }
 
 std::string UserToken(absl::string_view authorization, absl::string_view cookie) {
   absl::string_view a = absl::StripAsciiWhitespace(authorization);

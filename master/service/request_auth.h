@@ -10,7 +10,8 @@
 //   trials  `x-det-allocation-token: <token>` on every det.trial.v1 call,
 //           checked against the allocation the request names.
 //
-// The only det.api.v1 calls that need no token are kUnauthenticatedMethods.
+// The only det.api.v1 calls that need no token are the kPublic ones of
+// method_access.h.
 #ifndef DET_MASTER_SERVICE_REQUEST_AUTH_H_
 #define DET_MASTER_SERVICE_REQUEST_AUTH_H_
 
@@ -23,10 +24,10 @@
 
 namespace det::master {
 
-// Method names of det.api.v1.Determined callable without a token: Login, and
-// GetMaster (version checks by clients before they log in; it reveals only
-// the version, ids and whether auth is required).
-inline constexpr const char* kUnauthenticatedMethods[] = {"Login", "GetMaster"};
+// Whether det.api.v1.Determined `method` is callable without a token: Login,
+// and GetMaster (version checks by clients before they log in; it reveals
+// only the version, ids and whether auth is required). The table of who may
+// call what is method_access.h.
 bool IsUnauthenticatedMethod(absl::string_view method);
 
 inline constexpr char kAuthorizationKey[] = "authorization";

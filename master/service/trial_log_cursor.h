@@ -18,7 +18,10 @@ class TrialLogCursor {
   static constexpr int64_t kBatch = 1000;  // lines per message at most
 
   struct Step {
-    ::det::api::v1::TrialLogsResponse batch;  // to send now (may be empty)
+    // To send now (may be empty). A non-empty batch has next_after_id (its
+    // last line's id); the last batch of a stream that `limit` ended has
+    // `more` when lines remain after it.
+    ::det::api::v1::TrialLogsResponse batch;
     bool done = false;  // nothing follows `batch`: the stream ends after it
     bool wait = false;  // nothing now (following): call Next again a bit later
   };

@@ -126,6 +126,19 @@ struct TaskLogRow {
   std::string message;
 };
 
+// Bounds on what InsertTaskLogs stores (0: unbounded).
+struct TaskLogLimits {
+  // A longer message is cut (at a UTF-8 character boundary) and ends in
+  // " ... [line truncated: N bytes]".
+  int64_t max_line_bytes = 64 << 10;
+  // Per trial, counting each line as its message bytes + kLineOverhead: when
+  // a trial's lines exceed it, its oldest lines are deleted down to 3/4 of
+  // it and one marker line (stream "dropped", the oldest line left) says
+  // "... N earlier lines dropped (log limit of M bytes per trial)".
+  int64_t max_trial_bytes = 64 << 20;
+  static constexpr int64_t kLineOverhead = 64;
+};
+
 // A trial's allocation (its running processes) while it runs, so that a
 // restarted master can reattach to processes that kept running.
 struct AllocationRow {
@@ -345,8 +358,13 @@ class Store {
   // ---- Task logs ----
 
   // Inserts every row (row.id is ignored; ids are assigned in order) in one
-  // transaction. FailedPrecondition if a row's trial_id names no trial.
+  // transaction, within task_log_limits() (long messages cut, a trial's
+  // oldest lines dropped). FailedPrecondition if a row's trial_id names no
+  // trial.
   absl::Status InsertTaskLogs(const std::vector<TaskLogRow>& rows);
+
+  // The bounds InsertTaskLogs applies from now on. Thread-safe.
+  void set_task_log_limits(const TaskLogLimits& limits);
 
   // The logs of `trial_id` with id > after_id, ordered by id, at most `limit`
   // of them (0 = all). Poll with after_id = the last id seen.
@@ -451,6 +469,16 @@ class Store {
   absl::Status txn_error_ ABSL_GUARDED_BY(mu_);
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
+
+  // ---- task log bounds (store_metrics_logs.cc)
+  // Deletes trial `trial_id`'s oldest lines down to 3/4 of the limit, keeping
+  // one marker line; `*bytes` is its exact volume before and after.
+  absl::Status TrimTaskLogsLocked(int64_t trial_id, int64_t* bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> TaskLogBytesLocked(int64_t trial_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TaskLogLimits task_log_limits_ ABSL_GUARDED_BY(mu_);
+  // Per trial: its stored log volume as counted since first seen (at least
+  // the real one: a rolled-back insert still counts until the next trim).
+  std::unordered_map<int64_t, int64_t> task_log_bytes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace master

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
@@ -46,6 +47,29 @@ constexpr char kInsertTaskLog[] =
     "VALUES (?, ?, ?, ?, ?, ?, ?)";
 constexpr char kListTaskLogs[] =
     "SELECT " DET_TASK_LOG_COLUMNS " FROM task_logs WHERE trial_id = ? AND id > ? ORDER BY id LIMIT ?";
+// The log volume of a trial as TaskLogLimits counts it.
+constexpr char kTaskLogBytes[] =
+    "SELECT COALESCE(SUM(LENGTH(CAST(message AS BLOB))), 0) + ?2 * COUNT(*) FROM task_logs WHERE trial_id = ?1";
+constexpr char kTaskLogMarker[] =
+    "SELECT id, message FROM task_logs WHERE trial_id = ? AND stream = 'dropped' ORDER BY id LIMIT 1";
+constexpr char kOldestTaskLogs[] =
+    "SELECT id, LENGTH(CAST(message AS BLOB)), time_ms FROM task_logs WHERE trial_id = ? AND stream != 'dropped' "
+    "ORDER BY id";
+constexpr char kDeleteTaskLogsUpTo[] = "DELETE FROM task_logs WHERE trial_id = ? AND id <= ? AND stream != 'dropped'";
+constexpr char kInsertTaskLogMarker[] =
+    "INSERT INTO task_logs(id, trial_id, allocation_id, rank, time_ms, level, stream, message) "
+    "VALUES (?, ?, '', 0, ?, 'LOG_LEVEL_WARNING', 'dropped', ?)";
+constexpr char kUpdateTaskLogMessage[] = "UPDATE task_logs SET message = ? WHERE id = ?";
+
+// `message` cut to `max` bytes (at a UTF-8 character boundary) plus a marker
+// when longer; unchanged otherwise (max 0: unbounded).
+absl::string_view BoundedMessage(absl::string_view message, int64_t max, std::string* storage) {
+  if (max <= 0 || static_cast<int64_t>(message.size()) <= max) return message;
+  size_t keep = static_cast<size_t>(max);
+  while (keep > 0 && (static_cast<unsigned char>(message[keep]) & 0xC0) == 0x80) --keep;
+  *storage = absl::StrCat(message.substr(0, keep), " ... [line truncated: ", message.size(), " bytes]");
+  return *storage;
+}
 
 std::string EncodeMetrics(const std::map<std::string, double>& metrics) {
   nlohmann::json j = nlohmann::json::object();
@@ -180,16 +204,102 @@ absl::Status Store::ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches)
 
 // ---- Task logs ----
 
+void Store::set_task_log_limits(const TaskLogLimits& limits) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  task_log_limits_ = limits;
+}
+
+absl::StatusOr<int64_t> Store::TaskLogBytesLocked(int64_t trial_id) {
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kTaskLogBytes));
+  Binder b(st.get());
+  b.Int(trial_id).Int(TaskLogLimits::kLineOverhead);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind task log volume");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("task log volume of trial ", trial_id));
+  return ColInt(st.get(), 0);
+}
+
+absl::Status Store::TrimTaskLogsLocked(int64_t trial_id, int64_t* bytes) {
+  const int64_t max = task_log_limits_.max_trial_bytes;
+  DET_ASSIGN_OR_RETURN(*bytes, TaskLogBytesLocked(trial_id));  // the count may have drifted up
+  if (*bytes <= max) return absl::OkStatus();
+  const int64_t excess = *bytes - max / 4 * 3;
+  int64_t marker_id = 0;
+  long long dropped_before = 0;
+  std::string old_marker;
+  {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kTaskLogMarker));
+    Binder b(st.get());
+    b.Int(trial_id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind task log marker");
+    int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_ROW) {
+      marker_id = ColInt(st.get(), 0);
+      old_marker = ColText(st.get(), 1);
+      if (std::sscanf(old_marker.c_str(), "... %lld", &dropped_before) != 1) dropped_before = 0;
+    } else if (rc != SQLITE_DONE) {
+      return Error(rc, "read task log marker");
+    }
+  }
+  int64_t last_id = 0, last_time = 0, freed = 0, n = 0;
+  {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kOldestTaskLogs));
+    Binder b(st.get());
+    b.Int(trial_id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind oldest task logs");
+    int rc = SQLITE_ROW;
+    while (freed < excess && (rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      last_id = ColInt(st.get(), 0);
+      freed += ColInt(st.get(), 1) + TaskLogLimits::kLineOverhead;
+      last_time = ColInt(st.get(), 2);
+      ++n;
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error(rc, "read oldest task logs");
+  }
+  if (n == 0) return absl::OkStatus();
+  {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteTaskLogsUpTo));
+    Binder b(st.get());
+    b.Int(trial_id).Int(last_id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind task log trim");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("drop old task logs of trial ", trial_id));
+  }
+  const std::string marker = absl::StrCat("... ", dropped_before + n, " earlier lines dropped (log limit of ", max,
+                                          " bytes per trial)");
+  {
+    // The marker takes the place of the newest line dropped: it stays the
+    // oldest line of the trial.
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(marker_id == 0 ? kInsertTaskLogMarker : kUpdateTaskLogMessage));
+    Binder b(st.get());
+    if (marker_id == 0) {
+      b.Int(last_id).Int(trial_id).Int(last_time).Text(marker);
+    } else {
+      b.Text(marker).Int(marker_id);
+    }
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind task log marker");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("write the task log marker of trial ", trial_id));
+  }
+  *bytes += -freed + static_cast<int64_t>(marker.size()) -
+            (marker_id == 0 ? -TaskLogLimits::kLineOverhead : static_cast<int64_t>(old_marker.size()));
+  return absl::OkStatus();
+}
+
 absl::Status Store::InsertTaskLogs(const std::vector<TaskLogRow>& rows) {
   if (rows.empty()) return absl::OkStatus();
   return Write([&]() -> absl::Status {
     Txn txn(this);
     DET_RETURN_IF_ERROR(txn.Begin());
+    std::map<int64_t, int64_t> added;  // trial id -> bytes
     {
       DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertTaskLog));
+      std::string cut;
       for (const TaskLogRow& r : rows) {
+        absl::string_view message = BoundedMessage(r.message, task_log_limits_.max_line_bytes, &cut);
+        added[r.trial_id] += static_cast<int64_t>(message.size()) + TaskLogLimits::kLineOverhead;
         Binder b(st.get());
-        b.Int(r.trial_id).Text(r.allocation_id).Int(r.rank).Int(r.time_ms).Text(r.level).Text(r.stream).Text(r.message);
+        b.Int(r.trial_id).Text(r.allocation_id).Int(r.rank).Int(r.time_ms).Text(r.level).Text(r.stream).Text(message);
         if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind task log");
         int rc = sqlite3_step(st.get());
         if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
@@ -197,6 +307,18 @@ absl::Status Store::InsertTaskLogs(const std::vector<TaskLogRow>& rows) {
         }
         if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert task logs of trial ", r.trial_id));
         sqlite3_reset(st.get());
+      }
+    }
+    if (task_log_limits_.max_trial_bytes > 0) {
+      for (const auto& [trial_id, bytes] : added) {
+        auto it = task_log_bytes_.find(trial_id);
+        if (it == task_log_bytes_.end()) {
+          DET_ASSIGN_OR_RETURN(int64_t now, TaskLogBytesLocked(trial_id));  // includes this batch
+          it = task_log_bytes_.emplace(trial_id, now).first;
+        } else {
+          it->second += bytes;
+        }
+        if (it->second > task_log_limits_.max_trial_bytes) DET_RETURN_IF_ERROR(TrimTaskLogsLocked(trial_id, &it->second));
       }
     }
     return txn.Commit();

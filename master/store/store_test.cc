@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace det {
@@ -625,6 +626,64 @@ TEST_F(StoreTest, TaskLogsRoundTripAndPaging) {
   bad.trial_id = 9999;
   EXPECT_EQ(store_->InsertTaskLogs({logs[0], bad}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store_->ListTaskLogs(trial, 0, 0).value().size(), 9u);  // rolled back
+}
+
+// A line longer than the limit is cut (at a character boundary) with a
+// marker; a trial over its volume loses its oldest lines, and one marker line
+// (its oldest) counts them; other trials keep theirs.
+TEST_F(StoreTest, TaskLogsAreBoundedPerLineAndPerTrial) {
+  TaskLogLimits limits;
+  limits.max_line_bytes = 100;
+  limits.max_trial_bytes = 10000;
+  store_->set_task_log_limits(limits);
+  int64_t trial = AddTrial(AddExperiment());
+  int64_t quiet = AddTrial(AddExperiment());
+  auto line = [](int64_t t, std::string message) {
+    TaskLogRow l;
+    l.trial_id = t;
+    l.allocation_id = "a";
+    l.level = "LOG_LEVEL_INFO";
+    l.stream = "stdout";
+    l.message = std::move(message);
+    return l;
+  };
+  // 99 ASCII bytes, then a 2-byte character across the limit.
+  ASSERT_TRUE(store_->InsertTaskLogs({line(trial, std::string(99, 'x') + "\xc3\xa9" + std::string(500, 'y')),
+                                      line(quiet, "quiet")})
+                  .ok());
+  auto first = store_->ListTaskLogs(trial, 0, 0).value();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].message, std::string(99, 'x') + " ... [line truncated: 601 bytes]");
+
+  // A flood: 300 batches of 10 lines of 36 bytes (+64 counted each).
+  for (int b = 0; b < 300; ++b) {
+    std::vector<TaskLogRow> batch;
+    for (int i = 0; i < 10; ++i) batch.push_back(line(trial, absl::StrCat("flood line ", 10000 + b * 10 + i, " ", std::string(20, 'z'))));
+    ASSERT_TRUE(store_->InsertTaskLogs(batch).ok());
+  }
+  auto all = store_->ListTaskLogs(trial, 0, 0).value();
+  int64_t bytes = 0;
+  for (const auto& l : all) bytes += static_cast<int64_t>(l.message.size()) + TaskLogLimits::kLineOverhead;
+  EXPECT_LE(bytes, limits.max_trial_bytes);
+  ASSERT_GT(all.size(), 10u);
+  EXPECT_EQ(all[0].stream, "dropped");
+  const int64_t kept = static_cast<int64_t>(all.size()) - 1;
+  EXPECT_EQ(all[0].message, absl::StrCat("... ", 3001 - kept, " earlier lines dropped (log limit of 10000 bytes per trial)"));
+  // The newest lines are the ones kept, in order, after the marker.
+  EXPECT_EQ(all.back().message, absl::StrCat("flood line ", 10000 + 2999, " ", std::string(20, 'z')));
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_LT(all[i - 1].id, all[i].id);
+  EXPECT_EQ(store_->ListTaskLogs(quiet, 0, 0).value().size(), 1u);
+  // A reopened store (counts lost) still holds the trial to its limit.
+  store_.reset();
+  store_ = std::move(Store::Open(path_).value());
+  store_->set_task_log_limits(limits);
+  for (int b = 0; b < 50; ++b) ASSERT_TRUE(store_->InsertTaskLogs({line(trial, std::string(90, 'w'))}).ok());
+  all = store_->ListTaskLogs(trial, 0, 0).value();
+  bytes = 0;
+  for (const auto& l : all) bytes += static_cast<int64_t>(l.message.size()) + TaskLogLimits::kLineOverhead;
+  EXPECT_LE(bytes, limits.max_trial_bytes);
+  EXPECT_EQ(all[0].stream, "dropped");
+  EXPECT_EQ(RawQueryInt(absl::StrCat("SELECT COUNT(*) FROM task_logs WHERE stream = 'dropped' AND trial_id = ", trial)), 1);
 }
 
 TEST_F(StoreTest, AgentsUpsert) {

@@ -406,8 +406,15 @@ std::optional<int> ManagedRank::Rendezvous() {
   tv1::AllocationRendezvousRequest rdv_req;
   rdv_req.set_rank(rank_);
   tv1::AllocationRendezvousResponse rdv_resp;
-  absl::Status st = client_.Call("AllocationRendezvous", &tv1::TrialService::Stub::AllocationRendezvous, rdv_req,
-                                 &rdv_resp, std::chrono::duration_cast<std::chrono::milliseconds>(denv_.timeout));
+  // The master waits at most 60 s per call (DEADLINE_EXCEEDED): ask again
+  // until our own timeout.
+  const auto give_up = std::chrono::steady_clock::now() + denv_.timeout;
+  absl::Status st;
+  do {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now());
+    st = client_.Call("AllocationRendezvous", &tv1::TrialService::Stub::AllocationRendezvous, rdv_req, &rdv_resp,
+                      std::max(left, std::chrono::milliseconds(1)));
+  } while (st.code() == absl::StatusCode::kDeadlineExceeded && std::chrono::steady_clock::now() < give_up);
   if (!st.ok() && st.code() != absl::StatusCode::kUnimplemented) {
     return Fail(client_.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
   }
@@ -453,9 +460,9 @@ std::optional<int> ManagedRank::BuildTrial() {
   context_.emplace(info);
   if (dist_) context_->set_gradient_reducer(dist_->MakeGradientReducer());
 
-  std::printf("[det-trial] trial %d (experiment %d) %s, allocation %s, seed %u, hparams %s\n", tc_.trial_id(),
-              tc_.experiment_id(), plugin_->trial_class, client_.allocation_id().c_str(), tc_.trial_seed(),
-              info.hparams.dump().c_str());
+  std::printf("[det-trial] trial %lld (experiment %lld) %s, allocation %s, seed %u, hparams %s\n",
+              static_cast<long long>(tc_.trial_id()), static_cast<long long>(tc_.experiment_id()),
+              plugin_->trial_class, client_.allocation_id().c_str(), tc_.trial_seed(), info.hparams.dump().c_str());
   std::fflush(stdout);
 
   auto handle = TrialHandle::Create(plugin_, &*context_);

@@ -558,9 +558,17 @@ class TrialView {
     syncEmpty(this.checkpoints.tbody, cks.length, 7, 'No checkpoints yet.');
   }
 
-  // Appends the lines after the last one seen (GET .../logs?after_id=N).
+  // Appends the lines after the last one seen (GET .../logs?after_id=N, a
+  // page of at most 1000 lines; up to 5 pages per refresh while `more`).
   async loadLogs() {
-    const res = await apiGet(`/api/v1/trials/${this.id}/logs?after_id=${this.lastLogId}`);
+    for (let page = 0; page < 5; page++) {
+      const res = await apiGet(`/api/v1/trials/${this.id}/logs?after_id=${this.lastLogId}`);
+      this.appendLogs(res);
+      if (!res.more) break;
+    }
+  }
+
+  appendLogs(res) {
     const lines = (res.logs || []).filter((l) => num(l.id) > this.lastLogId);
     if (!lines.length) {
       if (!this.logs.firstChild) this.logs.append(h('div', {class: 'muted log-empty', text: 'No log lines yet.'}));

@@ -1,0 +1,80 @@
+#include "master/core/checkpoint_roots.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/safe_path.h"
+#include "common/status_macros.h"
+
+namespace det::master {
+namespace fs = std::filesystem;
+
+absl::StatusOr<CheckpointRoots> CheckpointRoots::Create(const std::vector<std::string>& roots,
+                                                        const std::vector<std::string>& guarded) {
+  CheckpointRoots out;
+  for (const std::string& r : roots) {
+    if (r.empty()) return absl::InvalidArgumentError("--checkpoint-storage-root: must not be empty");
+    Root root{LexicalPath(r), ResolvedPath(r)};
+    bool seen = false;
+    for (const Root& o : out.roots_) seen |= o.lexical == root.lexical;
+    if (seen) continue;
+    for (const std::string& g : guarded) {
+      if (g.empty()) continue;
+      if (PathWithin(LexicalPath(g), root.lexical) || PathWithin(ResolvedPath(g), root.resolved)) {
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint storage root ", root.lexical,
+                                                       " contains the master's own ", g,
+                                                       ": choose a root outside the data dir"));
+      }
+    }
+    out.roots_.push_back(std::move(root));
+  }
+  if (out.roots_.empty()) return absl::InvalidArgumentError("no checkpoint storage root");
+  return out;
+}
+
+std::string CheckpointRoots::Describe() const {
+  std::vector<std::string> names;
+  for (const Root& r : roots_) names.push_back(r.lexical);
+  return absl::StrJoin(names, ", ");
+}
+
+absl::Status CheckpointRoots::Check(const std::string& dir, absl::string_view field) const {
+  if (!dir.empty() && dir.front() == '/') {
+    const std::string lexical = LexicalPath(dir), resolved = ResolvedPath(dir);
+    for (const Root& r : roots_) {
+      // Both: '..' cannot climb out, and no existing symlink leads out.
+      if (PathWithin(lexical, r.lexical) && PathWithin(resolved, r.resolved)) return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": '", dir.substr(0, 256),
+                                                 "' is not under an allowed checkpoint storage root (",
+                                                 Describe(), "; see det-master --checkpoint-storage-root)"));
+}
+
+absl::Status CheckpointRoots::RemoveCheckpoint(const std::string& storage_path, const std::string& uuid) const {
+  DET_RETURN_IF_ERROR(ValidateUuid(uuid, "checkpoint uuid"));
+  const fs::path path = LexicalPath(storage_path);
+  if (path.filename() != uuid) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", uuid, ": its recorded path ", storage_path, " does not end in its uuid"));
+  }
+  const std::string dir = path.parent_path().string();
+  for (const Root& r : roots_) {
+    if (!PathWithin(dir, r.lexical)) continue;
+    // The part below the root may hold symlinks made since (by trial code):
+    // opened component by component, never following one.
+    const std::string relative = fs::path(dir).lexically_relative(r.lexical).string();
+    DET_ASSIGN_OR_RETURN(int fd, OpenDirNoFollow(r.lexical, relative));
+    absl::Status st = RemoveTreeNoFollow(fd, uuid);
+    close(fd);
+    return st;
+  }
+  return absl::FailedPreconditionError(absl::StrCat("checkpoint ", uuid, ": ", dir,
+                                                    " is not under an allowed checkpoint storage root (", Describe(),
+                                                    "); not deleted"));
+}
+
+}  // namespace det::master

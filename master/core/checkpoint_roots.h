@@ -1,0 +1,57 @@
+// CheckpointRoots: the directories under which experiments may keep
+// checkpoints (the master's checkpoint root and every
+// --checkpoint-storage-root), and the only way the master deletes a
+// checkpoint's files. A config's checkpoint_storage names a directory the
+// master later deletes checkpoint directories in, and trial code (untrusted)
+// reports the checkpoints: so a checkpoint directory is only ever deleted
+// when it lies under a root, has a UUID for a name, and is reached from the
+// root without following any symlink.
+#ifndef DET_MASTER_CORE_CHECKPOINT_ROOTS_H_
+#define DET_MASTER_CORE_CHECKPOINT_ROOTS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace det::master {
+
+class CheckpointRoots {
+ public:
+  // `roots`: the allowed roots as configured (made absolute; duplicates
+  // dropped). `guarded`: the master's own files (data dir, database,
+  // artifacts), which no root may contain: InvalidArgument naming both
+  // otherwise. Empty `roots` is InvalidArgument.
+  static absl::StatusOr<CheckpointRoots> Create(const std::vector<std::string>& roots,
+                                                const std::vector<std::string>& guarded);
+
+  // OK when directory `dir` (checkpoint_storage.host_path, joined with
+  // storage_path) lies under a root, both lexically ('..' resolved) and with
+  // the symlinks of its existing prefix resolved. Otherwise InvalidArgument
+  // naming `field` and the allowed roots. Thread-safe.
+  absl::Status Check(const std::string& dir, absl::string_view field) const;
+
+  // Deletes checkpoint directory `storage_path` (<dir>/<uuid> as recorded)
+  // of checkpoint `uuid`: only when `uuid` is a UUID, is the last component
+  // of `storage_path`, and <dir> lies under a root; <dir> is opened from the
+  // root without following symlinks and the tree is removed with
+  // RemoveTreeNoFollow (common/safe_path.h). A directory that is already
+  // gone is OK. Errors say why nothing (or not all) was deleted.
+  // Thread-safe (no state changes).
+  absl::Status RemoveCheckpoint(const std::string& storage_path, const std::string& uuid) const;
+
+  // The roots as configured (absolute, normal), comma-separated.
+  std::string Describe() const;
+
+ private:
+  struct Root {
+    std::string lexical;   // absolute, normal
+    std::string resolved;  // and with its symlinks resolved
+  };
+  std::vector<Root> roots_;
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_CORE_CHECKPOINT_ROOTS_H_
