@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "cli/table.h"
 #include "common/proto_json.h"
+#include "common/sha256.h"
 
 namespace det::cli {
 
@@ -253,6 +254,35 @@ int ReportError(const Client& client, const grpc::Status& status, std::ostream& 
 
 // ------------------------------------------------------------- experiments
 
+namespace {
+
+// Larger trial libraries are uploaded in chunks (UploadArtifact) rather than
+// inline: the master's message limit is a few MiB.
+constexpr size_t kInlineTrialSoBytes = 1 << 20;
+constexpr size_t kUploadChunkBytes = 1 << 20;
+
+// Uploads `bytes` with UploadArtifact; fills `sha256` on success.
+grpc::Status UploadTrialSo(Client& client, const std::string& bytes, std::string* sha256) {
+  grpc::ClientContext ctx;
+  client.PrepareContext(&ctx, /*streaming=*/true);
+  v1::UploadArtifactResponse resp;
+  auto writer = client.stub().UploadArtifact(&ctx, &resp);
+  *sha256 = Sha256Hex(bytes);
+  for (size_t off = 0; off == 0 || off < bytes.size(); off += kUploadChunkBytes) {
+    v1::UploadArtifactRequest msg;
+    if (off == 0) {
+      msg.set_sha256(*sha256);
+      msg.set_size_bytes(static_cast<int64_t>(bytes.size()));
+    }
+    msg.set_chunk(bytes.substr(off, kUploadChunkBytes));
+    if (!writer->Write(msg)) break;  // the master answered early: Finish says why
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+}  // namespace
+
 int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const CommandIo& io) {
   v1::CreateExperimentRequest req;
   if (!ReadFileBytes(args.config_path, req.mutable_config_yaml())) {
@@ -262,6 +292,13 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
   if (!ReadFileBytes(args.trial_path, req.mutable_trial_so())) {
     io.err << "det-cli: error: cannot read " << args.trial_path << '\n';
     return 2;
+  }
+  if (req.trial_so().size() > kInlineTrialSoBytes) {
+    std::string sha;
+    grpc::Status uploaded = UploadTrialSo(client, req.trial_so(), &sha);
+    if (!uploaded.ok()) return ReportError(client, uploaded, io.err);
+    req.clear_trial_so();
+    req.set_trial_so_sha256(sha);
   }
   req.set_activate(!args.paused);
   v1::CreateExperimentResponse resp;

@@ -10,6 +10,7 @@
 //   det-cli agent list | slot list | master info
 //   det-cli user login [USERNAME] [--password-stdin] | logout | whoami | list
 //   det-cli user create NAME [--admin] [--password-stdin] | change-password [USERNAME] [--password-stdin]
+//     (your own password: the current one first, on stdin its first line)
 //
 // The master is -m/--master, else $DET_MASTER, else localhost:8090; a token
 // in $DET_USER_TOKEN is sent with every call, else the one `user login`
@@ -350,11 +351,16 @@ void AddUserCommands(CLI::App& app, CommandLine& cl) {
   AddPasswordStdinFlag(change_password, cl);
   change_password->callback([&cl] {
     cl.run = [&cl](Client& c, const CommandIo& io) {
-      std::string password = ReadPassword("New password: ", cl.password_stdin);
-      if (!cl.password_stdin && password != ReadPassword("Confirm password: ", false)) {
-        return UsageError("passwords do not match");
-      }
-      return UserChangePassword(c, cl.username, password, io);
+      // --password-stdin: the current password (own password only) on the
+      // first line, the new one on the next.
+      PasswordPrompts prompts;
+      prompts.old_password = [&cl] { return ReadPassword("Current password: ", cl.password_stdin); };
+      prompts.new_password = [&cl]() -> std::optional<std::string> {
+        std::string password = ReadPassword("New password: ", cl.password_stdin);
+        if (!cl.password_stdin && password != ReadPassword("Confirm password: ", false)) return std::nullopt;
+        return password;
+      };
+      return UserChangePassword(c, cl.username, prompts, io);
     };
   });
 }

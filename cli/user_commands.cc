@@ -127,14 +127,14 @@ int UserCreate(Client& client, const std::string& username, bool admin, const st
   return 0;
 }
 
-int UserChangePassword(Client& client, const std::string& username, const std::string& password,
+int UserChangePassword(Client& client, const std::string& username, const PasswordPrompts& prompts,
                        const CommandIo& io) {
   int64_t user_id = 0;
   std::string name = username;
-  if (username.empty()) {
-    v1::GetMeResponse me;
-    grpc::Status st = client.Call(&Stub::GetMe, v1::GetMeRequest(), &me);
-    if (!st.ok()) return ReportError(client, st, io.err);
+  v1::GetMeResponse me;
+  grpc::Status me_st = client.Call(&Stub::GetMe, v1::GetMeRequest(), &me);
+  if (!me_st.ok()) return ReportError(client, me_st, io.err);
+  if (username.empty() || username == me.user().username()) {
     user_id = me.user().id();
     name = me.user().username();
   } else {
@@ -151,7 +151,13 @@ int UserChangePassword(Client& client, const std::string& username, const std::s
   }
   v1::PatchUserRequest req;
   req.set_user_id(user_id);
-  req.set_password(password);
+  if (user_id == me.user().id()) req.set_old_password(prompts.old_password());
+  std::optional<std::string> password = prompts.new_password();
+  if (!password) {
+    io.err << "det-cli: error: passwords do not match\n";
+    return 2;
+  }
+  req.set_password(*password);
   v1::PatchUserResponse resp;
   grpc::Status st = client.Call(&Stub::PatchUser, req, &resp);
   if (!st.ok()) return ReportError(client, st, io.err);

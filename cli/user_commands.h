@@ -5,6 +5,8 @@
 #ifndef DET_CLI_USER_COMMANDS_H_
 #define DET_CLI_USER_COMMANDS_H_
 
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "cli/client.h"
@@ -27,9 +29,17 @@ int UserList(Client& client, const CommandIo& io);
 // user create NAME [--admin]: admin only.
 int UserCreate(Client& client, const std::string& username, bool admin, const std::string& password,
                const CommandIo& io);
+// How change-password reads passwords: the current one (asked only when the
+// caller changes their own password, which the master checks) and the new
+// one (nullopt: the confirmation did not match).
+struct PasswordPrompts {
+  std::function<std::string()> old_password;
+  std::function<std::optional<std::string>()> new_password;
+};
 // user change-password [USERNAME]: the caller's own password when
-// `username` is empty (other users need admin).
-int UserChangePassword(Client& client, const std::string& username, const std::string& password,
+// `username` is empty or names the caller (then the current password is
+// asked first); other users need admin.
+int UserChangePassword(Client& client, const std::string& username, const PasswordPrompts& prompts,
                        const CommandIo& io);
 
 // Reads a password: one line from stdin when `from_stdin`, else from the

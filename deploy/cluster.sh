@@ -9,8 +9,9 @@
 # State lives in $DET_CLUSTER_DIR (default ./det-cluster): master data (the
 # SQLite database, artifacts, checkpoints), logs/*.log and pids/*.pid. The
 # agents authenticate with a random cluster secret generated on the first
-# start (master/cluster-secret, mode 0600); det-cli logs in as `determined`
-# (empty password) by itself.
+# start (master/cluster-secret, mode 0600); `admin` and `determined` get a
+# random first password (master/initial-admin-password, mode 0600), and
+# det-cli is logged in as `determined` with it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${DET_BIN_DIR:-${DET_BUILD_DIR:-$root/build}/bin}"
@@ -52,8 +53,13 @@ case "$cmd" in
     if [ ! -s "$secret" ]; then
       (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret")
     fi
+    password="$dir/master/initial-admin-password"
+    if [ ! -s "$password" ]; then
+      (umask 077; head -c 32 /dev/urandom | base64 > "$password")
+    fi
     nohup "$bin/det-master" --data-dir "$dir/master" --grpc-port "$grpc_port" --http-port "$http_port" \
-      --cluster-secret-file "$secret" --ports-file "$dir/master/ports.json" > "$dir/logs/master.log" 2>&1 &
+      --cluster-secret-file "$secret" --initial-admin-password-file "$password" \
+      --ports-file "$dir/master/ports.json" > "$dir/logs/master.log" 2>&1 &
     echo $! > "$dir/pids/master.pid"
     for _ in $(seq 1 200); do [ -f "$dir/master/ports.json" ] && break; alive "$dir/pids/master.pid" || break; sleep 0.05; done
     if [ ! -f "$dir/master/ports.json" ]; then echo "cluster.sh: the master did not start; see $dir/logs/master.log" >&2; tail -5 "$dir/logs/master.log" >&2; exit 1; fi
@@ -62,6 +68,9 @@ case "$cmd" in
     http_port=$(tr -d ' \n' < "$dir/master/ports.json" | sed -n 's/.*"http":\([0-9]*\).*/\1/p')
     master="127.0.0.1:$grpc_port"
     echo "$master" > "$dir/master/address"
+    # Until someone changes it, the first password is determined's too.
+    "$bin/det-cli" -m "$master" user login determined --password-stdin < "$password" > /dev/null ||
+      echo "cluster.sh: warning: det-cli could not log in as determined (password changed?); use det-cli user login" >&2
     for i in $(seq 1 "$agents"); do
       nohup "$bin/det-agent" --master "$master" --id "agent-$i" --slots "$slots" --work-dir "$dir/agent-$i" \
         --cluster-secret-file "$secret" > "$dir/logs/agent-$i.log" 2>&1 &
@@ -74,6 +83,7 @@ case "$cmd" in
       sleep 0.05
     done
     echo "det-master: gRPC $master, REST http://127.0.0.1:$http_port/api/v1/ (logs in $dir/logs)"
+    echo "users admin and determined: first password in $password"
     echo "export DET_MASTER=$master"
     ;;
   stop)

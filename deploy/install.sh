@@ -16,8 +16,19 @@ install -d -m 0755 /etc/det
 for unit in master agent; do
   if [ "$role" = all ] || [ "$role" = "$unit" ]; then
     [ -f "/etc/det/$unit.toml" ] || install -m 0644 "$root/deploy/config/$unit.toml" "/etc/det/$unit.toml"
+    # Secrets the configs name, generated here (never checked in), readable
+    # by the det user only. Copy cluster-secret to every agent node.
+    secrets=(cluster-secret)
+    [ "$unit" = master ] && secrets+=(initial-admin-password)
+    for s in "${secrets[@]}"; do
+      if [ ! -s "/etc/det/$s" ]; then
+        (umask 077; head -c 32 /dev/urandom | base64 > "/etc/det/$s")
+        chown det:det "/etc/det/$s" 2>/dev/null || true
+      fi
+    done
     install -m 0644 "$root/deploy/systemd/det-$unit.service" /etc/systemd/system/
   fi
 done
 systemctl daemon-reload 2>/dev/null || true
 echo "installed to $prefix; edit /etc/det/*.toml, then: systemctl enable --now det-master det-agent"
+echo "admin/determined's first password: /etc/det/initial-admin-password (log in, change it, delete the file)"

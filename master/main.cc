@@ -5,13 +5,16 @@
 //              [--heartbeat-timeout-ms 15000] [--stop-timeout-s 60] [--rendezvous-timeout-s 600]
 //              [--dashboard-dir DIR]
 //              [--cluster-secret-file FILE] [--token-ttl-hours 168]
-//              [--tls-cert FILE --tls-key FILE]
+//              [--tls-cert FILE --tls-key FILE] [--max-message-mib 8] [--grpc-memory-mib 128]
+//              [--initial-admin-password-file FILE] [--allow-empty-passwords]
 //
 // Every API call but Login and GetMaster needs a user token (users `admin`
 // and `determined`, empty passwords, are created on first start); agents must
 // present the cluster secret (--cluster-secret-file; never the environment)
 // when one is set, and, once registered, their per-agent credential
-// (--reset-agent ID forgets an agent id's credential).
+// (--reset-agent ID forgets an agent id's credential). A master whose --host
+// is not loopback refuses to start while `admin` or `determined` has an
+// empty password, unless --allow-empty-passwords.
 #include <signal.h>
 
 #include <chrono>
@@ -69,6 +72,10 @@ struct Flags {
   double token_ttl_hours = 168;
   std::string tls_cert, tls_key;
   std::vector<std::string> reset_agents;
+  std::string initial_admin_password_file;
+  bool allow_empty_passwords = false;
+  double max_message_mib = 8;
+  double grpc_memory_mib = 128;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -126,6 +133,21 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--tls-cert", f.tls_cert, "PEM certificate chain: serve gRPC over TLS (needs --tls-key)")
       ->check(CLI::ExistingFile);
   app.add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  app.add_option("--initial-admin-password-file", f.initial_admin_password_file,
+                 "On first start, set the password of `admin` and `determined` (while still empty) to this file's "
+                 "content (whitespace trimmed; must not be empty)")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--allow-empty-passwords", f.allow_empty_passwords,
+               "Start even when --host is not loopback and a built-in user has an empty password");
+  app.add_option("--max-message-mib", f.max_message_mib,
+                 "Largest gRPC message and authenticated REST body (unauthenticated REST bodies: 64 KiB); larger "
+                 "trial.so files are uploaded in chunks")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1024.0));
+  app.add_option("--grpc-memory-mib", f.grpc_memory_mib,
+                 "Memory all gRPC connections together may hold for messages in flight (gRPC resource quota)")
+      ->capture_default_str()
+      ->check(CLI::Range(16.0, 65536.0));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
 }
 
@@ -147,6 +169,33 @@ bool AuthOptionsFrom(const Flags& f, det::master::AuthOptions* out) {
     std::fprintf(stderr, "det-master: warning: DET_CLUSTER_SECRET is ignored; use --cluster-secret-file\n");
   }
   return true;
+}
+
+// Sets the initial passwords (--initial-admin-password-file) and refuses a
+// master bound beyond loopback while a built-in user has an empty password
+// (unless --allow-empty-passwords); false with a message on stderr.
+bool SecureDefaults(const Flags& f, det::master::AuthCore* auth) {
+  if (!f.initial_admin_password_file.empty()) {
+    std::string password;
+    if (!ReadTextFile(f.initial_admin_password_file, &password) || Trim(password).empty()) {
+      std::fprintf(stderr, "det-master: error: --initial-admin-password-file %s: unreadable or empty\n",
+                   f.initial_admin_password_file.c_str());
+      return false;
+    }
+    if (absl::Status st = auth->SetInitialPasswords(Trim(password)); !st.ok()) {
+      std::fprintf(stderr, "det-master: error: --initial-admin-password-file: %s\n", std::string(st.message()).c_str());
+      return false;
+    }
+  }
+  if (det::master::IsLoopbackHost(f.host)) return true;
+  absl::Status st = auth->RequireBuiltinPasswords();
+  if (st.ok()) return true;
+  if (f.allow_empty_passwords) {
+    spdlog::warn("--allow-empty-passwords: {}", std::string(st.message()));
+    return true;
+  }
+  std::fprintf(stderr, "det-master: error: --host %s: %s\n", f.host.c_str(), std::string(st.message()).c_str());
+  return false;
 }
 
 // Insecure credentials, or TLS from --tls-cert/--tls-key (null when
@@ -182,7 +231,16 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   int bound_grpc = 0;
   builder.AddListeningPort(absl::StrCat(f.host, ":", f.grpc_port), credentials, &bound_grpc);
   const int64_t max_request_bytes = f.options.max_request_bytes();
+  // Every call, unauthenticated ones (Login, GetMaster, agent RPCs)
+  // included, is bounded by this: large trial.so files come in chunks
+  // (UploadArtifact).
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_request_bytes));
+  // gRPC 1.51 assembles a whole message before that check: the memory quota
+  // bounds what all its connections together may hold (it resets streams,
+  // ENHANCE_YOUR_CALM, beyond), so concurrent oversized calls cannot add up.
+  grpc::ResourceQuota quota("det-master");
+  quota.Resize(static_cast<size_t>(f.grpc_memory_mib * (1 << 20)));
+  builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(64 << 20);
   builder.RegisterService(&api);
   builder.RegisterService(&agents);
@@ -195,6 +253,12 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   core->set_trial_master_address(f.advertise.empty() ? absl::StrCat(f.host, ":", bound_grpc) : f.advertise);
 
   det::master::RestServer rest(core, auth);
+  if (!f.tls_cert.empty()) {
+    if (absl::Status st = rest.EnableTls(f.tls_cert, f.tls_key); !st.ok()) {
+      std::fprintf(stderr, "det-master: error: %s\n", std::string(st.message()).c_str());
+      return 2;
+    }
+  }
   rest.set_max_request_bytes(max_request_bytes);
   rest.set_dashboard_dir(f.dashboard_dir);
   auto bound_http = rest.Start(f.host, f.http_port);
@@ -202,8 +266,9 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
     std::fprintf(stderr, "det-master: error: %s\n", std::string(bound_http.status().message()).c_str());
     return 1;
   }
-  spdlog::info("det-master serving gRPC on {}:{}, REST on http://{}:{}/api/v1/ and the dashboard on http://{}:{}/",
-               f.host, bound_grpc, f.host, *bound_http, f.host, *bound_http);
+  const char* scheme = f.tls_cert.empty() ? "http" : "https";
+  spdlog::info("det-master serving gRPC on {}:{}, REST on {}://{}:{}/api/v1/ and the dashboard on {}://{}:{}/",
+               f.host, bound_grpc, scheme, f.host, *bound_http, scheme, f.host, *bound_http);
   if (!f.ports_file.empty()) WritePortsFile(f.ports_file, f.host, bound_grpc, *bound_http);
 
   int sig = 0;
@@ -231,6 +296,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(f.log_level));
   f.options.stop_timeout_ms = static_cast<int64_t>(f.stop_timeout_s * 1000);
   f.options.rendezvous_timeout_ms = static_cast<int64_t>(f.rendezvous_timeout_s * 1000);
+  f.options.max_message_bytes = static_cast<int64_t>(f.max_message_mib * (1 << 20));
   f.options.max_trial_log_bytes = static_cast<int64_t>(f.max_trial_log_mib * (1 << 20));
   f.options.max_log_line_bytes = static_cast<int64_t>(f.max_log_line_kib * 1024);
 
@@ -252,6 +318,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(auth.status().message()).c_str());
     return 1;
   }
+  if (!SecureDefaults(f, auth->get())) return 2;
   for (const std::string& id : f.reset_agents) {
     absl::Status reset = (*core)->ResetAgentCredential(id);
     if (!reset.ok()) {

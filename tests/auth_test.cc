@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <string>
@@ -201,6 +202,26 @@ std::string ExamplePath(std::string pattern) {
   return std::regex_replace(pattern, std::regex(R"(\{[a-z_]+\})"), "1");
 }
 
+// The clear allocation token of `allocation_id` from the environment of a
+// process running it (DET_ALLOCATION_ID / DET_ALLOCATION_TOKEN); "" if none.
+std::string AllocationTokenOf(const std::string& allocation_id) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string env = ReadFile(entry.path() / "environ");
+    std::string id, token;
+    for (size_t pos = 0; pos < env.size();) {
+      size_t end = env.find('\0', pos);
+      if (end == std::string::npos) end = env.size();
+      const std::string var = env.substr(pos, end - pos);
+      if (var.rfind("DET_ALLOCATION_ID=", 0) == 0) id = var.substr(18);
+      if (var.rfind("DET_ALLOCATION_TOKEN=", 0) == 0) token = var.substr(21);
+      pos = end + 1;
+    }
+    if (id == allocation_id && !token.empty()) return token;
+  }
+  return "";
+}
+
 // Must show 2: without a token, or with another trial's token, every API
 // returns UNAUTHENTICATED / PERMISSION_DENIED.
 TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
@@ -228,8 +249,18 @@ TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
       },
       std::chrono::seconds(60)))
       << "two trials never got allocations";
-  const master::AllocationRow& a = allocs[0];
-  const master::AllocationRow& b = allocs[1];
+  // The database holds only the tokens' hashes: take the clear ones from
+  // the trial processes' environments.
+  master::AllocationRow a = allocs[0];
+  master::AllocationRow b = allocs[1];
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        a.token = AllocationTokenOf(a.id);
+        b.token = AllocationTokenOf(b.id);
+        return !a.token.empty() && !b.token.empty();
+      },
+      std::chrono::seconds(60)))
+      << "no trial process with DET_ALLOCATION_TOKEN";
 
   // Sanity: a trial's own token works, so the denials below are the token's.
   const auto rpcs = AllRpcs();
@@ -408,7 +439,10 @@ TEST(AuthTest, CliLoginAndUsers) {
   ASSERT_EQ(cluster.Cli({"user", "login", "alice", "--password-stdin"}, &out, &err, "s3cret\n"), 0) << err;
   ASSERT_EQ(cluster.Cli({"user", "whoami"}, &out, &err), 0) << err;
   EXPECT_THAT(out, HasSubstr("'alice'"));
-  ASSERT_EQ(cluster.Cli({"user", "change-password", "--password-stdin"}, &out, &err, "n3w\n"), 0) << err;
+  // Changing one's own password needs the current one (first stdin line).
+  EXPECT_EQ(cluster.Cli({"user", "change-password", "--password-stdin"}, &out, &err, "wrong\nn3w\n"), 1);
+  EXPECT_THAT(err, HasSubstr("old_password"));
+  ASSERT_EQ(cluster.Cli({"user", "change-password", "--password-stdin"}, &out, &err, "s3cret\nn3w\n"), 0) << err;
   ASSERT_EQ(cluster.Cli({"user", "whoami"}, &out, &err), 0) << err;  // this token survives
   EXPECT_EQ(RestLogin(cluster.http_port(), "alice", "s3cret"), "");
   EXPECT_NE(RestLogin(cluster.http_port(), "alice", "n3w"), "");

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
+#include "common/sha256.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
@@ -79,7 +80,8 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
   const int64_t trial_id = trial.row.id;
   auto alloc = std::make_unique<AllocationRuntime>();
   alloc->id = a.allocation_id;
-  alloc->token = RandomHex(16);
+  const std::string token = RandomHex(16);
+  alloc->token_sha256 = Sha256Hex(token);
   alloc->trial_id = trial_id;
   alloc->experiment_id = exp.row.id;
   alloc->placements = a.placements;
@@ -102,7 +104,7 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
     start->set_task_id(absl::StrCat("trial-", trial_id));
     start->set_trial_id(trial_id);
     start->set_experiment_id(exp.row.id);
-    start->set_allocation_token(alloc->token);
+    start->set_allocation_token(token);
     start->mutable_trial_so()->set_sha256(exp.row.trial_so_sha256);
     start->mutable_trial_so()->set_size_bytes(artifacts_.Size(exp.row.trial_so_sha256).value_or(0));
     start->set_config_yaml(exp.row.config_yaml);
@@ -151,7 +153,7 @@ void MasterCore::SaveAllocation(const AllocationRuntime& alloc) {
   row.id = alloc.id;
   row.trial_id = alloc.trial_id;
   row.experiment_id = alloc.experiment_id;
-  row.token = alloc.token;
+  row.token = alloc.token_sha256;
   row.placements_json = PlacementsJson(alloc.placements).dump();
   row.processes = alloc.processes;
   row.terminated = alloc.terminated;

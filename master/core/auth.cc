@@ -5,6 +5,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <regex>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -36,7 +38,14 @@ std::string RandomBytes(size_t n) {
   return out;
 }
 
+std::atomic<int64_t> pbkdf2_runs{0};
+
+// Most throttling entries kept; when full, the one whose window began first
+// is dropped.
+constexpr size_t kMaxThrottled = 10000;
+
 std::string Pbkdf2(const std::string& password, const std::string& salt, int iterations) {
+  pbkdf2_runs.fetch_add(1, std::memory_order_relaxed);
   unsigned char out[32];
   PKCS5_PBKDF2_HMAC(password.data(), static_cast<int>(password.size()),
                     reinterpret_cast<const unsigned char*>(salt.data()), static_cast<int>(salt.size()), iterations,
@@ -56,6 +65,19 @@ absl::Status ValidUsername(const std::string& name) {
 absl::Status Unauthenticated() { return absl::UnauthenticatedError("invalid credentials"); }
 
 }  // namespace
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  std::vector<std::string> octets = absl::StrSplit(host, '.');
+  if (octets.size() != 4 || octets[0] != "127") return false;
+  for (const std::string& o : octets) {
+    int v = -1;
+    if (o.empty() || o.size() > 3 || !absl::SimpleAtoi(o, &v) || v < 0 || v > 255) return false;
+  }
+  return true;
+}
+
+int64_t AuthCore::Pbkdf2RunsForTesting() { return pbkdf2_runs.load(); }
 
 apiv1::User UserProto(const UserRow& row) {
   apiv1::User u;
@@ -93,7 +115,10 @@ bool AuthCore::ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-AuthCore::AuthCore(Store* store, AuthOptions options) : store_(store), options_(std::move(options)) {}
+AuthCore::AuthCore(Store* store, AuthOptions options)
+    : store_(store),
+      options_(std::move(options)),
+      dummy_hash_(HashPassword(RandomBytes(16), options_.pbkdf2_iterations)) {}
 
 int64_t AuthCore::Now() const {
   if (options_.now_ms) return options_.now_ms();
@@ -126,16 +151,62 @@ absl::Status AuthCore::Bootstrap() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<apiv1::LoginResponse> AuthCore::Login(const std::string& username, const std::string& password) {
+absl::Status AuthCore::CheckThrottle(const std::string& key, int64_t now) {
+  auto it = failures_.find(key);
+  if (it == failures_.end() || it->second.blocked_until_ms <= now) return absl::OkStatus();
+  const int64_t secs = (it->second.blocked_until_ms - now + 999) / 1000;
+  return absl::ResourceExhaustedError(absl::StrCat("too many failed logins, retry in ", secs, " s"));
+}
+
+void AuthCore::RecordFailure(const std::string& key, int allowed, int64_t now) {
+  auto it = failures_.find(key);
+  if (it == failures_.end()) {
+    if (failures_.size() >= kMaxThrottled) {
+      failures_.erase(std::min_element(failures_.begin(), failures_.end(), [](const auto& a, const auto& b) {
+        return a.second.first_ms < b.second.first_ms;
+      }));
+    }
+    it = failures_.emplace(key, Failures{0, now, 0}).first;
+  }
+  Failures& f = it->second;
+  // A quiet window (no failure for a whole window, no backoff running)
+  // starts the count again.
+  if (now - f.first_ms > options_.login_failure_window_ms && f.blocked_until_ms <= now) f = Failures{0, now, 0};
+  ++f.count;
+  const int over = f.count - allowed;
+  if (over > 0) {
+    const int64_t backoff = std::min<int64_t>(options_.login_backoff_max_ms, int64_t{1000} << std::min(over - 1, 20));
+    f.blocked_until_ms = now + backoff;
+    f.first_ms = now;  // the window runs on while failures continue
+  }
+}
+
+absl::StatusOr<apiv1::LoginResponse> AuthCore::Login(const std::string& username, const std::string& password,
+                                                     const std::string& client_address) {
+  const std::string user_key = absl::StrCat("user:", username.substr(0, 128));
+  const std::string addr_key = absl::StrCat("addr:", client_address);
+  {
+    const int64_t now = Now();
+    std::lock_guard<std::mutex> l(mu_);
+    DET_RETURN_IF_ERROR(CheckThrottle(user_key, now));
+    if (!client_address.empty()) DET_RETURN_IF_ERROR(CheckThrottle(addr_key, now));
+  }
   auto row = store_->GetUserByName(username);
-  if (!row.ok()) {
-    if (row.status().code() != absl::StatusCode::kNotFound) return row.status();
-    // Spend the same time as a real check so that timing does not reveal
-    // which usernames exist.
-    VerifyPassword(password, HashPassword("", options_.pbkdf2_iterations));
+  if (!row.ok() && row.status().code() != absl::StatusCode::kNotFound) return row.status();
+  // An unknown name costs one hash, like a known one, so that timing does
+  // not reveal which usernames exist.
+  const bool verified = VerifyPassword(password, row.ok() ? row->password_hash : dummy_hash_);
+  if (!row.ok() || !verified || !row->active) {
+    const int64_t now = Now();
+    std::lock_guard<std::mutex> l(mu_);
+    RecordFailure(user_key, options_.login_failures_allowed, now);
+    if (!client_address.empty()) RecordFailure(addr_key, options_.login_address_failures_allowed, now);
     return Unauthenticated();
   }
-  if (!VerifyPassword(password, row->password_hash) || !row->active) return Unauthenticated();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    failures_.erase(user_key);
+  }
   std::string token = absl::BytesToHexString(RandomBytes(32));
   UserTokenRow t;
   t.token_hash = Sha256Hex(token);
@@ -154,8 +225,10 @@ absl::StatusOr<apiv1::User> AuthCore::Authenticate(const std::string& token) {
   if (token.empty()) return absl::UnauthenticatedError("missing token: log in (det-cli user login) first");
   const std::string hash = Sha256Hex(token);
   const int64_t now = Now();
+  uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> l(mu_);
+    generation = generation_;
     auto it = cache_.find(hash);
     if (it != cache_.end()) {
       if (it->second.expires_ms > now) return it->second.user;
@@ -173,19 +246,27 @@ absl::StatusOr<apiv1::User> AuthCore::Authenticate(const std::string& token) {
   auto row = store_->GetUser(t->user_id);
   if (!row.ok() || !row->active) return absl::UnauthenticatedError("invalid or revoked token: log in again");
   apiv1::User user = UserProto(*row);
+  if (options_.after_token_read_for_testing) options_.after_token_read_for_testing();
   std::lock_guard<std::mutex> l(mu_);
+  // A revocation since the row was read: answer from the row (it was valid
+  // when read, as if this call had come first) but do not cache it.
+  if (generation != generation_) return user;
   if (cache_.size() > 10000) cache_.clear();
   cache_[hash] = CachedToken{user, t->expires_ms};
   return user;
 }
 
+void AuthCore::RevokeCached() {
+  std::lock_guard<std::mutex> l(mu_);
+  ++generation_;
+  cache_.clear();
+}
+
 absl::Status AuthCore::Logout(const std::string& token) {
-  const std::string hash = Sha256Hex(token);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    cache_.erase(hash);
-  }
-  return store_->DeleteUserToken(hash);
+  absl::Status st = store_->DeleteUserToken(Sha256Hex(token));
+  // After the row is gone (see the file comment), even when deleting failed.
+  RevokeCached();
+  return st;
 }
 
 absl::StatusOr<apiv1::GetUsersResponse> AuthCore::GetUsers(const apiv1::GetUsersRequest& req) {
@@ -227,6 +308,14 @@ absl::StatusOr<apiv1::User> AuthCore::PatchUser(const apiv1::User& caller, const
   }
   Store::Transaction txn(store_);
   DET_ASSIGN_OR_RETURN(UserRow row, store_->GetUser(req.user_id()));
+  if (req.has_password() && self) {
+    if (!req.has_old_password()) {
+      return absl::InvalidArgumentError("old_password: required to change your own password");
+    }
+    if (!VerifyPassword(req.old_password(), row.password_hash)) {
+      return absl::PermissionDeniedError("old_password: does not match the current password");
+    }
+  }
   if (req.has_display_name()) row.display_name = req.display_name();
   if (req.has_password()) row.password_hash = HashPassword(req.password(), options_.pbkdf2_iterations);
   if (req.has_admin()) row.admin = req.admin();
@@ -243,9 +332,44 @@ absl::StatusOr<apiv1::User> AuthCore::PatchUser(const apiv1::User& caller, const
     DET_RETURN_IF_ERROR(store_->DeleteUserTokens(row.id, self && row.active ? Sha256Hex(caller_token) : ""));
   }
   DET_RETURN_IF_ERROR(txn.Commit());
-  std::lock_guard<std::mutex> l(mu_);
-  cache_.clear();
+  RevokeCached();
   return UserProto(row);
+}
+
+absl::Status AuthCore::SetInitialPasswords(const std::string& password) {
+  if (password.empty()) return absl::InvalidArgumentError("initial admin password: empty");
+  for (const char* name : {"admin", "determined"}) {
+    auto row = store_->GetUserByName(name);
+    if (!row.ok()) {
+      if (row.status().code() == absl::StatusCode::kNotFound) continue;
+      return row.status();
+    }
+    if (!VerifyPassword("", row->password_hash)) continue;
+    row->password_hash = HashPassword(password, options_.pbkdf2_iterations);
+    row->modified_ms = Now();
+    DET_RETURN_IF_ERROR(store_->UpdateUser(*row));
+    spdlog::info("set the initial password of '{}'", name);
+  }
+  RevokeCached();
+  return absl::OkStatus();
+}
+
+absl::Status AuthCore::RequireBuiltinPasswords() {
+  std::vector<std::string> empty;
+  for (const char* name : {"admin", "determined"}) {
+    auto row = store_->GetUserByName(name);
+    if (!row.ok()) {
+      if (row.status().code() == absl::StatusCode::kNotFound) continue;
+      return row.status();
+    }
+    if (row->active && VerifyPassword("", row->password_hash)) empty.push_back(name);
+  }
+  if (empty.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "user(s) ", absl::StrJoin(empty, ", "),
+      " have an empty password and the master listens beyond loopback: set passwords first (pass "
+      "--initial-admin-password-file FILE, or start once on --host 127.0.0.1 and run `det-cli user "
+      "change-password`), or pass --allow-empty-passwords to accept the risk"));
 }
 
 absl::Status AuthCore::CheckClusterSecret(absl::string_view presented) const {

@@ -72,7 +72,9 @@ struct ExperimentRuntime {
 // the others are wall times (stored, shown).
 struct AllocationRuntime {
   std::string id;
-  std::string token;
+  // SHA-256 (hex) of the allocation token: the token is sent to the agent
+  // once, never kept (MasterCore::Authorize compares hashes in constant time).
+  std::string token_sha256;
   int64_t trial_id = 0;
   int64_t experiment_id = 0;
   std::vector<SlotAssignment> placements;
@@ -101,6 +103,9 @@ struct AllocationRuntime {
   // Ranks whose TERMINATED was counted (a repeated report is not).
   std::set<int> terminated_ranks;
 };
+
+// Whether `token` is the allocation's token (constant time over the hashes).
+bool TokenMatches(const AllocationRuntime& alloc, const std::string& token);
 
 struct AgentRuntime {
   AgentRow row;

@@ -2,11 +2,14 @@
 // every part of the core shares. See master_core.h for where the rest lives.
 #include "master/core/master_core.h"
 
+#include <openssl/crypto.h>
+
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 #include "common/trial_abi.h"
 #include "master/core/core_state.h"
@@ -155,10 +158,17 @@ absl::StatusOr<TrialRuntime*> MasterCore::FindTrial(int64_t id) {
   return it->second.get();
 }
 
+bool TokenMatches(const AllocationRuntime& alloc, const std::string& token) {
+  // Both are 64 hex digits: the compare takes the same time for any token.
+  const std::string presented = Sha256Hex(token);
+  return presented.size() == alloc.token_sha256.size() &&
+         CRYPTO_memcmp(presented.data(), alloc.token_sha256.data(), presented.size()) == 0;
+}
+
 absl::StatusOr<AllocationRuntime*> MasterCore::Authorize(const std::string& allocation_id, const std::string& token) {
   auto it = allocations_.find(allocation_id);
   if (it == allocations_.end()) return absl::NotFoundError(absl::StrCat("allocation '", allocation_id, "' not found"));
-  if (it->second->token != token) {
+  if (!TokenMatches(*it->second, token)) {
     return absl::PermissionDeniedError(absl::StrCat("bad allocation token for '", allocation_id, "'"));
   }
   return it->second.get();

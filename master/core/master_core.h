@@ -81,6 +81,7 @@ struct MasterOptions {
   // others have this long to reach it; then the allocation fails (counted as
   // a restart) and is killed.
   int64_t rendezvous_timeout_ms = 10 * 60 * 1000;
+  // The largest trial.so (inline in CreateExperiment, or UploadArtifact).
   int64_t max_trial_so_bytes = 256 << 20;
   // Trial logs: each line at most max_log_line_bytes (longer: cut with a
   // marker), each trial at most max_trial_log_bytes (over it: its oldest
@@ -89,9 +90,11 @@ struct MasterOptions {
   int64_t max_log_line_bytes = 64 << 10;
   int64_t max_trial_log_bytes = 64 << 20;
   int max_log_lines_per_message = 10000;
-  // The largest request the servers accept: CreateExperiment with a trial.so
-  // of max_trial_so_bytes inline, plus room for its config.
-  int64_t max_request_bytes() const { return max_trial_so_bytes + (16 << 20); }
+  // The largest gRPC message and authenticated REST body the servers accept
+  // (unauthenticated REST bodies: kMaxUnauthenticatedBodyBytes); larger
+  // trial.so files go through UploadArtifact in 1 MiB chunks.
+  int64_t max_message_bytes = 8 << 20;
+  int64_t max_request_bytes() const { return max_message_bytes; }
   // Every time the core reads (null: SystemClock).
   std::shared_ptr<const Clock> clock;
   // Runs the background pass (timeouts, scheduling, checkpoint GC) every
@@ -183,6 +186,7 @@ class MasterCore {
   // The stream of `session` ended.
   void DetachAgent(const std::shared_ptr<AgentSession>& session);
   const ArtifactStore& artifacts() const { return artifacts_; }
+  ArtifactStore* mutable_artifacts() { return &artifacts_; }
 
   // ---- det.trial.v1 (trial_calls.cc; every call names its allocation and
   // carries its token: NotFound for an unknown allocation, PermissionDenied
@@ -234,6 +238,7 @@ class MasterCore {
 
   // Store access for benchmarks and tests.
   Store* store() { return store_.get(); }
+  const MasterOptions& options() const { return options_; }
 
  private:
   // Holds one store transaction for the life of a locked core operation and,

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
 #include "common/proto_json.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
@@ -131,7 +132,7 @@ absl::Status MasterCore::RecoverAllocations() {
     ExperimentRuntime& exp = *eit->second;
     auto alloc = std::make_unique<AllocationRuntime>();
     alloc->id = row.id;
-    alloc->token = row.token;
+    alloc->token_sha256 = IsSha256Hex(row.token) ? row.token : Sha256Hex(row.token);
     alloc->trial_id = row.trial_id;
     alloc->experiment_id = row.experiment_id;
     alloc->placements = placements;

@@ -94,7 +94,7 @@ absl::StatusOr<trialv1::AllocationRendezvousResponse> MasterCore::AllocationRend
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (true) {
     auto it = allocations_.find(id);
-    if (it == allocations_.end() || it->second->token != token || stop_) {
+    if (it == allocations_.end() || !TokenMatches(*it->second, token) || stop_) {
       return absl::FailedPreconditionError(absl::StrCat("allocation '", id, "' ended during the rendezvous"));
     }
     AllocationRuntime& alloc = *it->second;

@@ -175,8 +175,10 @@ std::string RestDispatcher::RpcOf(absl::string_view method, const std::string& p
 }
 
 absl::StatusOr<ApiCaller> RestDispatcher::Caller(const std::string& rpc, const httplib::Request& req) const {
-  return handlers_->Authenticate(rpc.empty() ? kAnyUserRpc : rpc, req.get_header_value("Authorization"),
-                                 req.get_header_value("Cookie"));
+  auto caller = handlers_->Authenticate(rpc.empty() ? kAnyUserRpc : rpc, req.get_header_value("Authorization"),
+                                        req.get_header_value("Cookie"));
+  if (caller.ok()) caller->peer_address = req.remote_addr;
+  return caller;
 }
 
 absl::Status RestDispatcher::Authenticate(const httplib::Request& req) const {

@@ -6,11 +6,13 @@
 #include <cstring>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "master/http/dashboard_assets.h"
 #include "master/http/rest_dispatch.h"
 #include "master/http/rest_reply.h"
 #include "master/service/api_handlers.h"
+#include "master/service/request_auth.h"
 
 namespace det::master {
 namespace {
@@ -89,12 +91,30 @@ RestServer::RestServer(MasterCore* core, AuthCore* auth)
     : handlers_(std::make_unique<ApiHandlers>(core, auth)),
       dispatcher_(std::make_unique<RestDispatcher>(handlers_.get(), AllRestRoutes())),
       server_(std::make_unique<Server>()) {
-  Routes();
+  Routes(*server_);
 }
 
 const std::vector<RestServer::Route>& RestServer::routes() const { return dispatcher_->routes(); }
 
-void RestServer::set_max_request_bytes(int64_t bytes) { server_->set_payload_max_length(static_cast<size_t>(bytes)); }
+void RestServer::set_max_request_bytes(int64_t bytes) {
+  max_request_bytes_ = bytes;
+  server_->set_payload_max_length(static_cast<size_t>(bytes));
+  if (tls_server_) tls_server_->set_payload_max_length(static_cast<size_t>(bytes));
+}
+
+absl::Status RestServer::EnableTls(const std::string& cert_file, const std::string& key_file) {
+  auto tls = std::make_unique<httplib::SSLServer>(cert_file.c_str(), key_file.c_str());
+  if (!tls->is_valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-cert ", cert_file, " / --tls-key ", key_file, ": cannot load them for HTTPS"));
+  }
+  tls_server_ = std::move(tls);
+  Routes(*tls_server_);
+  tls_server_->set_payload_max_length(static_cast<size_t>(max_request_bytes_));
+  return absl::OkStatus();
+}
+
+httplib::Server& RestServer::Listener() { return tls_server_ ? *tls_server_ : *server_; }
 
 std::string RestServer::ServeRawForTesting(const std::string& request) { return server_->ServeRaw(request); }
 
@@ -102,29 +122,50 @@ RestServer::~RestServer() { Stop(); }
 
 void RestServer::Stop() {
   if (server_) server_->stop();
+  if (tls_server_) tls_server_->stop();
   if (thread_.joinable()) thread_.join();
 }
 
 absl::StatusOr<int> RestServer::Start(const std::string& host, int port) {
-  int bound = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
+  httplib::Server& s = Listener();
+  int bound = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) return absl::UnavailableError(absl::StrCat("cannot bind the REST API to ", host, ":", port));
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  thread_ = std::thread([&s] { s.listen_after_bind(); });
   return bound;
 }
 
-void RestServer::Routes() {
-  httplib::Server& s = *server_;
+void RestServer::Routes(httplib::Server& s) {
   // The one authentication check of the REST API, before routing (and before
   // a body is read), so no /api/ path, known or not, is answered without the
-  // credentials its RPC needs.
+  // credentials its RPC needs, and no anonymous body over the small limit is
+  // read.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!absl::StartsWith(req.path, "/api/")) return httplib::Server::HandlerResponse::Unhandled;
-    absl::Status st = dispatcher_->Authenticate(req);
-    if (st.ok()) return httplib::Server::HandlerResponse::Unhandled;
-    SendError(res, st);
-    return httplib::Server::HandlerResponse::Handled;
+    bool has_user = false;
+    if (absl::StartsWith(req.path, "/api/")) {
+      absl::Status st = dispatcher_->Authenticate(req);
+      if (!st.ok()) {
+        res.set_header("Connection", "close");  // its body is never read
+        SendError(res, st);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      has_user = !IsUnauthenticatedMethod(dispatcher_->RpcOf(req.method, req.path));
+    }
+    if (!has_user) {
+      const std::string length = req.get_header_value("Content-Length");
+      uint64_t n = 0;
+      const bool too_long = !length.empty() && (!absl::SimpleAtoi(length, &n) ||
+                                                n > static_cast<uint64_t>(kMaxUnauthenticatedBodyBytes));
+      if (too_long || req.has_header("Transfer-Encoding")) {
+        res.set_header("Connection", "close");
+        SendError(res, absl::ResourceExhaustedError(absl::StrCat(
+                           "request body over ", kMaxUnauthenticatedBodyBytes, " bytes without a user token")));
+        res.status = 413;
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
-  s.set_payload_max_length(300u << 20);
+  s.set_payload_max_length(static_cast<size_t>(max_request_bytes_));
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {

@@ -20,6 +20,9 @@ class Server;
 
 namespace det::master {
 
+// The largest body of a request without a valid user token.
+inline constexpr int64_t kMaxUnauthenticatedBodyBytes = 64 << 10;
+
 class ApiHandlers;
 class RestDispatcher;
 
@@ -34,6 +37,16 @@ class RestDispatcher;
 // cookie), checked once in a pre-routing handler through
 // ApiHandlers::Authenticate, the same check the gRPC services make; the
 // dashboard's files (/, /dashboard/*) need none.
+//
+// Bodies: a request that carries no valid user token (Login, GetMaster, the
+// dashboard, anything refused with 401) may have a body of at most
+// kMaxUnauthenticatedBodyBytes, checked from Content-Length before the body
+// is read (413 otherwise; chunked bodies are refused too), so an anonymous
+// client cannot make the master allocate more; authenticated bodies are
+// bounded by set_max_request_bytes.
+//
+// TLS: after EnableTls the port serves HTTPS only (a plain HTTP request gets
+// no answer); ServeRawForTesting stays plain.
 class RestServer {
  public:
   // One API route: method, path template, RPC, and how it is served.
@@ -54,8 +67,15 @@ class RestServer {
   // binary. Call before Start; empty: embedded (the default).
   void set_dashboard_dir(std::string dir) { dashboard_dir_ = std::move(dir); }
 
-  // Largest accepted request body (default 300 MiB). Call before Start.
+  // Largest accepted authenticated request body (default 8 MiB). Call before
+  // Start.
   void set_max_request_bytes(int64_t bytes);
+
+  // Serves HTTPS with this PEM certificate chain and key instead of HTTP.
+  // Call before Start (and before set_max_request_bytes and
+  // set_dashboard_dir, or call those again). InvalidArgument naming the
+  // files when they do not load.
+  absl::Status EnableTls(const std::string& cert_file, const std::string& key_file);
 
   // Every API route (also served as GET /api/v1/routes), for tests that must
   // cover all of them.
@@ -70,12 +90,18 @@ class RestServer {
   std::string ServeRawForTesting(const std::string& request);
 
  private:
-  void Routes();
+  // Installs the handlers and routes on `s` (the plain server, or the TLS
+  // one).
+  void Routes(httplib::Server& s);
+  // The server Start binds: the TLS one when enabled.
+  httplib::Server& Listener();
   class Server;  // httplib::Server that can also serve an in-memory stream
   std::unique_ptr<ApiHandlers> handlers_;
   std::unique_ptr<RestDispatcher> dispatcher_;
   std::string dashboard_dir_;
   std::unique_ptr<Server> server_;
+  std::unique_ptr<httplib::Server> tls_server_;  // set by EnableTls
+  int64_t max_request_bytes_ = 8 << 20;
   std::thread thread_;
 };
 

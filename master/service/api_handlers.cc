@@ -24,7 +24,7 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   });
   // ---- auth (AuthCore)
   Bind<apiv1::LoginRequest, apiv1::LoginResponse>(
-      "Login", [this](const ApiCaller&, const auto& req) { return auth_->Login(req.username(), req.password()); });
+      "Login", [this](const ApiCaller& caller, const auto& req) { return auth_->Login(req.username(), req.password(), caller.peer_address); });
   Bind<apiv1::LogoutRequest, apiv1::LogoutResponse>(
       "Logout", [this](const ApiCaller& caller, const auto&) -> absl::StatusOr<apiv1::LogoutResponse> {
         DET_RETURN_IF_ERROR(auth_->Logout(caller.token));

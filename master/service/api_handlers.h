@@ -31,6 +31,8 @@ namespace det::master {
 struct ApiCaller {
   apiv1::User user;   // empty for the methods that need no token
   std::string token;  // the user token the call carried ("" when none)
+  // The client's IP address ("" when unknown), for login throttling.
+  std::string peer_address;
 };
 
 class ApiHandlers {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "master/service/artifact_upload.h"
 #include "master/service/request_auth.h"
 #include "master/service/trial_log_cursor.h"
 
@@ -118,7 +119,9 @@ class TrialLogsReactor final : public grpc::ServerWriteReactor<apiv1::TrialLogsR
 // ---- det.api.v1.Determined
 
 absl::StatusOr<ApiCaller> ApiService::Caller(const grpc::CallbackServerContext* ctx, const char* method) const {
-  return handlers_.Authenticate(method, Metadata(ctx, kAuthorizationKey), Metadata(ctx, "cookie"));
+  auto caller = handlers_.Authenticate(method, Metadata(ctx, kAuthorizationKey), Metadata(ctx, "cookie"));
+  if (caller.ok()) caller->peer_address = PeerAddress(ctx->peer());
+  return caller;
 }
 
 grpc::ServerUnaryReactor* ApiService::Unary(grpc::CallbackServerContext* ctx, const char* method,
@@ -178,11 +181,13 @@ DET_API_UNARY(GetJobQueue)
 DET_API_UNARY(UpdateJob)
 #undef DET_API_UNARY
 
-grpc::ServerReadReactor<apiv1::UploadArtifactRequest>* ApiService::UploadArtifact(grpc::CallbackServerContext* ctx,
-                                                                                  apiv1::UploadArtifactResponse*) {
+grpc::ServerReadReactor<apiv1::UploadArtifactRequest>* ApiService::UploadArtifact(
+    grpc::CallbackServerContext* ctx, apiv1::UploadArtifactResponse* resp) {
   auto caller = Caller(ctx, "UploadArtifact");
-  return new FinishedReactor<grpc::ServerReadReactor<apiv1::UploadArtifactRequest>>(
-      caller.ok() ? Unimplemented("UploadArtifact") : ToGrpcStatus(caller.status()));
+  if (!caller.ok()) {
+    return new FinishedReactor<grpc::ServerReadReactor<apiv1::UploadArtifactRequest>>(ToGrpcStatus(caller.status()));
+  }
+  return new UploadArtifactReactor(core_->mutable_artifacts(), core_->options().max_trial_so_bytes, resp);
 }
 
 grpc::ServerWriteReactor<apiv1::StreamTrialMetricsResponse>* ApiService::StreamTrialMetrics(

@@ -1,6 +1,7 @@
 #include "master/service/request_auth.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "master/service/method_access.h"
@@ -19,6 +20,15 @@ std::string UserToken(absl::string_view authorization, absl::string_view cookie)
     if (absl::ConsumePrefix(&part, kTokenCookie) && absl::ConsumePrefix(&part, "=")) return std::string(part);
   }
   return "";
+}
+
+std::string PeerAddress(absl::string_view peer) {
+  std::string p = absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"}});
+  absl::string_view v = p;
+  if (!absl::ConsumePrefix(&v, "ipv4:") && !absl::ConsumePrefix(&v, "ipv6:")) return std::string(v);
+  if (absl::ConsumePrefix(&v, "[")) return std::string(v.substr(0, v.find(']')));
+  size_t colon = v.rfind(':');
+  return std::string(colon == absl::string_view::npos ? v : v.substr(0, colon));
 }
 
 absl::Status RequireAllocationToken(absl::string_view token) {

@@ -39,6 +39,11 @@ inline constexpr char kTokenCookie[] = "det_token";
 // det_token cookie in `cookie` (a Cookie header), else "".
 std::string UserToken(absl::string_view authorization, absl::string_view cookie);
 
+// The IP address of a gRPC peer URI ("ipv4:10.0.0.1:5000" -> "10.0.0.1",
+// "ipv6:%5B::1%5D:5000" or "ipv6:[::1]:5000" -> "::1"); the input without
+// its scheme when it has no port.
+std::string PeerAddress(absl::string_view peer);
+
 // Unauthenticated when `token` (x-det-allocation-token) is empty; the token's
 // match with the named allocation is checked by MasterCore (PermissionDenied).
 absl::Status RequireAllocationToken(absl::string_view token);

@@ -145,6 +145,9 @@ struct AllocationRow {
   std::string id;
   int64_t trial_id = 0;
   int64_t experiment_id = 0;
+  // SHA-256 (hex) of the allocation token; the token itself is never stored
+  // (rows written before it was hashed hold the 32-hex-digit token: recovery
+  // hashes those).
   std::string token;
   std::string placements_json;  // JSON array of {"agent_id": ..., "slots": [...]}
   int64_t processes = 0;
