@@ -290,9 +290,11 @@ class Cluster : public TestCluster {
 
  private:
   // The master (and det-cli) on `host`, its REST API reached from there.
+  // The namespace's address is not loopback: the test's closed network
+  // keeps the built-in users' empty passwords (--allow-empty-passwords).
   static TestClusterOptions Options(const Host& host) {
     return TestClusterOptions()
-        .add_master_flags({"--host", host.address})
+        .add_master_flags({"--host", host.address, "--allow-empty-passwords"})
         .set_master_address(host.address)
         .set_master_prefix(host.Prefix())
         .set_in_master_network([netns = host.netns](const std::function<void()>& fn) {
