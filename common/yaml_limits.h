@@ -9,7 +9,7 @@
 //
 //   config: the config is 2000000 bytes; the limit is 1048576 bytes (1 MiB)
 //   config:9: YAML expands to more than 100000 nodes (aliases included); the limit is 100000
-//   config:3: YAML nests more than 64 levels deep (aliases included); the limit is 64
+//   config:3: YAML nests more than 32 levels deep (aliases included); the limit is 32
 //   config:5: YAML expands to more than 8388608 bytes of keys, values and field paths (aliases
 //             included); the limit is 8388608 (8 MiB)
 //   config:2: YAML alias refers to a node that contains it (a cycle)
@@ -33,7 +33,7 @@ struct YamlLimits {
   // every alias.
   uint64_t max_nodes = 100000;
   // Nesting depth after expanding every alias (the top-level map is depth 0).
-  int max_depth = 64;
+  int max_depth = 32;
   // Bytes of scalars (keys and values) plus the dotted field path of every
   // node ("searcher.max_trials", "labels[2]"), after expanding every alias:
   // what converting the document to JSON with field lines costs.

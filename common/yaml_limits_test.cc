@@ -100,23 +100,23 @@ TEST(YamlLimitsTest, NodesWithoutAliases) {
 
 TEST(YamlLimitsTest, Depth) {
   // The top-level map is depth 0, "a"'s list 1, each "[" one more.
-  EXPECT_TRUE(CheckYamlLimits("a: " + Repeat("[", 64) + Repeat("]", 64), "config").ok());
-  absl::Status s = CheckYamlLimits("a: " + Repeat("[", 65) + Repeat("]", 65), "config");
+  EXPECT_TRUE(CheckYamlLimits("a: " + Repeat("[", 32) + Repeat("]", 32), "config").ok());
+  absl::Status s = CheckYamlLimits("a: " + Repeat("[", 33) + Repeat("]", 33), "config");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "config:1: YAML nests more than 64 levels deep (aliases included); the limit is 64");
+  EXPECT_EQ(s.message(), "config:1: YAML nests more than 32 levels deep (aliases included); the limit is 32");
   // Through ParseYamlToJson as well.
   ConfigSource source{"c.yaml", {}};
-  EXPECT_THAT(std::string(ParseYamlToJson("a: " + Repeat("[", 65) + Repeat("]", 65), &source).status().message()),
-              HasSubstr("nests more than 64 levels deep"));
+  EXPECT_THAT(std::string(ParseYamlToJson("a: " + Repeat("[", 33) + Repeat("]", 33), &source).status().message()),
+              HasSubstr("nests more than 32 levels deep"));
 }
 
 TEST(YamlLimitsTest, DepthCountsAliases) {
-  // Each half is 40 deep; an alias puts one inside the other: 80.
-  std::string yaml = "a: &a " + Repeat("[", 40) + Repeat("]", 40) + "\nb: " + Repeat("[", 40) + "*a" +
-                     Repeat("]", 40) + "\n";
+  // Each half is 20 deep; an alias puts one inside the other: 40.
+  std::string yaml = "a: &a " + Repeat("[", 20) + Repeat("]", 20) + "\nb: " + Repeat("[", 20) + "*a" +
+                     Repeat("]", 20) + "\n";
   absl::Status s = CheckYamlLimits(yaml, "config");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("nests more than 64 levels deep (aliases included)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("nests more than 32 levels deep (aliases included)"));
 }
 
 TEST(YamlLimitsTest, ExpandedBytesOfAliasedScalars) {

@@ -1188,7 +1188,7 @@ TEST(SecurityBoundsTest, ConfigSizeAndDepthAreLimited) {
                       "the limit is 1048576 bytes (1 MiB)");
   ExpectCreateInvalid(cluster, BoundsConfig("  name: single\n", "", "data: " + std::string(100, '[') +
                                                                        std::string(100, ']') + "\n"),
-                      "deep", "YAML nests more than 64 levels deep (aliases included); the limit is 64");
+                      "deep", "YAML nests more than 32 levels deep (aliases included); the limit is 32");
   EXPECT_EQ(ExperimentCount(cluster), 0);
   ExpectMasterHealthy(cluster);
 }
