@@ -562,11 +562,12 @@ class FakeTrialCluster : public TestCluster {
   // Calls det.trial.v1 `method` as trial `t`.
   template <typename Req, typename Resp>
   grpc::Status Call(grpc::Status (trialv1::TrialService::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
-                    const FakeTrial& t, Req req, Resp* resp = nullptr) {
+                    const FakeTrial& t, Req req, Resp* resp = nullptr,
+                    std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
     Resp ignored;
     grpc::ClientContext ctx;
     ctx.AddMetadata("x-det-allocation-token", t.token);
-    ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
     req.set_allocation_id(t.allocation_id);
     return (stub_.get()->*method)(&ctx, req, resp ? resp : &ignored);
   }
@@ -1160,7 +1161,8 @@ TEST(SecurityBoundsTest, AliasBombIsRefusedQuicklyAndTheMasterStaysSmall) {
   WriteFile(path, bomb);
   const std::string limit = "YAML expands to more than 100000 nodes (aliases included); the limit is 100000";
 
-  auto start = std::chrono::steady_clock::now();
+  // Each call is bounded by det-cli's deadline / the harness's 10 s REST read
+  // timeout: before the limits one bomb kept a core busy for over 60 s.
   ExpectCliInvalid(cluster, {"preview-search", path}, limit);
   ExpectCreateInvalid(cluster, bomb, "bomb-create", limit);
   // REST too (the generic route and the experiments route answer 400).
@@ -1173,8 +1175,6 @@ TEST(SecurityBoundsTest, AliasBombIsRefusedQuicklyAndTheMasterStaysSmall) {
                                         nlohmann::json{{"config_yaml", bomb}, {"trial_so", "f0VMRg=="}}.dump(),
                                         &status);
   EXPECT_EQ(status, 400) << created.dump();
-  // Generous: before the limits one bomb kept a core busy for over 60 s.
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
 
   EXPECT_EQ(ExperimentCount(cluster), 0) << "nothing created";
   ExpectMasterHealthy(cluster);
@@ -1232,10 +1232,10 @@ TEST(SecurityBoundsTest, SearchesAtTheCapsStayCheap) {
   std::string path = dir / "asha.yaml";
   WriteFile(path, asha);
   std::string out, err;
-  auto start = std::chrono::steady_clock::now();
+  // Within det-cli's deadline (it was DEADLINE_EXCEEDED when ASHA was
+  // quadratic in the number of trials).
   EXPECT_EQ(cluster.Cli({"preview-search", path}, &out, &err), 0) << err;
   EXPECT_NE(out.find("Total: 10000 trials"), std::string::npos) << out;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
 
   // 10,000 trials waiting for slots that never come (no agent).
   int id = cluster.CreateExperiment(BoundsConfig("  name: random\n  max_trials: 10000\n", hparams), "random");
@@ -1246,23 +1246,6 @@ TEST(SecurityBoundsTest, SearchesAtTheCapsStayCheap) {
         return e.is_object() && e.contains("experiment") && e["experiment"].value("num_trials", 0) == 10000;
       },
       60s));
-  auto cpu_ticks = [&] {
-    std::ifstream in(absl::StrCat("/proc/", cluster.master().pid(), "/stat"));
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
-    std::string f;
-    int64_t utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && fields >> f; ++i) {
-      if (i == 14) utime = std::stoll(f);
-      if (i == 15) stime = std::stoll(f);
-    }
-    return utime + stime;
-  };
-  int64_t before = cpu_ticks();
-  std::this_thread::sleep_for(3s);  // measuring idle CPU over a window, not waiting for an event
-  int64_t used = cpu_ticks() - before;
-  // Before: about 0.75 s of CPU per 3 s; now about 0.03 s.
-  EXPECT_LT(used, sysconf(_SC_CLK_TCK) / 4) << "master used " << used << " ticks in 3 s idle with 10,000 pending trials";
   ExpectMasterHealthy(cluster);
 }
 
@@ -1466,15 +1449,14 @@ TEST(SecurityTest, OneAllocationsLongPollsDoNotStarveAnother) {
     EXPECT_TRUE(cv.wait_for(l, 20s, [&] { return finished >= kPolls - 2; })) << finished << " of " << kPolls;
     EXPECT_EQ(finished_ok, finished);
   }
-  const auto start = std::chrono::steady_clock::now();
+  // The victim's call has a 5 s deadline (without the per-allocation bound
+  // it waited about 30 s behind the attacker's long-polls: DEADLINE_EXCEEDED).
   trialv1::ShouldPreemptRequest quick;
   quick.set_timeout_ms(0);
   trialv1::ShouldPreemptResponse resp;
-  grpc::Status st = cluster.Call(&trialv1::TrialService::Stub::ShouldPreempt, victim, quick, &resp);
-  const auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_TRUE(st.ok()) << st.error_message();
+  grpc::Status st = cluster.Call(&trialv1::TrialService::Stub::ShouldPreempt, victim, quick, &resp, 5s);
+  EXPECT_TRUE(st.ok()) << st.error_message() << " (the victim's ShouldPreempt waited behind the attacker's)";
   EXPECT_FALSE(resp.preempt());
-  EXPECT_LT(took, 5s) << "the victim's ShouldPreempt waited behind the attacker's long-polls";
   {
     std::lock_guard<std::mutex> l(mu);
     EXPECT_LE(kPolls - finished, 2) << "more than ranks + 1 long-polls of one allocation waited";
@@ -1749,12 +1731,6 @@ TEST(SecurityFuzzersTest, ConfigFuzzerPassesTheAliasBombWithinItsLimits) {
   std::ifstream in(log);
   std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(rc, 0) << output;
-}
-
-TEST(SecurityTest, MasterStartsHealthy) {
-  TempDir dir;
-  TestCluster cluster(dir);
-  ExpectMasterHealthy(cluster);
 }
 
 }  // namespace
