@@ -487,12 +487,7 @@ TEST(AuthTest, TlsEndToEnd) {
   TempDir dir;
   IsolateCliAuth(dir.path());
   std::string out, err;
-  ASSERT_EQ(RunProcess({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
-                        dir / "key.pem", "-out", dir / "cert.pem", "-days", "1", "-subj", "/CN=localhost",
-                        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"},
-                       &out, &err),
-            0)
-      << err;
+  ASSERT_EQ(WriteSelfSignedCert(dir.path()), "");
   TestCluster cluster(
       dir, TestClusterOptions().add_master_flags({"--tls-cert", dir / "cert.pem", "--tls-key", dir / "key.pem"}));
   ASSERT_FALSE(HasFatalFailure());

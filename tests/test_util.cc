@@ -166,4 +166,14 @@ std::string FakeTrialSo() {
   return std::string(reinterpret_cast<const char*>(&header), sizeof(header)) + std::string(64, '\0');
 }
 
+std::string WriteSelfSignedCert(const std::string& dir) {
+  if (access("/usr/bin/openssl", X_OK) != 0) return "no /usr/bin/openssl to make a certificate";
+  std::string out, err;
+  int rc = RunProcess({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/key.pem",
+                       "-out", dir + "/cert.pem", "-days", "1", "-subj", "/CN=localhost", "-addext",
+                       "subjectAltName=IP:127.0.0.1,DNS:localhost"},
+                      &out, &err);
+  return rc == 0 ? "" : "openssl req failed: " + err;
+}
+
 }  // namespace det::testing

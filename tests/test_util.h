@@ -69,6 +69,11 @@ std::string FakeTrialSo();
 // `checkpoint_dir`, for in-process master tests (the trial never runs).
 std::string SingleTrialConfig(const std::string& name, const std::string& checkpoint_dir, int slots_per_trial = 1);
 
+// Writes a self-signed certificate for 127.0.0.1 and localhost to
+// dir/cert.pem and its key to dir/key.pem with /usr/bin/openssl; "" when
+// done, else why not (no openssl, or its error output).
+std::string WriteSelfSignedCert(const std::string& dir);
+
 // Points det-cli's token file ($DET_AUTH_FILE) into `dir`, so that a test's
 // det-cli runs never share (or touch) ~/.det/auth.json.
 void IsolateCliAuth(const std::string& dir);
