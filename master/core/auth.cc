@@ -300,22 +300,31 @@ absl::StatusOr<apiv1::User> AuthCore::PostUser(const apiv1::User& caller, const 
   return UserProto(row);
 }
 
+absl::Status AuthCore::CheckOldPassword(const apiv1::User& caller, const apiv1::PatchUserRequest& req) {
+  if (!req.has_old_password()) return absl::InvalidArgumentError("old_password: required to change your own password");
+  // Guessing the old password is guessing a login: the same per-user count
+  // and backoff (a stolen token must not become a password oracle).
+  const std::string user_key = absl::StrCat("user:", caller.username().substr(0, 128));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_RETURN_IF_ERROR(CheckThrottle(user_key, Now()));
+  }
+  DET_ASSIGN_OR_RETURN(UserRow row, store_->GetUser(req.user_id()));
+  if (VerifyPassword(req.old_password(), row.password_hash)) return absl::OkStatus();
+  std::lock_guard<std::mutex> l(mu_);
+  RecordFailure(user_key, options_.login_failures_allowed, Now());
+  return absl::PermissionDeniedError("old_password: does not match the current password");
+}
+
 absl::StatusOr<apiv1::User> AuthCore::PatchUser(const apiv1::User& caller, const std::string& caller_token,
                                                 const apiv1::PatchUserRequest& req) {
   const bool self = caller.id() == req.user_id();
   if (!caller.admin() && (!self || req.has_admin() || req.has_active())) {
     return absl::PermissionDeniedError("changing another user, or admin/active, needs an admin");
   }
+  if (req.has_password() && self) DET_RETURN_IF_ERROR(CheckOldPassword(caller, req));
   Store::Transaction txn(store_);
   DET_ASSIGN_OR_RETURN(UserRow row, store_->GetUser(req.user_id()));
-  if (req.has_password() && self) {
-    if (!req.has_old_password()) {
-      return absl::InvalidArgumentError("old_password: required to change your own password");
-    }
-    if (!VerifyPassword(req.old_password(), row.password_hash)) {
-      return absl::PermissionDeniedError("old_password: does not match the current password");
-    }
-  }
   if (req.has_display_name()) row.display_name = req.display_name();
   if (req.has_password()) row.password_hash = HashPassword(req.password(), options_.pbkdf2_iterations);
   if (req.has_admin()) row.admin = req.admin();

@@ -141,6 +141,10 @@ class AuthCore {
   int64_t Now() const;
   // Throttling: ResourceExhausted while `key` is backing off.
   absl::Status CheckThrottle(const std::string& key, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A user changing their own password: InvalidArgument without
+  // old_password, PermissionDenied when it is wrong (counted as a failed
+  // login of `caller`), ResourceExhausted while that user is throttled.
+  absl::Status CheckOldPassword(const ::det::api::v1::User& caller, const ::det::api::v1::PatchUserRequest& req);
   void RecordFailure(const std::string& key, int allowed, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops every cached token and makes in-flight Authenticate calls skip
   // caching (see the file comment). Call after the store change.

@@ -232,6 +232,30 @@ TEST_F(AuthCoreTest, FailedLoginsAreThrottledPerUserAndAddress) {
   EXPECT_TRUE(auth_->Login("admin", "", "").ok());
 }
 
+// A stolen token is no password oracle: wrong old passwords count as failed
+// logins of that user, and past the limit even the right one waits.
+TEST_F(AuthCoreTest, WrongOldPasswordsAreThrottledLikeLogins) {
+  auto det = auth_->Login("determined", "");
+  ASSERT_TRUE(det.ok());
+  ::det::api::v1::PatchUserRequest patch;
+  patch.set_user_id(det->user().id());
+  patch.set_password("n3w");
+  patch.set_old_password("guess");
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(auth_->PatchUser(det->user(), det->token(), patch).status().code(),
+              absl::StatusCode::kPermissionDenied);
+  }
+  EXPECT_EQ(auth_->PatchUser(det->user(), det->token(), patch).status().code(), absl::StatusCode::kPermissionDenied);
+  patch.set_old_password("");
+  absl::Status st = auth_->PatchUser(det->user(), det->token(), patch).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("retry in 1 s"));
+  EXPECT_EQ(auth_->Login("determined", "", "10.0.0.1").status().code(), absl::StatusCode::kResourceExhausted);
+  now_ms_ += 1000;
+  EXPECT_TRUE(auth_->PatchUser(det->user(), det->token(), patch).ok());
+  EXPECT_TRUE(auth_->Login("determined", "n3w").ok());
+}
+
 TEST_F(AuthCoreTest, UnknownNamesCostOneHashLikeKnownOnes) {
   int64_t before = AuthCore::Pbkdf2RunsForTesting();
   auth_->Login("determined", "wrong").IgnoreError();
