@@ -1522,32 +1522,8 @@ TEST(SecurityTest, AllocationTokensAreStoredHashed) {
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   cluster.StartAgent("a1");
   ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, 30s));
-  const int id = cluster.CreateExperiment(absl::StrCat(R"(name: hashed-token
-hyperparameters:
-  global_batch_size: 16
-  learning_rate: 0.01
-  hidden_size: 16
-  dropout: 0.1
-searcher:
-  name: single
-  metric: validation_loss
-  smaller_is_better: true
-  max_length:
-    batches: 1000000
-min_validation_period:
-  batches: 100000
-scheduling_unit: 10
-checkpoint_storage:
-  type: shared_fs
-  host_path: )", dir / "checkpoints", R"(
-environment:
-  environment_variables:
-    - OMP_NUM_THREADS=1
-data:
-  train_size: 128
-  val_size: 32
-)"),
-                                          "hashed");
+  // A trial that keeps running (and reporting) until it is killed.
+  const int64_t id = cluster.CreateExperiment(SlowTrialConfig(dir / "checkpoints"), "hashed");
   ASSERT_GT(id, 0);
   std::vector<std::string> tokens;
   ASSERT_TRUE(PollUntil(

@@ -2,8 +2,6 @@
 // every part of the core shares. See master_core.h for where the rest lives.
 #include "master/core/master_core.h"
 
-#include <openssl/crypto.h>
-
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -12,6 +10,7 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "common/trial_abi.h"
+#include "master/core/auth.h"
 #include "master/core/core_state.h"
 #include "master/core/proto_convert.h"
 
@@ -160,9 +159,7 @@ absl::StatusOr<TrialRuntime*> MasterCore::FindTrial(int64_t id) {
 
 bool TokenMatches(const AllocationRuntime& alloc, const std::string& token) {
   // Both are 64 hex digits: the compare takes the same time for any token.
-  const std::string presented = Sha256Hex(token);
-  return presented.size() == alloc.token_sha256.size() &&
-         CRYPTO_memcmp(presented.data(), alloc.token_sha256.data(), presented.size()) == 0;
+  return AuthCore::ConstantTimeEquals(Sha256Hex(token), alloc.token_sha256);
 }
 
 absl::StatusOr<AllocationRuntime*> MasterCore::Authorize(const std::string& allocation_id, const std::string& token) {
