@@ -8,11 +8,15 @@
 //    master's TrialService (gRPC, SQLite behind it) next to raw prepared
 //    SQLite inserts of the same rows on the same machine (goal: >= 0.5).
 //
-//   control_plane [--rows N] [--rows-per-request K]
+//   control_plane [--rows N] [--rows-per-request K] [--rounds R] [--before-master PATH]
+//
+// --before-master runs another det-master build (say, one from before a
+// change) in the same rounds, to print its ratios next to this build's.
 #include <signal.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -67,11 +71,13 @@ data:
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 struct Master {
-  explicit Master(const TempDir& dir) {
+  explicit Master(const TempDir& dir, const std::string& binary = kBin + "/det-master") {
     det::testing::IsolateCliAuth(dir.path());
     proc = std::make_unique<Subprocess>(
-        std::vector<std::string>{kBin + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0", "--http-port",
-                                 "0", "--ports-file", dir / "ports.json", "--log-level", "warn"},
+        std::vector<std::string>{binary, "--data-dir", dir / "master", "--grpc-port", "0", "--http-port",
+                                 "0", "--ports-file", dir / "ports.json", "--log-level", "warn",
+                                 // The ingestion bench plays an agent that sends no heartbeats.
+                                 "--heartbeat-timeout-ms", "86400000"},
         dir / "master.out", dir / "master.err");
     if (!PollUntil([&] { return !ReadFile(dir / "ports.json").empty(); }, std::chrono::seconds(30))) {
       std::fprintf(stderr, "master did not start: %s\n", ReadFile(dir / "master.err").c_str());
@@ -159,9 +165,12 @@ void Latency() {
 // into the metrics table of a database the master's own Store created (same
 // columns, both indexes, the unique key that de-duplicates retried reports,
 // the foreign key to its trial), with the master's INSERT OR IGNORE: what
-// SQLite itself costs for what the master must store.
-double RawSqliteRowsPerSecond(const std::string& path, int rows, int per_txn, bool master_schema) {
-  if (master_schema) {
+// SQLite itself costs for what the master must store. Rows get batches
+// first_batch.. so later calls on the same file add to its table as the
+// master's later runs add to its own.
+double RawSqliteRowsPerSecond(const std::string& path, int rows, int per_txn, bool master_schema,
+                              int64_t first_batch) {
+  if (master_schema && first_batch == 0) {
     auto store = det::master::Store::Open(path);
     if (!store.ok()) std::exit(1);
     det::master::ExperimentRow e;
@@ -192,9 +201,9 @@ double RawSqliteRowsPerSecond(const std::string& path, int rows, int per_txn, bo
                        -1, &st, nullptr);
   } else {
     sqlite3_exec(db,
-                 "CREATE TABLE m(id INTEGER PRIMARY KEY, trial_id INTEGER, run INTEGER, grp TEXT, batches INTEGER, "
+                 "CREATE TABLE IF NOT EXISTS m(id INTEGER PRIMARY KEY, trial_id INTEGER, run INTEGER, grp TEXT, batches INTEGER, "
                  "epochs REAL, metrics TEXT, time_ms INTEGER, archived INTEGER);"
-                 "CREATE INDEX mi ON m(trial_id, batches);",
+                 "CREATE INDEX IF NOT EXISTS mi ON m(trial_id, batches);",
                  nullptr, nullptr, nullptr);
     sqlite3_prepare_v2(db,
                        "INSERT INTO m(trial_id,run,grp,batches,epochs,metrics,time_ms,archived) VALUES(?,?,?,?,?,?,?,0)",
@@ -212,7 +221,7 @@ double RawSqliteRowsPerSecond(const std::string& path, int rows, int per_txn, bo
       sqlite3_bind_int64(st, 1, 1);
       sqlite3_bind_int64(st, 2, 1);
       sqlite3_bind_text(st, 3, "training", -1, SQLITE_STATIC);
-      sqlite3_bind_int64(st, 4, i);
+      sqlite3_bind_int64(st, 4, first_batch + i);
       sqlite3_bind_double(st, 5, i / 100.0);
       sqlite3_bind_text(st, 6, metrics.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_int64(st, 7, 1700000000000LL + i);
@@ -227,129 +236,202 @@ double RawSqliteRowsPerSecond(const std::string& path, int rows, int per_txn, bo
   return rows / secs;
 }
 
-// Rows per second through TrialService.ReportTrainingMetrics. The bench plays
-// the agent (to learn the allocation id and token the master hands out).
-struct IngestionResult {
-  double one_client = 0;
-  double four_clients = 0;
-};
-IngestionResult MasterRowsPerSecond(const TempDir& dir, int rows, int per_request) {
-  Master master(dir);
-  auto channel = grpc::CreateChannel(master.grpc, grpc::InsecureChannelCredentials());
-  auto agent = det::agent::v1::AgentService::NewStub(channel);
-  auto api = det::api::v1::Determined::NewStub(channel);
-  auto trial = det::trial::v1::TrialService::NewStub(channel);
+// Rows per second through TrialService.ReportTrainingMetrics of one
+// det-master. The bench plays the agent (to learn the allocation id and
+// token the master hands out).
+class IngestionTarget {
+ public:
+  IngestionTarget(const TempDir& dir, const std::string& binary) : master_(dir, binary) {
+    auto channel = grpc::CreateChannel(master_.grpc, grpc::InsecureChannelCredentials());
+    auto agent = det::agent::v1::AgentService::NewStub(channel);
+    auto api = det::api::v1::Determined::NewStub(channel);
+    det::agent::v1::RegisterAgentRequest reg;
+    reg.set_agent_id("bench-agent");
+    auto* dev = reg.add_devices();
+    dev->set_id(0);
+    dev->set_type(det::api::v1::DEVICE_TYPE_CPU);
+    det::agent::v1::RegisterAgentResponse reg_resp;
+    {
+      grpc::ClientContext ctx;
+      if (!agent->RegisterAgent(&ctx, reg, &reg_resp).ok()) std::exit(1);
+    }
+    stream_ctx_.AddMetadata("authorization", "Bearer " + reg_resp.session_token());
+    stream_ = agent->Connect(&stream_ctx_);
 
-  det::agent::v1::RegisterAgentRequest reg;
-  reg.set_agent_id("bench-agent");
-  auto* dev = reg.add_devices();
-  dev->set_id(0);
-  dev->set_type(det::api::v1::DEVICE_TYPE_CPU);
-  det::agent::v1::RegisterAgentResponse reg_resp;
-  {
+    std::ifstream so(kSynthetic, std::ios::binary);
+    std::stringstream bytes;
+    bytes << so.rdbuf();
+    det::api::v1::CreateExperimentRequest create;
+    create.set_config_yaml(std::string(kConfig));
+    create.set_trial_so(bytes.str());
+    create.set_activate(true);
+    det::api::v1::CreateExperimentResponse created;
     grpc::ClientContext ctx;
-    if (!agent->RegisterAgent(&ctx, reg, &reg_resp).ok()) std::exit(1);
-  }
-  grpc::ClientContext stream_ctx;
-  stream_ctx.AddMetadata("authorization", "Bearer " + reg_resp.session_token());
-  auto stream = agent->Connect(&stream_ctx);
-
-  std::ifstream so(kSynthetic, std::ios::binary);
-  std::stringstream bytes;
-  bytes << so.rdbuf();
-  det::api::v1::CreateExperimentRequest create;
-  create.set_config_yaml(std::string(kConfig));
-  create.set_trial_so(bytes.str());
-  create.set_activate(true);
-  det::api::v1::CreateExperimentResponse created;
-  {
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("authorization", "Bearer " + RestLogin(master.http));
+    ctx.AddMetadata("authorization", "Bearer " + RestLogin(master_.http));
     auto s = api->CreateExperiment(&ctx, create, &created);
     if (!s.ok()) {
       std::fprintf(stderr, "CreateExperiment: %s\n", s.error_message().c_str());
       std::exit(1);
     }
-  }
-  det::agent::v1::MasterMessage msg;
-  std::string allocation, token;
-  while (stream->Read(&msg)) {
-    if (msg.has_start_allocation()) {
-      allocation = msg.start_allocation().allocation_id();
-      token = msg.start_allocation().allocation_token();
-      break;
+    det::agent::v1::MasterMessage msg;
+    while (stream_->Read(&msg)) {
+      if (msg.has_start_allocation()) {
+        allocation_ = msg.start_allocation().allocation_id();
+        token_ = msg.start_allocation().allocation_token();
+        break;
+      }
     }
   }
-  // The requests are built up front: what is timed is the master's side
-  // (gRPC, authorization, encoding, SQLite), not the client's.
-  auto run = [&](int clients) {
+  ~IngestionTarget() { stream_ctx_.TryCancel(); }
+
+  // `rows` rows, `per_request` to a request, from `clients` connections at
+  // once. The requests are built up front: what is timed is the master's
+  // side (gRPC, authorization, encoding, SQLite), not the client's. Every
+  // run reports new batches: the master de-duplicates repeated reports.
+  double Run(int clients, int rows, int per_request) {
+    const int64_t base = first_batch_;
+    first_batch_ += rows;
     std::vector<std::vector<det::trial::v1::ReportTrainingMetricsRequest>> work(clients);
     for (int i = 0, n = 0; i < rows; ++n) {
       det::trial::v1::ReportTrainingMetricsRequest req;
-      req.set_allocation_id(allocation);
+      req.set_allocation_id(allocation_);
       for (int k = 0; k < per_request && i < rows; ++k, ++i) {
         auto* row = req.add_rows();
-        row->set_total_batches(i);
+        row->set_total_batches(base + i);
         row->set_total_epochs(i / 100.0);
         (*row->mutable_metrics())["loss"] = 1.0 / (i + 1);
         (*row->mutable_metrics())["accuracy"] = 0.5;
       }
       work[n % clients].push_back(std::move(req));
     }
+    // A connection per client, opened and used once before the clock starts.
+    std::vector<std::unique_ptr<det::trial::v1::TrialService::Stub>> stubs;
+    for (int c = 0; c < clients; ++c) {
+      grpc::ChannelArguments args;
+      args.SetInt("bench-client", c);  // a separate connection per client
+      stubs.push_back(det::trial::v1::TrialService::NewStub(
+          grpc::CreateCustomChannel(master_.grpc, grpc::InsecureChannelCredentials(), args)));
+      det::trial::v1::ReportTrainingMetricsRequest empty;
+      empty.set_allocation_id(allocation_);
+      Report(*stubs.back(), empty);
+    }
     auto t0 = Clock::now();
     std::vector<std::thread> threads;
     for (int c = 0; c < clients; ++c) {
       threads.emplace_back([&, c] {
-        auto own = det::trial::v1::TrialService::NewStub(
-            grpc::CreateCustomChannel(master.grpc, grpc::InsecureChannelCredentials(), [c] {
-              grpc::ChannelArguments args;
-              args.SetInt("bench-client", c);  // a separate connection per client
-              return args;
-            }()));
-        for (const auto& req : work[c]) {
-          grpc::ClientContext ctx;
-          ctx.AddMetadata("x-det-allocation-token", token);
-          det::trial::v1::ReportTrainingMetricsResponse resp;
-          auto s = own->ReportTrainingMetrics(&ctx, req, &resp);
-          if (!s.ok()) {
-            std::fprintf(stderr, "ReportTrainingMetrics: %s\n", s.error_message().c_str());
-            std::exit(1);
-          }
-        }
+        for (const auto& req : work[c]) Report(*stubs[c], req);
       });
     }
     for (auto& t : threads) t.join();
     return rows / Seconds(t0, Clock::now());
-  };
-  IngestionResult result;
-  result.one_client = run(1);
-  result.four_clients = run(4);
-  stream_ctx.TryCancel();
-  return result;
+  }
+
+ private:
+  void Report(det::trial::v1::TrialService::Stub& stub, const det::trial::v1::ReportTrainingMetricsRequest& req) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-det-allocation-token", token_);
+    det::trial::v1::ReportTrainingMetricsResponse resp;
+    auto s = stub.ReportTrainingMetrics(&ctx, req, &resp);
+    if (!s.ok()) {
+      std::fprintf(stderr, "ReportTrainingMetrics: %s\n", s.error_message().c_str());
+      std::exit(1);
+    }
+  }
+
+  Master master_;
+  grpc::ClientContext stream_ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<det::agent::v1::AgentMessage, det::agent::v1::MasterMessage>> stream_;
+  std::string allocation_, token_;
+  int64_t first_batch_ = 0;
+};
+
+struct Round {
+  double bare = 0, raw = 0, one_client = 0, one_client_before = 0;
+  double raw4 = 0, four_clients = 0, four_clients_before = 0;
+};
+// Side by side: each master run (1 client, then 4) comes right after a raw
+// SQLite run of as many rows into a table that has grown as much as the
+// master's, so a slow spell of the machine and a larger table hit both
+// sides of a ratio; the rounds' medians are what is reported. With a
+// `before` master (another build of det-master), it runs right after this
+// one, on its own database.
+std::vector<Round> IngestionRounds(const TempDir& dir, int rows, int per_request, int rounds,
+                                   const std::string& before_binary) {
+  IngestionTarget after(dir, kBin + "/det-master");
+  std::unique_ptr<TempDir> before_dir;
+  std::unique_ptr<IngestionTarget> before;
+  if (!before_binary.empty()) {
+    before_dir = std::make_unique<TempDir>();
+    before = std::make_unique<IngestionTarget>(*before_dir, before_binary);
+  }
+  std::vector<Round> out;
+  for (int r = 0; r < rounds; ++r) {
+    Round round;
+    const int64_t done = 2LL * r * rows;
+    round.bare = RawSqliteRowsPerSecond(dir / "bare.db", rows, per_request, false, done);
+    round.raw = RawSqliteRowsPerSecond(dir / "raw.db", rows, per_request, true, done);
+    round.one_client = after.Run(1, rows, per_request);
+    if (before) round.one_client_before = before->Run(1, rows, per_request);
+    round.raw4 = RawSqliteRowsPerSecond(dir / "raw.db", rows, per_request, true, done + rows);
+    round.four_clients = after.Run(4, rows, per_request);
+    if (before) round.four_clients_before = before->Run(4, rows, per_request);
+    out.push_back(round);
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rows = 20000, per_request = 100;
+  int rows = 200000, per_request = 100, n_rounds = 5;
+  std::string before;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--rows") rows = std::atoi(argv[i + 1]);
     if (a == "--rows-per-request") per_request = std::atoi(argv[i + 1]);
+    if (a == "--rounds") n_rounds = std::max(1, std::atoi(argv[i + 1]));
+    if (a == "--before-master") before = argv[i + 1];
   }
   Latency();
   TempDir dir;
-  double bare = RawSqliteRowsPerSecond(dir / "bare.db", rows, per_request, /*master_schema=*/false);
-  double raw = RawSqliteRowsPerSecond(dir / "raw.db", rows, per_request, /*master_schema=*/true);
-  IngestionResult master = MasterRowsPerSecond(dir, rows, per_request);
-  std::printf("metric ingestion, %d rows, %d row(s) per request/transaction:\n", rows, per_request);
-  std::printf("  raw prepared SQLite inserts, bare one-index table:  %.0f rows/s\n", bare);
-  std::printf("  raw prepared SQLite inserts, the master's schema:   %.0f rows/s\n", raw);
-  std::printf("  through det-master, 1 reporting client (sequential): %.0f rows/s\n", master.one_client);
-  std::printf("  through det-master, 4 reporting clients at once:      %.0f rows/s\n", master.four_clients);
-  std::printf("  ratio master / raw (master's schema): %.3f with 1 client, %.3f with 4 (goal >= 0.5)\n",
-              master.one_client / raw, master.four_clients / raw);
-  std::printf("  ratio master / raw (bare table):      %.3f with 1 client, %.3f with 4\n", master.one_client / bare,
-              master.four_clients / bare);
+  std::vector<Round> rounds = IngestionRounds(dir, rows, per_request, n_rounds, before);
+  auto median = [&](double (*field)(const Round&)) {
+    std::vector<double> v;
+    for (const Round& r : rounds) v.push_back(field(r));
+    return Median(v);
+  };
+  std::printf("metric ingestion, %d rows, %d row(s) per request/transaction, median of %d side-by-side rounds:\n", rows,
+              per_request, n_rounds);
+  std::printf("  raw prepared SQLite inserts, bare one-index table:    %.0f rows/s\n",
+              median([](const Round& r) { return r.bare; }));
+  std::printf("  raw prepared SQLite inserts, the master's schema:     %.0f rows/s\n",
+              median([](const Round& r) { return r.raw; }));
+  std::printf("  through det-master, 1 reporting client (sequential): %.0f rows/s\n",
+              median([](const Round& r) { return r.one_client; }));
+  std::printf("  through det-master, 4 reporting clients at once:      %.0f rows/s\n",
+              median([](const Round& r) { return r.four_clients; }));
+  std::printf("  ratio master / raw (master's schema): %.3f with 1 client (goal >= 0.5), %.3f with 4\n",
+              median([](const Round& r) { return r.one_client / r.raw; }),
+              median([](const Round& r) { return r.four_clients / r.raw4; }));
+  std::printf("  ratio master / raw (bare table):      %.3f with 1 client, %.3f with 4\n",
+              median([](const Round& r) { return r.one_client / r.bare; }),
+              median([](const Round& r) { return r.four_clients / r.bare; }));
+  std::printf("  1-client ratio per round (master's schema):");
+  for (const Round& r : rounds) std::printf(" %.3f", r.one_client / r.raw);
+  std::printf("\n");
+  if (!before.empty()) {
+    std::printf("  before (%s), same rounds:\n", before.c_str());
+    std::printf("    ratio before / raw (master's schema): %.3f with 1 client (goal >= 0.5), %.3f with 4\n",
+                median([](const Round& r) { return r.one_client_before / r.raw; }),
+                median([](const Round& r) { return r.four_clients_before / r.raw4; }));
+    std::printf("    ratio after / before: %.3f with 1 client, %.3f with 4\n",
+                median([](const Round& r) { return r.one_client / r.one_client_before; }),
+                median([](const Round& r) { return r.four_clients / r.four_clients_before; }));
+  }
   return 0;
 }

@@ -184,7 +184,9 @@ absl::StatusOr<trialv1::ReportTrainingMetricsResponse> MasterCore::ReportTrainin
     for (const auto& r : req.rows()) trial.row.total_batches = std::max(trial.row.total_batches, r.total_batches());
   }
   std::vector<MetricRow> rows;
-  for (const auto& r : req.rows()) rows.push_back(ToMetricRow(r, trial_id, run_id, "training", WallMs()));
+  rows.reserve(req.rows_size());
+  const int64_t now_ms = WallMs();
+  for (const auto& r : req.rows()) rows.push_back(ToMetricRow(r, trial_id, run_id, "training", now_ms));
   DET_RETURN_IF_ERROR(store_->InsertMetrics(rows));
   return trialv1::ReportTrainingMetricsResponse();
 }

@@ -3,6 +3,7 @@
 
 #include <sqlite3.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -71,18 +72,43 @@ absl::string_view BoundedMessage(absl::string_view message, int64_t max, std::st
   return *storage;
 }
 
+// A metric name as a JSON string. Plain printable ASCII (nearly every name)
+// is copied as it is; anything else goes through nlohmann's escaping, which
+// replaces invalid UTF-8.
+void AppendJsonName(const std::string& name, std::string* out) {
+  bool plain = true;
+  for (unsigned char c : name) plain = plain && c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+  if (!plain) {
+    out->append(Dump(nlohmann::json(name)));
+    return;
+  }
+  out->push_back('"');
+  out->append(name);
+  out->push_back('"');
+}
+
+// {"name":value,...} in name order, each value the shortest text that reads
+// back as the same double; NaN and the infinities as strings (JSON has none).
+// Written directly rather than through nlohmann::json: this runs for every
+// metric row the master ingests.
 std::string EncodeMetrics(const std::map<std::string, double>& metrics) {
-  nlohmann::json j = nlohmann::json::object();
+  std::string out = "{";
+  char num[32];
   for (const auto& [name, v] : metrics) {
+    if (out.size() > 1) out.push_back(',');
+    AppendJsonName(name, &out);
+    out.push_back(':');
     if (std::isnan(v)) {
-      j[name] = "NaN";
+      out.append("\"NaN\"");
     } else if (std::isinf(v)) {
-      j[name] = v > 0 ? "Infinity" : "-Infinity";
+      out.append(v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
     } else {
-      j[name] = v;
+      std::to_chars_result r = std::to_chars(num, num + sizeof(num), v);
+      out.append(num, r.ptr);
     }
   }
-  return Dump(j);
+  out.push_back('}');
+  return out;
 }
 
 absl::StatusOr<std::map<std::string, double>> DecodeMetrics(const std::string& text) {
