@@ -5,6 +5,8 @@
 //   det-cli experiment create --local CONFIG TRIAL.so [--resume DIR] [det-trial options]
 //   det-cli experiment list|describe|logs|list-trials|list-checkpoints|pause|activate|cancel|kill ...
 //   det-cli experiment set gc-policy ID [--save-experiment-best N] [--save-trial-best N] [--save-trial-latest N]
+//   det-cli experiment archive|unarchive|delete [--yes]|wait [--timeout S] ID
+//   det-cli experiment set name|description|labels ID VALUE | label add|remove ID LABEL
 //   det-cli trial describe|logs|metrics|kill ID
 //   det-cli checkpoint list EXPERIMENT_ID | describe UUID
 //   det-cli agent list | slot list | master info
@@ -33,6 +35,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/experiment_lifecycle_commands.h"
 #include "cli/user_commands.h"
 #include "common/experiment_config.h"
 
@@ -383,6 +386,7 @@ int Main(int argc, char** argv) {
   CommandLine cl;
   AddGlobalOptions(app, cl);
   AddExperimentCommands(app, cl);
+  AddExperimentLifecycleCommands(app.get_subcommand("experiment"), &cl.run);
   AddTrialCommands(app, cl);
   AddCheckpointCommands(app, cl);
   AddClusterCommands(app, cl);

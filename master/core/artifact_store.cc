@@ -88,4 +88,12 @@ absl::StatusOr<std::string> ArtifactStore::Read(const std::string& sha256, int64
   return out;
 }
 
+absl::Status ArtifactStore::Remove(const std::string& sha256) const {
+  if (absl::Status st = ValidateSha256(sha256, "sha256"); !st.ok()) return st;
+  std::error_code ec;
+  fs::remove(PathOf(sha256), ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot delete artifact ", sha256, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
 }  // namespace det::master

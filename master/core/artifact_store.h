@@ -26,6 +26,10 @@ class ArtifactStore {
   absl::StatusOr<int64_t> Size(const std::string& sha256) const;
   // Up to max_bytes from offset. NotFound / OutOfRange.
   absl::StatusOr<std::string> Read(const std::string& sha256, int64_t offset, int64_t max_bytes) const;
+  // Deletes artifact `sha256` (DeleteExperiment, when no other experiment
+  // uses it). OK when it is already gone; InvalidArgument for a malformed
+  // hash (never a file outside dir).
+  absl::Status Remove(const std::string& sha256) const;
 
  private:
   // `sha256` must be a valid hash (checked by every caller).

@@ -32,6 +32,8 @@ inline constexpr char kCanceled[] = "CANCELED";
 inline constexpr char kError[] = "ERROR";
 inline constexpr char kStoppingCanceled[] = "STOPPING_CANCELED";
 inline constexpr char kStoppingKilled[] = "STOPPING_KILLED";
+// A terminal experiment being deleted (DeleteExperiment; experiment_lifecycle.cc).
+inline constexpr char kDeleting[] = "DELETING";
 
 inline bool Terminal(const std::string& state) {
   return state == kCompleted || state == kCanceled || state == kError;

@@ -82,6 +82,11 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   if (req.validate_only()) return resp;
 
   std::lock_guard<std::mutex> l(mu_);
+  // A DeleteExperiment may have removed an unshared trial.so meanwhile (it
+  // counts the experiments using it under this lock).
+  if (!artifacts_.Has(sha)) {
+    return absl::UnavailableError(absl::StrCat("trial.so ", sha, " was deleted meanwhile; retry"));
+  }
   WriteScope w(this);
   auto exp = std::make_unique<ExperimentRuntime>();
   exp->row.name = config.name;
@@ -161,7 +166,8 @@ namespace {
 
 bool MatchesFilter(const ExperimentRow& row, const apiv1::GetExperimentsRequest& req) {
   if (!req.name().empty() && row.name.find(req.name()) == std::string::npos) return false;
-  if (req.has_archived() && row.archived != req.archived()) return false;
+  // Unset: only unarchived experiments (Determined's default listing).
+  if (row.archived != (req.has_archived() && req.archived())) return false;
   if (req.states_size() > 0) {
     bool match = false;
     for (int s : req.states()) match |= StateEnum(row.state) == s;
@@ -258,6 +264,7 @@ absl::StatusOr<apiv1::PauseExperimentResponse> MasterCore::PauseExperiment(const
 
 absl::Status MasterCore::StopExperimentLocked(int64_t id, bool kill) {
   DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
+  DET_RETURN_IF_ERROR(CheckNotDeletingLocked(*exp));
   if (Terminal(exp->row.state)) return absl::OkStatus();
   SetExperimentState(*exp, kill ? kStoppingKilled : kStoppingCanceled);
   DropPendingLocked(id);
@@ -298,9 +305,22 @@ absl::StatusOr<apiv1::KillExperimentResponse> MasterCore::KillExperiment(const a
 
 namespace {
 
+// Bounds of what PatchExperiment stores (besides name: 1 to 255 bytes, and
+// each label: 1 to 255 bytes, no duplicates).
+constexpr size_t kMaxDescriptionBytes = 16 << 10;
+constexpr int kMaxLabels = 100;
+
 absl::Status ValidatePatch(const apiv1::PatchExperimentRequest& req) {
   if (req.has_name() && (req.name().empty() || req.name().size() > 255)) {
     return absl::InvalidArgumentError("name: must be 1 to 255 bytes");
+  }
+  if (req.has_description() && req.description().size() > kMaxDescriptionBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("description: at most ", kMaxDescriptionBytes, " bytes, not ",
+                                                   req.description().size()));
+  }
+  if (req.has_labels() && req.labels().labels_size() > kMaxLabels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("labels: at most ", kMaxLabels, " labels, not ", req.labels().labels_size()));
   }
   if (req.has_labels()) {
     std::set<std::string> seen;
@@ -325,6 +345,7 @@ absl::StatusOr<apiv1::PatchExperimentResponse> MasterCore::PatchExperiment(const
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(req.experiment_id()));
+  DET_RETURN_IF_ERROR(CheckNotDeletingLocked(*exp));
   if (req.has_name()) exp->row.name = req.name();
   if (req.has_description()) exp->row.description = req.description();
   if (req.has_labels()) exp->row.labels.assign(req.labels().labels().begin(), req.labels().labels().end());
@@ -464,7 +485,7 @@ bool MasterCore::CompleteIfCheckpointedLocked(ExperimentRuntime& exp, TrialRunti
 }
 
 void MasterCore::MaybeFinishExperiment(ExperimentRuntime& exp) {
-  if (Terminal(exp.row.state)) return;
+  if (Terminal(exp.row.state) || exp.row.state == kDeleting) return;
   bool all_ended = true;
   bool any_completed = false;
   for (const auto& [req, tid] : exp.trial_by_request) {

@@ -22,6 +22,7 @@
 //   recovery.cc      reloading state after a master restart
 //   timeouts.cc      the background pass: heartbeat, stop and rendezvous
 //                    timeouts, checkpoint GC (policy: checkpoint_gc.h)
+//   experiment_lifecycle.cc  archive, unarchive, delete (a background task)
 #ifndef DET_MASTER_CORE_MASTER_CORE_H_
 #define DET_MASTER_CORE_MASTER_CORE_H_
 
@@ -146,6 +147,20 @@ class MasterCore {
       const apiv1::GetExperimentCheckpointsRequest& req);
   absl::StatusOr<apiv1::GetTrialResponse> GetTrial(const apiv1::GetTrialRequest& req);
 
+  // ---- archiving and deleting experiments (experiment_lifecycle.cc)
+  // Archive: only a terminal experiment (FailedPrecondition naming the id and
+  // state otherwise); unarchive: any. Both idempotent; NotFound for an
+  // unknown id; FailedPrecondition while DELETING.
+  absl::StatusOr<apiv1::ArchiveExperimentResponse> ArchiveExperiment(const apiv1::ArchiveExperimentRequest& req);
+  absl::StatusOr<apiv1::UnarchiveExperimentResponse> UnarchiveExperiment(
+      const apiv1::UnarchiveExperimentRequest& req);
+  // A terminal experiment with no running trial becomes DELETING (stored)
+  // and the call returns; the background thread (or RunBackgroundPass) then
+  // deletes its checkpoint directories, rows and unshared trial.so, after
+  // which it is NotFound. Idempotent while DELETING; FailedPrecondition
+  // (naming the id and state) when not terminal.
+  absl::StatusOr<apiv1::DeleteExperimentResponse> DeleteExperiment(const apiv1::DeleteExperimentRequest& req);
+
   // ---- ownership (ownership.cc)
   // Ok when `user` may change experiment `experiment_id`: an active admin, or
   // its owner. NotFound for an unknown experiment; PermissionDenied (naming
@@ -232,7 +247,7 @@ class MasterCore {
 
   // One pass of the background work (timeouts.cc): heartbeat, stop and
   // rendezvous timeouts, scheduling, checkpoint GC (files deleted before it
-  // returns). The background thread runs it every 500 ms; tests without
+  // returns), and every pending experiment deletion run to its end. The background thread runs it every 500 ms; tests without
   // that thread call it after moving their FakeClock.
   void RunBackgroundPass();
 
@@ -363,6 +378,15 @@ class MasterCore {
   // (node 0 holds the chief), each rank's agent address, and for more than
   // one rank the chief's address and a port of its agent's rendezvous range.
   void FillRendezvousLocked(AllocationRuntime& alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- experiment_lifecycle.cc
+  // FailedPrecondition when `exp` is DELETING (every mutation checks it).
+  absl::Status CheckNotDeletingLocked(const ExperimentRuntime& exp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SetArchivedLocked(int64_t experiment_id, bool archived) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One bounded step of deleting the first DELETING experiment (locks mu_
+  // itself, briefly; requires it NOT held). Returns whether it did work, so
+  // that the caller runs it again at once.
+  bool DeletionStep() ABSL_LOCKS_EXCLUDED(mu_);
 
   // ---- recovery.cc
   absl::Status LoadFromStore() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

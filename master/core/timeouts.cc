@@ -14,19 +14,21 @@ namespace det::master {
 
 void MasterCore::BackgroundLoop() {
   std::unique_lock<std::mutex> l(mu_);
+  bool deleting = false;
   while (!stop_) {
-    stop_cv_.wait_for(l, std::chrono::milliseconds(500));
+    // While an experiment is being deleted, its next step follows at once.
+    if (!deleting) stop_cv_.wait_for(l, std::chrono::milliseconds(500));
     if (stop_) break;
     std::vector<CheckpointRow> doomed;
     {
       WriteScope w(this);
       doomed = BackgroundPassLocked();
     }
-    if (doomed.empty()) continue;
     // Deleting checkpoint files is slow disk work: not under the lock. Their
     // rows are already DELETED, so a crash here only leaves files behind.
     l.unlock();
     DeleteCheckpointDirs(doomed);
+    deleting = DeletionStep();
     l.lock();
   }
 }
@@ -39,6 +41,8 @@ void MasterCore::RunBackgroundPass() {
     doomed = BackgroundPassLocked();
   }
   DeleteCheckpointDirs(doomed);
+  while (DeletionStep()) {
+  }
 }
 
 void MasterCore::DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed) const {
@@ -56,7 +60,7 @@ std::vector<CheckpointRow> MasterCore::BackgroundPassLocked() {
   ScheduleLocked();
   std::vector<CheckpointRow> doomed;
   for (auto& [id, exp] : experiments_) {
-    if (!exp->gc_pending) continue;
+    if (!exp->gc_pending || exp->row.state == kDeleting) continue;
     exp->gc_pending = false;
     auto paths = CollectGarbageLocked(*exp);
     doomed.insert(doomed.end(), paths.begin(), paths.end());

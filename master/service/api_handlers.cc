@@ -64,6 +64,9 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   BindCore("PatchExperiment", &MasterCore::PatchExperiment);
   BindCore("GetExperimentTrials", &MasterCore::GetExperimentTrials);
   BindCore("GetExperimentCheckpoints", &MasterCore::GetExperimentCheckpoints);
+  BindCore("ArchiveExperiment", &MasterCore::ArchiveExperiment);
+  BindCore("UnarchiveExperiment", &MasterCore::UnarchiveExperiment);
+  BindCore("DeleteExperiment", &MasterCore::DeleteExperiment);
   // ---- trials and checkpoints
   BindCore("GetTrial", &MasterCore::GetTrial);
   BindCore("KillTrial", &MasterCore::KillTrial);

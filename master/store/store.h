@@ -440,6 +440,22 @@ class Store {
   // Deletes the tokens with expires_ms <= now_ms.
   absl::Status DeleteExpiredUserTokens(int64_t now_ms);
 
+  // ---- Deleting an experiment (store_experiment_delete.cc) ----
+
+  // Deletes at most `max_rows` rows of experiment `experiment_id`'s metrics,
+  // else of its task logs, else checkpoints, else allocations, else trials
+  // (one table per call, children first), in one transaction; returns how
+  // many it deleted: 0 when only the experiment row is left (or not even
+  // that). Idempotent; call until it returns 0.
+  absl::StatusOr<int64_t> DeleteExperimentDataBatch(int64_t experiment_id, int64_t max_rows);
+  // Deletes these checkpoint rows (unknown uuids are skipped), all or none.
+  absl::Status DeleteCheckpointRows(const std::vector<std::string>& uuids);
+  // Deletes experiment `experiment_id`'s row (and, by cascade, anything of it
+  // left); OK if there is none.
+  absl::Status DeleteExperimentRow(int64_t experiment_id);
+  // How many experiments other than `except_id` run trial.so `sha256`.
+  absl::StatusOr<int64_t> CountExperimentsWithArtifact(const std::string& sha256, int64_t except_id);
+
   // ---- Maintenance ----
 
   // Runs PRAGMA integrity_check; Internal (with SQLite's report) unless it

@@ -15,7 +15,8 @@
 //   * the agents page lists the agent,
 //   * clicking Pause on the running experiment turns its state to PAUSED,
 //     Activate back to ACTIVE, and Kill (on its page) to CANCELED, all
-//     without reloading;
+//     without reloading; Archive hides it from the list until "Show
+//     archived" is ticked, and Delete (confirmed) removes it;
 // and writes screenshots ($DET_SCREENSHOT_DIR, else the test's temp dir):
 // dashboard-experiment-<id>.png, dashboard-trial-<id>.png,
 // dashboard-experiments.png.
@@ -524,6 +525,34 @@ async function main() {
     await page.click(byId(`kill-${running}`));
     await waitText(`exp-state-${running}`, 'CANCELED', 90000);
     log(`activate clicked: ACTIVE; kill clicked on the experiment page: CANCELED`);
+
+    // Archive it on its page (experiment_actions.js): hidden from the list
+    // until "Show archived" is ticked; then Delete (confirmed) goes back to
+    // the list and the master deletes it (REST: 404).
+    const archiveButton = byId(`archive-toggle-${running}`);
+    await page.waitForFunction((s) => document.querySelector(s) && !document.querySelector(s).disabled, archiveButton);
+    await page.click(archiveButton);
+    await page.waitForFunction((s) => document.querySelector(s).textContent === 'Unarchive', archiveButton);
+    check((await api(`/api/v1/experiments/${running}`)).experiment.archived === true,
+      `REST: experiment ${running} not archived after the archive click`);
+    await page.click(byId('nav-experiments'));
+    await page.waitForSelector(byId(`exp-row-${finished}`));
+    check(!(await page.isVisible(byId(`exp-row-${running}`))), 'an archived experiment is listed by default');
+    await page.check(byId('show-archived'));
+    await page.waitForSelector(byId(`exp-row-${running}`));
+    await page.click(`${byId(`exp-row-${running}`)} a`);
+    await page.waitForSelector(byId(`delete-${running}`));
+    await page.waitForFunction((s) => !document.querySelector(s).disabled, byId(`delete-${running}`));
+    page.once('dialog', (d) => d.accept());
+    await page.click(byId(`delete-${running}`));
+    await page.waitForSelector(byId('experiments-view'));
+    await waitFor(`experiment ${running} to be deleted`, async () => {
+      const res = await fetch(`${httpBase}/api/v1/experiments/${running}`,
+        {headers: {Authorization: `Bearer ${apiToken}`}});
+      return res.status === 404;
+    }, 30000, 200);
+    await page.uncheck(byId('show-archived'));
+    log(`archive, show archived, delete clicked: experiment ${running} gone`);
 
     await checkLogin(browser, base, finished);
 

@@ -7,6 +7,7 @@
 //   #/agents                 agents and slots
 import {apiGet, apiPost, getToken, getUsername, logout, onAuthChange} from './api.js';
 import {LineChart, ScatterChart, colorFor} from './charts.js';
+import {fetchExperimentList} from './experiment_actions.js';
 import {
   h, setText, setAttr, setHidden, setChildrenKeyed, syncRows, syncEmpty, num, stateLabel, enumLabel,
   isTerminal, fmtMetric, fmtValue, fmtTime, fmtDuration, fmtBytes, flatten,
@@ -194,7 +195,7 @@ class ExperimentListView {
   }
 
   async refresh() {
-    const res = await apiGet('/api/v1/experiments?limit=1000');
+    const res = await fetchExperimentList();  // archived ones too when toggled
     const exps = res.experiments || [];
     syncRows(this.t.tbody, exps, (e) => e.id, (e) => this.createRow(e), (tr, e) => this.updateRow(tr, e));
     syncEmpty(this.t.tbody, exps.length, 9, 'No experiments yet. Create one with det-cli experiment create.');
