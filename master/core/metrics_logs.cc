@@ -138,7 +138,7 @@ absl::StatusOr<TrialMetricsBatch> MasterCore::ReadTrialMetrics(const apiv1::Stre
   batch.rows_read = static_cast<int64_t>(rows.size());
   batch.last_id = rows.empty() ? after_id : rows.back().id;
   for (const MetricRow& r : rows) {
-    if (r.total_batches <= req.after_total_batches()) continue;
+    if (req.after_total_batches() > 0 && r.total_batches <= req.after_total_batches()) continue;
     apiv1::MetricsReport m = MetricProto(r);
     if (req.metric_names_size() > 0) {
       auto* metrics = m.mutable_metrics();

@@ -17,7 +17,8 @@ namespace {
 namespace apiv1 = ::det::api::v1;
 
 TEST(MetricsLogsTest, MetricGroupNames) {
-  for (const char* ok : {"inference", "training", "a", "x_1", std::string(64, 'a').c_str()}) {
+  for (const std::string ok : {std::string("inference"), std::string("training"), std::string("a"),
+                               std::string("x_1"), std::string(64, 'a')}) {
     EXPECT_TRUE(ValidateMetricGroup(ok).ok()) << ok;
   }
   for (const std::string bad : {std::string(), std::string(65, 'a'), std::string("Inference"),

@@ -78,11 +78,11 @@ absl::StatusOr<apiv1::KillTrialResponse> MasterCore::KillTrial(const apiv1::Kill
 }
 
 absl::StatusOr<apiv1::GetTrialMetricsResponse> MasterCore::GetTrialMetrics(const apiv1::GetTrialMetricsRequest& req) {
+  if (!req.group().empty()) DET_RETURN_IF_ERROR(ValidateMetricGroup(req.group()));
   {
     std::lock_guard<std::mutex> l(mu_);
     DET_RETURN_IF_ERROR(FindTrial(req.trial_id()).status());
   }
-  if (!req.group().empty()) DET_RETURN_IF_ERROR(ValidateMetricGroup(req.group()));
   DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows,
                        store_->ListMetrics(req.trial_id(), req.group(), req.include_archived(),
                                            req.after_total_batches() > 0 ? req.after_total_batches() : -1,
