@@ -350,5 +350,30 @@ TEST(MetricsLogsApiTest, MasterLogsAreForAdmins) {
   EXPECT_NE(out.find("det-master serving gRPC"), std::string::npos) << out;
 }
 
+// Local mode (no master) records another group too: on stdout and in
+// metrics.csv with its group.
+TEST(MetricsLogsApiTest, LocalModeRecordsOtherGroups) {
+  TempDir dir;
+  WriteFile(dir / "config.yaml", R"(name: local
+hyperparameters:
+  global_batch_size: 8
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: 4
+scheduling_unit: 2
+)");
+  std::string out, err;
+  int rc = RunProcess({std::string(DET_BIN_DIR) + "/det-trial", "--local", dir / "config.yaml", kTrialSo,
+                       "--output-dir", dir / "out", "--threads", "1"},
+                      &out, &err);
+  ASSERT_EQ(rc, 0) << out << err;
+  EXPECT_NE(out.find("inference  batches 3"), std::string::npos) << out;
+  const std::string csv = ReadFile(dir / "out/metrics.csv");
+  EXPECT_NE(csv.find("inference,3,"), std::string::npos) << csv;
+}
+
 }  // namespace
 }  // namespace det::testing
