@@ -233,6 +233,55 @@ TEST(MetricsLogsApiTest, StreamRequestsAreBoundedAndChecked) {
   EXPECT_EQ(status, 400);
 }
 
+// The attack: one user opening streams without end. The 17th concurrent
+// metric stream of a user is refused; the others keep theirs.
+TEST(MetricsLogsApiTest, AUserHoldsAtMost16MetricStreams) {
+  TempDir dir;
+  TestCluster cluster(dir);  // no agent: the trial waits, its streams stay open
+  const int64_t exp = cluster.CreateExperiment(Config(dir / "checkpoints", 60, 0), "waits", kTrialSo);
+  ASSERT_GT(exp, 0);
+  const int64_t trial = FirstTrial(cluster, exp);
+  auto stub = Stub(cluster);
+  const std::string token = cluster.Token();
+  v1::StreamTrialMetricsRequest req;
+  req.set_trial_id(trial);
+  req.set_follow(true);
+  // Each stream on a connection of its own (as separate clients would).
+  auto own_stub = [&](int i) {
+    grpc::ChannelArguments args;
+    args.SetInt("det.test.connection", i);
+    return v1::Determined::NewStub(
+        grpc::CreateCustomChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials(), args));
+  };
+  std::vector<std::unique_ptr<v1::Determined::Stub>> stubs;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::StreamTrialMetricsResponse>>> held;
+  for (int i = 0; i < 16; ++i) {
+    stubs.push_back(own_stub(i));
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    Authorize(contexts.back().get(), token);
+    held.push_back(stubs.back()->StreamTrialMetrics(contexts.back().get(), req));
+  }
+  grpc::Status refused;
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        Authorize(&ctx, token);
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+        auto reader = stub->StreamTrialMetrics(&ctx, req);
+        v1::StreamTrialMetricsResponse resp;
+        while (reader->Read(&resp)) {
+        }
+        refused = reader->Finish();
+        return refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      },
+      60s))
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("16"), std::string::npos) << refused.error_message();
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& r : held) r->Finish();
+}
+
 TEST(MetricsLogsApiTest, TrialLogFilters) {
   TempDir dir;
   IsolateCliAuth(dir.path());
