@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "cli/metrics_log_commands.h"
 #include "cli/table.h"
 #include "common/proto_json.h"
 #include "common/sha256.h"
@@ -46,11 +47,6 @@ bool IsTerminal(v1::State state) {
   return state == v1::STATE_COMPLETED || state == v1::STATE_CANCELED || state == v1::STATE_ERROR;
 }
 
-std::string FormatTime(const google::protobuf::Timestamp& ts) {
-  if (ts.seconds() == 0 && ts.nanos() == 0) return "";
-  absl::Time t = absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S", t, absl::LocalTimeZone());
-}
 
 std::string FormatDuration(const google::protobuf::Duration& d) {
   return absl::FormatDuration(absl::Seconds(d.seconds()));
@@ -94,17 +90,6 @@ std::string StructJson(const google::protobuf::Struct& s) {
   return json;
 }
 
-std::string FormatLog(const v1::TaskLog& log, bool with_trial) {
-  std::string line;
-  std::string ts = FormatTime(log.timestamp());
-  if (!ts.empty()) absl::StrAppend(&line, "[", ts, "] ");
-  if (with_trial) absl::StrAppend(&line, "[trial ", log.trial_id(), "] ");
-  if (log.has_rank()) absl::StrAppend(&line, "[rank=", log.rank(), "] ");
-  std::string level = EnumLabel(v1::LogLevel_Name(log.level()), "LOG_LEVEL_");
-  if (!level.empty() && level != "INFO") absl::StrAppend(&line, level, ": ");
-  absl::StrAppend(&line, log.message());
-  return line;
-}
 
 // --------------------------------------------------------------- RPC helpers
 
@@ -151,28 +136,6 @@ bool ReadFileBytes(const std::string& path, std::string* out) {
   if (!in) return false;
   out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return !in.bad();
-}
-
-// Streams one trial's logs to `io.out`; `follow` waits for new lines.
-grpc::Status StreamTrialLogs(Client& client, int64_t trial_id, bool follow, bool with_trial, const CommandIo& io) {
-  v1::TrialLogsRequest req;
-  req.set_trial_id(trial_id);
-  req.set_follow(follow);
-  grpc::ClientContext ctx;
-  client.PrepareContext(&ctx, /*streaming=*/follow);
-  auto reader = client.stub().TrialLogs(&ctx, req);
-  v1::TrialLogsResponse resp;
-  while (reader->Read(&resp)) {
-    for (const auto& log : resp.logs()) {
-      if (io.json) {
-        PrintJson(log, io.out, /*pretty=*/false);
-      } else {
-        io.out << FormatLog(log, with_trial) << '\n';
-      }
-    }
-    io.out.flush();
-  }
-  return reader->Finish();
 }
 
 // ------------------------------------------------------------------ tables
@@ -238,6 +201,25 @@ std::string TrialProgressLine(const v1::Trial& tr) {
 }
 
 }  // namespace
+
+// Shared with the other command files (commands.h).
+std::string FormatTime(const google::protobuf::Timestamp& ts) {
+  if (ts.seconds() == 0 && ts.nanos() == 0) return "";
+  absl::Time t = absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", t, absl::LocalTimeZone());
+}
+
+std::string FormatLog(const v1::TaskLog& log, bool with_trial) {
+  std::string line;
+  std::string ts = FormatTime(log.timestamp());
+  if (!ts.empty()) absl::StrAppend(&line, "[", ts, "] ");
+  if (with_trial) absl::StrAppend(&line, "[trial ", log.trial_id(), "] ");
+  if (log.has_rank()) absl::StrAppend(&line, "[rank=", log.rank(), "] ");
+  std::string level = EnumLabel(v1::LogLevel_Name(log.level()), "LOG_LEVEL_");
+  if (!level.empty() && level != "INFO") absl::StrAppend(&line, level, ": ");
+  absl::StrAppend(&line, log.message());
+  return line;
+}
 
 void PrintJson(const google::protobuf::Message& message, std::ostream& out, bool pretty) {
   auto converted = MessageToJsonOrError(message, pretty);
@@ -550,12 +532,6 @@ int TrialDescribe(Client& client, int64_t trial_id, const CommandIo& io) {
   };
   if (!t.error_message().empty()) kv.push_back({"Error", t.error_message()});
   PrintKeyValues(io.out, kv);
-  return 0;
-}
-
-int TrialLogs(Client& client, int64_t trial_id, bool follow, const CommandIo& io) {
-  grpc::Status status = StreamTrialLogs(client, trial_id, follow, /*with_trial=*/false, io);
-  if (!status.ok()) return ReportError(client, status, io.err);
   return 0;
 }
 

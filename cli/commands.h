@@ -34,6 +34,10 @@ int ReportError(const Client& client, const grpc::Status& status, std::ostream& 
 // included; indented unless `pretty` is false) and a final newline: what
 // every command prints with --json.
 void PrintJson(const google::protobuf::Message& message, std::ostream& out, bool pretty = true);
+// "2026-11-24 09:15:00" in the local time zone; "" for an unset timestamp.
+std::string FormatTime(const google::protobuf::Timestamp& ts);
+// One log line as det-cli prints it: "[time] [trial N] [rank=R] LEVEL: text".
+std::string FormatLog(const det::api::v1::TaskLog& log, bool with_trial);
 
 struct ExperimentCreateArgs {
   std::string config_path;
@@ -77,8 +81,6 @@ struct GcPolicyArgs {
 int ExperimentSetGcPolicy(Client& client, int64_t experiment_id, const GcPolicyArgs& args, const CommandIo& io);
 
 int TrialDescribe(Client& client, int64_t trial_id, const CommandIo& io);
-// With `follow`, streams until the trial is terminal (no deadline).
-int TrialLogs(Client& client, int64_t trial_id, bool follow, const CommandIo& io);
 // `group` empty: all groups.
 int TrialMetrics(Client& client, int64_t trial_id, const std::string& group, const CommandIo& io);
 int TrialKill(Client& client, int64_t trial_id, const CommandIo& io);

@@ -36,6 +36,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/experiment_lifecycle_commands.h"
+#include "cli/metrics_log_commands.h"
 #include "cli/user_commands.h"
 #include "common/experiment_config.h"
 
@@ -104,8 +105,7 @@ struct CommandLine {
   bool list_all = false;
   // experiment set gc-policy
   GcPolicyArgs gc;
-  // trial logs, trial metrics
-  bool follow_logs = false;
+  // trial metrics
   std::string group;
   // checkpoint describe
   std::string uuid;
@@ -251,17 +251,9 @@ void AddTrialCommands(CLI::App& app, CommandLine& cl) {
   trial_describe->callback(
       [&cl] { cl.run = [&cl](Client& c, const CommandIo& io) { return TrialDescribe(c, cl.id, io); }; });
 
-  auto* trial_logs = trial->add_subcommand("logs", "Print a trial's logs");
-  AddIdArg(trial_logs, cl.id, "TRIAL_ID", "Trial id");
-  trial_logs->add_flag("--follow,-f", cl.follow_logs, "Keep printing new lines until the trial ends");
-  AddJsonFlag(trial_logs, cl);
-  trial_logs->callback([&cl] {
-    cl.run = [&cl](Client& c, const CommandIo& io) { return TrialLogs(c, cl.id, cl.follow_logs, io); };
-  });
-
   auto* trial_metrics = trial->add_subcommand("metrics", "Print a trial's metric reports");
   AddIdArg(trial_metrics, cl.id, "TRIAL_ID", "Trial id");
-  trial_metrics->add_option("--group", cl.group, "Only this group")->check(CLI::IsMember({"training", "validation"}));
+  trial_metrics->add_option("--group", cl.group, "Only this group (training, validation, inference, ...)");
   AddJsonFlag(trial_metrics, cl);
   trial_metrics->callback([&cl] {
     cl.run = [&cl](Client& c, const CommandIo& io) { return TrialMetrics(c, cl.id, cl.group, io); };
@@ -390,6 +382,9 @@ int Main(int argc, char** argv) {
   AddTrialCommands(app, cl);
   AddCheckpointCommands(app, cl);
   AddClusterCommands(app, cl);
+  // trial logs (filters), experiment validation-history, master logs
+  // (cli/metrics_log_commands.h)
+  AddMetricsLogCommands(app, &cl.id, &cl.json, &cl.run);
   AddUserCommands(app, cl);
   AddPreviewSearchCommand(app, cl);
 

@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "master/core/auth.h"
 #include "master/core/master_core.h"
+#include "master/core/master_log_ring.h"
 #include "master/http/rest_server.h"
 #include "master/service/grpc_services.h"
 
@@ -294,6 +295,7 @@ int main(int argc, char** argv) {
   det::master::AuthOptions auth_options;
   if (!AuthOptionsFrom(f, &auth_options)) return 2;
   spdlog::set_level(spdlog::level::from_str(f.log_level));
+  det::master::InstallMasterLogSink();  // MasterLogs: the last lines in memory
   f.options.stop_timeout_ms = static_cast<int64_t>(f.stop_timeout_s * 1000);
   f.options.rendezvous_timeout_ms = static_cast<int64_t>(f.rendezvous_timeout_s * 1000);
   f.options.max_message_bytes = static_cast<int64_t>(f.max_message_mib * (1 << 20));

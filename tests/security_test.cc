@@ -116,7 +116,7 @@ const std::set<std::string> kMutatingRpcs = {
     "DeleteCheckpoints", "EnableAgent", "DisableAgent", "EnableSlot", "DisableSlot", "UpdateJob", "PostUser",
     "PatchUser"};
 bool IsReadOrOwnSession(const std::string& rpc) {
-  for (const char* prefix : {"Get", "Preview", "Stream", "Download", "TrialLogs"}) {
+  for (const char* prefix : {"Get", "Preview", "Stream", "Download", "TrialLogs", "MasterLogs"}) {
     if (rpc.rfind(prefix, 0) == 0) return true;
   }
   // Creating is open to every user (they own what they create).

@@ -112,6 +112,17 @@ struct TrialLogsBatch {
   bool trial_ended = false;
 };
 
+// One batch of a metric stream (see ReadTrialMetrics).
+struct TrialMetricsBatch {
+  // The rows to send (possibly none); next_after_id set when not empty.
+  apiv1::StreamTrialMetricsResponse metrics;
+  // The cursor after this read (the last row read, sent or filtered out).
+  int64_t last_id = 0;
+  int64_t rows_read = 0;
+  // Every requested trial had ended before the read.
+  bool trials_ended = false;
+};
+
 class MasterCore {
  public:
   // Opens (or creates) the database and reloads what it holds; starts the
@@ -179,10 +190,30 @@ class MasterCore {
   absl::StatusOr<apiv1::GetAgentsResponse> GetAgents(const apiv1::GetAgentsRequest& req);
   absl::StatusOr<apiv1::GetSlotsResponse> GetSlots(const apiv1::GetSlotsRequest& req);
   // TrialLogs (server streaming) one batch at a time: up to `max_lines` lines
-  // of trial req.trial_id() with id > after_id (req's own offset, limit and
-  // follow are the streaming caller's: master/service/trial_log_cursor.h).
+  // of trial req.trial_id() with id > after_id that req's filters select
+  // (req's own offset, limit, tail and follow are the streaming caller's:
+  // master/service/trial_log_cursor.h; defined in metrics_logs.cc).
+  // InvalidArgument for a bad filter (ValidateTrialLogsRequest).
   absl::StatusOr<TrialLogsBatch> ReadTrialLogs(const apiv1::TrialLogsRequest& req, int64_t after_id,
                                                int64_t max_lines);
+
+  // ---- metrics and logs (metrics_logs.cc)
+  // The experiment's best-so-far sequence of its searcher metric (see
+  // BestSoFar in metrics_logs.h). NotFound for an unknown experiment.
+  absl::StatusOr<apiv1::GetExperimentValidationHistoryResponse> GetExperimentValidationHistory(
+      const apiv1::GetExperimentValidationHistoryRequest& req);
+  // StreamTrialMetrics one batch at a time: up to `max_rows` rows with id >
+  // after_id of req's trials (trial_id and trial_ids), filtered by group,
+  // after_total_batches and metric_names. NotFound for an unknown trial;
+  // InvalidArgument for no trial, more than 1000, or a bad group.
+  absl::StatusOr<TrialMetricsBatch> ReadTrialMetrics(const apiv1::StreamTrialMetricsRequest& req, int64_t after_id,
+                                                     int64_t max_rows);
+  // The after_id a TrialLogs stream starts from: req.after_id, or with
+  // req.tail the id just before its last `tail` matching lines.
+  absl::StatusOr<int64_t> TrialLogsStart(const apiv1::TrialLogsRequest& req);
+  // det.trial.v1 ReportMetrics: a group other than training/validation.
+  absl::StatusOr<trialv1::ReportMetricsResponse> ReportMetrics(const trialv1::ReportMetricsRequest& req,
+                                                               const std::string& token);
 
   // ---- det.agent.v1 (agents.cc)
   absl::StatusOr<agentv1::RegisterAgentResponse> RegisterAgent(const agentv1::RegisterAgentRequest& req);

@@ -71,6 +71,8 @@ apiv1::TaskLog TaskLogProto(const TaskLogRow& r) {
   if (r.stream == "stdout") st = apiv1::STD_TYPE_STDOUT;
   if (r.stream == "stderr") st = apiv1::STD_TYPE_STDERR;
   log.set_stdtype(st);
+  apiv1::LogLevel level;
+  if (apiv1::LogLevel_Parse(r.level, &level)) log.set_level(level);
   log.set_message(r.message);
   return log;
 }

@@ -347,7 +347,8 @@ absl::StatusOr<trialv1::ReportTrialLogsResponse> MasterCore::ReportTrialLogs(con
     r.allocation_id = req.allocation_id();
     r.rank = log.has_rank() ? log.rank() : 0;
     r.time_ms = log.has_timestamp() ? TimeMs(log.timestamp()) : WallMs();
-    r.stream = "stdout";
+    r.level = apiv1::LogLevel_Name(log.level());
+    r.stream = log.stdtype() == apiv1::STD_TYPE_STDERR ? "stderr" : "stdout";
     r.message = log.message();
     rows.push_back(std::move(r));
   }

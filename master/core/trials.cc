@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "master/core/metrics_logs.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
@@ -77,12 +78,10 @@ absl::StatusOr<apiv1::KillTrialResponse> MasterCore::KillTrial(const apiv1::Kill
 }
 
 absl::StatusOr<apiv1::GetTrialMetricsResponse> MasterCore::GetTrialMetrics(const apiv1::GetTrialMetricsRequest& req) {
+  if (!req.group().empty()) DET_RETURN_IF_ERROR(ValidateMetricGroup(req.group()));
   {
     std::lock_guard<std::mutex> l(mu_);
     DET_RETURN_IF_ERROR(FindTrial(req.trial_id()).status());
-  }
-  if (!req.group().empty() && req.group() != "training" && req.group() != "validation") {
-    return absl::InvalidArgumentError(absl::StrCat("group must be 'training' or 'validation', got '", req.group(), "'"));
   }
   DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows,
                        store_->ListMetrics(req.trial_id(), req.group(), req.include_archived(),
@@ -132,20 +131,6 @@ absl::StatusOr<apiv1::GetCheckpointResponse> MasterCore::GetCheckpoint(const api
   apiv1::GetCheckpointResponse resp;
   *resp.mutable_checkpoint() = CheckpointProto(row);
   return resp;
-}
-
-absl::StatusOr<TrialLogsBatch> MasterCore::ReadTrialLogs(const apiv1::TrialLogsRequest& req, int64_t after_id,
-                                                         int64_t max_lines) {
-  TrialLogsBatch batch;
-  {
-    // "Ended" is read before the logs so that the last lines are never missed.
-    std::lock_guard<std::mutex> l(mu_);
-    DET_ASSIGN_OR_RETURN(TrialRuntime * t, FindTrial(req.trial_id()));
-    batch.trial_ended = Terminal(t->row.state) && t->allocation_id.empty();
-  }
-  DET_ASSIGN_OR_RETURN(std::vector<TaskLogRow> rows, store_->ListTaskLogs(req.trial_id(), after_id, max_lines));
-  for (const auto& r : rows) *batch.logs.add_logs() = TaskLogProto(r);
-  return batch;
 }
 
 }  // namespace det::master

@@ -101,7 +101,7 @@ absl::StatusOr<CompiledRestRoute> CompileRestRoute(const RestRoute& route) {
   c.fixed = ParseFixedPairs(route.fixed);
   // A declared streaming route answers once its call ends: it must not follow.
   const bool fixes_follow = c.fixed.count("follow") == 1 && c.fixed.find("follow")->second == "false";
-  if (Streams(c.method) && input->FindFieldByName("follow") != nullptr && !fixes_follow) {
+  if (Streams(c.method) && input->FindFieldByName("follow") != nullptr && !fixes_follow && !route.ndjson) {
     return RouteError(route, "a declared route of a streaming RPC must fix follow=false");
   }
   for (const auto& [name, value] : ParseFixedPairs(route.caps)) {
@@ -135,7 +135,8 @@ RestDispatcher::RestDispatcher(const ApiHandlers* handlers, const std::vector<Re
       std::abort();
     }
     declared_.push_back(std::move(*compiled));
-    infos_.push_back({route.method, route.path, route.rpc, !IsUnauthenticatedMethod(route.rpc), false, false});
+    infos_.push_back(
+        {route.method, route.path, route.rpc, !IsUnauthenticatedMethod(route.rpc), false, route.ndjson});
   }
   infos_.push_back({"GET", kRoutesPath, "", true, false, false});
   const pb::ServiceDescriptor* service = ApiHandlers::Service();
@@ -187,7 +188,7 @@ absl::Status RestDispatcher::Authenticate(const httplib::Request& req) const {
 
 void RestDispatcher::Serve(const httplib::Request& req, httplib::Response& res, bool in_memory) const {
   Target t = Resolve(req.method, req.path);
-  if (t.declared != nullptr) return ServeDeclared(*t.declared, t.values, req, res);
+  if (t.declared != nullptr) return ServeDeclared(*t.declared, t.values, req, res, in_memory);
   if (t.generic != nullptr) return ServeGeneric(t.generic, req, res, in_memory);
   if (t.list_routes) return SendRoutes(res);
   if (!t.unknown_rpc.empty()) {
@@ -198,7 +199,7 @@ void RestDispatcher::Serve(const httplib::Request& req, httplib::Response& res, 
 }
 
 void RestDispatcher::ServeDeclared(const CompiledRestRoute& d, const std::vector<std::string>& values,
-                                   const httplib::Request& req, httplib::Response& res) const {
+                                   const httplib::Request& req, httplib::Response& res, bool in_memory) const {
   auto caller = Caller(d.route.rpc, req);
   if (!caller.ok()) return SendError(res, caller.status());
   std::unique_ptr<pb::Message> request = NewMessage(d.method->input_type());
@@ -211,6 +212,10 @@ void RestDispatcher::ServeDeclared(const CompiledRestRoute& d, const std::vector
   if (st.ok()) st = SetFieldsFromPairs(d.fixed, request.get());
   if (!st.ok()) return SendError(res, st);
   ApplyCaps(d.caps, request.get());
+  if (d.route.ndjson && Streams(d.method)) {
+    return ServeNdjson(*handlers_, d.method, *std::move(caller), std::move(request),
+                       in_memory ? NdjsonMode::kBuffered : NdjsonMode::kChunked, res);
+  }
   std::unique_ptr<pb::Message> response = NewMessage(d.method->output_type());
   if (Streams(d.method)) {
     // One answer: every streamed message merged in order.

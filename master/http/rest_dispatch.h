@@ -85,7 +85,7 @@ class RestDispatcher {
   Target Resolve(absl::string_view method, const std::string& path) const;
   absl::StatusOr<ApiCaller> Caller(const std::string& rpc, const httplib::Request& req) const;
   void ServeDeclared(const CompiledRestRoute& d, const std::vector<std::string>& values, const httplib::Request& req,
-                     httplib::Response& res) const;
+                     httplib::Response& res, bool in_memory) const;
   void ServeGeneric(const google::protobuf::MethodDescriptor* method, const httplib::Request& req,
                     httplib::Response& res, bool in_memory) const;
   void SendRoutes(httplib::Response& res) const;

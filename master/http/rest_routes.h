@@ -53,6 +53,10 @@ struct RestRoute {
   const char* fixed = "";  // "field=value&..." (see above)
   RestResponseHook hook = nullptr;
   const char* caps = "";  // "field=max&..." (see above)
+  // A server-streaming RPC's route that answers application/x-ndjson as the
+  // call streams (one message per line, as POST /api/v1/<RpcName> does)
+  // instead of one merged message; it may follow.
+  bool ndjson = false;
 };
 
 // One API route as GET /api/v1/routes lists it.

@@ -6,6 +6,9 @@ namespace det::master {
 std::vector<RestRoute> ClusterRoutes() {
   return {
       {"GET", "/api/v1/master", "GetMaster"},
+      // The master's own recent log lines (admins; tail, levels, search_text,
+      // after_id), merged into one answer; POST /api/v1/MasterLogs follows.
+      {"GET", "/api/v1/master/logs", "MasterLogs", RestBody::kNone, "follow=false"},
       {"GET", "/api/v1/agents", "GetAgents"},
       {"GET", "/api/v1/agents/{agent_id}", "GetAgent"},
       {"POST", "/api/v1/agents/{agent_id}/enable", "EnableAgent"},

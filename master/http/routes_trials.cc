@@ -17,6 +17,10 @@ std::vector<RestRoute> TrialRoutes() {
       // streams and follows.
       {"GET", "/api/v1/trials/{trial_id}/logs", "TrialLogs", RestBody::kNone, "follow=false", nullptr, "limit=1000"},
       {"GET", "/api/v1/checkpoints/{checkpoint_uuid}", "GetCheckpoint"},
+      // Metrics and logs (issue 15): a trial's metric reports as
+      // newline-delimited JSON as they are stored (follow=true to keep
+      // going; after_id to resume).
+      {"GET", "/api/v1/trials/{trial_id}/metrics/stream", "StreamTrialMetrics", RestBody::kNone, "", nullptr, "", true},
   };
 }
 

@@ -10,10 +10,27 @@
 #include "det/api/v1/api.grpc.pb.h"
 #include "master/service/preview_search.h"
 #include "master/service/request_auth.h"
+#include "master/service/stream_cursors.h"
 #include "master/service/trial_log_cursor.h"
 
 namespace det::master {
 namespace pb = google::protobuf;
+namespace {
+
+// Writes what `cursor` (stream_cursors.h) yields until it is done, the client
+// goes away or `cancelled`; a following cursor is asked again every 200 ms.
+template <typename Cursor, typename Write>
+absl::Status DrainCursor(Cursor& cursor, const Write& write, const std::function<bool()>& cancelled) {
+  while (!cancelled()) {
+    DET_ASSIGN_OR_RETURN(auto step, cursor.Next());
+    if (step.has_batch && !write(step.batch)) return absl::OkStatus();
+    if (step.done) return absl::OkStatus();
+    if (step.wait) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return absl::CancelledError("the client went away");
+}
+
+}  // namespace
 
 ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(auth) {
   // ---- master
@@ -83,6 +100,19 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
           if (step.wait) std::this_thread::sleep_for(std::chrono::milliseconds(200));
         }
         return absl::CancelledError("the client went away");
+      });
+  // ---- metrics and logs (issue 15; streams: master/service/stream_cursors.h)
+  BindCore("GetExperimentValidationHistory", &MasterCore::GetExperimentValidationHistory);
+  BindStreaming<apiv1::StreamTrialMetricsRequest, apiv1::StreamTrialMetricsResponse>(
+      "StreamTrialMetrics", [this](const ApiCaller& caller, const auto& req, const auto& write, const auto& cancelled) {
+        DET_ASSIGN_OR_RETURN(auto lease, MetricStreamLease::Acquire(caller.user.username()));
+        TrialMetricCursor cursor(core_, req);
+        return DrainCursor(cursor, write, cancelled);
+      });
+  BindStreaming<apiv1::MasterLogsRequest, apiv1::MasterLogsResponse>(
+      "MasterLogs", [](const ApiCaller&, const auto& req, const auto& write, const auto& cancelled) {
+        MasterLogCursor cursor(req);
+        return DrainCursor(cursor, write, cancelled);
       });
   // ---- cluster
   BindCore("GetAgents", &MasterCore::GetAgents);

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "master/service/artifact_upload.h"
+#include "master/service/polling_stream.h"
+#include "master/service/stream_cursors.h"
 #include "master/service/request_auth.h"
 #include "master/service/trial_log_cursor.h"
 
@@ -191,10 +193,27 @@ grpc::ServerReadReactor<apiv1::UploadArtifactRequest>* ApiService::UploadArtifac
 }
 
 grpc::ServerWriteReactor<apiv1::StreamTrialMetricsResponse>* ApiService::StreamTrialMetrics(
-    grpc::CallbackServerContext* ctx, const apiv1::StreamTrialMetricsRequest*) {
+    grpc::CallbackServerContext* ctx, const apiv1::StreamTrialMetricsRequest* req) {
+  using Refused = FinishedReactor<grpc::ServerWriteReactor<apiv1::StreamTrialMetricsResponse>>;
   auto caller = Caller(ctx, "StreamTrialMetrics");
-  return new FinishedReactor<grpc::ServerWriteReactor<apiv1::StreamTrialMetricsResponse>>(
-      caller.ok() ? Unimplemented("StreamTrialMetrics") : ToGrpcStatus(caller.status()));
+  if (!caller.ok()) return new Refused(ToGrpcStatus(caller.status()));
+  // At most MetricStreamLease::kMaxPerUser streams of one user at a time.
+  auto lease = MetricStreamLease::Acquire(caller->user.username());
+  if (!lease.ok()) return new Refused(ToGrpcStatus(lease.status()));
+  auto cursor = std::make_shared<TrialMetricCursor>(core_, *req);
+  return new PollingStreamReactor<apiv1::StreamTrialMetricsResponse>(
+      ctx, [cursor] { return cursor->Next(); }, std::shared_ptr<MetricStreamLease>(std::move(*lease)));
+}
+
+grpc::ServerWriteReactor<apiv1::MasterLogsResponse>* ApiService::MasterLogs(grpc::CallbackServerContext* ctx,
+                                                                            const apiv1::MasterLogsRequest* req) {
+  auto caller = Caller(ctx, "MasterLogs");
+  absl::Status allowed = caller.ok() ? handlers_.Authorize("MasterLogs", *caller, *req) : caller.status();
+  if (!allowed.ok()) {
+    return new FinishedReactor<grpc::ServerWriteReactor<apiv1::MasterLogsResponse>>(ToGrpcStatus(allowed));
+  }
+  auto cursor = std::make_shared<MasterLogCursor>(*req);
+  return new PollingStreamReactor<apiv1::MasterLogsResponse>(ctx, [cursor] { return cursor->Next(); });
 }
 
 grpc::ServerWriteReactor<apiv1::TrialLogsResponse>* ApiService::TrialLogs(grpc::CallbackServerContext* ctx,
@@ -356,6 +375,7 @@ DET_TRIAL_UNARY(GetTrialContext)
 DET_TRIAL_UNARY(GetNextOperation)
 DET_TRIAL_UNARY(ReportTrainingMetrics)
 DET_TRIAL_UNARY(ReportValidationMetrics)
+DET_TRIAL_UNARY(ReportMetrics)
 DET_TRIAL_UNARY(ReportCheckpoint)
 DET_TRIAL_UNARY(CompleteSearcherOperation)
 DET_TRIAL_UNARY(ReportProgress)

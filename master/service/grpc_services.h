@@ -97,6 +97,8 @@ class ApiService final : public apiv1::Determined::CallbackService {
       grpc::CallbackServerContext*, const apiv1::StreamTrialMetricsRequest*) override;
   grpc::ServerWriteReactor<apiv1::TrialLogsResponse>* TrialLogs(grpc::CallbackServerContext*,
                                                                 const apiv1::TrialLogsRequest*) override;
+  grpc::ServerWriteReactor<apiv1::MasterLogsResponse>* MasterLogs(grpc::CallbackServerContext*,
+                                                                  const apiv1::MasterLogsRequest*) override;
   DET_CALLBACK_UNARY(apiv1, GetTrialCheckpoints);
   DET_CALLBACK_UNARY(apiv1, GetCheckpoint);
   DET_CALLBACK_UNARY(apiv1, DeleteCheckpoints);
@@ -185,6 +187,7 @@ class TrialServiceImpl final : public trialv1::TrialService::CallbackService {
   DET_CALLBACK_UNARY(trialv1, GetNextOperation);
   DET_CALLBACK_UNARY(trialv1, ReportTrainingMetrics);
   DET_CALLBACK_UNARY(trialv1, ReportValidationMetrics);
+  DET_CALLBACK_UNARY(trialv1, ReportMetrics);
   DET_CALLBACK_UNARY(trialv1, ReportCheckpoint);
   DET_CALLBACK_UNARY(trialv1, CompleteSearcherOperation);
   DET_CALLBACK_UNARY(trialv1, ReportProgress);

@@ -69,6 +69,8 @@ constexpr Entry kTable[] = {
     {"GetResourcePools", kUserRule},
     {"GetJobQueue", kUserRule},
     {"UpdateJob", kByJob},
+    // ---- metrics and logs (issue 15): the master's own log is for admins
+    {"MasterLogs", kAdminRule},
 };
 
 }  // namespace

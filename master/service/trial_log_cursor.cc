@@ -11,6 +11,11 @@ TrialLogCursor::TrialLogCursor(MasterCore* core, ::det::api::v1::TrialLogsReques
 
 absl::StatusOr<TrialLogCursor::Step> TrialLogCursor::Next() {
   const int64_t limit = request_.limit();
+  if (!started_) {
+    // tail: start just before the last `tail` matching lines.
+    DET_ASSIGN_OR_RETURN(after_, core_->TrialLogsStart(request_));
+    started_ = true;
+  }
   while (true) {
     DET_ASSIGN_OR_RETURN(TrialLogsBatch read, core_->ReadTrialLogs(request_, after_, kBatch));
     Step step;

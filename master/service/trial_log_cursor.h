@@ -1,5 +1,5 @@
 // TrialLogCursor: walks the lines a det.api.v1 TrialLogs request selects
-// (after_id, offset, limit, follow) one batch at a time, for the gRPC stream
+// (after_id, offset, limit, tail, follow, and the filters) one batch at a time, for the gRPC stream
 // (an alarm between waits) and the REST NDJSON stream (a blocking wait) alike.
 #ifndef DET_MASTER_SERVICE_TRIAL_LOG_CURSOR_H_
 #define DET_MASTER_SERVICE_TRIAL_LOG_CURSOR_H_
@@ -39,6 +39,7 @@ class TrialLogCursor {
   int64_t after_;
   int64_t skip_;
   int64_t sent_ = 0;
+  bool started_ = false;
 };
 
 }  // namespace det::master

@@ -139,6 +139,28 @@ struct TaskLogLimits {
   static constexpr int64_t kLineOverhead = 64;
 };
 
+// Which task logs ListTaskLogsFiltered returns (each empty list: all).
+struct TaskLogFilter {
+  int64_t trial_id = 0;
+  int64_t after_id = 0;               // only id > after_id
+  std::vector<std::string> levels;    // stored level names ("LOG_LEVEL_INFO", ...)
+  std::vector<std::string> streams;   // "stdout", "stderr", "system", ...
+  std::vector<int32_t> ranks;
+  std::vector<std::string> allocation_ids;
+  std::optional<int64_t> since_ms;    // time_ms >= since_ms
+  std::optional<int64_t> until_ms;    // time_ms < until_ms
+  std::string search_text;            // a literal, case-sensitive substring
+};
+
+// One validation of an experiment's trials (ListExperimentValidations).
+struct ValidationPoint {
+  int64_t id = 0;
+  int64_t trial_id = 0;
+  int64_t total_batches = 0;
+  int64_t time_ms = 0;
+  std::map<std::string, double> metrics;
+};
+
 // A trial's allocation (its running processes) while it runs, so that a
 // restarted master can reattach to processes that kept running.
 struct AllocationRow {
@@ -371,6 +393,29 @@ class Store {
   // The logs of `trial_id` with id > after_id, ordered by id, at most `limit`
   // of them (0 = all). Poll with after_id = the last id seen.
   absl::StatusOr<std::vector<TaskLogRow>> ListTaskLogs(int64_t trial_id, int64_t after_id, int64_t limit);
+
+  // ---- Metric streams, validation history and log filters
+  // (store_metrics_logs.cc; all thread-safe)
+
+  // Metric rows of any of `trial_ids` (at most 1000) in `group` ("" = all)
+  // with id > after_id, in id order, at most `limit` (0 = all). Archived
+  // rows are included (they were stored; a stream resumes by id).
+  absl::StatusOr<std::vector<MetricRow>> ListMetricsAfterId(const std::vector<int64_t>& trial_ids,
+                                                            const std::string& group, int64_t after_id,
+                                                            int64_t limit);
+
+  // The unarchived "validation" rows of every trial of `experiment_id`,
+  // ordered by time_ms then id.
+  absl::StatusOr<std::vector<ValidationPoint>> ListExperimentValidations(int64_t experiment_id);
+
+  // The task logs `filter` selects, in id order, at most `limit` (0 = all).
+  // Every list of the filter holds at most 100 values (InvalidArgument).
+  absl::StatusOr<std::vector<TaskLogRow>> ListTaskLogsFiltered(const TaskLogFilter& filter, int64_t limit);
+
+  // The id just before the `tail`-th last line `filter` selects (ignoring
+  // filter.after_id), i.e. the after_id that reads only the last `tail`
+  // lines; 0 when fewer lines match. Requires tail > 0.
+  absl::StatusOr<int64_t> TaskLogTailStart(const TaskLogFilter& filter, int64_t tail);
 
   // ---- Allocations ----
 

@@ -364,5 +364,143 @@ absl::StatusOr<std::vector<TaskLogRow>> Store::ListTaskLogs(int64_t trial_id, in
   return out;
 }
 
+// ---- Metric streams, validation history and log filters ----
+
+namespace {
+
+constexpr size_t kMaxFilterValues = 100;
+constexpr size_t kMaxStreamTrials = 1000;
+
+// " AND column IN (?, ...)" when `n` > 0.
+std::string InClause(const char* column, size_t n) {
+  return n == 0 ? std::string() : absl::StrCat(" AND ", column, " IN (", store_internal::Placeholders(n), ")");
+}
+
+// The WHERE clause of `f` (after_id excluded) and its parameters bound in
+// the same order by BindLogFilter.
+std::string LogFilterWhere(const TaskLogFilter& f) {
+  std::string w = "trial_id = ?";
+  w += InClause("level", f.levels.size());
+  w += InClause("stream", f.streams.size());
+  w += InClause("rank", f.ranks.size());
+  w += InClause("allocation_id", f.allocation_ids.size());
+  if (f.since_ms) w += " AND time_ms >= ?";
+  if (f.until_ms) w += " AND time_ms < ?";
+  // instr() is a literal match: '%' and '_' in the text are plain characters.
+  if (!f.search_text.empty()) w += " AND instr(message, ?) > 0";
+  return w;
+}
+
+void BindLogFilter(const TaskLogFilter& f, Binder& b) {
+  b.Int(f.trial_id);
+  for (const auto& v : f.levels) b.Text(v);
+  for (const auto& v : f.streams) b.Text(v);
+  for (int32_t v : f.ranks) b.Int(v);
+  for (const auto& v : f.allocation_ids) b.Text(v);
+  if (f.since_ms) b.Int(*f.since_ms);
+  if (f.until_ms) b.Int(*f.until_ms);
+  if (!f.search_text.empty()) b.Text(f.search_text);
+}
+
+absl::Status CheckLogFilter(const TaskLogFilter& f) {
+  auto check = [](size_t n, const char* field) -> absl::Status {
+    if (n <= kMaxFilterValues) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", n, " values; at most ", kMaxFilterValues));
+  };
+  DET_RETURN_IF_ERROR(check(f.levels.size(), "levels"));
+  DET_RETURN_IF_ERROR(check(f.streams.size(), "stdtypes"));
+  DET_RETURN_IF_ERROR(check(f.ranks.size(), "ranks"));
+  return check(f.allocation_ids.size(), "allocation_ids");
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<MetricRow>> Store::ListMetricsAfterId(const std::vector<int64_t>& trial_ids,
+                                                                 const std::string& group, int64_t after_id,
+                                                                 int64_t limit) {
+  if (trial_ids.empty()) return std::vector<MetricRow>();
+  if (trial_ids.size() > kMaxStreamTrials) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trial_ids: ", trial_ids.size(), " trials; at most ", kMaxStreamTrials));
+  }
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  const std::string sql = absl::StrCat("SELECT " DET_METRIC_COLUMNS " FROM metrics WHERE id > ?",
+                                       InClause("trial_id", trial_ids.size()),
+                                       group.empty() ? "" : " AND metric_group = ?", " ORDER BY id LIMIT ?");
+  DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
+  Binder b(st.get());
+  b.Int(after_id);
+  for (int64_t id : trial_ids) b.Int(id);
+  if (!group.empty()) b.Text(group);
+  b.Int(SqlLimit(limit));
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind metric stream query");
+  std::vector<MetricRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+    DET_ASSIGN_OR_RETURN(MetricRow row, ReadMetric(st.get()));
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return Error(rc, "list metrics after id");
+  return out;
+}
+
+absl::StatusOr<std::vector<ValidationPoint>> Store::ListExperimentValidations(int64_t experiment_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(
+      Stmt st, PrepareOnce("SELECT m.id, m.trial_id, m.total_batches, m.time_ms, m.metrics FROM metrics m "
+                           "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = ? AND "
+                           "m.metric_group = 'validation' AND m.archived = 0 ORDER BY m.time_ms, m.id"));
+  Binder b(st.get());
+  b.Int(experiment_id);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind validation history query");
+  std::vector<ValidationPoint> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+    ValidationPoint p;
+    p.id = ColInt(st.get(), 0);
+    p.trial_id = ColInt(st.get(), 1);
+    p.total_batches = ColInt(st.get(), 2);
+    p.time_ms = ColInt(st.get(), 3);
+    DET_ASSIGN_OR_RETURN(p.metrics, DecodeMetrics(ColText(st.get(), 4)));
+    out.push_back(std::move(p));
+  }
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("list validations of experiment ", experiment_id));
+  return out;
+}
+
+absl::StatusOr<std::vector<TaskLogRow>> Store::ListTaskLogsFiltered(const TaskLogFilter& filter, int64_t limit) {
+  DET_RETURN_IF_ERROR(CheckLogFilter(filter));
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  const std::string sql = absl::StrCat("SELECT " DET_TASK_LOG_COLUMNS " FROM task_logs WHERE ",
+                                       LogFilterWhere(filter), " AND id > ? ORDER BY id LIMIT ?");
+  DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
+  Binder b(st.get());
+  BindLogFilter(filter, b);
+  b.Int(filter.after_id).Int(SqlLimit(limit));
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind filtered task log query");
+  std::vector<TaskLogRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(ReadTaskLog(st.get()));
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("list task logs of trial ", filter.trial_id));
+  return out;
+}
+
+absl::StatusOr<int64_t> Store::TaskLogTailStart(const TaskLogFilter& filter, int64_t tail) {
+  if (tail <= 0) return absl::InvalidArgumentError("tail must be > 0");
+  DET_RETURN_IF_ERROR(CheckLogFilter(filter));
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  const std::string sql = absl::StrCat("SELECT id FROM task_logs WHERE ", LogFilterWhere(filter),
+                                       " ORDER BY id DESC LIMIT 1 OFFSET ?");
+  DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
+  Binder b(st.get());
+  BindLogFilter(filter, b);
+  b.Int(tail - 1);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind task log tail query");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_ROW) return ColInt(st.get(), 0) - 1;
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("task log tail of trial ", filter.trial_id));
+  return int64_t{0};
+}
+
 }  // namespace master
 }  // namespace det

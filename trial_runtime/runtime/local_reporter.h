@@ -26,6 +26,10 @@ class LocalReporter final : public Reporter {
 
   absl::Status ReportTrainingMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) override;
   absl::Status ReportValidationMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) override;
+  absl::Status ReportMetrics(const std::string& group, int64_t total_batches, double epochs,
+                             const MetricsMap& metrics) override {
+    return Write(group.c_str(), total_batches, epochs, metrics);
+  }
   absl::Status ReportCheckpoint(const SavedCheckpoint& checkpoint, int64_t total_batches) override;
   void ReportProgress(int64_t total_batches, int64_t target_batches) override;
 

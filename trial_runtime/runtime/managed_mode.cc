@@ -165,6 +165,15 @@ class MasterReporter final : public Reporter {
     tv1::ReportValidationMetricsResponse resp;
     return client_->Call("ReportValidationMetrics", &tv1::TrialService::Stub::ReportValidationMetrics, req, &resp);
   }
+  absl::Status ReportMetrics(const std::string& group, int64_t total_batches, double epochs,
+                             const MetricsMap& metrics) override {
+    if (!chief_) return absl::OkStatus();
+    tv1::ReportMetricsRequest req;
+    req.set_group(group);
+    *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
+    tv1::ReportMetricsResponse resp;
+    return client_->Call("ReportMetrics", &tv1::TrialService::Stub::ReportMetrics, req, &resp);
+  }
   absl::Status ReportCheckpoint(const SavedCheckpoint& checkpoint, int64_t total_batches) override {
     std::printf("[det-trial] checkpoint batches %-7lld %s\n", static_cast<long long>(total_batches),
                 checkpoint.path.c_str());

@@ -114,6 +114,14 @@ absl::Status TrialController::AverageMetricsAcrossRanks() {
   return absl::OkStatus();
 }
 
+TrialController::~TrialController() { context_->set_metrics_sink(nullptr); }
+
+std::string TrialController::ReportOtherMetrics(const std::string& group, const MetricsMap& metrics) {
+  if (!reports()) return "";
+  absl::Status st = reporter_->ReportMetrics(group, batches_trained_, epochs(), metrics);
+  return st.ok() ? "" : std::string(st.message());
+}
+
 absl::StatusOr<std::unique_ptr<TrialController>> TrialController::Create(TrialHandle* handle, TrialContext* context,
                                                                          Reporter* reporter,
                                                                          PreemptionSource* preemption,
@@ -124,6 +132,10 @@ absl::StatusOr<std::unique_ptr<TrialController>> TrialController::Create(TrialHa
   }
   std::unique_ptr<TrialController> c(
       new TrialController(handle, context, reporter, preemption, std::move(plan), dist));
+  TrialController* raw = c.get();
+  context->set_metrics_sink([raw](const std::string& group, const MetricsMap& metrics) {
+    return raw->ReportOtherMetrics(group, metrics);
+  });
   DET_ASSIGN_OR_RETURN(c->train_loader_, handle->BuildTrainingDataLoader());
   DET_ASSIGN_OR_RETURN(c->validation_loader_, handle->BuildValidationDataLoader());
   DET_ASSIGN_OR_RETURN(c->callbacks_, handle->BuildCallbacks());

@@ -32,6 +32,11 @@ class Reporter {
   virtual absl::Status ReportCheckpoint(const SavedCheckpoint& checkpoint, int64_t total_batches) = 0;
   // After every batch; cheap.
   virtual void ReportProgress(int64_t total_batches, int64_t target_batches) {}
+  // Metrics of another group (TrialContext::report_metrics).
+  virtual absl::Status ReportMetrics(const std::string& group, int64_t total_batches, double epochs,
+                                     const MetricsMap& metrics) {
+    return absl::OkStatus();
+  }
 };
 
 // Asked after every batch whether to stop. Must be cheap and thread-safe.
@@ -88,6 +93,8 @@ class TrialController {
   absl::Status TrainTo(int64_t target, bool* preempted);
   absl::StatusOr<MetricsMap> Validate();
   absl::StatusOr<SavedCheckpoint> Checkpoint();
+  // Detaches the context's report_metrics from this controller.
+  ~TrialController();
 
   int64_t batches_trained() const { return batches_trained_; }
   int64_t max_batches() const { return max_batches_; }
@@ -108,6 +115,8 @@ class TrialController {
         plan_(std::move(plan)),
         dist_(dist) {}
   absl::Status ReportTraining();
+  // TrialContext::report_metrics through reporter_ (the chief only).
+  std::string ReportOtherMetrics(const std::string& group, const MetricsMap& metrics);
   double epochs() const;
   nlohmann::json RuntimeState() const;
   bool distributed() const;

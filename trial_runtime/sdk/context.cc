@@ -115,6 +115,18 @@ TrialContext::TrialContext(TrialInfo info) : info_(std::move(info)), rng_(info_.
 
 TrialContext::~TrialContext() = default;
 
+void TrialContext::report_metrics(const std::string& group, const std::map<std::string, double>& metrics) {
+  bool ok = !group.empty() && group.size() <= 64;
+  for (char c : group) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+  if (!ok) throw std::invalid_argument("report_metrics: group must match [a-z0-9_]{1,64}, got '" + group + "'");
+  if (group == "training" || group == "validation") {
+    throw std::invalid_argument("report_metrics: group '" + group + "' is reported by the runtime itself");
+  }
+  if (!metrics_sink_) return;
+  std::string error = metrics_sink_(group, metrics);
+  if (!error.empty()) throw std::runtime_error("report_metrics(\"" + group + "\"): " + error);
+}
+
 const nlohmann::json& TrialContext::hparam_json(const std::string& name) const {
   const nlohmann::json* node = &info_.hparams;
   size_t start = 0;

@@ -8,6 +8,7 @@
 import {apiGet, apiPost, getToken, getUsername, logout, onAuthChange} from './api.js';
 import {LineChart, ScatterChart, colorFor} from './charts.js';
 import {fetchExperimentList} from './experiment_actions.js';
+import {MetricsStreamCache} from './metrics_stream.js';
 import {
   h, setText, setAttr, setHidden, setChildrenKeyed, syncRows, syncEmpty, num, stateLabel, enumLabel,
   isTerminal, fmtMetric, fmtValue, fmtTime, fmtDuration, fmtBytes, flatten,
@@ -135,31 +136,6 @@ function syncSelect(select, options, fallback) {
   return select.value;
 }
 
-// Metrics of trials, fetched once more after a trial turned terminal, then cached.
-class MetricsCache {
-  constructor() {
-    this.entries = new Map();  // `${trialId}:${group}` -> {reports, final}
-  }
-  async load(trials, groups) {
-    const jobs = [];
-    for (const t of trials) {
-      for (const g of groups) {
-        const key = `${t.id}:${g}`;
-        const e = this.entries.get(key);
-        if (e && e.final) continue;
-        const final = isTerminal(t.state);
-        jobs.push(apiGet(`/api/v1/trials/${t.id}/metrics?group=${encodeURIComponent(g)}`)
-          .then((r) => this.entries.set(key, {reports: r.metrics || [], final})));
-      }
-    }
-    await Promise.all(jobs);
-  }
-  get(trialId, group) {
-    const e = this.entries.get(`${trialId}:${group}`);
-    return e ? e.reports : [];
-  }
-}
-
 // Metric choices over training + validation reports: value "group:name".
 function metricOptions(reportLists) {
   const names = {validation: new Set(), training: new Set()};
@@ -241,7 +217,7 @@ class ExperimentView {
   constructor(id) {
     this.id = id;
     this.title = `Experiment ${id}`;
-    this.metrics = new MetricsCache();
+    this.metrics = new MetricsStreamCache();
     this.heading = h('span', {'data-testid': 'exp-title'});
     this.state = stateBadge(`exp-state-${id}`);
     this.actions = actionButtons(id);
@@ -422,7 +398,7 @@ class TrialView {
   constructor(id) {
     this.id = id;
     this.title = `Trial ${id}`;
-    this.metrics = new MetricsCache();
+    this.metrics = new MetricsStreamCache();
     this.lastLogId = 0;
     this.expLink = h('span');
     this.state = stateBadge(`trial-state-${id}`);
@@ -690,6 +666,7 @@ class Poller {
   setView(view) {
     this.gen++;
     clearTimeout(this.timer);
+    if (this.view && this.view.metrics && this.view.metrics.close) this.view.metrics.close();  // live streams
     this.view = view;
     this.running = false;
     this.again = false;

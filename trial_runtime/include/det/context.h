@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -249,6 +250,17 @@ class TrialContext {
   // A std engine seeded from the trial seed whose state is checkpointed.
   std::mt19937_64& random_engine() { return rng_; }
 
+  // Reports `metrics` in metric group `group` ([a-z0-9_]{1,64}, not
+  // "training" or "validation", which the runtime reports itself) at the
+  // current total batches, e.g. ctx.report_metrics("inference",
+  // {{"latency_ms", 3.2}}). Managed mode stores them with the trial
+  // (GetTrialMetrics by group, det-cli trial metrics --group); local mode
+  // prints them and writes them to metrics.csv. In a distributed trial only
+  // the chief's reports are kept. One report per group and batch: a second
+  // at the same batch is ignored. Throws std::invalid_argument for a bad
+  // group, std::runtime_error when the master refuses the report.
+  void report_metrics(const std::string& group, const std::map<std::string, double>& metrics);
+
   // ---- Runtime use below. ----
   struct WrappedScheduler {
     std::shared_ptr<torch::optim::LRScheduler> scheduler;
@@ -259,6 +271,10 @@ class TrialContext {
   const std::vector<WrappedScheduler>& lr_schedulers() const { return schedulers_; }
   void set_gradient_reducer(std::shared_ptr<GradientReducer> reducer) { reducer_ = std::move(reducer); }
   const TrialInfo& info() const { return info_; }
+  // Where report_metrics goes (runtime use): returns an error message, or
+  // "" when stored. Unset: report_metrics only checks its arguments.
+  using MetricsSink = std::function<std::string(const std::string& group, const std::map<std::string, double>&)>;
+  void set_metrics_sink(MetricsSink sink) { metrics_sink_ = std::move(sink); }
 
  private:
   const nlohmann::json& hparam_json(const std::string& name) const;
@@ -276,6 +292,7 @@ class TrialContext {
   // against an older SDK.
   std::optional<MixedPrecisionOptions> mixed_precision_;
   std::unique_ptr<GradScaler> scaler_;
+  MetricsSink metrics_sink_;
 };
 
 // Reads/writes the protected step count of a LibTorch LR scheduler (runtime
