@@ -5,7 +5,8 @@
 //   det-cli experiment create --local CONFIG TRIAL.so [--resume DIR] [det-trial options]
 //   det-cli experiment list|describe|logs|list-trials|list-checkpoints|pause|activate|cancel|kill ...
 //   det-cli experiment set gc-policy ID [--save-experiment-best N] [--save-trial-best N] [--save-trial-latest N]
-//   det-cli trial describe|logs|metrics|kill ID
+//   det-cli trial describe|logs|metrics|kill|pause|activate ID
+//   det-cli experiment fork ID [--config overrides.yaml] [--paused] | continue ID [--max-length N]
 //   det-cli checkpoint list EXPERIMENT_ID | describe UUID
 //   det-cli agent list | slot list | master info
 //   det-cli user login [USERNAME] [--password-stdin] | logout | whoami | list
@@ -33,6 +34,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/experiment_fork_commands.h"
 #include "cli/user_commands.h"
 #include "common/experiment_config.h"
 
@@ -384,6 +386,8 @@ int Main(int argc, char** argv) {
   AddGlobalOptions(app, cl);
   AddExperimentCommands(app, cl);
   AddTrialCommands(app, cl);
+  // experiment fork|continue, trial pause|activate (cli/experiment_fork_commands.h)
+  AddForkCommands(app, [&cl](RunCommand run) { cl.run = std::move(run); });
   AddCheckpointCommands(app, cl);
   AddClusterCommands(app, cl);
   AddUserCommands(app, cl);

@@ -69,6 +69,8 @@ constexpr Entry kTable[] = {
     {"GetResourcePools", kUserRule},
     {"GetJobQueue", kUserRule},
     {"UpdateJob", kByJob},
+    // ---- forks and continue (PauseTrial / ActivateTrial are above)
+    {"ContinueExperiment", kByExperiment},
 };
 
 }  // namespace
