@@ -7,7 +7,8 @@
 //   det-cli experiment set gc-policy ID [--save-experiment-best N] [--save-trial-best N] [--save-trial-latest N]
 //   det-cli experiment archive|unarchive|delete [--yes]|wait [--timeout S] ID
 //   det-cli experiment set name|description|labels ID VALUE | label add|remove ID LABEL
-//   det-cli trial describe|logs|metrics|kill ID
+//   det-cli trial describe|logs|metrics|kill|pause|activate ID
+//   det-cli experiment fork ID [--config overrides.yaml] [--paused] | continue ID [--max-length N]
 //   det-cli checkpoint list EXPERIMENT_ID | describe UUID
 //   det-cli agent list | slot list | master info
 //   det-cli user login [USERNAME] [--password-stdin] | logout | whoami | list
@@ -37,6 +38,7 @@
 #include "cli/commands.h"
 #include "cli/experiment_lifecycle_commands.h"
 #include "cli/metrics_log_commands.h"
+#include "cli/experiment_fork_commands.h"
 #include "cli/user_commands.h"
 #include "common/experiment_config.h"
 
@@ -380,6 +382,8 @@ int Main(int argc, char** argv) {
   AddExperimentCommands(app, cl);
   AddExperimentLifecycleCommands(app.get_subcommand("experiment"), &cl.run);
   AddTrialCommands(app, cl);
+  // experiment fork|continue, trial pause|activate (cli/experiment_fork_commands.h)
+  AddForkCommands(app, [&cl](RunCommand run) { cl.run = std::move(run); });
   AddCheckpointCommands(app, cl);
   AddClusterCommands(app, cl);
   // trial logs (filters), experiment validation-history, master logs

@@ -19,6 +19,8 @@ void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) 
   if (!trial.allocation_id.empty()) return;
   // A trial the searcher has nothing for waits without a slot.
   if (trial.searcher_target == 0 && !trial.close_requested) return;
+  // Paused on its own (PauseTrial): waits for ActivateTrial.
+  if (trial.row.state == kPaused) return;
   // The prefix once, not per request: creating a 10,000-trial experiment
   // otherwise built 50 million strings.
   const std::string prefix = absl::StrCat("trial-", trial.row.id, ".");

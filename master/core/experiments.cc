@@ -51,9 +51,11 @@ absl::Status CheckSlotsFitPool(const std::map<std::string, std::unique_ptr<Agent
 absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     const apiv1::CreateExperimentRequest& req, const apiv1::User& owner) {
   DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(req.config_yaml(), "config"));
+  ExperimentRow fork;  // parent_id, warm_start_checkpoint_uuid
   {
     std::lock_guard<std::mutex> l(mu_);
     DET_RETURN_IF_ERROR(CheckSlotsFitPool(agents_, config.resources));
+    DET_RETURN_IF_ERROR(ResolveForkLocked(req, config, &fork));
   }
   DET_ASSIGN_OR_RETURN(BatchLengths lengths,
                        ResolveBatchLengths(config, "; set records_per_epoch to use epochs with the master"));
@@ -99,6 +101,8 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   exp->row.config_json = ExperimentConfigToJson(config).dump();
   exp->row.trial_so_sha256 = sha;
   exp->row.created_ms = WallMs();
+  exp->row.parent_id = fork.parent_id;
+  exp->row.warm_start_checkpoint_uuid = fork.warm_start_checkpoint_uuid;
   exp->config = std::move(config);
   exp->searcher = std::make_unique<Searcher>(std::move(searcher));
   exp->max_length_batches = lengths.max_length;
@@ -158,6 +162,7 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   e.set_resource_pool(exp.config.resources.resource_pool);
   e.set_username(exp.row.owner);
   e.set_user_id(exp.owner_id);
+  e.set_parent_id(exp.row.parent_id);
   *e.mutable_checkpoint_gc_policy() = EffectiveGcPolicy(exp.config, exp.row.checkpoint_gc_policy_json);
   return e;
 }

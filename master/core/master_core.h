@@ -214,6 +214,11 @@ class MasterCore {
   // det.trial.v1 ReportMetrics: a group other than training/validation.
   absl::StatusOr<trialv1::ReportMetricsResponse> ReportMetrics(const trialv1::ReportMetricsRequest& req,
                                                                const std::string& token);
+  // ---- forks, continue, warm starts (experiment_fork.cc), one trial's
+  // pause (trial_pause.cc); contracts in api.proto
+  absl::StatusOr<apiv1::ContinueExperimentResponse> ContinueExperiment(const apiv1::ContinueExperimentRequest& req);
+  absl::StatusOr<apiv1::PauseTrialResponse> PauseTrial(const apiv1::PauseTrialRequest& req);
+  absl::StatusOr<apiv1::ActivateTrialResponse> ActivateTrial(const apiv1::ActivateTrialRequest& req);
 
   // ---- det.agent.v1 (agents.cc)
   absl::StatusOr<agentv1::RegisterAgentResponse> RegisterAgent(const agentv1::RegisterAgentRequest& req);
@@ -354,6 +359,17 @@ class MasterCore {
   // batch has nothing left to run: COMPLETED without an allocation.
   bool CompleteIfCheckpointedLocked(ExperimentRuntime& exp, TrialRuntime& trial, std::vector<SearcherOp>* ops)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- experiment_fork.cc
+  // Checks req.parent_id (NotFound when unknown) and resolves the config's
+  // searcher.source_checkpoint_uuid / source_trial_id to a COMPLETED
+  // checkpoint (InvalidArgument naming the field otherwise) into `row`.
+  absl::Status ResolveForkLocked(const apiv1::CreateExperimentRequest& req, const ExperimentConfig& config,
+                                 ExperimentRow* row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets resp's warm_start_checkpoint for a trial without a checkpoint of
+  // its own in an experiment with a warm-start source.
+  void FillWarmStartLocked(const ExperimentRuntime& exp, const TrialRuntime& trial,
+                           trialv1::GetTrialContextResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- trials.cc
   apiv1::Trial TrialProto(const TrialRuntime& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -140,7 +140,7 @@ absl::Status MasterCore::RecoverAllocations() {
     alloc->terminated = static_cast<int>(row.terminated);
     alloc->created_ms = row.created_ms;
     alloc->created_mono_ms = now;
-    if (exp.row.state != kActive || trial.killed) {
+    if (exp.row.state != kActive || trial.killed || trial.row.state == kPaused) {
       alloc->preempt = true;
       alloc->stop_requested_mono_ms = now;
     }

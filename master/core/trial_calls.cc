@@ -54,6 +54,7 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
       restored_batches = ck->total_batches;
     }
   }
+  FillWarmStartLocked(exp, trial, &resp);
   if (req.rank() == 0 && trial.row.run_id > 1) RewindTrialLocked(trial, restored_batches);
   return Committed(w, resp);
 }

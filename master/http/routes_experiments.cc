@@ -20,6 +20,7 @@ std::vector<RestRoute> ExperimentRoutes() {
       {"POST", "/api/v1/experiments/{experiment_id}/kill", "KillExperiment"},
       {"POST", "/api/v1/experiments/{experiment_id}/archive", "ArchiveExperiment"},
       {"POST", "/api/v1/experiments/{experiment_id}/unarchive", "UnarchiveExperiment"},
+      {"POST", "/api/v1/experiments/{experiment_id}/continue", "ContinueExperiment", RestBody::kJson},
   };
 }
 

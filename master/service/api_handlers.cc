@@ -90,6 +90,10 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   BindCore("GetTrialMetrics", &MasterCore::GetTrialMetrics);
   BindCore("GetTrialCheckpoints", &MasterCore::GetTrialCheckpoints);
   BindCore("GetCheckpoint", &MasterCore::GetCheckpoint);
+  // ---- forks, continue, one trial's pause (experiment_fork.cc, trial_pause.cc)
+  BindCore("ContinueExperiment", &MasterCore::ContinueExperiment);
+  BindCore("PauseTrial", &MasterCore::PauseTrial);
+  BindCore("ActivateTrial", &MasterCore::ActivateTrial);
   BindStreaming<apiv1::TrialLogsRequest, apiv1::TrialLogsResponse>(
       "TrialLogs", [this](const ApiCaller&, const auto& req, const auto& write, const auto& cancelled) {
         TrialLogCursor cursor(core_, req);

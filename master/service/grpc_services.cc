@@ -181,6 +181,7 @@ DET_API_UNARY(DisableSlot)
 DET_API_UNARY(GetResourcePools)
 DET_API_UNARY(GetJobQueue)
 DET_API_UNARY(UpdateJob)
+DET_API_UNARY(ContinueExperiment)
 #undef DET_API_UNARY
 
 grpc::ServerReadReactor<apiv1::UploadArtifactRequest>* ApiService::UploadArtifact(

@@ -92,6 +92,7 @@ class ApiService final : public apiv1::Determined::CallbackService {
   DET_CALLBACK_UNARY(apiv1, KillTrial);
   DET_CALLBACK_UNARY(apiv1, PauseTrial);
   DET_CALLBACK_UNARY(apiv1, ActivateTrial);
+  DET_CALLBACK_UNARY(apiv1, ContinueExperiment);
   DET_CALLBACK_UNARY(apiv1, GetTrialMetrics);
   grpc::ServerWriteReactor<apiv1::StreamTrialMetricsResponse>* StreamTrialMetrics(
       grpc::CallbackServerContext*, const apiv1::StreamTrialMetricsRequest*) override;

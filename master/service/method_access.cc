@@ -71,6 +71,8 @@ constexpr Entry kTable[] = {
     {"UpdateJob", kByJob},
     // ---- metrics and logs (issue 15): the master's own log is for admins
     {"MasterLogs", kAdminRule},
+    // ---- forks and continue (PauseTrial / ActivateTrial are above)
+    {"ContinueExperiment", kByExperiment},
 };
 
 }  // namespace

@@ -66,6 +66,10 @@ struct ExperimentRow {
   // The checkpoint GC policy set after creation (PatchExperiment), as JSON
   // {"save_experiment_best": N, ...}; "" = the config's.
   std::string checkpoint_gc_policy_json;
+  // Set at creation only: the experiment this one was forked from (0: none)
+  // and the checkpoint its new trials warm-start from ("": none).
+  int64_t parent_id = 0;
+  std::string warm_start_checkpoint_uuid;
 };
 
 struct TrialRow {

@@ -29,12 +29,14 @@ using store_internal::SqlLimit;
 
 #define DET_EXPERIMENT_COLUMNS                                                                 \
   "id, name, description, labels, state, config_yaml, config_json, trial_so_sha256, "          \
-  "searcher_state_json, owner, archived, progress, created_ms, ended_ms, checkpoint_gc_policy_json"
+  "searcher_state_json, owner, archived, progress, created_ms, ended_ms, checkpoint_gc_policy_json, "   \
+  "parent_id, warm_start_checkpoint_uuid"
 
 constexpr char kInsertExperiment[] =
     "INSERT INTO experiments(name, description, labels, state, config_yaml, config_json, "
     "trial_so_sha256, searcher_state_json, owner, archived, progress, created_ms, ended_ms, "
-    "checkpoint_gc_policy_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    "checkpoint_gc_policy_json, parent_id, warm_start_checkpoint_uuid) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 constexpr char kUpdateExperiment[] =
     "UPDATE experiments SET name = ?, description = ?, labels = ?, state = ?, config_yaml = ?, "
     "config_json = ?, trial_so_sha256 = ?, searcher_state_json = ?, owner = ?, archived = ?, "
@@ -72,6 +74,8 @@ absl::StatusOr<ExperimentRow> ReadExperiment(sqlite3_stmt* s) {
   r.created_ms = ColInt(s, 12);
   r.ended_ms = ColInt(s, 13);
   r.checkpoint_gc_policy_json = ColText(s, 14);
+  r.parent_id = ColInt(s, 15);
+  r.warm_start_checkpoint_uuid = ColText(s, 16);
   return r;
 }
 
@@ -117,7 +121,9 @@ absl::StatusOr<int64_t> Store::InsertExperiment(const ExperimentRow& row) {
         .Double(row.progress)
         .Int(row.created_ms)
         .Int(row.ended_ms)
-        .Text(row.checkpoint_gc_policy_json);
+        .Text(row.checkpoint_gc_policy_json)
+        .Int(row.parent_id)
+        .Text(row.warm_start_checkpoint_uuid);
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind experiment");
     int rc = sqlite3_step(st.get());
     if (rc != SQLITE_DONE) return Error(rc, "insert experiment");

@@ -168,10 +168,17 @@ constexpr char kMigration4[] = R"sql(
 ALTER TABLE agents ADD COLUMN credential_sha256 TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Forks and warm starts: the experiment forked from (0: none) and the
+// checkpoint every new trial starts its model weights from ('': none).
+constexpr char kMigration5[] = R"sql(
+ALTER TABLE experiments ADD COLUMN parent_id INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE experiments ADD COLUMN warm_start_checkpoint_uuid TEXT NOT NULL DEFAULT '';
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
-      new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4};
+      new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5};
   return *kMigrations;
 }
 

@@ -27,6 +27,7 @@
 #include "trial_runtime/runtime/process_setup.h"
 #include "trial_runtime/runtime/trial_controller.h"
 #include "trial_runtime/runtime/trial_loader.h"
+#include "trial_runtime/runtime/warm_start.h"
 
 namespace det::runtime {
 namespace {
@@ -495,7 +496,18 @@ std::optional<int> ManagedRank::BuildTrial() {
 }
 
 std::optional<int> ManagedRank::RestoreLatestCheckpoint() {
-  if (tc_.latest_checkpoint().uuid().empty()) return std::nullopt;
+  if (tc_.latest_checkpoint().uuid().empty()) {
+    // A new trial of a warm-started experiment: the source's weights only.
+    if (tc_.warm_start_checkpoint().uuid().empty()) return std::nullopt;
+    const std::string& source = tc_.warm_start_checkpoint().storage_path();
+    absl::Status st = LoadModelWeights(source, *context_);
+    if (!st.ok()) return Fail(kExitTrialError, reporting_client_, st, false);
+    if (chief_) {
+      std::printf("[det-trial] warm start: model weights from checkpoint %s\n", source.c_str());
+      std::fflush(stdout);
+    }
+    return std::nullopt;
+  }
   std::string dir = tc_.latest_checkpoint().storage_path();
   absl::Status st = controller_->Restore(dir);
   if (!st.ok()) return Fail(kExitTrialError, reporting_client_, st, false);
