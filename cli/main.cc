@@ -6,7 +6,8 @@
 //   det-cli experiment list|describe|logs|list-trials|list-checkpoints|pause|activate|cancel|kill ...
 //   det-cli experiment set gc-policy ID [--save-experiment-best N] [--save-trial-best N] [--save-trial-latest N]
 //   det-cli trial describe|logs|metrics|kill ID
-//   det-cli checkpoint list EXPERIMENT_ID | describe UUID
+//   det-cli checkpoint list EXPERIMENT_ID | describe UUID | download UUID -o DIR | delete UUID... [--yes]
+//   det-cli checkpoint set-metadata UUID key=value... [--remove KEY]
 //   det-cli agent list | slot list | master info
 //   det-cli user login [USERNAME] [--password-stdin] | logout | whoami | list
 //   det-cli user create NAME [--admin] [--password-stdin] | change-password [USERNAME] [--password-stdin]
@@ -31,6 +32,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/checkpoint_commands.h"
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/user_commands.h"
@@ -385,6 +387,10 @@ int Main(int argc, char** argv) {
   AddExperimentCommands(app, cl);
   AddTrialCommands(app, cl);
   AddCheckpointCommands(app, cl);
+  // checkpoint download | delete | set-metadata (cli/checkpoint_commands.h)
+  CheckpointFileArgs checkpoint_file_args;
+  AddCheckpointFileCommands(app.get_subcommand("checkpoint"), checkpoint_file_args,
+                            [&cl](Command command) { cl.run = std::move(command); });
   AddClusterCommands(app, cl);
   AddUserCommands(app, cl);
   AddPreviewSearchCommand(app, cl);

@@ -211,6 +211,7 @@ void RestDispatcher::ServeDeclared(const CompiledRestRoute& d, const std::vector
   if (st.ok()) st = SetFieldsFromPairs(d.fixed, request.get());
   if (!st.ok()) return SendError(res, st);
   ApplyCaps(d.caps, request.get());
+  if (d.route.streamer != nullptr) return d.route.streamer(*handlers_, d.method, *caller, std::move(request), res);
   std::unique_ptr<pb::Message> response = NewMessage(d.method->output_type());
   if (Streams(d.method)) {
     // One answer: every streamed message merged in order.

@@ -1,5 +1,6 @@
 // REST routes of trials, their metrics, logs and checkpoints (rest_routes.h).
 #include "master/http/rest_routes.h"
+#include "master/http/rest_tar.h"
 
 namespace det::master {
 
@@ -17,6 +18,11 @@ std::vector<RestRoute> TrialRoutes() {
       // streams and follows.
       {"GET", "/api/v1/trials/{trial_id}/logs", "TrialLogs", RestBody::kNone, "follow=false", nullptr, "limit=1000"},
       {"GET", "/api/v1/checkpoints/{checkpoint_uuid}", "GetCheckpoint"},
+      // The checkpoint's files as a tar (rest_tar.h), streamed.
+      {"GET", "/api/v1/checkpoints/{checkpoint_uuid}/download", "DownloadCheckpoint", RestBody::kNone, "", nullptr, "",
+       ServeTar},
+      {"PATCH", "/api/v1/checkpoints/{checkpoint_uuid}", "PatchCheckpoint", RestBody::kJson},
+      {"DELETE", "/api/v1/checkpoints", "DeleteCheckpoints", RestBody::kJson},
   };
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "master/service/artifact_upload.h"
+#include "master/service/checkpoint_download.h"
 #include "master/service/request_auth.h"
 #include "master/service/trial_log_cursor.h"
 
@@ -179,6 +180,7 @@ DET_API_UNARY(DisableSlot)
 DET_API_UNARY(GetResourcePools)
 DET_API_UNARY(GetJobQueue)
 DET_API_UNARY(UpdateJob)
+DET_API_UNARY(PatchCheckpoint)
 #undef DET_API_UNARY
 
 grpc::ServerReadReactor<apiv1::UploadArtifactRequest>* ApiService::UploadArtifact(
@@ -207,10 +209,13 @@ grpc::ServerWriteReactor<apiv1::TrialLogsResponse>* ApiService::TrialLogs(grpc::
 }
 
 grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>* ApiService::DownloadCheckpoint(
-    grpc::CallbackServerContext* ctx, const apiv1::DownloadCheckpointRequest*) {
+    grpc::CallbackServerContext* ctx, const apiv1::DownloadCheckpointRequest* req) {
   auto caller = Caller(ctx, "DownloadCheckpoint");
-  return new FinishedReactor<grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>>(
-      caller.ok() ? Unimplemented("DownloadCheckpoint") : ToGrpcStatus(caller.status()));
+  if (!caller.ok()) {
+    return new FinishedReactor<grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>>(
+        ToGrpcStatus(caller.status()));
+  }
+  return new DownloadCheckpointReactor(core_, *req);
 }
 
 // ---- det.agent.v1.AgentService
