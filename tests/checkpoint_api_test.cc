@@ -70,6 +70,13 @@ nlohmann::json Checkpoints(TestCluster& cluster, int exp) {
   return cps.is_object() && cps.contains("checkpoints") ? cps["checkpoints"] : nlohmann::json::array();
 }
 
+// "name (size), ..." of a Files() map, for failure messages.
+std::string Names(const std::map<std::string, std::string>& files) {
+  std::string out;
+  for (const auto& [name, bytes] : files) absl::StrAppend(&out, name, " (", bytes.size(), "), ");
+  return out;
+}
+
 // Every regular file below `dir`: relative path -> bytes.
 std::map<std::string, std::string> Files(const fs::path& dir) {
   std::map<std::string, std::string> out;
@@ -107,11 +114,12 @@ TEST(CheckpointApiTest, DownloadOverGrpcAndRestIsByteIdentical) {
   // det-cli from elsewhere: cwd dir/client, output "got" relative to it.
   fs::create_directories(dir / "client");
   std::string out, err;
-  const std::string cmd = absl::StrCat("cd '", (dir / "client").string(), "' && '", DET_BIN_DIR, "/det-cli' -m ",
+  const std::string cmd = absl::StrCat("cd '", dir / "client", "' && '", DET_BIN_DIR, "/det-cli' -m ",
                                        cluster.grpc_address(), " checkpoint download ", uuid, " -o got");
   ASSERT_EQ(RunProcess({"/bin/sh", "-c", cmd}, &out, &err), 0) << out << err;
   EXPECT_THAT(out, HasSubstr("Downloaded checkpoint " + uuid));
-  EXPECT_EQ(Files(dir / "client/got"), stored);
+  const auto got = Files(dir / "client/got");
+  EXPECT_TRUE(got == stored) << Names(got) << " vs " << Names(stored);
 
   // REST: a tar that `tar x` unpacks.
   auto res = cluster.Http("GET", absl::StrCat("/api/v1/checkpoints/", uuid, "/download"),
@@ -121,8 +129,9 @@ TEST(CheckpointApiTest, DownloadOverGrpcAndRestIsByteIdentical) {
   EXPECT_EQ(res->get_header_value("Content-Type"), "application/x-tar");
   WriteFile(dir / "ck.tar", res->body);
   fs::create_directories(dir / "untar");
-  ASSERT_EQ(RunProcess({"tar", "-xf", dir / "ck.tar", "-C", dir / "untar"}, &out, &err), 0) << err;
-  EXPECT_EQ(Files(dir / "untar"), stored);
+  ASSERT_EQ(RunProcess({"/usr/bin/tar", "-xf", dir / "ck.tar", "-C", dir / "untar"}, &out, &err), 0) << err;
+  const auto untarred = Files(dir / "untar");
+  EXPECT_TRUE(untarred == stored) << Names(untarred) << " vs " << Names(stored);
 
   // Errors: unknown uuid, malformed uuid, no token.
   int status = 0;
@@ -149,13 +158,22 @@ TEST(CheckpointApiTest, DownloadNeverFollowsASymlinkInStorage) {
   ASSERT_FALSE(cps.empty());
   const std::string uuid = cps.back()["uuid"];
   const fs::path path = cps.back()["storage_path"].get<std::string>();
-  WriteFile(dir / "secret", std::string(fs::file_size(path / "metadata.json"), 'S'));
-  fs::remove(path / "metadata.json");
-  fs::create_symlink(dir / "secret", path / "metadata.json");
+  // A recorded file (model_0.pt) and metadata.json (sent beside them).
+  WriteFile(dir / "secret", std::string(fs::file_size(path / "model_0.pt"), 'S'));
+  fs::remove(path / "model_0.pt");
+  fs::create_symlink(dir / "secret", path / "model_0.pt");
   std::string out, err;
   EXPECT_NE(cluster.Cli({"checkpoint", "download", uuid, "-o", dir / "got"}, &out, &err), 0);
   EXPECT_THAT(err, HasSubstr("DATA_LOSS"));
   for (const auto& [name, bytes] : Files(dir / "got")) EXPECT_EQ(bytes.find("SSSS"), std::string::npos) << name;
+  fs::remove(path / "model_0.pt");
+  fs::create_symlink(dir / "secret", path / "metadata.json.tmp");
+  fs::rename(path / "metadata.json.tmp", path / "metadata.json");
+  EXPECT_NE(cluster.Cli({"checkpoint", "download", uuid, "-o", dir / "got2"}, &out, &err), 0);
+  EXPECT_THAT(err, HasSubstr("DATA_LOSS"));
+  int status = 0;
+  cluster.Get("/api/v1/checkpoints/" + uuid + "/download", &status);
+  EXPECT_NE(status, 200);
 }
 
 // The CLI's writer refuses what a malicious master could send to escape

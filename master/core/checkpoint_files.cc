@@ -18,6 +18,8 @@ namespace {
 
 namespace apiv1 = ::det::api::v1;
 
+constexpr char kMetadataFile[] = "metadata.json";
+
 // Opens `relative` below directory `dir_fd`, every component with
 // O_NOFOLLOW; the last one read-only and non-blocking (a FIFO must not hang
 // the master). Returns -1 with errno set on failure.
@@ -74,6 +76,25 @@ absl::StatusOr<std::unique_ptr<CheckpointFiles>> CheckpointFiles::Open(const Che
     files.push_back({path, size});
   }
   DET_ASSIGN_OR_RETURN(int fd, roots.OpenCheckpoint(row.storage_path, row.uuid));
+  // det-trial writes metadata.json last, after listing the resources: it is
+  // sent too (what makes the directory a checkpoint), at its size now.
+  if (row.resources.count(kMetadataFile) == 0) {
+    int meta = OpenNoFollowAt(fd, kMetadataFile);
+    const int err = errno;
+    struct stat st;
+    const bool regular = meta >= 0 && fstat(meta, &st) == 0 && S_ISREG(st.st_mode);
+    if (meta >= 0) close(meta);
+    if (meta < 0 && err != ENOENT) {
+      close(fd);
+      return absl::DataLossError(absl::StrCat("checkpoint ", row.uuid, ": file ", kMetadataFile,
+                                              ": a symlink or not a file (not followed)"));
+    }
+    if (regular && st.st_size <= limits.max_total_bytes - total) {
+      total += st.st_size;
+      files.push_back({kMetadataFile, st.st_size});
+      std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.path < b.path; });
+    }
+  }
   return std::unique_ptr<CheckpointFiles>(
       new CheckpointFiles(fd, row.uuid, std::move(files), total, std::max<int64_t>(1, limits.chunk_bytes)));
 }

@@ -35,7 +35,8 @@ class CheckpointFiles {
   };
 
   // Opens checkpoint `row`'s directory (CheckpointRoots::OpenCheckpoint) and
-  // checks its resources: at most limits.max_files, paths relative without
+  // checks its resources (plus metadata.json, which det-trial writes after
+  // listing them, at its current size): at most limits.max_files, paths relative without
   // '..', at most max_path_bytes each, sizes >= 0, total at most
   // max_total_bytes (FailedPrecondition naming the checkpoint otherwise;
   // NotFound when the directory is gone).
