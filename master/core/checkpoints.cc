@@ -82,7 +82,8 @@ absl::StatusOr<apiv1::PatchCheckpointResponse> MasterCore::PatchCheckpoint(const
   DET_ASSIGN_OR_RETURN(CheckpointRow row, FindCheckpoint(*store_, req.checkpoint_uuid(), "checkpoint_uuid"));
   nlohmann::json meta = nlohmann::json::parse(row.metadata_json, nullptr, false);
   if (meta.is_discarded() || !meta.is_object()) meta = nlohmann::json::object();
-  for (const auto& [key, value] : StructToJson(req.metadata()).items()) meta[key] = value;
+  const nlohmann::json changes = StructToJson(req.metadata());  // alive while items() is iterated
+  for (const auto& [key, value] : changes.items()) meta[key] = value;
   for (const std::string& key : req.remove_keys()) meta.erase(key);
   row.metadata_json = meta.dump();
   if (row.metadata_json.size() > kMaxMetadataBytes) {
