@@ -7,7 +7,7 @@
 //   #/agents                 agents and slots
 import {apiGet, apiPost, getToken, getUsername, logout, onAuthChange} from './api.js';
 import {LineChart, ScatterChart, colorFor} from './charts.js';
-import {renderCheckpointUuid} from './checkpoint_download.js';
+import {renderCheckpointUuid} from './checkpoints.js';
 import {
   h, setText, setAttr, setHidden, setChildrenKeyed, syncRows, syncEmpty, num, stateLabel, enumLabel,
   isTerminal, fmtMetric, fmtValue, fmtTime, fmtDuration, fmtBytes, flatten,
