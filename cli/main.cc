@@ -9,7 +9,8 @@
 //   det-cli experiment set name|description|labels ID VALUE | label add|remove ID LABEL
 //   det-cli trial describe|logs|metrics|kill|pause|activate ID
 //   det-cli experiment fork ID [--config overrides.yaml] [--paused] | continue ID [--max-length N]
-//   det-cli checkpoint list EXPERIMENT_ID | describe UUID
+//   det-cli checkpoint list EXPERIMENT_ID | describe UUID | download UUID -o DIR | delete UUID... [--yes]
+//   det-cli checkpoint set-metadata UUID key=value... [--remove KEY]
 //   det-cli agent list | slot list | master info
 //   det-cli user login [USERNAME] [--password-stdin] | logout | whoami | list
 //   det-cli user create NAME [--admin] [--password-stdin] | change-password [USERNAME] [--password-stdin]
@@ -34,6 +35,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/checkpoint_commands.h"
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/experiment_lifecycle_commands.h"
@@ -385,6 +387,10 @@ int Main(int argc, char** argv) {
   // experiment fork|continue, trial pause|activate (cli/experiment_fork_commands.h)
   AddForkCommands(app, [&cl](RunCommand run) { cl.run = std::move(run); });
   AddCheckpointCommands(app, cl);
+  // checkpoint download | delete | set-metadata (cli/checkpoint_commands.h)
+  CheckpointFileArgs checkpoint_file_args;
+  AddCheckpointFileCommands(app.get_subcommand("checkpoint"), checkpoint_file_args,
+                            [&cl](Command command) { cl.run = std::move(command); });
   AddClusterCommands(app, cl);
   // trial logs (filters), experiment validation-history, master logs
   // (cli/metrics_log_commands.h)

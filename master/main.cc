@@ -77,6 +77,7 @@ struct Flags {
   bool allow_empty_passwords = false;
   double max_message_mib = 8;
   double grpc_memory_mib = 128;
+  double max_artifact_mib = 1024;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -94,6 +95,10 @@ void AddFlags(CLI::App& app, Flags& f) {
   f.max_trial_log_mib = f.options.max_trial_log_bytes / double(1 << 20);
   app.add_option("--max-trial-log-mib", f.max_trial_log_mib,
                  "Log volume kept per trial; beyond it the oldest lines are dropped (a marker line says how many)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-artifact-mib", f.max_artifact_mib,
+                 "Largest trial.so accepted (UploadArtifact streams it to disk in 1 MiB chunks)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   f.max_log_line_kib = f.options.max_log_line_bytes / 1024.0;
@@ -300,6 +305,7 @@ int main(int argc, char** argv) {
   f.options.rendezvous_timeout_ms = static_cast<int64_t>(f.rendezvous_timeout_s * 1000);
   f.options.max_message_bytes = static_cast<int64_t>(f.max_message_mib * (1 << 20));
   f.options.max_trial_log_bytes = static_cast<int64_t>(f.max_trial_log_mib * (1 << 20));
+  f.options.max_trial_so_bytes = static_cast<int64_t>(f.max_artifact_mib * (1 << 20));
   f.options.max_log_line_bytes = static_cast<int64_t>(f.max_log_line_kib * 1024);
 
   // Signals are taken synchronously (Serve).

@@ -3,7 +3,9 @@
 #include <elf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -64,6 +66,35 @@ absl::StatusOr<std::string> ArtifactStore::Put(const std::string& bytes) {
   fs::rename(tmp, PathOf(sha), ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot store artifact ", sha, ": ", ec.message()));
   return sha;
+}
+
+absl::StatusOr<std::pair<std::string, int>> ArtifactStore::CreateTemp() {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  std::string path = (fs::path(dir_) / "upload.tmp.XXXXXX").string();
+  int fd = mkstemp(path.data());
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create a temporary artifact in ", dir_));
+  return std::make_pair(path, fd);
+}
+
+absl::Status ArtifactStore::Adopt(const std::string& tmp_path, const std::string& sha256) {
+  std::error_code ec;
+  auto fail = [&](absl::Status st) {
+    fs::remove(tmp_path, ec);
+    return st;
+  };
+  if (absl::Status st = ValidateSha256(sha256, "sha256"); !st.ok()) return fail(st);
+  std::string header(sizeof(Elf64_Ehdr), '\0');
+  {
+    std::ifstream in(tmp_path, std::ios::binary);
+    in.read(header.data(), static_cast<std::streamsize>(header.size()));
+    header.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
+  }
+  if (absl::Status st = CheckSharedLibrary(header); !st.ok()) return fail(st);
+  if (Has(sha256)) return fail(absl::OkStatus());
+  fs::rename(tmp_path, PathOf(sha256), ec);
+  if (ec) return fail(absl::InternalError(absl::StrCat("cannot store artifact ", sha256, ": ", ec.message())));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> ArtifactStore::Size(const std::string& sha256) const {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -19,6 +20,15 @@ class ArtifactStore {
   explicit ArtifactStore(std::string dir) : dir_(std::move(dir)) {}
   // Validates and stores `bytes`; returns their sha256 (idempotent).
   absl::StatusOr<std::string> Put(const std::string& bytes);
+  // A new empty temporary file in the store's directory for an upload
+  // (written by the caller, then given to Adopt, or removed). Returns its
+  // path and an open, writable descriptor the caller closes.
+  absl::StatusOr<std::pair<std::string, int>> CreateTemp();
+  // Stores the library at `tmp_path` (in the store's directory, from
+  // CreateTemp) whose SHA-256 the caller computed as `sha256`: its ELF
+  // header is checked (InvalidArgument, the file removed), then it is
+  // renamed into place (removed instead when already stored).
+  absl::Status Adopt(const std::string& tmp_path, const std::string& sha256);
   // Whether an artifact with this hash is stored; false for anything that is
   // not a lower-case hex SHA-256 (so a hash never names a file outside dir).
   bool Has(const std::string& sha256) const;

@@ -1,6 +1,10 @@
 #include "master/core/checkpoint_roots.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 
@@ -54,7 +58,7 @@ absl::Status CheckpointRoots::Check(const std::string& dir, absl::string_view fi
                                                  Describe(), "; see det-master --checkpoint-storage-root)"));
 }
 
-absl::Status CheckpointRoots::RemoveCheckpoint(const std::string& storage_path, const std::string& uuid) const {
+absl::StatusOr<int> CheckpointRoots::OpenParent(const std::string& storage_path, const std::string& uuid) const {
   DET_RETURN_IF_ERROR(ValidateUuid(uuid, "checkpoint uuid"));
   const fs::path path = LexicalPath(storage_path);
   if (path.filename() != uuid) {
@@ -67,14 +71,29 @@ absl::Status CheckpointRoots::RemoveCheckpoint(const std::string& storage_path, 
     // The part below the root may hold symlinks made since (by trial code):
     // opened component by component, never following one.
     const std::string relative = fs::path(dir).lexically_relative(r.lexical).string();
-    DET_ASSIGN_OR_RETURN(int fd, OpenDirNoFollow(r.lexical, relative));
-    absl::Status st = RemoveTreeNoFollow(fd, uuid);
-    close(fd);
-    return st;
+    return OpenDirNoFollow(r.lexical, relative);
   }
   return absl::FailedPreconditionError(absl::StrCat("checkpoint ", uuid, ": ", dir,
                                                     " is not under an allowed checkpoint storage root (", Describe(),
-                                                    "); not deleted"));
+                                                    ")"));
+}
+
+absl::Status CheckpointRoots::RemoveCheckpoint(const std::string& storage_path, const std::string& uuid) const {
+  DET_ASSIGN_OR_RETURN(int fd, OpenParent(storage_path, uuid));
+  absl::Status st = RemoveTreeNoFollow(fd, uuid);
+  close(fd);
+  return st;
+}
+
+absl::StatusOr<int> CheckpointRoots::OpenCheckpoint(const std::string& storage_path, const std::string& uuid) const {
+  DET_ASSIGN_OR_RETURN(int parent, OpenParent(storage_path, uuid));
+  int fd = openat(parent, uuid.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int err = errno;
+  close(parent);
+  if (fd >= 0) return fd;
+  if (err == ENOENT) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, ": ", storage_path, " is gone"));
+  return absl::FailedPreconditionError(absl::StrCat("checkpoint ", uuid, ": cannot open ", storage_path,
+                                                    " (no symlink is followed): ", std::strerror(err)));
 }
 
 }  // namespace det::master

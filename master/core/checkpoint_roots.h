@@ -41,10 +41,21 @@ class CheckpointRoots {
   // Thread-safe (no state changes).
   absl::Status RemoveCheckpoint(const std::string& storage_path, const std::string& uuid) const;
 
+  // Opens checkpoint directory `storage_path` of checkpoint `uuid` read-only
+  // under the same conditions as RemoveCheckpoint (a UUID that ends the
+  // recorded path, under a root, no symlink followed below the root, the
+  // directory itself included). Returns the descriptor, which the caller
+  // closes. NotFound when it is gone; FailedPrecondition otherwise.
+  // Thread-safe.
+  absl::StatusOr<int> OpenCheckpoint(const std::string& storage_path, const std::string& uuid) const;
+
   // The roots as configured (absolute, normal), comma-separated.
   std::string Describe() const;
 
  private:
+  // The parent directory of checkpoint `uuid`'s `storage_path`, opened as
+  // RemoveCheckpoint describes.
+  absl::StatusOr<int> OpenParent(const std::string& storage_path, const std::string& uuid) const;
   struct Root {
     std::string lexical;   // absolute, normal
     std::string resolved;  // and with its symlinks resolved

@@ -44,6 +44,7 @@
 #include "det/trial/v1/trial.pb.h"
 #include "master/core/agent_session.h"
 #include "master/core/artifact_store.h"
+#include "master/core/checkpoint_files.h"
 #include "master/core/checkpoint_roots.h"
 #include "master/core/clock.h"
 #include "master/search/scheduler.h"
@@ -187,6 +188,15 @@ class MasterCore {
   absl::StatusOr<apiv1::GetTrialCheckpointsResponse> GetTrialCheckpoints(
       const apiv1::GetTrialCheckpointsRequest& req);
   absl::StatusOr<apiv1::GetCheckpointResponse> GetCheckpoint(const apiv1::GetCheckpointRequest& req);
+  // ---- checkpoints.cc: deleting, downloading, metadata (see api.proto)
+  // Marks the checkpoints DELETED (all-or-nothing) and then removes their
+  // directories (CheckpointRoots) before returning, outside mu_.
+  absl::StatusOr<apiv1::DeleteCheckpointsResponse> DeleteCheckpoints(const apiv1::DeleteCheckpointsRequest& req);
+  absl::StatusOr<apiv1::PatchCheckpointResponse> PatchCheckpoint(const apiv1::PatchCheckpointRequest& req);
+  // The files of COMPLETED checkpoint req.checkpoint_uuid() for
+  // DownloadCheckpoint (CheckpointFiles::Open). InvalidArgument malformed
+  // uuid; NotFound; FailedPrecondition not COMPLETED.
+  absl::StatusOr<std::unique_ptr<CheckpointFiles>> OpenCheckpointFiles(const apiv1::DownloadCheckpointRequest& req);
   absl::StatusOr<apiv1::GetAgentsResponse> GetAgents(const apiv1::GetAgentsRequest& req);
   absl::StatusOr<apiv1::GetSlotsResponse> GetSlots(const apiv1::GetSlotsRequest& req);
   // TrialLogs (server streaming) one batch at a time: up to `max_lines` lines

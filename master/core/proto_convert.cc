@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include "common/proto_json.h"
+
 namespace det::master {
 namespace apiv1 = ::det::api::v1;
 
@@ -55,6 +57,11 @@ apiv1::Checkpoint CheckpointProto(const CheckpointRow& r) {
   c.set_total_batches(r.total_batches);
   for (const auto& [k, v] : r.resources) (*c.mutable_resources())[k] = v;
   c.set_storage_path(r.storage_path);
+  nlohmann::json metadata = nlohmann::json::parse(r.metadata_json, nullptr, false);
+  if (metadata.is_object()) {
+    auto st = JsonToStruct(metadata);
+    if (st.ok()) *c.mutable_metadata() = *std::move(st);
+  }
   SetTime(c.mutable_report_time(), r.time_ms);
   if (r.searcher_metric) c.set_searcher_metric(*r.searcher_metric);
   return c;

@@ -216,6 +216,7 @@ void RestDispatcher::ServeDeclared(const CompiledRestRoute& d, const std::vector
     return ServeNdjson(*handlers_, d.method, *std::move(caller), std::move(request),
                        in_memory ? NdjsonMode::kBuffered : NdjsonMode::kChunked, res);
   }
+  if (d.route.streamer != nullptr) return d.route.streamer(*handlers_, d.method, *caller, std::move(request), res);
   std::unique_ptr<pb::Message> response = NewMessage(d.method->output_type());
   if (Streams(d.method)) {
     // One answer: every streamed message merged in order.

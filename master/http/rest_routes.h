@@ -27,13 +27,22 @@
 #ifndef DET_MASTER_HTTP_REST_ROUTES_H_
 #define DET_MASTER_HTTP_REST_ROUTES_H_
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
+namespace httplib {
+struct Response;
+}  // namespace httplib
+
 namespace det::master {
+
+class ApiHandlers;
+struct ApiCaller;
 
 enum class RestBody {
   kNone,  // the request comes from the query and the path
@@ -44,6 +53,11 @@ enum class RestBody {
 using RestHeaders = std::vector<std::pair<std::string, std::string>>;
 // Runs after a successful call with the RPC's response; adds headers.
 using RestResponseHook = void (*)(const google::protobuf::Message& response, RestHeaders* headers);
+// Answers a server-streaming RPC in a format of its own instead of JSON
+// (e.g. ServeTar in rest_tar.h): gets the built request and the response.
+using RestStreamer = void (*)(const ApiHandlers& handlers, const google::protobuf::MethodDescriptor* method,
+                              const ApiCaller& caller, std::unique_ptr<google::protobuf::Message> request,
+                              httplib::Response& res);
 
 struct RestRoute {
   const char* method;  // "GET", "POST", "PATCH", "PUT" or "DELETE"
@@ -57,6 +71,7 @@ struct RestRoute {
   // call streams (one message per line, as POST /api/v1/<RpcName> does)
   // instead of one merged message; it may follow.
   bool ndjson = false;
+  RestStreamer streamer = nullptr;  // set: answers in its own format
 };
 
 // One API route as GET /api/v1/routes lists it.

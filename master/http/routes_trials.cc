@@ -1,5 +1,6 @@
 // REST routes of trials, their metrics, logs and checkpoints (rest_routes.h).
 #include "master/http/rest_routes.h"
+#include "master/http/rest_tar.h"
 
 namespace det::master {
 
@@ -21,6 +22,11 @@ std::vector<RestRoute> TrialRoutes() {
       // newline-delimited JSON as they are stored (follow=true to keep
       // going; after_id to resume).
       {"GET", "/api/v1/trials/{trial_id}/metrics/stream", "StreamTrialMetrics", RestBody::kNone, "", nullptr, "", true},
+      // The checkpoint's files as a tar (rest_tar.h), streamed.
+      {"GET", "/api/v1/checkpoints/{checkpoint_uuid}/download", "DownloadCheckpoint", RestBody::kNone, "", nullptr, "",
+       false, ServeTar},
+      {"PATCH", "/api/v1/checkpoints/{checkpoint_uuid}", "PatchCheckpoint", RestBody::kJson},
+      {"DELETE", "/api/v1/checkpoints", "DeleteCheckpoints", RestBody::kJson},
   };
 }
 

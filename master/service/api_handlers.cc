@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "det/api/v1/api.grpc.pb.h"
+#include "master/service/checkpoint_download.h"
 #include "master/service/preview_search.h"
 #include "master/service/request_auth.h"
 #include "master/service/stream_cursors.h"
@@ -94,6 +95,12 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   BindCore("ContinueExperiment", &MasterCore::ContinueExperiment);
   BindCore("PauseTrial", &MasterCore::PauseTrial);
   BindCore("ActivateTrial", &MasterCore::ActivateTrial);
+  BindCore("DeleteCheckpoints", &MasterCore::DeleteCheckpoints);
+  BindCore("PatchCheckpoint", &MasterCore::PatchCheckpoint);
+  BindStreaming<apiv1::DownloadCheckpointRequest, apiv1::DownloadCheckpointResponse>(
+      "DownloadCheckpoint", [this](const ApiCaller&, const auto& req, const auto& write, const auto& cancelled) {
+        return StreamCheckpoint(core_, req, write, cancelled);
+      });
   BindStreaming<apiv1::TrialLogsRequest, apiv1::TrialLogsResponse>(
       "TrialLogs", [this](const ApiCaller&, const auto& req, const auto& write, const auto& cancelled) {
         TrialLogCursor cursor(core_, req);
@@ -218,6 +225,11 @@ absl::StatusOr<std::vector<int64_t>> ApiHandlers::OwnedExperiments(const MethodA
       }
       break;
     case OwnedBy::kCheckpointUuids: {
+      if (!f->is_repeated()) {  // one uuid (PatchCheckpoint)
+        DET_ASSIGN_OR_RETURN(int64_t exp, core_->ExperimentOfCheckpoint(r->GetString(request, f)));
+        ids.push_back(exp);
+        break;
+      }
       constexpr int kMaxUuids = 1000;
       const int n = r->FieldSize(request, f);
       if (n > kMaxUuids) {

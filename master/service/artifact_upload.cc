@@ -1,5 +1,10 @@
 #include "master/service/artifact_upload.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/sha256.h"
@@ -7,6 +12,11 @@
 namespace det::master {
 
 namespace apiv1 = ::det::api::v1;
+
+ArtifactUpload::~ArtifactUpload() {
+  if (tmp_fd_ >= 0) close(tmp_fd_);
+  if (!tmp_path_.empty()) unlink(tmp_path_.c_str());
+}
 
 absl::Status ArtifactUpload::Add(const apiv1::UploadArtifactRequest& msg) {
   if (!started_) {
@@ -17,6 +27,9 @@ absl::Status ArtifactUpload::Add(const apiv1::UploadArtifactRequest& msg) {
       return absl::InvalidArgumentError(
           absl::StrCat("size_bytes: ", msg.size_bytes(), " must be in 1..", max_bytes_, " (max_trial_so_bytes)"));
     }
+    auto tmp = store_->CreateTemp();
+    if (!tmp.ok()) return tmp.status();
+    std::tie(tmp_path_, tmp_fd_) = *tmp;
     started_ = true;
     sha256_ = msg.sha256();
     size_ = msg.size_bytes();
@@ -27,27 +40,43 @@ absl::Status ArtifactUpload::Add(const apiv1::UploadArtifactRequest& msg) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk: ", msg.chunk().size(), " bytes; the limit is ", kMaxUploadChunkBytes));
   }
-  if (static_cast<int64_t>(bytes_.size() + msg.chunk().size()) > size_) {
+  if (received_ + static_cast<int64_t>(msg.chunk().size()) > size_) {
     return absl::InvalidArgumentError(absl::StrCat("chunk: more bytes than the announced size_bytes ", size_));
   }
-  bytes_.append(msg.chunk());
+  const char* p = msg.chunk().data();
+  size_t left = msg.chunk().size();
+  while (left > 0) {
+    ssize_t n = write(tmp_fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::InternalError(absl::StrCat("cannot write the upload to ", tmp_path_));
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  hash_.Update(msg.chunk());
+  received_ += static_cast<int64_t>(msg.chunk().size());
   return absl::OkStatus();
 }
 
 absl::StatusOr<apiv1::UploadArtifactResponse> ArtifactUpload::Finish() {
   if (!started_) return absl::InvalidArgumentError("sha256: no message received");
-  if (static_cast<int64_t>(bytes_.size()) != size_) {
+  if (received_ != size_) {
     return absl::InvalidArgumentError(
-        absl::StrCat("size_bytes: announced ", size_, " but received ", bytes_.size(), " bytes"));
+        absl::StrCat("size_bytes: announced ", size_, " but received ", received_, " bytes"));
   }
-  if (Sha256Hex(bytes_) != sha256_) {
+  if (hash_.HexDigest() != sha256_) {
     return absl::InvalidArgumentError("sha256: the received bytes have another hash");
   }
+  if (close(tmp_fd_) != 0) {
+    tmp_fd_ = -1;
+    return absl::InternalError(absl::StrCat("cannot write the upload to ", tmp_path_));
+  }
+  tmp_fd_ = -1;
   apiv1::UploadArtifactResponse resp;
   resp.set_already_existed(store_->Has(sha256_));
-  auto sha = store_->Put(bytes_);
-  if (!sha.ok()) return sha.status();
-  resp.mutable_artifact()->set_sha256(*sha);
+  absl::Status adopted = store_->Adopt(tmp_path_, sha256_);
+  tmp_path_.clear();  // Adopt moved or removed it
+  if (!adopted.ok()) return adopted;
+  resp.mutable_artifact()->set_sha256(sha256_);
   resp.mutable_artifact()->set_size_bytes(size_);
   return resp;
 }

@@ -2,7 +2,9 @@
 // chunks of at most 1 MiB, the first message announcing its SHA-256 and size,
 // so that no single gRPC message needs to hold a large library (the master's
 // receive limit stays a few MiB). Stored in the same ArtifactStore as
-// CreateExperiment's inline trial.so.
+// CreateExperiment's inline trial.so. The chunks go to a temporary file in
+// the store as they arrive and are hashed on the way, so the master's memory
+// stays flat whatever the size (at most max_trial_so_bytes).
 #ifndef DET_MASTER_SERVICE_ARTIFACT_UPLOAD_H_
 #define DET_MASTER_SERVICE_ARTIFACT_UPLOAD_H_
 
@@ -12,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "common/sha256.h"
 #include "det/api/v1/experiment.pb.h"
 #include "master/core/artifact_store.h"
 
@@ -27,6 +30,10 @@ class ArtifactUpload {
   // `store` is not owned and must outlive this; `max_bytes` bounds the
   // announced size.
   ArtifactUpload(ArtifactStore* store, int64_t max_bytes) : store_(store), max_bytes_(max_bytes) {}
+  // Removes the temporary file unless Finish stored it.
+  ~ArtifactUpload();
+  ArtifactUpload(const ArtifactUpload&) = delete;
+  ArtifactUpload& operator=(const ArtifactUpload&) = delete;
 
   // Takes the next message. InvalidArgument naming the field for a missing
   // or bad sha256/size_bytes in the first message, a chunk over 1 MiB, or
@@ -42,7 +49,10 @@ class ArtifactUpload {
   bool started_ = false;
   std::string sha256_;
   int64_t size_ = 0;
-  std::string bytes_;
+  int64_t received_ = 0;
+  Sha256 hash_;
+  std::string tmp_path_;  // set once the first message is accepted
+  int tmp_fd_ = -1;
 };
 
 // The reactor serving one UploadArtifact call: reads every message into an

@@ -12,6 +12,7 @@
 #include "master/service/artifact_upload.h"
 #include "master/service/polling_stream.h"
 #include "master/service/stream_cursors.h"
+#include "master/service/checkpoint_download.h"
 #include "master/service/request_auth.h"
 #include "master/service/trial_log_cursor.h"
 
@@ -182,6 +183,7 @@ DET_API_UNARY(GetResourcePools)
 DET_API_UNARY(GetJobQueue)
 DET_API_UNARY(UpdateJob)
 DET_API_UNARY(ContinueExperiment)
+DET_API_UNARY(PatchCheckpoint)
 #undef DET_API_UNARY
 
 grpc::ServerReadReactor<apiv1::UploadArtifactRequest>* ApiService::UploadArtifact(
@@ -227,10 +229,13 @@ grpc::ServerWriteReactor<apiv1::TrialLogsResponse>* ApiService::TrialLogs(grpc::
 }
 
 grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>* ApiService::DownloadCheckpoint(
-    grpc::CallbackServerContext* ctx, const apiv1::DownloadCheckpointRequest*) {
+    grpc::CallbackServerContext* ctx, const apiv1::DownloadCheckpointRequest* req) {
   auto caller = Caller(ctx, "DownloadCheckpoint");
-  return new FinishedReactor<grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>>(
-      caller.ok() ? Unimplemented("DownloadCheckpoint") : ToGrpcStatus(caller.status()));
+  if (!caller.ok()) {
+    return new FinishedReactor<grpc::ServerWriteReactor<apiv1::DownloadCheckpointResponse>>(
+        ToGrpcStatus(caller.status()));
+  }
+  return new DownloadCheckpointReactor(core_, *req);
 }
 
 // ---- det.agent.v1.AgentService

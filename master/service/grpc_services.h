@@ -115,6 +115,7 @@ class ApiService final : public apiv1::Determined::CallbackService {
   DET_CALLBACK_UNARY(apiv1, GetResourcePools);
   DET_CALLBACK_UNARY(apiv1, GetJobQueue);
   DET_CALLBACK_UNARY(apiv1, UpdateJob);
+  DET_CALLBACK_UNARY(apiv1, PatchCheckpoint);
 
  private:
   // Authenticates the caller of `method`, runs its handler and finishes.

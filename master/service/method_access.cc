@@ -57,6 +57,7 @@ constexpr Entry kTable[] = {
     {"GetCheckpoint", kUserRule},
     {"DeleteCheckpoints", kByCheckpoints},
     {"DownloadCheckpoint", kUserRule},
+    {"PatchCheckpoint", {Access::kExperimentOwner, OwnedBy::kCheckpointUuids, "checkpoint_uuid"}},
     // ---- cluster: reads open, operations for admins; a user may reorder
     // their own jobs
     {"GetAgents", kUserRule},

@@ -30,7 +30,8 @@ struct MethodAccess {
   Access access = Access::kUnlisted;
   OwnedBy owned_by = OwnedBy::kNone;
   // The request field holding it ("experiment_id", "trial_id",
-  // "checkpoint_uuids", "job_id"); null for the other kinds.
+  // "checkpoint_uuids" (repeated) or "checkpoint_uuid" (one), "job_id");
+  // null for the other kinds.
   const char* field = nullptr;
 };
 

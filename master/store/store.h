@@ -382,6 +382,8 @@ class Store {
 
   // Sets the state of checkpoint `uuid`. NotFound if there is none.
   absl::Status UpdateCheckpointState(const std::string& uuid, const std::string& state);
+  // Sets the metadata JSON of checkpoint `uuid`. NotFound if there is none.
+  absl::Status UpdateCheckpointMetadata(const std::string& uuid, const std::string& metadata_json);
 
   // ---- Task logs ----
 

@@ -43,6 +43,7 @@ constexpr char kListCheckpointsByBoth[] =
     "SELECT " DET_CHECKPOINT_COLUMNS
     " FROM checkpoints WHERE experiment_id = ? AND trial_id = ? ORDER BY time_ms, rowid";
 constexpr char kUpdateCheckpointState[] = "UPDATE checkpoints SET state = ? WHERE uuid = ?";
+constexpr char kUpdateCheckpointMetadata[] = "UPDATE checkpoints SET metadata_json = ? WHERE uuid = ?";
 
 std::string EncodeResources(const std::map<std::string, int64_t>& resources) {
   return Dump(nlohmann::json(resources));
@@ -155,6 +156,19 @@ absl::Status Store::UpdateCheckpointState(const std::string& uuid, const std::st
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint state");
     int rc = sqlite3_step(st.get());
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update checkpoint ", uuid));
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Store::UpdateCheckpointMetadata(const std::string& uuid, const std::string& metadata_json) {
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpdateCheckpointMetadata));
+    Binder b(st.get());
+    b.Text(metadata_json).Text(uuid);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint metadata");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update checkpoint metadata ", uuid));
     if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
     return absl::OkStatus();
   });

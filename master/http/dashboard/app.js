@@ -9,6 +9,7 @@ import {apiGet, apiPost, getToken, getUsername, logout, onAuthChange} from './ap
 import {LineChart, ScatterChart, colorFor} from './charts.js';
 import {fetchExperimentList} from './experiment_actions.js';
 import {MetricsStreamCache} from './metrics_stream.js';
+import {renderCheckpointUuid} from './checkpoints.js';
 import {
   h, setText, setAttr, setHidden, setChildrenKeyed, syncRows, syncEmpty, num, stateLabel, enumLabel,
   isTerminal, fmtMetric, fmtValue, fmtTime, fmtDuration, fmtBytes, flatten,
@@ -521,7 +522,7 @@ class TrialView {
       h('td', {class: 'time'}), h('td', {class: 'mono path'})),
     (tr, c) => {
       const td = tr.children;
-      setText(td[0], c.uuid);
+      renderCheckpointUuid(td[0], c);
       setText(td[1], enumLabel(c.state, 'CHECKPOINT_STATE_'));
       setText(td[2], num(c.total_batches));
       updateMetric(td[3], c.searcher_metric);

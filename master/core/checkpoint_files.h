@@ -1,0 +1,79 @@
+// CheckpointFiles: the files of one checkpoint, read for DownloadCheckpoint
+// (gRPC chunks, REST tar). The file list is the checkpoint's recorded
+// resources (reported by trial code: untrusted), so it is bounded and every
+// path is checked; the directory is opened through CheckpointRoots and every
+// file below it without following a symlink, and only regular files of the
+// recorded size are read.
+#ifndef DET_MASTER_CORE_CHECKPOINT_FILES_H_
+#define DET_MASTER_CORE_CHECKPOINT_FILES_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "det/api/v1/checkpoint.pb.h"
+#include "master/core/checkpoint_roots.h"
+#include "master/store/store.h"
+
+namespace det::master {
+
+struct CheckpointFileLimits {
+  int64_t max_files = 10000;
+  int64_t max_total_bytes = int64_t{64} << 30;  // 64 GiB
+  int64_t max_path_bytes = 1024;
+  int64_t chunk_bytes = int64_t{1} << 20;  // DownloadCheckpointResponse.data
+};
+
+// Not thread-safe: one per download.
+class CheckpointFiles {
+ public:
+  struct File {
+    std::string path;  // relative, as recorded
+    int64_t size = 0;
+  };
+
+  // Opens checkpoint `row`'s directory (CheckpointRoots::OpenCheckpoint) and
+  // checks its resources (plus metadata.json, which det-trial writes after
+  // listing them, at its current size): at most limits.max_files, paths relative without
+  // '..', at most max_path_bytes each, sizes >= 0, total at most
+  // max_total_bytes (FailedPrecondition naming the checkpoint otherwise;
+  // NotFound when the directory is gone).
+  static absl::StatusOr<std::unique_ptr<CheckpointFiles>> Open(const CheckpointRoots& roots,
+                                                               const CheckpointRow& row,
+                                                               const CheckpointFileLimits& limits = {});
+  ~CheckpointFiles();
+  CheckpointFiles(const CheckpointFiles&) = delete;
+  CheckpointFiles& operator=(const CheckpointFiles&) = delete;
+
+  // The files in path order.
+  const std::vector<File>& files() const { return files_; }
+  int64_t total_bytes() const { return total_bytes_; }
+
+  // Fills `out` with the next chunk (files in path order, each in offset
+  // order, at most chunk_bytes each; an empty file is one empty chunk).
+  // Returns false when every file has been sent. DataLoss naming the file
+  // when it is missing, not a regular file, reached through a symlink, or
+  // not of its recorded size.
+  absl::StatusOr<bool> Next(::det::api::v1::DownloadCheckpointResponse* out);
+
+ private:
+  CheckpointFiles(int dir_fd, std::string uuid, std::vector<File> files, int64_t total, int64_t chunk)
+      : dir_fd_(dir_fd), uuid_(std::move(uuid)), files_(std::move(files)), total_bytes_(total), chunk_(chunk) {}
+  // Opens files_[index_] (no symlink followed, regular, recorded size).
+  absl::Status OpenCurrent();
+
+  const int dir_fd_;
+  const std::string uuid_;
+  const std::vector<File> files_;
+  const int64_t total_bytes_;
+  const int64_t chunk_;
+  size_t index_ = 0;    // the file being sent
+  int64_t offset_ = 0;  // within it
+  int file_fd_ = -1;    // files_[index_] once opened
+};
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_CORE_CHECKPOINT_FILES_H_

@@ -1,0 +1,109 @@
+// MasterCore: the det.api.v1 calls that change or read a checkpoint's files
+// and metadata: DeleteCheckpoints, PatchCheckpoint, and opening a checkpoint
+// for DownloadCheckpoint.
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
+#include "common/safe_path.h"
+#include "common/status_macros.h"
+#include "master/core/core_state.h"
+#include "master/core/master_core.h"
+#include "master/core/proto_convert.h"
+
+namespace det::master {
+namespace {
+
+constexpr int kMaxDeleteUuids = 1000;
+constexpr int kMaxMetadataKeys = 100;
+constexpr size_t kMaxMetadataKeyBytes = 256;
+constexpr size_t kMaxMetadataBytes = 64 << 10;
+
+absl::StatusOr<CheckpointRow> FindCheckpoint(Store& store, const std::string& uuid, absl::string_view field) {
+  DET_RETURN_IF_ERROR(ValidateUuid(uuid, field));
+  auto row = store.GetCheckpoint(uuid);
+  if (absl::IsNotFound(row.status())) return absl::NotFoundError(absl::StrCat("checkpoint '", uuid, "' not found"));
+  return row;
+}
+
+}  // namespace
+
+absl::StatusOr<apiv1::DeleteCheckpointsResponse> MasterCore::DeleteCheckpoints(
+    const apiv1::DeleteCheckpointsRequest& req) {
+  if (req.checkpoint_uuids().empty()) return absl::InvalidArgumentError("checkpoint_uuids: at least one is needed");
+  if (req.checkpoint_uuids_size() > kMaxDeleteUuids) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_uuids: ", req.checkpoint_uuids_size(), " uuids; at most ", kMaxDeleteUuids));
+  }
+  std::vector<CheckpointRow> doomed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    WriteScope w(this);
+    std::set<std::string> seen;
+    // Everything is checked before anything changes: all or nothing.
+    for (const std::string& uuid : req.checkpoint_uuids()) {
+      if (!seen.insert(uuid).second) continue;
+      DET_ASSIGN_OR_RETURN(CheckpointRow row, FindCheckpoint(*store_, uuid, "checkpoint_uuids"));
+      if (row.state == "DELETED") continue;
+      auto tit = trials_.find(row.trial_id);
+      if (tit != trials_.end() && tit->second->row.latest_checkpoint_uuid == uuid &&
+          (!Terminal(tit->second->row.state) || !tit->second->allocation_id.empty())) {
+        return absl::FailedPreconditionError(absl::StrCat("checkpoint ", uuid, " is the latest checkpoint of trial ",
+                                                          row.trial_id, ", which is ", tit->second->row.state,
+                                                          " and needs it to resume"));
+      }
+      doomed.push_back(std::move(row));
+    }
+    for (const CheckpointRow& c : doomed) DET_RETURN_IF_ERROR(store_->UpdateCheckpointState(c.uuid, "DELETED"));
+    DET_RETURN_IF_ERROR(w.Commit());
+  }
+  for (const CheckpointRow& c : doomed) {
+    absl::Status st = checkpoint_roots_.RemoveCheckpoint(c.storage_path, c.uuid);
+    if (!st.ok()) spdlog::warn("DeleteCheckpoints: not deleting {}: {}", c.storage_path, st.ToString());
+  }
+  if (!doomed.empty()) spdlog::info("DeleteCheckpoints: deleted {} checkpoint(s)", doomed.size());
+  return apiv1::DeleteCheckpointsResponse();
+}
+
+absl::StatusOr<apiv1::PatchCheckpointResponse> MasterCore::PatchCheckpoint(const apiv1::PatchCheckpointRequest& req) {
+  if (req.metadata().fields_size() > kMaxMetadataKeys || req.remove_keys_size() > kMaxMetadataKeys) {
+    return absl::InvalidArgumentError(absl::StrCat("metadata, remove_keys: at most ", kMaxMetadataKeys, " keys each"));
+  }
+  for (const auto& [key, value] : req.metadata().fields()) {
+    if (key.empty() || key.size() > kMaxMetadataKeyBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("metadata: key '", key.substr(0, 64), "' must be 1..",
+                                                     kMaxMetadataKeyBytes, " bytes"));
+    }
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_ASSIGN_OR_RETURN(CheckpointRow row, FindCheckpoint(*store_, req.checkpoint_uuid(), "checkpoint_uuid"));
+  nlohmann::json meta = nlohmann::json::parse(row.metadata_json, nullptr, false);
+  if (meta.is_discarded() || !meta.is_object()) meta = nlohmann::json::object();
+  const nlohmann::json changes = StructToJson(req.metadata());  // alive while items() is iterated
+  for (const auto& [key, value] : changes.items()) meta[key] = value;
+  for (const std::string& key : req.remove_keys()) meta.erase(key);
+  row.metadata_json = meta.dump();
+  if (row.metadata_json.size() > kMaxMetadataBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("metadata: ", row.metadata_json.size(),
+                                                   " bytes as JSON once changed; at most ", kMaxMetadataBytes));
+  }
+  DET_RETURN_IF_ERROR(store_->UpdateCheckpointMetadata(row.uuid, row.metadata_json));
+  apiv1::PatchCheckpointResponse resp;
+  *resp.mutable_checkpoint() = CheckpointProto(row);
+  return Committed(w, std::move(resp));
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointFiles>> MasterCore::OpenCheckpointFiles(
+    const apiv1::DownloadCheckpointRequest& req) {
+  DET_ASSIGN_OR_RETURN(CheckpointRow row, FindCheckpoint(*store_, req.checkpoint_uuid(), "checkpoint_uuid"));
+  if (row.state != "COMPLETED") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", row.uuid, " is ", row.state, ", not COMPLETED: nothing to download"));
+  }
+  return CheckpointFiles::Open(checkpoint_roots_, row);
+}
+
+}  // namespace det::master
