@@ -113,7 +113,7 @@ grpc::Status CallApi(const std::shared_ptr<grpc::Channel>& channel, const std::s
 const std::set<std::string> kMutatingRpcs = {
     "ActivateExperiment", "PauseExperiment", "CancelExperiment", "KillExperiment", "ArchiveExperiment",
     "UnarchiveExperiment", "DeleteExperiment", "PatchExperiment", "KillTrial", "PauseTrial", "ActivateTrial",
-    "DeleteCheckpoints", "EnableAgent", "DisableAgent", "EnableSlot", "DisableSlot", "UpdateJob", "PostUser",
+    "DeleteCheckpoints", "PatchCheckpoint", "ContinueExperiment", "EnableAgent", "DisableAgent", "EnableSlot", "DisableSlot", "UpdateJob", "PostUser",
     "PatchUser"};
 bool IsReadOrOwnSession(const std::string& rpc) {
   for (const char* prefix : {"Get", "Preview", "Stream", "Download", "TrialLogs", "MasterLogs"}) {
@@ -190,7 +190,7 @@ TEST(SecurityTest, AuthorizationSweepAnotherUserCannotChangeAnything) {
 
   // The fields every mutating request may name, all pointing at determined's.
   const nlohmann::json body = {{"experiment_id", exp},        {"trial_id", trial},
-                               {"checkpoint_uuids", {uuid}},  {"job_id", absl::StrCat("exp-", exp)},
+                               {"checkpoint_uuids", {uuid}},  {"checkpoint_uuid", uuid}, {"job_id", absl::StrCat("exp-", exp)},
                                {"user_id", determined_id},    {"agent_id", "a1"},
                                {"slot_id", "0"},              {"name", "pwned"},
                                {"password", "pwned-pw-1"},    {"admin", true},

@@ -38,10 +38,6 @@ grpc::Status Reply(absl::StatusOr<T> result, Resp* out) {
   return grpc::Status::OK;
 }
 
-grpc::Status Unimplemented(const char* method) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, absl::StrCat(method, " is not implemented by this master"));
-}
-
 // A reactor that finishes at once with `status` (streaming calls rejected
 // before they start).
 template <typename Base>
