@@ -360,9 +360,18 @@ TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
     // The token works as a header and as the dashboard's cookie (reads
     // only: GET routes and the generic Get* RPCs, with {}; no side effects
     // on the cluster).
+    // Admin-only reads (master logs, agents) refuse the plain user with 403
+    // and take an admin's token.
     const bool read_only = method == "GET" || (is_generic && rpc.rfind("Get", 0) == 0);
-    for (const httplib::Headers& h : {httplib::Headers{{"Authorization", "Bearer " + token}},
-                                      httplib::Headers{{"Cookie", "theme=dark; det_token=" + token}}}) {
+    const bool admin_only = route.value("admin_only", false);
+    if (read_only && admin_only) {
+      auto res = cluster.Http(method, path, {{"Authorization", "Bearer " + token}});
+      ASSERT_TRUE(res);
+      EXPECT_EQ(res->status, 403) << res->body;
+    }
+    const std::string& reader = admin_only ? admin : token;
+    for (const httplib::Headers& h : {httplib::Headers{{"Authorization", "Bearer " + reader}},
+                                      httplib::Headers{{"Cookie", "theme=dark; det_token=" + reader}}}) {
       if (!read_only) break;
       auto res = cluster.Http(method, path, h);
       ASSERT_TRUE(res);

@@ -184,6 +184,15 @@ absl::StatusOr<int64_t> MasterCore::TrialLogsStart(const apiv1::TrialLogsRequest
 
 absl::StatusOr<trialv1::ReportMetricsResponse> MasterCore::ReportMetrics(const trialv1::ReportMetricsRequest& req,
                                                                          const std::string& token) {
+  // Who is asking comes first: another allocation's token is refused
+  // whatever else is wrong with the request.
+  int64_t trial_id, run_id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+    trial_id = alloc->trial_id;
+    run_id = trials_.at(trial_id)->row.run_id;
+  }
   DET_RETURN_IF_ERROR(ValidateMetricGroup(req.group()));
   if (req.group() == "training" || req.group() == "validation") {
     return absl::InvalidArgumentError(absl::StrCat("group '", req.group(), "': use Report",
@@ -193,13 +202,6 @@ absl::StatusOr<trialv1::ReportMetricsResponse> MasterCore::ReportMetrics(const t
   if (req.rows_size() == 0 || req.rows_size() > kMaxMetricRows) {
     return absl::InvalidArgumentError(
         absl::StrCat("rows: ", req.rows_size(), " rows; between 1 and ", kMaxMetricRows, " per call"));
-  }
-  int64_t trial_id, run_id;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
-    trial_id = alloc->trial_id;
-    run_id = trials_.at(trial_id)->row.run_id;
   }
   std::vector<MetricRow> rows;
   const int64_t now_ms = WallMs();

@@ -15,6 +15,7 @@
 #include "common/proto_json.h"
 #include "master/http/rest_reply.h"
 #include "master/http/rest_stream.h"
+#include "master/service/method_access.h"
 #include "master/service/request_auth.h"
 
 namespace det::master {
@@ -267,6 +268,7 @@ void RestDispatcher::SendRoutes(httplib::Response& res) const {
                    {"pattern", r.pattern},
                    {"rpc", r.rpc},
                    {"authenticated", r.authenticated},
+                   {"admin_only", AccessOf(r.rpc).access == Access::kAdmin},
                    {"generic", r.generic},
                    {"streaming", r.streaming}});
   }
