@@ -32,8 +32,8 @@ void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) 
   req.group_id = exp.row.id;
   req.resource_pool = exp.config.resources.resource_pool;
   req.slots = static_cast<int>(exp.config.resources.slots_per_trial);
-  req.weight = exp.config.resources.weight;
-  req.priority = static_cast<int>(exp.config.resources.priority.value_or(42));
+  req.weight = exp.weight;
+  req.priority = exp.priority;
   req.submit_order = ++submit_order_;
   pending_.push_back(req);
 }

@@ -68,7 +68,23 @@ struct ExperimentRuntime {
   bool search_done = false;
   std::string checkpoint_dir;
   bool gc_pending = false;  // run checkpoint GC at the next chance
+  // The job's scheduling knobs: the config's resources.* (priority default
+  // 42) at creation, changed by UpdateJob (stored in experiments.job_*).
+  // The scheduler reads these, never the config.
+  int priority = 42;           // 1..99, lower first
+  double weight = 1;           // > 0, fair share within a priority
+  int max_slots = 0;           // most slots held at once; 0: no cap
+  double queue_position = 0;   // order within a priority; default: the id
 };
+
+// Sets the job knobs from the config (and queue_position from row.id, which
+// must be known). Stored overrides are applied after this.
+inline void SetJobKnobsFromConfig(ExperimentRuntime& e) {
+  e.priority = static_cast<int>(e.config.resources.priority.value_or(42));
+  e.weight = e.config.resources.weight;
+  e.max_slots = static_cast<int>(e.config.resources.max_slots.value_or(0));
+  e.queue_position = static_cast<double>(e.row.id);
+}
 
 // Times named *_mono_ms are Clock::MonotonicMs() readings (for policies);
 // the others are wall times (stored, shown).

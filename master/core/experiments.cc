@@ -112,6 +112,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   exp->checkpoint_dir = checkpoint_dir;
   exp->row.searcher_state_json = exp->searcher->Snapshot().dump();
   DET_ASSIGN_OR_RETURN(exp->row.id, store_->InsertExperiment(exp->row));
+  SetJobKnobsFromConfig(*exp);
   int64_t id = exp->row.id;
   ExperimentRuntime& e = *exp;
   experiments_[id] = std::move(exp);

@@ -41,6 +41,7 @@ absl::Status MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
   auto exp = std::make_unique<ExperimentRuntime>();
   exp->row = row;
   exp->config = *std::move(config);
+  SetJobKnobsFromConfig(*exp);
   auto lengths = ResolveBatchLengths(exp->config);
   if (!lengths.ok()) {
     spdlog::warn("experiment {}: stored lengths no longer convert: {}", row.id, lengths.status().ToString());

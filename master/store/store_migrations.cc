@@ -175,10 +175,22 @@ ALTER TABLE experiments ADD COLUMN parent_id INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE experiments ADD COLUMN warm_start_checkpoint_uuid TEXT NOT NULL DEFAULT '';
 )sql";
 
+// Cluster operations: agent drain and disabled slots; a job's scheduling
+// knobs as changed by UpdateJob (NULL: the config's value) and its queue
+// position (NULL: its id).
+constexpr char kMigration6[] = R"sql(
+ALTER TABLE agents ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE agents ADD COLUMN disabled_slots_json TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE experiments ADD COLUMN job_priority INTEGER;
+ALTER TABLE experiments ADD COLUMN job_weight REAL;
+ALTER TABLE experiments ADD COLUMN job_max_slots INTEGER;
+ALTER TABLE experiments ADD COLUMN job_queue_position REAL;
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
-      new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5};
+      new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6};
   return *kMigrations;
 }
 
