@@ -12,6 +12,7 @@
 //   det-cli checkpoint list EXPERIMENT_ID | describe UUID | download UUID -o DIR | delete UUID... [--yes]
 //   det-cli checkpoint set-metadata UUID key=value... [--remove KEY]
 //   det-cli agent list | slot list | master info
+//   det-cli resource-pool list | agent describe|enable|disable [--drain] | slot enable|disable [--drain]
 //   det-cli user login [USERNAME] [--password-stdin] | logout | whoami | list
 //   det-cli user create NAME [--admin] [--password-stdin] | change-password [USERNAME] [--password-stdin]
 //     (your own password: the current one first, on stdin its first line)
@@ -37,6 +38,7 @@
 
 #include "cli/checkpoint_commands.h"
 #include "cli/client.h"
+#include "cli/cluster_commands.h"
 #include "cli/commands.h"
 #include "cli/experiment_lifecycle_commands.h"
 #include "cli/metrics_log_commands.h"
@@ -392,6 +394,8 @@ int Main(int argc, char** argv) {
   AddCheckpointFileCommands(app.get_subcommand("checkpoint"), checkpoint_file_args,
                             [&cl](Command command) { cl.run = std::move(command); });
   AddClusterCommands(app, cl);
+  // resource-pool list, agent describe|enable|disable, slot enable|disable (cli/cluster_commands.h)
+  AddClusterControlCommands(app, [&cl](Command command) { cl.run = std::move(command); });
   // trial logs (filters), experiment validation-history, master logs
   // (cli/metrics_log_commands.h)
   AddMetricsLogCommands(app, &cl.id, &cl.json, &cl.run);

@@ -163,6 +163,7 @@ absl::Status ParseResources(const ConfigMapReader& r, ResourcesConfig* c, std::v
   DET_RETURN_IF_ERROR(r.GetInt("slots_per_trial", &c->slots_per_trial, 1, kMaxSlotsPerTrial));
   DET_RETURN_IF_ERROR(r.GetString("resource_pool", &c->resource_pool));
   if (c->resource_pool.empty()) return r.TypeError("resource_pool", "a non-empty string");
+  c->resource_pool_given = r.Find("resource_pool") != nullptr;
   DET_RETURN_IF_ERROR(r.GetDouble("weight", &c->weight));
   if (!(c->weight > 0) || !std::isfinite(c->weight)) return r.TypeError("weight", "a positive number");
   DET_RETURN_IF_ERROR(r.GetInt("priority", &c->priority, 1, 99));

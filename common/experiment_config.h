@@ -81,6 +81,9 @@ struct CheckpointStorageConfig {
 struct ResourcesConfig {
   int64_t slots_per_trial = 1;  // 1..kMaxSlotsPerTrial
   std::string resource_pool = "default";
+  // Whether the config set resource_pool (else the master picks its default
+  // compute or aux pool; master/core/resource_pools.h).
+  bool resource_pool_given = false;
   double weight = 1;                // > 0
   std::optional<int64_t> priority;  // 1..99
   std::optional<int64_t> max_slots;  // 1..kMaxSlotsPerTrial * kMaxSearcherTrials

@@ -7,6 +7,7 @@
 //              [--cluster-secret-file FILE] [--token-ttl-hours 168]
 //              [--tls-cert FILE --tls-key FILE] [--max-message-mib 8] [--grpc-memory-mib 128]
 //              [--initial-admin-password-file FILE] [--allow-empty-passwords]
+//              [--resource-pools FILE.yaml]
 //
 // Every API call but Login and GetMaster needs a user token (users `admin`
 // and `determined`, empty passwords, are created on first start); agents must
@@ -78,6 +79,7 @@ struct Flags {
   double max_message_mib = 8;
   double grpc_memory_mib = 128;
   double max_artifact_mib = 1024;
+  std::string resource_pools_file;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -155,6 +157,10 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->capture_default_str()
       ->check(CLI::Range(16.0, 65536.0));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--resource-pools", f.resource_pools_file,
+                 "YAML file declaring the resource pools (resource_pools: [{pool_name, description, max_slots, "
+                 "preemption, default_priority}], default_compute_resource_pool, default_aux_resource_pool); "
+                 "none: one pool 'default'");
 }
 
 // The AuthCore options the flags set; false with a
@@ -307,6 +313,14 @@ int main(int argc, char** argv) {
   f.options.max_trial_log_bytes = static_cast<int64_t>(f.max_trial_log_mib * (1 << 20));
   f.options.max_trial_so_bytes = static_cast<int64_t>(f.max_artifact_mib * (1 << 20));
   f.options.max_log_line_bytes = static_cast<int64_t>(f.max_log_line_kib * 1024);
+  if (!f.resource_pools_file.empty()) {
+    auto pools = det::master::LoadResourcePoolsFile(f.resource_pools_file);
+    if (!pools.ok()) {
+      std::fprintf(stderr, "det-master: error: --resource-pools: %s\n", std::string(pools.status().message()).c_str());
+      return 2;
+    }
+    f.options.resource_pools = *std::move(pools);
+  }
 
   // Signals are taken synchronously (Serve).
   sigset_t signals;

@@ -76,6 +76,8 @@ void RefuseAgentMessage(AgentRuntime& agent, const std::string& what) {
 
 absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const agentv1::RegisterAgentRequest& req) {
   DET_RETURN_IF_ERROR(ValidateRegistration(req));
+  DET_RETURN_IF_ERROR(CheckAgentPool(options_.resource_pools, req.agent_id(),
+                                     req.resource_pool().empty() ? "default" : req.resource_pool()));
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   auto it = agents_.find(req.agent_id());
@@ -337,32 +339,7 @@ void MasterCore::LoseAgent(AgentRuntime& agent, const std::string& why) {
 absl::StatusOr<apiv1::GetAgentsResponse> MasterCore::GetAgents(const apiv1::GetAgentsRequest&) {
   std::lock_guard<std::mutex> l(mu_);
   apiv1::GetAgentsResponse resp;
-  for (const auto& [id, a] : agents_) {
-    auto* agent = resp.add_agents();
-    agent->set_id(id);
-    agent->set_hostname(a->row.hostname);
-    for (const auto& addr : a->addresses) agent->add_addresses(addr);
-    agent->set_resource_pool(a->row.resource_pool);
-    agent->set_version(a->row.version);
-    SetTime(agent->mutable_registered_time(), a->row.registered_ms);
-    SetTime(agent->mutable_last_heartbeat_time(), a->last_heartbeat_ms);
-    agent->set_connected(a->connected);
-    agent->set_enabled(a->row.enabled);
-    std::set<std::string> allocs;
-    for (const auto& d : a->devices) {
-      auto* slot = agent->add_slots();
-      slot->set_id(absl::StrCat(id, "/", d.id()));
-      slot->set_agent_id(id);
-      *slot->mutable_device() = d;
-      slot->set_enabled(a->row.enabled);
-      auto sit = a->slot_allocation.find(d.id());
-      if (sit != a->slot_allocation.end()) {
-        slot->set_allocation_id(sit->second);
-        allocs.insert(sit->second);
-      }
-    }
-    for (const auto& al : allocs) agent->add_allocation_ids(al);
-  }
+  for (const auto& [id, a] : agents_) *resp.add_agents() = AgentProtoLocked(*a);
   return resp;
 }
 

@@ -55,6 +55,7 @@ void MasterCore::ScheduleLocked() {
     }
     agents.push_back(std::move(s));
   }
+  ApplyAgentControlLocked(&agents);  // disabled agents and slots, pool max_slots (agent_control.cc)
   std::vector<SchedRunning> running;
   for (const auto& [id, alloc] : allocations_) {
     int slots = 0;

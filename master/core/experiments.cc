@@ -51,6 +51,8 @@ absl::Status CheckSlotsFitPool(const std::map<std::string, std::unique_ptr<Agent
 absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     const apiv1::CreateExperimentRequest& req, const apiv1::User& owner) {
   DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(req.config_yaml(), "config"));
+  DET_ASSIGN_OR_RETURN(config.resources.resource_pool,
+                       ResolveExperimentPool(options_.resource_pools, config.resources));
   ExperimentRow fork;  // parent_id, warm_start_checkpoint_uuid
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -113,6 +115,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   exp->row.searcher_state_json = exp->searcher->Snapshot().dump();
   DET_ASSIGN_OR_RETURN(exp->row.id, store_->InsertExperiment(exp->row));
   SetJobKnobsFromConfig(*exp);
+  ApplyPoolDefaultsLocked(*exp);
   int64_t id = exp->row.id;
   ExperimentRuntime& e = *exp;
   experiments_[id] = std::move(exp);

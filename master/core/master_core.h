@@ -47,6 +47,7 @@
 #include "master/core/checkpoint_files.h"
 #include "master/core/checkpoint_roots.h"
 #include "master/core/clock.h"
+#include "master/core/resource_pools.h"
 #include "master/search/scheduler.h"
 #include "master/search/searcher.h"
 #include "master/store/store.h"
@@ -103,6 +104,9 @@ struct MasterOptions {
   // 500 ms on a thread of its own. false: only RunBackgroundPass() runs it
   // (tests with a FakeClock).
   bool background_thread = true;
+  // Resource pools from det-master --resource-pools (none declared: one
+  // pool "default" plus any pool an agent names).
+  ResourcePoolsConfig resource_pools;
 };
 
 // One batch of a trial's logs (see ReadTrialLogs).
@@ -291,6 +295,24 @@ class MasterCore {
   // long-polls in flight (master/service/grpc_services.h).
   absl::StatusOr<int> AllocationRanks(const std::string& allocation_id, const std::string& token);
 
+  // ---- resource pools, agent and slot control (agent_control.cc)
+  // GetAgent: NotFound naming the id. Enable/Disable Agent/Slot (admins
+  // only: method_access.cc): the state is stored (agents table) and kept
+  // over restarts and re-registrations. Disable without drain asks every
+  // allocation on the agent (or slot; a multi-agent allocation whole) to
+  // checkpoint and exit (it is rescheduled elsewhere); with drain they run
+  // to their end. Either way nothing new is placed there until enabled.
+  // Slot ids: "N" or "AGENT/N" (N a device index of the agent); NotFound
+  // naming the agent and slot otherwise.
+  absl::StatusOr<apiv1::GetAgentResponse> GetAgent(const apiv1::GetAgentRequest& req);
+  absl::StatusOr<apiv1::EnableAgentResponse> EnableAgent(const apiv1::EnableAgentRequest& req);
+  absl::StatusOr<apiv1::DisableAgentResponse> DisableAgent(const apiv1::DisableAgentRequest& req);
+  absl::StatusOr<apiv1::EnableSlotResponse> EnableSlot(const apiv1::EnableSlotRequest& req);
+  absl::StatusOr<apiv1::DisableSlotResponse> DisableSlot(const apiv1::DisableSlotRequest& req);
+  // Every pool (declared ones in config order) with its agents, slots,
+  // queued allocations and settings.
+  absl::StatusOr<apiv1::GetResourcePoolsResponse> GetResourcePools(const apiv1::GetResourcePoolsRequest& req);
+
   // One pass of the background work (timeouts.cc): heartbeat, stop and
   // rendezvous timeouts, scheduling, checkpoint GC (files deleted before it
   // returns), and every pending experiment deletion run to its end. The background thread runs it every 500 ms; tests without
@@ -469,6 +491,26 @@ class MasterCore {
   // Deletes their directories (CheckpointRoots::RemoveCheckpoint: only under
   // a root, never through a symlink).
   void DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed) const;
+
+  // ---- agent_control.cc (resource pools, agent and slot control)
+  // The agent proto (slots with enabled/draining/allocation/trial).
+  apiv1::Agent AgentProtoLocked(const AgentRuntime& agent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Agent `id` in memory, else loaded (disconnected) from the store;
+  // NotFound naming it.
+  absl::StatusOr<AgentRuntime*> FindAgentLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Called by ScheduleLocked on the agents it offers the scheduler: disabled
+  // or draining agents get enabled = false, disabled slots leave free_slots,
+  // and each pool's max_slots trims the free slots so used + new <= cap.
+  void ApplyAgentControlLocked(std::vector<SchedAgent>* agents) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the allocations on `agent` (only the one holding `slot` when
+  // slot >= 0) to checkpoint and exit, logging `why` to their trials.
+  void PreemptOnAgentLocked(const AgentRuntime& agent, int slot, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The experiment's pool (resources.resource_pool, or the default compute /
+  // aux pool; at recovery the one chosen at creation) and, when its config
+  // sets no priority, its pool's default priority. Call right after
+  // SetJobKnobsFromConfig, before stored job overrides.
+  void ApplyPoolDefaultsLocked(ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const MasterOptions options_;
   const std::shared_ptr<const Clock> clock_;

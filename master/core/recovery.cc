@@ -42,6 +42,7 @@ absl::Status MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
   exp->row = row;
   exp->config = *std::move(config);
   SetJobKnobsFromConfig(*exp);
+  ApplyPoolDefaultsLocked(*exp);  // before stored job overrides
   auto lengths = ResolveBatchLengths(exp->config);
   if (!lengths.ok()) {
     spdlog::warn("experiment {}: stored lengths no longer convert: {}", row.id, lengths.status().ToString());

@@ -128,6 +128,13 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   // ---- cluster
   BindCore("GetAgents", &MasterCore::GetAgents);
   BindCore("GetSlots", &MasterCore::GetSlots);
+  // ---- resource pools, agent and slot control (issue 16; core/agent_control.cc)
+  BindCore("GetAgent", &MasterCore::GetAgent);
+  BindCore("EnableAgent", &MasterCore::EnableAgent);
+  BindCore("DisableAgent", &MasterCore::DisableAgent);
+  BindCore("EnableSlot", &MasterCore::EnableSlot);
+  BindCore("DisableSlot", &MasterCore::DisableSlot);
+  BindCore("GetResourcePools", &MasterCore::GetResourcePools);
 }
 
 const pb::ServiceDescriptor* ApiHandlers::Service() {

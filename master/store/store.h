@@ -192,6 +192,10 @@ struct AgentRow {
   int64_t last_seen_ms = 0;
   // SHA-256 (hex) of the agent's credential; "" when none was issued yet.
   std::string credential_sha256;
+  // Disabled with drain (DisableAgent): running work finishes, nothing new.
+  bool draining = false;
+  // Disabled slots: JSON [{"slot": N, "drain": bool}, ...] (agent_control.cc).
+  std::string disabled_slots_json = "[]";
 };
 
 struct UserRow {

@@ -21,15 +21,17 @@ using store_internal::ColText;
 #define DET_ALLOCATION_COLUMNS \
   "id, trial_id, experiment_id, token, placements_json, processes, terminated, created_ms"
 #define DET_AGENT_COLUMNS \
-  "id, hostname, resource_pool, devices_json, version, enabled, registered_ms, last_seen_ms, credential_sha256"
+  "id, hostname, resource_pool, devices_json, version, enabled, registered_ms, last_seen_ms, credential_sha256, " \
+  "draining, disabled_slots_json"
 
 constexpr char kUpsertAgent[] =
-    "INSERT INTO agents(" DET_AGENT_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "INSERT INTO agents(" DET_AGENT_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT(id) DO UPDATE SET hostname = excluded.hostname, "
     "resource_pool = excluded.resource_pool, devices_json = excluded.devices_json, "
     "version = excluded.version, enabled = excluded.enabled, "
     "registered_ms = excluded.registered_ms, last_seen_ms = excluded.last_seen_ms, "
-    "credential_sha256 = excluded.credential_sha256";
+    "credential_sha256 = excluded.credential_sha256, draining = excluded.draining, "
+    "disabled_slots_json = excluded.disabled_slots_json";
 constexpr char kUpsertAllocation[] =
     "INSERT INTO allocations(" DET_ALLOCATION_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT(id) DO UPDATE SET trial_id = excluded.trial_id, experiment_id = excluded.experiment_id, "
@@ -66,6 +68,8 @@ AgentRow ReadAgent(sqlite3_stmt* s) {
   r.registered_ms = ColInt(s, 6);
   r.last_seen_ms = ColInt(s, 7);
   r.credential_sha256 = ColText(s, 8);
+  r.draining = ColInt(s, 9) != 0;
+  r.disabled_slots_json = ColText(s, 10);
   return r;
 }
 
@@ -85,7 +89,9 @@ absl::Status Store::UpsertAgent(const AgentRow& row) {
         .Int(row.enabled ? 1 : 0)
         .Int(row.registered_ms)
         .Int(row.last_seen_ms)
-        .Text(row.credential_sha256);
+        .Text(row.credential_sha256)
+        .Int(row.draining ? 1 : 0)
+        .Text(row.disabled_slots_json);
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind agent");
     int rc = sqlite3_step(st.get());
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("upsert agent ", row.id));
