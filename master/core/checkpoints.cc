@@ -54,6 +54,10 @@ absl::StatusOr<apiv1::DeleteCheckpointsResponse> MasterCore::DeleteCheckpoints(
                                                           row.trial_id, ", which is ", tit->second->row.state,
                                                           " and needs it to resume"));
       }
+      if (int64_t user = WarmStartUserLocked(uuid)) {
+        return absl::FailedPreconditionError(absl::StrCat("checkpoint ", uuid, " is the warm-start source of experiment ",
+                                                          user, ", which is not finished"));
+      }
       doomed.push_back(std::move(row));
     }
     for (const CheckpointRow& c : doomed) DET_RETURN_IF_ERROR(store_->UpdateCheckpointState(c.uuid, "DELETED"));

@@ -380,6 +380,10 @@ class MasterCore {
   // its own in an experiment with a warm-start source.
   void FillWarmStartLocked(const ExperimentRuntime& exp, const TrialRuntime& trial,
                            trialv1::GetTrialContextResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The id of a non-terminal experiment that warm-starts from checkpoint
+  // `uuid` (its new trials still load it), or 0. GC, DeleteCheckpoints and
+  // DeleteExperiment keep such a checkpoint.
+  int64_t WarmStartUserLocked(const std::string& uuid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- trials.cc
   apiv1::Trial TrialProto(const TrialRuntime& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
