@@ -36,6 +36,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/checkpoint_commands.h"
+#include "cli/cli_errors.h"
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/experiment_lifecycle_commands.h"
@@ -139,7 +140,7 @@ void AddGlobalOptions(CLI::App& app, CommandLine& cl) {
   app.fallthrough();
   app.add_option("-m,--master", cl.master, kMasterHelp);
   app.add_option("--tls-ca", cl.tls_ca, "PEM CA certificate of a TLS master (default $DET_MASTER_CERT_FILE)")
-      ->check(CLI::ExistingFile);
+      ->check(ReadableFile());
 }
 
 // experiment create: through the master, or with --local through det-trial.
@@ -147,10 +148,10 @@ void AddExperimentCreate(CLI::App* experiment, CommandLine& cl) {
   auto* create = experiment->add_subcommand("create", "Create an experiment from a config and a trial.so");
   create->add_option("CONFIG", cl.create_args.config_path, "Experiment config (YAML)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(ReadableFile());
   create->add_option("TRIAL", cl.create_args.trial_path, "Trial library (trial.so)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(ReadableFile());
   create->add_flag("--follow,-f", cl.create_args.follow, "Wait for the experiment to end, printing its progress");
   create->add_flag("--paused", cl.create_args.paused, "Create the experiment PAUSED instead of ACTIVE");
   create->add_flag("--local", cl.local, "Train in this process tree with no master");
@@ -398,6 +399,7 @@ int Main(int argc, char** argv) {
   AddUserCommands(app, cl);
   AddPreviewSearchCommand(app, cl);
 
+  app.failure_message(FailureMessage);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
