@@ -531,6 +531,7 @@ int TrialDescribe(Client& client, int64_t trial_id, const CommandIo& io) {
       {"End time", FormatTime(t.end_time())},
   };
   if (!t.error_message().empty()) kv.push_back({"Error", t.error_message()});
+  if (!t.preemption().empty()) kv.push_back({"Preempted", t.preemption()});
   PrintKeyValues(io.out, kv);
   return 0;
 }

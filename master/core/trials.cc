@@ -42,6 +42,7 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   t.set_request_id(trial.row.request_id);
   t.set_searcher_target_batches(trial.searcher_target);
   t.set_error_message(trial.error_message);
+  if (!Terminal(trial.row.state)) t.set_preemption(trial.preemption);
   return t;
 }
 
