@@ -72,7 +72,7 @@ export class JobQueueView {
     const tr = h('tr', {'data-testid': `job-row-${id}`},
       h('td', {class: 'num'}), h('td', {class: 'mono'}), h('td'), h('td'), h('td'), h('td', {class: 'num'}),
       h('td', {class: 'num'}), h('td', {class: 'num'}), h('td', {class: 'num'}),
-      h('td', {class: 'actions'}, priority, set, up));
+      h('td', {}, h('span', {class: 'actions'}, priority, set, up)));
     set.addEventListener('click', async () => {
       const value = Number(priority.value);
       if (!Number.isInteger(value) || value < 1 || value > 99) {
