@@ -7,6 +7,8 @@
 //   det-cli experiment set gc-policy ID [--save-experiment-best N] [--save-trial-best N] [--save-trial-latest N]
 //   det-cli experiment archive|unarchive|delete [--yes]|wait [--timeout S] ID
 //   det-cli experiment set name|description|labels ID VALUE | label add|remove ID LABEL
+//   det-cli experiment set priority|weight|max-slots ID VALUE
+//   det-cli job list [--pool P] | update JOB_ID [--priority N] [--weight W] [--max-slots N] [--ahead-of|--behind JOB]
 //   det-cli trial describe|logs|metrics|kill|pause|activate ID
 //   det-cli experiment fork ID [--config overrides.yaml] [--paused] | continue ID [--max-length N]
 //   det-cli checkpoint list EXPERIMENT_ID | describe UUID | download UUID -o DIR | delete UUID... [--yes]
@@ -42,6 +44,7 @@
 #include "cli/experiment_lifecycle_commands.h"
 #include "cli/metrics_log_commands.h"
 #include "cli/experiment_fork_commands.h"
+#include "cli/job_commands.h"
 #include "cli/user_commands.h"
 #include "common/experiment_config.h"
 
@@ -398,6 +401,8 @@ int Main(int argc, char** argv) {
   AddMetricsLogCommands(app, &cl.id, &cl.json, &cl.run);
   AddUserCommands(app, cl);
   AddPreviewSearchCommand(app, cl);
+  // job list | update (cli/job_commands.h)
+  AddJobCommands(app, [&cl](JobCommand run) { cl.run = std::move(run); });
 
   app.failure_message(FailureMessage);
   try {

@@ -166,6 +166,10 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   e.set_user_id(exp.owner_id);
   e.set_parent_id(exp.row.parent_id);
   *e.mutable_checkpoint_gc_policy() = EffectiveGcPolicy(exp.config, exp.row.checkpoint_gc_policy_json);
+  if (exp.row.id > 0) e.set_job_id(absl::StrCat("exp-", exp.row.id));
+  e.set_priority(exp.priority);
+  e.set_weight(exp.weight);
+  e.set_max_slots(exp.max_slots);
   return e;
 }
 

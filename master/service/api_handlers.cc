@@ -128,6 +128,9 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   // ---- cluster
   BindCore("GetAgents", &MasterCore::GetAgents);
   BindCore("GetSlots", &MasterCore::GetSlots);
+  // ---- the job queue (job_queue.cc)
+  BindCore("GetJobQueue", &MasterCore::GetJobQueue);
+  BindCore("UpdateJob", &MasterCore::UpdateJob);
 }
 
 const pb::ServiceDescriptor* ApiHandlers::Service() {
