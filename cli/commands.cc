@@ -399,6 +399,8 @@ int ExperimentDescribe(Client& client, int64_t experiment_id, const CommandIo& i
       {"Trials", absl::StrCat(e.num_trials())},
       {"User", e.username()},
       {"Resource pool", e.resource_pool()},
+      {"Job", absl::StrCat(e.job_id(), ": priority ", e.priority(), ", weight ", FormatDouble(e.weight()),
+                           ", max slots ", e.max_slots() > 0 ? absl::StrCat(e.max_slots()) : "no cap")},
       {"Labels", absl::StrJoin(e.labels(), ", ")},
       {"Archived", FormatBool(e.archived())},
       {"Trial.so", absl::StrCat(e.trial_so().sha256(), " (", FormatBytes(e.trial_so().size_bytes()), ")")},
@@ -531,6 +533,7 @@ int TrialDescribe(Client& client, int64_t trial_id, const CommandIo& io) {
       {"End time", FormatTime(t.end_time())},
   };
   if (!t.error_message().empty()) kv.push_back({"Error", t.error_message()});
+  if (!t.preemption().empty()) kv.push_back({"Preempted", t.preemption()});
   PrintKeyValues(io.out, kv);
   return 0;
 }

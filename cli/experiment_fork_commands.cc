@@ -4,6 +4,7 @@
 #include <memory>
 #include <sstream>
 
+#include "cli/cli_errors.h"
 #include "cli/yaml_merge.h"
 #include "det/api/v1/api.grpc.pb.h"
 
@@ -119,7 +120,7 @@ void AddForkCommands(CLI::App& app, const std::function<void(RunCommand)>& set_r
   auto* fork = experiment->add_subcommand("fork", "Create a new experiment from an experiment's config and trial.so");
   fork->add_option("EXPERIMENT_ID", a->id, "Parent experiment id")->required();
   fork->add_option("--config", a->overrides, "YAML merged over the parent's config (maps key by key)")
-      ->check(CLI::ExistingFile);
+      ->check(ReadableFile());
   fork->add_flag("--paused", a->paused, "Create the new experiment PAUSED");
   fork->add_flag("--activate", a->activate, "Create the new experiment ACTIVE (the default)");
   fork->add_flag("--json", a->json, "Print the response as protobuf JSON");

@@ -1,5 +1,5 @@
-// det-cli: archive, unarchive, delete, wait, set name|description|labels,
-// label add|remove.
+// det-cli: archive, unarchive, delete, wait, set name|description|labels
+// (and priority|weight|max-slots, cli/job_commands.h), label add|remove.
 #include "cli/experiment_lifecycle_commands.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "cli/job_commands.h"
 
 namespace det::cli {
 namespace {
@@ -187,6 +188,15 @@ void AddExperimentLifecycleCommands(CLI::App* experiment, LifecycleCommand* run)
     std::string f = field;
     sub->callback([o, run, f] {
       *run = [o, f](Client& c, const CommandIo& io) { return ExperimentSetField(c, o->id, f, o->value, io); };
+    });
+  }
+  // priority | weight | max-slots: the job's knobs, through UpdateJob (cli/job_commands.h).
+  for (const char* knob : {"priority", "weight", "max-slots"}) {
+    auto* sub = id_command(set, knob, "Set the job's priority (1..99), weight (> 0) or max slots (0: no cap)");
+    sub->add_option("VALUE", o->value, "The new value")->required();
+    std::string k = knob;
+    sub->callback([o, run, k] {
+      *run = [o, k](Client& c, const CommandIo& io) { return ExperimentSetJobKnob(c, o->id, k, o->value, io); };
     });
   }
   auto* label = experiment->add_subcommand("label", "Add or remove one label")->require_subcommand(1);

@@ -1,5 +1,6 @@
 // det-cli's experiment lifecycle commands: archive, unarchive, delete, wait,
-// set name|description|labels and label add|remove. Each returns the process
+// set name|description|labels and label add|remove (and the registration of
+// set priority|weight|max-slots, which cli/job_commands.h runs). Each returns the process
 // exit code as the commands of cli/commands.h do (0 success, 1 a failed RPC,
 // 2 a usage error), except ExperimentWait (below).
 //

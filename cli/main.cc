@@ -7,6 +7,8 @@
 //   det-cli experiment set gc-policy ID [--save-experiment-best N] [--save-trial-best N] [--save-trial-latest N]
 //   det-cli experiment archive|unarchive|delete [--yes]|wait [--timeout S] ID
 //   det-cli experiment set name|description|labels ID VALUE | label add|remove ID LABEL
+//   det-cli experiment set priority|weight|max-slots ID VALUE
+//   det-cli job list [--pool P] | update JOB_ID [--priority N] [--weight W] [--max-slots N] [--ahead-of|--behind JOB]
 //   det-cli trial describe|logs|metrics|kill|pause|activate ID
 //   det-cli experiment fork ID [--config overrides.yaml] [--paused] | continue ID [--max-length N]
 //   det-cli checkpoint list EXPERIMENT_ID | describe UUID | download UUID -o DIR | delete UUID... [--yes]
@@ -37,12 +39,14 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/checkpoint_commands.h"
+#include "cli/cli_errors.h"
 #include "cli/client.h"
 #include "cli/cluster_commands.h"
 #include "cli/commands.h"
 #include "cli/experiment_lifecycle_commands.h"
 #include "cli/metrics_log_commands.h"
 #include "cli/experiment_fork_commands.h"
+#include "cli/job_commands.h"
 #include "cli/user_commands.h"
 #include "common/experiment_config.h"
 
@@ -141,7 +145,7 @@ void AddGlobalOptions(CLI::App& app, CommandLine& cl) {
   app.fallthrough();
   app.add_option("-m,--master", cl.master, kMasterHelp);
   app.add_option("--tls-ca", cl.tls_ca, "PEM CA certificate of a TLS master (default $DET_MASTER_CERT_FILE)")
-      ->check(CLI::ExistingFile);
+      ->check(ReadableFile());
 }
 
 // experiment create: through the master, or with --local through det-trial.
@@ -149,10 +153,10 @@ void AddExperimentCreate(CLI::App* experiment, CommandLine& cl) {
   auto* create = experiment->add_subcommand("create", "Create an experiment from a config and a trial.so");
   create->add_option("CONFIG", cl.create_args.config_path, "Experiment config (YAML)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(ReadableFile());
   create->add_option("TRIAL", cl.create_args.trial_path, "Trial library (trial.so)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(ReadableFile());
   create->add_flag("--follow,-f", cl.create_args.follow, "Wait for the experiment to end, printing its progress");
   create->add_flag("--paused", cl.create_args.paused, "Create the experiment PAUSED instead of ACTIVE");
   create->add_flag("--local", cl.local, "Train in this process tree with no master");
@@ -401,7 +405,10 @@ int Main(int argc, char** argv) {
   AddMetricsLogCommands(app, &cl.id, &cl.json, &cl.run);
   AddUserCommands(app, cl);
   AddPreviewSearchCommand(app, cl);
+  // job list | update (cli/job_commands.h)
+  AddJobCommands(app, [&cl](JobCommand run) { cl.run = std::move(run); });
 
+  app.failure_message(FailureMessage);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -42,8 +42,7 @@ namespace pb = google::protobuf;
 // answer UNIMPLEMENTED, and the test checks that each still does, so this
 // list cannot outlive them.
 const std::set<std::string> kClusterOperationsPending = {
-    "GetAgent",         "EnableAgent", "DisableAgent", "EnableSlot", "DisableSlot",
-    "GetResourcePools", "GetJobQueue", "UpdateJob"};
+    "GetAgent", "EnableAgent", "DisableAgent", "EnableSlot", "DisableSlot", "GetResourcePools"};
 
 // Methods that end what later calls need: called last, in this order.
 const std::vector<std::string> kLast = {"DeleteCheckpoints", "DeleteExperiment", "Logout"};

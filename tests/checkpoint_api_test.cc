@@ -296,6 +296,21 @@ TEST(CheckpointApiTest, DeleteIsAllOrNothingAndKeepsWhatATrialNeeds) {
   got = cluster.Get("/api/v1/checkpoints/" + latest);
   EXPECT_EQ(got["checkpoint"]["state"], "CHECKPOINT_STATE_DELETED") << got.dump();
   EXPECT_FALSE(fs::exists(got["checkpoint"]["storage_path"].get<std::string>()));
+  // The trial no longer names a deleted checkpoint as its latest.
+  const std::string fallback = cluster.Trials(exp)[0].value("latest_checkpoint_uuid", "");
+  EXPECT_NE(fallback, latest);
+  EXPECT_NE(fallback, older);
+  if (!fallback.empty()) {
+    got = cluster.Get("/api/v1/checkpoints/" + fallback);
+    EXPECT_EQ(got["checkpoint"]["state"], "CHECKPOINT_STATE_COMPLETED") << got.dump();
+  }
+  // Listing honours states, sort_by, order_by and limit.
+  got = cluster.Get(absl::StrCat("/api/v1/experiments/", exp,
+                                 "/checkpoints?states=CHECKPOINT_STATE_DELETED&sort_by=SORT_BY_TOTAL_BATCHES"
+                                 "&order_by=ORDER_BY_DESC&limit=1"));
+  ASSERT_EQ(got["checkpoints"].size(), 1u) << got.dump();
+  EXPECT_EQ(got["checkpoints"][0]["uuid"], latest) << got.dump();
+  EXPECT_EQ(got["pagination"]["total"], 2) << got.dump();
 }
 
 // PatchCheckpoint: det-cli set-metadata sets (JSON values) and removes keys,

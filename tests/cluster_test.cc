@@ -125,6 +125,13 @@ TEST(ClusterTest, BadRequestsGetClearErrorsAndTheMasterKeepsRunning) {
   WriteFile(dir / "fake.so", "#!/bin/sh\necho not a library\n");
   EXPECT_NE(cluster.Cli({"experiment", "create", dir / "good.yaml", dir / "fake.so"}, &out, &err), 0);
   EXPECT_THAT(err, HasSubstr("not a shared library"));
+  // A shared library without DET_REGISTER_TRIAL: refused at create (read
+  // from its ELF symbol table), not scheduled to fail on an agent.
+  EXPECT_NE(cluster.Cli({"experiment", "create", dir / "good.yaml", std::string(DET_TRIALS_DIR) + "/no_entry_trial.so"}, &out, &err),
+            0);
+  EXPECT_THAT(err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(err, HasSubstr("has no entry symbol 'det_trial_plugin_entry'"));
+  EXPECT_EQ(cluster.Get("/api/v1/experiments")["experiments"].size(), 0u);
 
   // An agent whose id is taken.
   Subprocess& dup = cluster.StartAgent("a");

@@ -180,6 +180,14 @@ TEST_F(ForkContinueTest, ForkWithOverridesRecordsItsParentAndWarmStartLoadsTheSo
             Yaml(CheckpointDir(), 10, 10, "", absl::StrCat("  source_trial_id: ", parent_trial_id, "\n")));
   EXPECT_EQ(cluster_.Cli({"experiment", "create", dir_ / "by_trial.yaml", kSynthetic, "--paused"}, &out, &err), 0)
       << err;
+  // While that experiment has not run, its source stays: the checkpoint
+  // cannot be deleted, nor its experiment.
+  const std::string parent_latest = cluster_.Trials(parent)[0].value("latest_checkpoint_uuid", "");
+  ASSERT_FALSE(parent_latest.empty());
+  EXPECT_NE(cluster_.Cli({"checkpoint", "delete", parent_latest, "--yes"}, &out, &err), 0);
+  EXPECT_THAT(err, HasSubstr("warm-start source"));
+  EXPECT_NE(cluster_.Cli({"experiment", "delete", std::to_string(parent), "--yes"}, &out, &err), 0);
+  EXPECT_THAT(err, HasSubstr("warm-start source"));
 
   // A fork names an existing parent.
   int status = 0;

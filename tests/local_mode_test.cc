@@ -90,6 +90,20 @@ TEST(LocalModeTest, DetCliCreateLocalRunsTheTrial) {
   EXPECT_THAT(out, HasSubstr("completed 20 batches"));
 }
 
+// Papercut: a missing file is one det-cli error line, not CLI11's format.
+TEST(LocalModeTest, DetCliNamesAMissingFileInOneLine) {
+  TempDir dir;
+  WriteFile(dir / "config.yaml", SyntheticConfig(20));
+  std::string out, err;
+  EXPECT_EQ(RunProcess({kDetCli, "experiment", "create", dir / "missing.yaml", kSynthetic}, &out, &err), 2);
+  EXPECT_EQ(err, "det-cli: error: cannot read " + std::string(dir / "missing.yaml") + ": no such file\n");
+  EXPECT_EQ(RunProcess({kDetCli, "experiment", "create", dir / "config.yaml", dir.path()}, &out, &err), 2);
+  EXPECT_EQ(err, "det-cli: error: cannot read " + dir.path() + ": is a directory\n");
+  EXPECT_EQ(RunProcess({kDetCli, "experiment", "create", "--bogus"}, &out, &err), 2);
+  EXPECT_THAT(err, HasSubstr("det-cli: error: "));
+  EXPECT_THAT(err, Not(HasSubstr("ERROR")));
+}
+
 // Must show 3: paused by SIGTERM twice and resumed, a run reports exactly
 // the training and validation metrics of an uninterrupted run.
 // Also with mixed precision (bfloat16 autocast, and a loss scaler whose

@@ -154,16 +154,48 @@ checkpoint_storage:
 }
 
 std::string FakeTrialSo() {
+  // An ELF header, a .dynstr and a .dynsym that exports the trial entry
+  // symbol (so the master's export check passes), and three section
+  // headers: null, .dynsym, .dynstr. Nothing loadable.
+  const std::string names = std::string("\0det_trial_plugin_entry\0", 24);
+  const size_t str_off = sizeof(Elf64_Ehdr);
+  const size_t sym_off = (str_off + names.size() + 7) / 8 * 8;
+  const size_t sh_off = sym_off + 2 * sizeof(Elf64_Sym);
   Elf64_Ehdr header{};
   std::memcpy(header.e_ident, ELFMAG, SELFMAG);
   header.e_ident[EI_CLASS] = ELFCLASS64;
+  header.e_ident[EI_DATA] = ELFDATA2LSB;
+  header.e_ident[EI_VERSION] = EV_CURRENT;
   header.e_type = ET_DYN;
 #if defined(__aarch64__)
   header.e_machine = EM_AARCH64;
 #else
   header.e_machine = EM_X86_64;
 #endif
-  return std::string(reinterpret_cast<const char*>(&header), sizeof(header)) + std::string(64, '\0');
+  header.e_version = EV_CURRENT;
+  header.e_ehsize = sizeof(Elf64_Ehdr);
+  header.e_shoff = sh_off;
+  header.e_shentsize = sizeof(Elf64_Shdr);
+  header.e_shnum = 3;
+  Elf64_Sym syms[2]{};
+  syms[1].st_name = 1;
+  syms[1].st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC);
+  syms[1].st_shndx = 1;
+  Elf64_Shdr sections[3]{};
+  sections[1].sh_type = SHT_DYNSYM;
+  sections[1].sh_offset = sym_off;
+  sections[1].sh_size = sizeof(syms);
+  sections[1].sh_link = 2;
+  sections[1].sh_entsize = sizeof(Elf64_Sym);
+  sections[2].sh_type = SHT_STRTAB;
+  sections[2].sh_offset = str_off;
+  sections[2].sh_size = names.size();
+  std::string out(reinterpret_cast<const char*>(&header), sizeof(header));
+  out += names;
+  out.resize(sym_off, '\0');
+  out.append(reinterpret_cast<const char*>(syms), sizeof(syms));
+  out.append(reinterpret_cast<const char*>(sections), sizeof(sections));
+  return out;
 }
 
 std::string WriteSelfSignedCert(const std::string& dir) {

@@ -14,6 +14,44 @@
 #include "master/core/proto_convert.h"
 
 namespace det::master {
+namespace {
+
+// The scheduling knobs of `exp` on its request (read at every pass).
+void SetJobKnobs(const ExperimentRuntime& exp, SchedRequest* r) {
+  r->priority = exp.priority;
+  r->weight = exp.weight;
+  r->max_slots = exp.max_slots;
+  r->queue_position = exp.queue_position;
+}
+
+// What runs, as the scheduler sees it: slots, placements, the job's knobs
+// now, start order, progress, and whether it is already stopping.
+std::vector<SchedRunning> SchedRunningOf(const std::map<std::string, std::unique_ptr<AllocationRuntime>>& allocations,
+                                         const std::map<int64_t, std::unique_ptr<ExperimentRuntime>>& experiments) {
+  std::vector<SchedRunning> running;
+  running.reserve(allocations.size());
+  for (const auto& [id, alloc] : allocations) {
+    SchedRunning r;
+    r.allocation_id = id;
+    r.group_id = alloc->experiment_id;
+    r.resource_pool = "default";
+    for (const auto& p : alloc->placements) r.slots += static_cast<int>(p.slots.size());
+    r.placements = alloc->placements;
+    auto exp = experiments.find(alloc->experiment_id);
+    if (exp != experiments.end()) {
+      r.resource_pool = exp->second->config.resources.resource_pool;
+      r.priority = exp->second->priority;
+      r.weight = exp->second->weight;
+    }
+    r.start_order = alloc->start_order;
+    r.preemptible = alloc->made_progress;
+    r.stopping = alloc->preempt || alloc->kill_sent || alloc->stop_requested_mono_ms != 0;
+    running.push_back(std::move(r));
+  }
+  return running;
+}
+
+}  // namespace
 
 void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) {
   if (!trial.allocation_id.empty()) return;
@@ -32,8 +70,7 @@ void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) 
   req.group_id = exp.row.id;
   req.resource_pool = exp.config.resources.resource_pool;
   req.slots = static_cast<int>(exp.config.resources.slots_per_trial);
-  req.weight = exp.weight;
-  req.priority = exp.priority;
+  SetJobKnobs(exp, &req);
   req.submit_order = ++submit_order_;
   pending_.push_back(req);
 }
@@ -56,15 +93,28 @@ void MasterCore::ScheduleLocked() {
     agents.push_back(std::move(s));
   }
   ApplyAgentControlLocked(&agents);  // disabled agents and slots, pool max_slots (agent_control.cc)
-  std::vector<SchedRunning> running;
-  for (const auto& [id, alloc] : allocations_) {
-    int slots = 0;
-    for (const auto& p : alloc->placements) slots += static_cast<int>(p.slots.size());
-    auto exp = experiments_.find(alloc->experiment_id);
-    running.push_back({id, alloc->experiment_id,
-                       exp != experiments_.end() ? exp->second->config.resources.resource_pool : "default", slots});
+  // The job knobs as they are now: UpdateJob changes them between passes.
+  for (SchedRequest& r : pending_) {
+    auto eit = experiments_.find(r.group_id);
+    if (eit != experiments_.end()) SetJobKnobs(*eit->second, &r);
   }
-  for (const Assignment& a : Schedule(agents, pending_, running)) {
+  const std::vector<SchedRunning> running = SchedRunningOf(allocations_, experiments_);
+  SchedDecision decision = Decide(agents, pending_, running);
+  for (const Preemption& p : decision.preempt) {
+    auto ait = allocations_.find(p.allocation_id);
+    if (ait == allocations_.end()) continue;
+    AllocationRuntime& alloc = *ait->second;
+    const std::string why = absl::StrCat("preempted for experiment ", p.for_group_id, " (priority ", p.for_priority,
+                                         p.fair_share ? ", fair share" : "", ")");
+    spdlog::info("trial {}: allocation {} {}", alloc.trial_id, alloc.id, why);
+    TrialLogLocked(alloc.trial_id, alloc.id, absl::StrCat("[det-master] trial ", alloc.trial_id, " ", why));
+    auto tit = trials_.find(alloc.trial_id);
+    if (tit != trials_.end()) {
+      tit->second->preemption = absl::StrCat(why, ": checkpoints, then waits for slots to resume from it");
+    }
+    RequestStopLocked(alloc);
+  }
+  for (const Assignment& a : decision.start) {
     auto pit = std::find_if(pending_.begin(), pending_.end(),
                             [&](const SchedRequest& r) { return r.allocation_id == a.allocation_id; });
     if (pit == pending_.end()) continue;
@@ -90,7 +140,9 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
   alloc->placements = a.placements;
   alloc->created_ms = WallMs();
   alloc->created_mono_ms = MonoMs();
+  alloc->start_order = ++submit_order_;
   trial.allocation_id = alloc->id;
+  trial.preemption.clear();
   trial.row.run_id += 1;
   trial.current_op.reset();
   trial.exit_completed = false;

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/elf_symbols.h"
 #include "common/safe_path.h"
 #include "common/sha256.h"
 
@@ -63,6 +64,10 @@ absl::StatusOr<std::string> ArtifactStore::Put(const std::string& bytes) {
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out) return absl::InternalError(absl::StrCat("cannot write artifact ", tmp));
   }
+  if (absl::Status exports = CheckElfExports(tmp, kTrialEntrySymbol, "trial.so"); !exports.ok()) {
+    fs::remove(tmp, ec);
+    return exports;
+  }
   fs::rename(tmp, PathOf(sha), ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot store artifact ", sha, ": ", ec.message()));
   return sha;
@@ -91,6 +96,10 @@ absl::Status ArtifactStore::Adopt(const std::string& tmp_path, const std::string
     header.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
   }
   if (absl::Status st = CheckSharedLibrary(header); !st.ok()) return fail(st);
+  // The master never loads user code: the entry symbol is read from the
+  // dynamic symbol table (a trial.so without DET_REGISTER_TRIAL would
+  // otherwise be scheduled and fail on an agent).
+  if (absl::Status st = CheckElfExports(tmp_path, kTrialEntrySymbol, "trial.so"); !st.ok()) return fail(st);
   if (Has(sha256)) return fail(absl::OkStatus());
   fs::rename(tmp_path, PathOf(sha256), ec);
   if (ec) return fail(absl::InternalError(absl::StrCat("cannot store artifact ", sha256, ": ", ec.message())));

@@ -54,9 +54,30 @@ absl::StatusOr<apiv1::DeleteCheckpointsResponse> MasterCore::DeleteCheckpoints(
                                                           row.trial_id, ", which is ", tit->second->row.state,
                                                           " and needs it to resume"));
       }
+      if (int64_t user = WarmStartUserLocked(uuid)) {
+        return absl::FailedPreconditionError(absl::StrCat("checkpoint ", uuid, " is the warm-start source of experiment ",
+                                                          user, ", which is not finished"));
+      }
       doomed.push_back(std::move(row));
     }
     for (const CheckpointRow& c : doomed) DET_RETURN_IF_ERROR(store_->UpdateCheckpointState(c.uuid, "DELETED"));
+    // A finished trial whose latest checkpoint went falls back to its newest
+    // remaining completed one (or none), so `experiment continue` and the
+    // trial's page never name a deleted checkpoint.
+    for (const CheckpointRow& c : doomed) {
+      auto tit = trials_.find(c.trial_id);
+      if (tit == trials_.end() || tit->second->row.latest_checkpoint_uuid != c.uuid) continue;
+      DET_ASSIGN_OR_RETURN(std::vector<CheckpointRow> left, store_->ListCheckpoints(std::nullopt, c.trial_id));
+      std::string fallback;
+      int64_t best_batches = -1;
+      for (const CheckpointRow& r : left) {
+        if (r.state != "COMPLETED" || seen.count(r.uuid) || r.total_batches < best_batches) continue;
+        best_batches = r.total_batches;
+        fallback = r.uuid;
+      }
+      tit->second->row.latest_checkpoint_uuid = fallback;
+      SetTrialState(*tit->second, tit->second->row.state);
+    }
     DET_RETURN_IF_ERROR(w.Commit());
   }
   for (const CheckpointRow& c : doomed) {

@@ -53,6 +53,9 @@ struct TrialRuntime {
   bool killed = false;  // killed or canceled by the user
   bool invalid_hp = false;
   std::string error_message;
+  // Set when the scheduler preempts the trial ("preempted for experiment M
+  // (priority P)"), cleared when its next allocation starts (Trial.preemption).
+  std::string preemption;
 };
 
 struct ExperimentRuntime {
@@ -120,6 +123,11 @@ struct AllocationRuntime {
   bool rendezvous_timed_out = false;
   // Ranks whose TERMINATED was counted (a repeated report is not).
   std::set<int> terminated_ranks;
+  // Scheduling (SchedRunning): the order allocations started in this master
+  // (0: recovered), and whether it reported training or validation metrics
+  // or a checkpoint since it started (only then may it be preempted).
+  int64_t start_order = 0;
+  bool made_progress = false;
 };
 
 // Whether `token` is the allocation's token (constant time over the hashes).

@@ -80,6 +80,13 @@ void MasterCore::FillWarmStartLocked(const ExperimentRuntime& exp, const TrialRu
   c->set_total_batches(ck->total_batches);
 }
 
+int64_t MasterCore::WarmStartUserLocked(const std::string& uuid) const {
+  for (const auto& [id, exp] : experiments_) {
+    if (exp->row.warm_start_checkpoint_uuid == uuid && !Terminal(exp->row.state)) return id;
+  }
+  return 0;
+}
+
 absl::StatusOr<apiv1::ContinueExperimentResponse> MasterCore::ContinueExperiment(
     const apiv1::ContinueExperimentRequest& req) {
   std::lock_guard<std::mutex> l(mu_);

@@ -71,6 +71,15 @@ absl::StatusOr<apiv1::DeleteExperimentResponse> MasterCore::DeleteExperiment(
                                                       "; only a terminal experiment (COMPLETED, CANCELED or "
                                                       "ERROR) with no running trial can be deleted"));
   }
+  for (const auto& [other_id, other] : experiments_) {
+    if (Terminal(other->row.state) || other->row.warm_start_checkpoint_uuid.empty()) continue;
+    auto ck = store_->GetCheckpoint(other->row.warm_start_checkpoint_uuid);
+    if (ck.ok() && ck->experiment_id == id) {
+      return absl::FailedPreconditionError(absl::StrCat("experiment ", id, " holds checkpoint ", ck->uuid,
+                                                        ", the warm-start source of experiment ", other_id,
+                                                        ", which is not finished"));
+    }
+  }
   exp->gc_pending = false;
   // The background thread's next pass (within 500 ms) starts the deletion.
   SetExperimentState(*exp, kDeleting);

@@ -12,6 +12,7 @@
 #include "common/safe_path.h"
 #include "common/status_macros.h"
 #include "master/core/checkpoint_gc.h"
+#include "master/core/checkpoint_list.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
@@ -168,6 +169,10 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   e.set_user_id(exp.owner_id);
   e.set_parent_id(exp.row.parent_id);
   *e.mutable_checkpoint_gc_policy() = EffectiveGcPolicy(exp.config, exp.row.checkpoint_gc_policy_json);
+  if (exp.row.id > 0) e.set_job_id(absl::StrCat("exp-", exp.row.id));
+  e.set_priority(exp.priority);
+  e.set_weight(exp.weight);
+  e.set_max_slots(exp.max_slots);
   return e;
 }
 
@@ -397,7 +402,15 @@ absl::StatusOr<apiv1::GetExperimentTrialsResponse> MasterCore::GetExperimentTria
 absl::StatusOr<apiv1::GetExperimentCheckpointsResponse> MasterCore::GetExperimentCheckpoints(
     const apiv1::GetExperimentCheckpointsRequest& req) {
   DET_ASSIGN_OR_RETURN(std::vector<apiv1::Checkpoint> checkpoints, ListCheckpoints(req.experiment_id(), std::nullopt));
+  bool smaller_is_better = true;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto exp = FindExperiment(req.experiment_id());
+    if (exp.ok()) smaller_is_better = (*exp)->config.searcher.smaller_is_better;
+  }
   apiv1::GetExperimentCheckpointsResponse resp;
+  DET_RETURN_IF_ERROR(SortFilterPageCheckpoints(CheckpointListQueryOf(req, smaller_is_better), &checkpoints,
+                                                resp.mutable_pagination()));
   for (auto& c : checkpoints) *resp.add_checkpoints() = std::move(c);
   return resp;
 }

@@ -201,6 +201,16 @@ class MasterCore {
   // DownloadCheckpoint (CheckpointFiles::Open). InvalidArgument malformed
   // uuid; NotFound; FailedPrecondition not COMPLETED.
   absl::StatusOr<std::unique_ptr<CheckpointFiles>> OpenCheckpointFiles(const apiv1::DownloadCheckpointRequest& req);
+  // ---- the job queue (job_queue.cc; contracts in cluster.proto)
+  // One job per experiment that is not terminal, per pool in the order the
+  // scheduler considers them (priority, fair share, queue position, id).
+  // InvalidArgument for a negative offset or limit; NotFound for a
+  // resource_pool that no agent and no experiment uses.
+  absl::StatusOr<apiv1::GetJobQueueResponse> GetJobQueue(const apiv1::GetJobQueueRequest& req);
+  // Changes priority / weight / max_slots / place of job req.job_id(),
+  // stores them (experiments.job_*) and runs a scheduling pass. The caller
+  // checks that the user owns the experiment (method_access.cc).
+  absl::StatusOr<apiv1::UpdateJobResponse> UpdateJob(const apiv1::UpdateJobRequest& req);
   absl::StatusOr<apiv1::GetAgentsResponse> GetAgents(const apiv1::GetAgentsRequest& req);
   absl::StatusOr<apiv1::GetSlotsResponse> GetSlots(const apiv1::GetSlotsRequest& req);
   // TrialLogs (server streaming) one batch at a time: up to `max_lines` lines
@@ -402,6 +412,10 @@ class MasterCore {
   // its own in an experiment with a warm-start source.
   void FillWarmStartLocked(const ExperimentRuntime& exp, const TrialRuntime& trial,
                            trialv1::GetTrialContextResponse* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The id of a non-terminal experiment that warm-starts from checkpoint
+  // `uuid` (its new trials still load it), or 0. GC, DeleteCheckpoints and
+  // DeleteExperiment keep such a checkpoint.
+  int64_t WarmStartUserLocked(const std::string& uuid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- trials.cc
   apiv1::Trial TrialProto(const TrialRuntime& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -10,6 +10,7 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "master/core/core_state.h"
+#include "master/core/job_queue.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
 
@@ -43,6 +44,7 @@ absl::Status MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
   exp->config = *std::move(config);
   SetJobKnobsFromConfig(*exp);
   ApplyPoolDefaultsLocked(*exp);  // before stored job overrides
+  ApplyStoredJobKnobs(*exp);  // what UpdateJob stored (job_queue.h)
   auto lengths = ResolveBatchLengths(exp->config);
   if (!lengths.ok()) {
     spdlog::warn("experiment {}: stored lengths no longer convert: {}", row.id, lengths.status().ToString());

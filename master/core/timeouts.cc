@@ -138,6 +138,7 @@ std::vector<CheckpointRow> MasterCore::CollectGarbageLocked(ExperimentRuntime& e
     // Only trials that have ended: the others may still resume from theirs.
     auto tit = trials_.find(c.trial_id);
     if (tit == trials_.end() || !Terminal(tit->second->row.state) || !tit->second->allocation_id.empty()) continue;
+    if (WarmStartUserLocked(c.uuid) != 0) continue;  // another experiment's trials still load it
     absl::Status st = store_->UpdateCheckpointState(c.uuid, "DELETED");
     if (!st.ok()) {
       spdlog::error("checkpoint GC: {}", st.ToString());

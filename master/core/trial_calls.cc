@@ -183,6 +183,7 @@ absl::StatusOr<trialv1::ReportTrainingMetricsResponse> MasterCore::ReportTrainin
     trial_id = trial.row.id;
     run_id = trial.row.run_id;
     for (const auto& r : req.rows()) trial.row.total_batches = std::max(trial.row.total_batches, r.total_batches());
+    if (req.rows_size() > 0) alloc->made_progress = true;
   }
   std::vector<MetricRow> rows;
   rows.reserve(req.rows_size());
@@ -213,6 +214,7 @@ absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValid
     }
     trial.last_validation = r.total_batches();
     trial.row.total_batches = std::max(trial.row.total_batches, r.total_batches());
+    alloc->made_progress = true;
   }
   DET_RETURN_IF_ERROR(store_->InsertMetrics(rows));
   SetTrialState(trial, trial.row.state);
@@ -256,6 +258,7 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
     row.searcher_metric = trial.row.latest_validation;
   }
   DET_RETURN_IF_ERROR(store_->InsertCheckpoint(row));
+  alloc->made_progress = true;
   trial.row.latest_checkpoint_uuid = row.uuid;
   trial.last_checkpoint = req.total_batches();
   SetTrialState(trial, trial.row.state);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "master/core/checkpoint_list.h"
 #include "master/core/metrics_logs.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
@@ -41,6 +42,7 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   t.set_request_id(trial.row.request_id);
   t.set_searcher_target_batches(trial.searcher_target);
   t.set_error_message(trial.error_message);
+  if (!Terminal(trial.row.state)) t.set_preemption(trial.preemption);
   return t;
 }
 
@@ -121,7 +123,18 @@ absl::StatusOr<std::vector<apiv1::Checkpoint>> MasterCore::ListCheckpoints(std::
 absl::StatusOr<apiv1::GetTrialCheckpointsResponse> MasterCore::GetTrialCheckpoints(
     const apiv1::GetTrialCheckpointsRequest& req) {
   DET_ASSIGN_OR_RETURN(std::vector<apiv1::Checkpoint> checkpoints, ListCheckpoints(std::nullopt, req.trial_id()));
+  bool smaller_is_better = true;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto trial = FindTrial(req.trial_id());
+    if (trial.ok()) {
+      auto exp = FindExperiment((*trial)->row.experiment_id);
+      if (exp.ok()) smaller_is_better = (*exp)->config.searcher.smaller_is_better;
+    }
+  }
   apiv1::GetTrialCheckpointsResponse resp;
+  DET_RETURN_IF_ERROR(SortFilterPageCheckpoints(CheckpointListQueryOf(req, smaller_is_better), &checkpoints,
+                                                resp.mutable_pagination()));
   for (auto& c : checkpoints) *resp.add_checkpoints() = std::move(c);
   return resp;
 }

@@ -81,77 +81,269 @@ std::optional<std::vector<SlotAssignment>> Place(std::vector<AgentState*>& agent
   return placements;
 }
 
-}  // namespace
+// One call of Decide: the agents' slots as this call hands them out, the
+// slots about to free, and each (pool, group)'s slots.
+class Pass {
+ public:
+  Pass(const std::vector<SchedAgent>& agents, const std::vector<SchedRequest>& pending,
+       const std::vector<SchedRunning>& running);
+  SchedDecision Run();
 
-std::vector<Assignment> Schedule(const std::vector<SchedAgent>& agents, const std::vector<SchedRequest>& pending,
-                                 const std::vector<SchedRunning>& running) {
+ private:
+  using Victims = std::vector<const SchedRunning*>;
+
+  double ShareOf(const SchedRequest* r) const {
+    auto it = used_.find({r->resource_pool, r->group_id});
+    return (it == used_.end() ? 0.0 : it->second) / r->weight;
+  }
+  // Whether `req` may take more slots under its group's max_slots.
+  bool UnderCap(const SchedRequest& req) const;
+  // Places n slots of `pool` as if the freeing slots and the victims' slots
+  // were free too; changes nothing.
+  std::optional<std::vector<SlotAssignment>> Simulate(const std::string& pool, int n, const Victims& victims) const;
+  // Reserves what a simulated placement uses; the victims' other slots join
+  // the freeing slots.
+  void Claim(const std::vector<SlotAssignment>& placements, const Victims& victims);
+  // Steps 1-3 of the contract for a request that does not fit now.
+  bool MakeRoom(const SchedRequest& req);
+  Victims PickVictims(const SchedRequest& req) const;
+  const SchedRunning* PickFairShareVictim(const SchedRequest& req) const;
+
+  std::map<std::string, AgentState> states_;
+  std::map<std::string, std::vector<AgentState*>> pools_;  // agents sorted by id
+  std::map<std::string, std::set<int>> freeing_;  // agent -> slots about to free, unclaimed
+  std::map<PoolGroup, double> used_;   // fair share: held and not stopping, plus this call's
+  std::map<PoolGroup, int64_t> held_;  // max_slots: held (stopping too) plus this call's starts
+  std::vector<const SchedRunning*> running_;  // one entry per allocation id
+  std::vector<const SchedRequest*> candidates_;
+  std::set<std::string> victims_;
+  // (pool, priority, slots) for which step 2 found nothing: stays so for
+  // the rest of the call (what is available only shrinks).
+  std::set<std::tuple<std::string, int, int>> no_victims_;
+  SchedDecision out_;
+};
+
+Pass::Pass(const std::vector<SchedAgent>& agents, const std::vector<SchedRequest>& pending,
+           const std::vector<SchedRunning>& running) {
   // Agents by id; a duplicated id keeps its first entry.
-  std::map<std::string, AgentState> states;
   for (const SchedAgent& a : agents) {
-    if (!a.enabled || states.count(a.id) != 0) continue;
+    if (!a.enabled || states_.count(a.id) != 0) continue;
     AgentState s{a.id, a.resource_pool, {}, a.total_slots};
     for (int slot : a.free_slots) s.free.insert(slot);
     s.total = std::max<int>(a.total_slots, static_cast<int>(s.free.size()));
-    states.emplace(a.id, std::move(s));
+    states_.emplace(a.id, std::move(s));
   }
-  std::map<std::string, std::vector<AgentState*>> pools;  // agents sorted by id
-  for (auto& [id, s] : states) pools[s.pool].push_back(&s);
-
-  std::map<PoolGroup, double> used;  // slots per (pool, group)
-  for (const SchedRunning& r : running) used[{r.resource_pool, r.group_id}] += std::max(0, r.slots);
-
-  std::vector<const SchedRequest*> candidates;
+  for (auto& [id, s] : states_) pools_[s.pool].push_back(&s);
+  std::set<std::string> seen_running;
+  for (const SchedRunning& r : running) {
+    if (!seen_running.insert(r.allocation_id).second) continue;
+    running_.push_back(&r);
+    const int slots = std::max(0, r.slots);
+    held_[{r.resource_pool, r.group_id}] += slots;
+    if (!r.stopping) {
+      used_[{r.resource_pool, r.group_id}] += slots;
+      continue;
+    }
+    for (const SlotAssignment& p : r.placements) {
+      auto it = states_.find(p.agent_id);
+      if (it == states_.end() || it->second.pool != r.resource_pool) continue;
+      freeing_[p.agent_id].insert(p.slots.begin(), p.slots.end());
+    }
+  }
   std::set<std::string> seen;
   for (const SchedRequest& r : pending) {
     if (r.slots < 0 || !(r.weight > 0) || !seen.insert(r.allocation_id).second) continue;
-    candidates.push_back(&r);
+    candidates_.push_back(&r);
   }
+}
 
-  // The best remaining request by (priority, share, submit_order,
-  // allocation_id), found with a heap of shares as they were when pushed: a
-  // share only grows (a group's slots only grow within one call), so a popped
-  // request whose share is still current is the true minimum, and one whose
-  // share grew goes back in. O(n log n), where a scan per pick was O(n^2): 20
-  // ms of every background pass for 10,000 pending trials.
-  auto share_of = [&used](const SchedRequest* r) {
-    auto it = used.find({r->resource_pool, r->group_id});
-    return (it == used.end() ? 0.0 : it->second) / r->weight;
+bool Pass::UnderCap(const SchedRequest& req) const {
+  if (req.max_slots <= 0) return true;
+  auto it = held_.find({req.resource_pool, req.group_id});
+  const int64_t held = it == held_.end() ? 0 : it->second;
+  return held + req.slots <= req.max_slots;
+}
+
+std::optional<std::vector<SlotAssignment>> Pass::Simulate(const std::string& pool, int n,
+                                                          const Victims& victims) const {
+  auto it = pools_.find(pool);
+  if (it == pools_.end()) return std::nullopt;
+  std::vector<AgentState> copies;
+  copies.reserve(it->second.size());
+  for (const AgentState* a : it->second) {
+    AgentState c = *a;
+    auto f = freeing_.find(a->id);
+    if (f != freeing_.end()) c.free.insert(f->second.begin(), f->second.end());
+    for (const SchedRunning* v : victims) {
+      for (const SlotAssignment& p : v->placements) {
+        if (p.agent_id == a->id) c.free.insert(p.slots.begin(), p.slots.end());
+      }
+    }
+    c.total = std::max<int>(c.total, static_cast<int>(c.free.size()));
+    copies.push_back(std::move(c));
+  }
+  std::vector<AgentState*> ptrs;
+  for (AgentState& c : copies) ptrs.push_back(&c);
+  return Place(ptrs, n);
+}
+
+void Pass::Claim(const std::vector<SlotAssignment>& placements, const Victims& victims) {
+  for (const SchedRunning* v : victims) {
+    for (const SlotAssignment& p : v->placements) {
+      if (states_.count(p.agent_id) != 0) freeing_[p.agent_id].insert(p.slots.begin(), p.slots.end());
+    }
+  }
+  for (const SlotAssignment& p : placements) {
+    AgentState& agent = states_.at(p.agent_id);
+    for (int slot : p.slots) {
+      if (agent.free.erase(slot) == 0) freeing_[p.agent_id].erase(slot);
+    }
+  }
+}
+
+Pass::Victims Pass::PickVictims(const SchedRequest& req) const {
+  Victims candidates;
+  for (const SchedRunning* r : running_) {
+    if (r->resource_pool != req.resource_pool || r->priority <= req.priority || !r->preemptible || r->stopping ||
+        victims_.count(r->allocation_id) != 0) {
+      continue;
+    }
+    candidates.push_back(r);
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const SchedRunning* a, const SchedRunning* b) {
+    return std::tie(a->start_order, a->allocation_id) > std::tie(b->start_order, b->allocation_id);
+  });
+  if (candidates.empty() || !Simulate(req.resource_pool, req.slots, candidates)) return {};
+  for (const SchedRunning* c : candidates) {
+    if (Simulate(req.resource_pool, req.slots, {c})) return {c};
+  }
+  Victims chosen;
+  for (const SchedRunning* c : candidates) {
+    chosen.push_back(c);
+    if (Simulate(req.resource_pool, req.slots, chosen)) break;
+  }
+  for (size_t i = chosen.size(); i-- > 0;) {  // oldest chosen first
+    Victims without = chosen;
+    without.erase(without.begin() + static_cast<std::ptrdiff_t>(i));
+    if (Simulate(req.resource_pool, req.slots, without)) chosen = std::move(without);
+  }
+  return chosen;
+}
+
+const SchedRunning* Pass::PickFairShareVictim(const SchedRequest& req) const {
+  std::map<int64_t, const SchedRunning*> newest;  // per other group of the same priority
+  std::map<int64_t, double> weight;
+  for (const SchedRunning* r : running_) {
+    if (r->resource_pool != req.resource_pool || r->priority != req.priority || r->group_id == req.group_id ||
+        !r->preemptible || r->stopping || victims_.count(r->allocation_id) != 0) {
+      continue;
+    }
+    const SchedRunning*& n = newest[r->group_id];
+    if (n == nullptr || std::tie(r->start_order, r->allocation_id) > std::tie(n->start_order, n->allocation_id)) n = r;
+    weight[r->group_id] = r->weight > 0 ? r->weight : 1;
+  }
+  auto used = [this, &req](int64_t group) {
+    auto it = used_.find({req.resource_pool, group});
+    return it == used_.end() ? 0.0 : it->second;
   };
+  int64_t over = 0;
+  double over_share = -1;
+  for (const auto& [group, r] : newest) {
+    const double share = used(group) / weight[group];
+    if (share > over_share) over = group, over_share = share;
+  }
+  if (newest.empty()) return nullptr;
+  const SchedRunning* victim = newest[over];
+  const double mine_after = (used(req.group_id) + req.slots) / req.weight;
+  const double theirs_after = (used(over) - std::max(0, victim->slots)) / weight[over];
+  if (mine_after > theirs_after || !Simulate(req.resource_pool, req.slots, {victim})) return nullptr;
+  return victim;
+}
+
+bool Pass::MakeRoom(const SchedRequest& req) {
+  if (req.slots == 0) return false;
+  Victims victims;
+  bool fair_share = false;
+  if (auto placed = Simulate(req.resource_pool, req.slots, {})) {
+    Claim(*placed, {});
+  } else {
+    if (!req.may_preempt) return false;
+    auto key = std::make_tuple(req.resource_pool, req.priority, req.slots);
+    if (no_victims_.count(key) == 0) victims = PickVictims(req);
+    if (victims.empty()) no_victims_.insert(key);
+    if (victims.empty()) {
+      if (const SchedRunning* v = PickFairShareVictim(req)) victims = {v}, fair_share = true;
+    }
+    if (victims.empty()) return false;
+    Claim(*Simulate(req.resource_pool, req.slots, victims), victims);
+  }
+  for (const SchedRunning* v : victims) {
+    victims_.insert(v->allocation_id);
+    used_[{v->resource_pool, v->group_id}] -= std::max(0, v->slots);
+    out_.preempt.push_back(Preemption{v->allocation_id, req.allocation_id, req.group_id, req.priority, fair_share});
+  }
+  used_[{req.resource_pool, req.group_id}] += req.slots;
+  return true;
+}
+
+SchedDecision Pass::Run() {
+  // The best remaining request by (priority, share, queue_position,
+  // submit_order, allocation_id), found with a heap of shares as they were
+  // when pushed: a popped request whose share changed since goes back in
+  // with its share now. O(n log n), where a scan per pick was O(n^2): 20 ms
+  // of every background pass for 10,000 pending trials.
   struct Queued {
     double share;
     const SchedRequest* req;
   };
   auto after = [](const Queued& a, const Queued& b) {
-    return std::tie(a.req->priority, a.share, a.req->submit_order, a.req->allocation_id) >
-           std::tie(b.req->priority, b.share, b.req->submit_order, b.req->allocation_id);
+    return std::tie(a.req->priority, a.share, a.req->queue_position, a.req->submit_order, a.req->allocation_id) >
+           std::tie(b.req->priority, b.share, b.req->queue_position, b.req->submit_order, b.req->allocation_id);
   };
   std::priority_queue<Queued, std::vector<Queued>, decltype(after)> queue(after);
-  for (const SchedRequest* r : candidates) queue.push(Queued{share_of(r), r});
+  for (const SchedRequest* r : candidates_) queue.push(Queued{ShareOf(r), r});
 
   std::set<PoolGroup> blocked;
-  std::vector<Assignment> result;
   while (!queue.empty()) {
     Queued top = queue.top();
     queue.pop();
     const SchedRequest* req = top.req;
-    double share = share_of(req);
+    double share = ShareOf(req);
     if (share != top.share) {
       queue.push(Queued{share, req});
       continue;
     }
     PoolGroup pg{req->resource_pool, req->group_id};
     if (blocked.count(pg) != 0) continue;
-    auto pool = pools.find(req->resource_pool);
-    std::optional<std::vector<SlotAssignment>> placements;
-    if (pool != pools.end()) placements = Place(pool->second, req->slots);
-    if (!placements.has_value()) {
+    if (!UnderCap(*req)) {
       blocked.insert(pg);
       continue;
     }
-    used[pg] += req->slots;
-    result.push_back(Assignment{req->allocation_id, std::move(*placements)});
+    auto pool = pools_.find(req->resource_pool);
+    std::optional<std::vector<SlotAssignment>> placements;
+    if (pool != pools_.end()) placements = Place(pool->second, req->slots);
+    if (!placements.has_value()) {
+      blocked.insert(pg);
+      MakeRoom(*req);
+      continue;
+    }
+    used_[pg] += req->slots;
+    held_[pg] += req->slots;
+    out_.start.push_back(Assignment{req->allocation_id, std::move(*placements)});
   }
-  return result;
+  return std::move(out_);
+}
+
+}  // namespace
+
+SchedDecision Decide(const std::vector<SchedAgent>& agents, const std::vector<SchedRequest>& pending,
+                     const std::vector<SchedRunning>& running) {
+  return Pass(agents, pending, running).Run();
+}
+
+std::vector<Assignment> Schedule(const std::vector<SchedAgent>& agents, const std::vector<SchedRequest>& pending,
+                                 const std::vector<SchedRunning>& running) {
+  return Decide(agents, pending, running).start;
 }
 
 }  // namespace master

@@ -135,6 +135,9 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   BindCore("EnableSlot", &MasterCore::EnableSlot);
   BindCore("DisableSlot", &MasterCore::DisableSlot);
   BindCore("GetResourcePools", &MasterCore::GetResourcePools);
+  // ---- the job queue (job_queue.cc)
+  BindCore("GetJobQueue", &MasterCore::GetJobQueue);
+  BindCore("UpdateJob", &MasterCore::UpdateJob);
 }
 
 const pb::ServiceDescriptor* ApiHandlers::Service() {

@@ -70,6 +70,14 @@ struct ExperimentRow {
   // and the checkpoint its new trials warm-start from ("": none).
   int64_t parent_id = 0;
   std::string warm_start_checkpoint_uuid;
+  // The job's scheduling knobs as UpdateJob set them (nullopt: the config's
+  // resources.priority / weight / max_slots, and the id for the position).
+  // Written by UpdateExperiment (not by InsertExperiment: a new experiment
+  // has none).
+  std::optional<int64_t> job_priority;
+  std::optional<double> job_weight;
+  std::optional<int64_t> job_max_slots;
+  std::optional<double> job_queue_position;
 };
 
 struct TrialRow {

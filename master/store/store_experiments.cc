@@ -21,6 +21,8 @@ namespace {
 using store_internal::Binder;
 using store_internal::ColDouble;
 using store_internal::ColInt;
+using store_internal::ColOptDouble;
+using store_internal::ColOptInt;
 using store_internal::ColText;
 using store_internal::Dump;
 using store_internal::ParseJson;
@@ -30,7 +32,7 @@ using store_internal::SqlLimit;
 #define DET_EXPERIMENT_COLUMNS                                                                 \
   "id, name, description, labels, state, config_yaml, config_json, trial_so_sha256, "          \
   "searcher_state_json, owner, archived, progress, created_ms, ended_ms, checkpoint_gc_policy_json, "   \
-  "parent_id, warm_start_checkpoint_uuid"
+  "parent_id, warm_start_checkpoint_uuid, job_priority, job_weight, job_max_slots, job_queue_position"
 
 constexpr char kInsertExperiment[] =
     "INSERT INTO experiments(name, description, labels, state, config_yaml, config_json, "
@@ -40,7 +42,8 @@ constexpr char kInsertExperiment[] =
 constexpr char kUpdateExperiment[] =
     "UPDATE experiments SET name = ?, description = ?, labels = ?, state = ?, config_yaml = ?, "
     "config_json = ?, trial_so_sha256 = ?, searcher_state_json = ?, owner = ?, archived = ?, "
-    "progress = ?, ended_ms = ?, checkpoint_gc_policy_json = ? WHERE id = ?";
+    "progress = ?, ended_ms = ?, checkpoint_gc_policy_json = ?, job_priority = ?, job_weight = ?, "
+    "job_max_slots = ?, job_queue_position = ? WHERE id = ?";
 constexpr char kGetExperiment[] = "SELECT " DET_EXPERIMENT_COLUMNS " FROM experiments WHERE id = ?";
 
 std::string EncodeLabels(const std::vector<std::string>& labels) { return Dump(nlohmann::json(labels)); }
@@ -76,6 +79,10 @@ absl::StatusOr<ExperimentRow> ReadExperiment(sqlite3_stmt* s) {
   r.checkpoint_gc_policy_json = ColText(s, 14);
   r.parent_id = ColInt(s, 15);
   r.warm_start_checkpoint_uuid = ColText(s, 16);
+  r.job_priority = ColOptInt(s, 17);
+  r.job_weight = ColOptDouble(s, 18);
+  r.job_max_slots = ColOptInt(s, 19);
+  r.job_queue_position = ColOptDouble(s, 20);
   return r;
 }
 
@@ -149,6 +156,10 @@ absl::Status Store::UpdateExperiment(const ExperimentRow& row) {
         .Double(row.progress)
         .Int(row.ended_ms)
         .Text(row.checkpoint_gc_policy_json)
+        .OptInt(row.job_priority)
+        .OptDouble(row.job_weight)
+        .OptInt(row.job_max_slots)
+        .OptDouble(row.job_queue_position)
         .Int(row.id);
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind experiment");
     int rc = sqlite3_step(st.get());

@@ -134,6 +134,13 @@ class Binder {
     }
     return Double(*v);
   }
+  Binder& OptInt(const std::optional<int64_t>& v) {
+    if (!v.has_value()) {
+      if (rc_ == SQLITE_OK) rc_ = sqlite3_bind_null(stmt_, ++index_);
+      return *this;
+    }
+    return Int(*v);
+  }
   int rc() const { return rc_; }
 
  private:
@@ -152,6 +159,10 @@ inline double ColDouble(sqlite3_stmt* s, int i) { return sqlite3_column_double(s
 inline std::optional<double> ColOptDouble(sqlite3_stmt* s, int i) {
   if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::nullopt;
   return sqlite3_column_double(s, i);
+}
+inline std::optional<int64_t> ColOptInt(sqlite3_stmt* s, int i) {
+  if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::nullopt;
+  return sqlite3_column_int64(s, i);
 }
 
 // `limit` for a LIMIT clause: SQLite reads -1 as no limit.

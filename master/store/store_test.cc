@@ -193,6 +193,41 @@ TEST_F(StoreTest, ExperimentRoundTrip) {
   EXPECT_EQ(got->created_ms, e.created_ms);
 }
 
+// The job knobs UpdateJob stores: NULL (the config's) until set, then
+// written by UpdateExperiment and read back; NULL again when cleared.
+TEST_F(StoreTest, ExperimentJobKnobsRoundTrip) {
+  ExperimentRow e;
+  e.name = "jobs";
+  e.state = "ACTIVE";
+  e.labels = {};
+  auto id = store_->InsertExperiment(e);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto got = store_->GetExperiment(*id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->job_priority.has_value());
+  EXPECT_FALSE(got->job_weight.has_value());
+  EXPECT_FALSE(got->job_max_slots.has_value());
+  EXPECT_FALSE(got->job_queue_position.has_value());
+  ExperimentRow u = *got;
+  u.job_priority = 7;
+  u.job_weight = 2.5;
+  u.job_max_slots = 0;
+  u.job_queue_position = 1.75;
+  ASSERT_TRUE(store_->UpdateExperiment(u).ok());
+  got = store_->GetExperiment(*id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->job_priority, std::optional<int64_t>(7));
+  EXPECT_EQ(got->job_weight, std::optional<double>(2.5));
+  EXPECT_EQ(got->job_max_slots, std::optional<int64_t>(0));
+  EXPECT_EQ(got->job_queue_position, std::optional<double>(1.75));
+  u.job_weight.reset();
+  ASSERT_TRUE(store_->UpdateExperiment(u).ok());
+  got = store_->GetExperiment(*id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->job_weight.has_value());
+  EXPECT_EQ(got->job_priority, std::optional<int64_t>(7));
+}
+
 TEST_F(StoreTest, NotFoundErrorsNameTheId) {
   auto e = store_->GetExperiment(42);
   EXPECT_EQ(e.status().code(), absl::StatusCode::kNotFound);

@@ -1,3 +1,4 @@
+#include "common/elf_symbols.h"
 #include "trial_runtime/runtime/trial_loader.h"
 
 #include <dlfcn.h>
@@ -6,6 +7,9 @@
 #include <cstddef>
 
 #include "absl/strings/str_cat.h"
+
+// The master checks uploads for the same name (common/elf_symbols.h).
+static_assert(std::string_view(DET_TRIAL_ENTRY_SYMBOL) == std::string_view(det::kTrialEntrySymbol));
 
 namespace det::runtime {
 namespace {

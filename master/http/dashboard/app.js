@@ -5,11 +5,13 @@
 //   #/experiments/<id>       one experiment: trials, learning curves, hparam scatter
 //   #/trials/<id>            one trial: hparams, metrics, checkpoints, logs
 //   #/agents                 agents and slots
+//   #/queue                  the job queue (job_queue.js)
 import {apiGet, apiPost, getToken, getUsername, logout, onAuthChange} from './api.js';
 import {LineChart, ScatterChart, colorFor} from './charts.js';
 import {fetchExperimentList} from './experiment_actions.js';
 import {MetricsStreamCache} from './metrics_stream.js';
 import {renderCheckpointUuid} from './checkpoints.js';
+import {JobQueueView} from './job_queue.js';
 import {
   h, setText, setAttr, setHidden, setChildrenKeyed, syncRows, syncEmpty, num, stateLabel, enumLabel,
   isTerminal, fmtMetric, fmtValue, fmtTime, fmtDuration, fmtBytes, flatten,
@@ -652,6 +654,7 @@ const ROUTES = [
   [/^#\/experiments\/(\d+)\/?$/, (m) => new ExperimentView(Number(m[1])), 'experiments'],
   [/^#\/trials\/(\d+)\/?$/, (m) => new TrialView(Number(m[1])), 'experiments'],
   [/^#\/agents\/?$/, () => new AgentsView(), 'agents'],
+  [/^#\/queue\/?$/, () => new JobQueueView(), 'queue'],
 ];
 
 // Runs the visible view's refresh() now and then every POLL_MS (never two at
