@@ -37,13 +37,6 @@ namespace {
 using namespace std::chrono_literals;
 namespace pb = google::protobuf;
 
-// The cluster-operations RPCs (agents, slots, pools, the job queue) are
-// issue 16's. Until they are built they are the only methods allowed to
-// answer UNIMPLEMENTED, and the test checks that each still does, so this
-// list cannot outlive them.
-const std::set<std::string> kClusterOperationsPending = {
-    "GetAgent", "EnableAgent", "DisableAgent", "EnableSlot", "DisableSlot", "GetResourcePools"};
-
 // Methods that end what later calls need: called last, in this order.
 const std::vector<std::string> kLast = {"DeleteCheckpoints", "DeleteExperiment", "Logout"};
 
@@ -203,14 +196,8 @@ TEST(ApiCoverageTest, NoMethodOfAnyServiceAnswersUnimplementedAndEveryUnaryRpcHa
     std::unique_ptr<pb::Message> req = RequestFor(*m, body);
     grpc::Status st = CallAnyMethod(channel, *m, *req, admin);
     ++checked;
-    const bool pending = kClusterOperationsPending.count(m->name()) > 0;
     if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) unimplemented.push_back(m->full_name());
-    if (pending) {
-      EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED)
-          << "implemented now: remove it from kClusterOperationsPending";
-    } else {
-      EXPECT_NE(st.error_code(), grpc::StatusCode::UNIMPLEMENTED) << st.error_message();
-    }
+    EXPECT_NE(st.error_code(), grpc::StatusCode::UNIMPLEMENTED) << m->full_name() << ": " << st.error_message();
     const bool unary = !m->client_streaming() && !m->server_streaming();
     if (m->service()->full_name() != "det.api.v1.Determined" || !unary) continue;
 
@@ -221,18 +208,16 @@ TEST(ApiCoverageTest, NoMethodOfAnyServiceAnswersUnimplementedAndEveryUnaryRpcHa
     auto res = cluster.Http("POST", path, {{"Authorization", "Bearer " + admin}}, json);
     ASSERT_TRUE(res) << path;
     ++rest_checked;
-    if (pending) {
-      EXPECT_EQ(res->status, 501) << res->body;
-      continue;
-    }
     EXPECT_NE(res->status, 501) << res->body;
     EXPECT_NE(res->status, 405) << res->body;
     // A 404 is the RPC's own NOT_FOUND (say, the experiment a previous call
     // deleted), never a missing route.
-    if (res->status == 404) EXPECT_TRUE(absl::StrContains(res->body, "NOT_FOUND")) << res->body;
+    if (res->status == 404) {
+      EXPECT_TRUE(absl::StrContains(res->body, "NOT_FOUND")) << res->body;
+    }
   }
-  std::printf("[ walked   ] %d methods over gRPC, %d unary RPCs over REST; UNIMPLEMENTED: %zu (issue 16's: %zu)\n",
-              checked, rest_checked, unimplemented.size(), kClusterOperationsPending.size());
+  std::printf("[ walked   ] %d methods over gRPC, %d unary RPCs over REST; UNIMPLEMENTED: %zu\n", checked,
+              rest_checked, unimplemented.size());
   for (const std::string& name : unimplemented) std::printf("[ pending  ] %s\n", name.c_str());
   EXPECT_GE(checked, 59);  // the three services had 59 methods when this test was written
 }

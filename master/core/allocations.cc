@@ -97,6 +97,9 @@ void MasterCore::ScheduleLocked() {
   for (SchedRequest& r : pending_) {
     auto eit = experiments_.find(r.group_id);
     if (eit != experiments_.end()) SetJobKnobs(*eit->second, &r);
+    // A pool declared with preemption: false never preempts for its jobs.
+    const ResourcePoolConfig* pool = options_.resource_pools.Find(r.resource_pool);
+    r.may_preempt = pool == nullptr || pool->preemption;
   }
   const std::vector<SchedRunning> running = SchedRunningOf(allocations_, experiments_);
   SchedDecision decision = Decide(agents, pending_, running);

@@ -5,6 +5,7 @@
 // slot goes to the urgent trial; max_slots is read from the experiment.
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -22,8 +23,12 @@ using ::testing::HasSubstr;
 
 class PreemptionCoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start(ResourcePoolsConfig()); }
+
+  void Start(ResourcePoolsConfig pools) {
+    core_.reset();
     MasterOptions options;
+    options.resource_pools = std::move(pools);
     options.data_dir = dir_.path();
     options.clock = clock_;
     options.background_thread = false;
@@ -36,6 +41,7 @@ class PreemptionCoreTest : public ::testing::Test {
     agentv1::RegisterAgentRequest req;
     req.set_agent_id(id);
     req.set_hostname("localhost");
+    req.set_resource_pool(pool_);
     for (int i = 0; i < slots; ++i) req.add_devices()->set_id(i);
     auto resp = core_->RegisterAgent(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
@@ -117,6 +123,7 @@ class PreemptionCoreTest : public ::testing::Test {
     return out;
   }
 
+  std::string pool_;
   det::testing::TempDir dir_;
   std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
   std::unique_ptr<MasterCore> core_;
@@ -173,6 +180,27 @@ TEST_F(PreemptionCoreTest, BetterPriorityPreemptsOnceAfterProgressAndTakesTheSlo
   ASSERT_EQ(starts.size(), 1u);
   EXPECT_EQ(starts[0].trial_id(), low_trial);
   EXPECT_EQ(Trial(low_trial).preemption(), "");
+}
+
+// A pool declared with `preemption: false` never preempts for its jobs: the
+// urgent trial waits for the slot.
+TEST_F(PreemptionCoreTest, PoolWithPreemptionOffNeverPreempts) {
+  auto pools = ParseResourcePools("resource_pools:\n  - pool_name: calm\n    preemption: false\n", "pools.yaml");
+  ASSERT_TRUE(pools.ok()) << pools.status();
+  Start(*pools);
+  pool_ = "calm";
+  auto a = Agent("a", 1);
+  CreateExperiment("priority: 50");
+  core_->RunBackgroundPass();
+  auto starts = Starts(*a);
+  ASSERT_EQ(starts.size(), 1u);
+  CreateExperiment("priority: 1");
+  ReportTraining(starts[0], 10);
+  core_->RunBackgroundPass();
+  core_->RunBackgroundPass();
+  EXPECT_FALSE(Preempted(starts[0]));
+  EXPECT_EQ(Trial(starts[0].trial_id()).preemption(), "");
+  EXPECT_TRUE(Starts(*a).empty());
 }
 
 TEST_F(PreemptionCoreTest, MaxSlotsHoldsBackTheSecondTrial) {

@@ -29,6 +29,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/proto_json.h"
 #include "master/core/auth.h"
@@ -634,27 +635,31 @@ TEST_F(RestApiTest, JsonBodiesAreReadWhateverFormTypeIsDeclared) {
 }
 
 // An RPC without a handler answers 501 with the error JSON, after auth.
-TEST_F(RestApiTest, UnimplementedRpcIs501AfterAuthentication) {
+// Every unary RPC of det.api.v1.Determined has a handler bound (nothing
+// answers UNIMPLEMENTED), and the generic route still asks for credentials
+// before anything else.
+TEST_F(RestApiTest, EveryUnaryRpcHasAHandlerBehindAuthentication) {
   ApiHandlers handlers(core_.get(), auth_.get());
   const google::protobuf::ServiceDescriptor* service = ApiHandlers::Service();
-  int found = 0;
+  std::vector<std::string> unbound;
   for (int i = 0; i < service->method_count(); ++i) {
     const google::protobuf::MethodDescriptor* m = service->method(i);
     if (m->client_streaming() || m->server_streaming()) continue;
     auto* factory = google::protobuf::MessageFactory::generated_factory();
     std::unique_ptr<google::protobuf::Message> req(factory->GetPrototype(m->input_type())->New());
     std::unique_ptr<google::protobuf::Message> resp(factory->GetPrototype(m->output_type())->New());
-    if (handlers.CallUnary(m->name(), ApiCaller(), *req, resp.get()).code() != absl::StatusCode::kUnimplemented) {
-      continue;
+    if (handlers.CallUnary(m->name(), ApiCaller(), *req, resp.get()).code() == absl::StatusCode::kUnimplemented) {
+      unbound.push_back(m->name());
     }
-    ++found;
+    if (m->name() == "Login" || m->name() == "GetMaster") continue;
     SCOPED_TRACE(m->name());
     EXPECT_EQ(Call("POST", "/api/v1/" + m->name(), "{}", /*token=*/false).status, 401);
-    Reply r = Call("POST", "/api/v1/" + m->name(), "{}");
-    EXPECT_EQ(r.status, 501) << r.body;
-    EXPECT_EQ(nlohmann::json::parse(r.body, nullptr, false).value("error", ""), "UNIMPLEMENTED") << r.body;
   }
-  std::printf("[ info     ] %d unary RPCs have no handler yet\n", found);
+  EXPECT_TRUE(unbound.empty()) << absl::StrJoin(unbound, ", ");
+  // A method the service does not declare is a 404 naming it.
+  Reply r = Call("POST", "/api/v1/NoSuchRpc", "{}");
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_TRUE(absl::StrContains(r.body, "NoSuchRpc")) << r.body;
 }
 
 TEST(RestRequestTest, PathTemplates) {
