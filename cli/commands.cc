@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "cli/follow_progress.h"
 #include "cli/metrics_log_commands.h"
 #include "cli/table.h"
 #include "common/proto_json.h"
@@ -41,7 +42,6 @@ std::string EnumLabel(const std::string& name, const std::string& prefix) {
   return label == "UNSPECIFIED" ? "" : label;
 }
 
-std::string StateLabel(v1::State state) { return EnumLabel(v1::State_Name(state), "STATE_"); }
 
 bool IsTerminal(v1::State state) {
   return state == v1::STATE_COMPLETED || state == v1::STATE_CANCELED || state == v1::STATE_ERROR;
@@ -52,11 +52,6 @@ std::string FormatDuration(const google::protobuf::Duration& d) {
   return absl::FormatDuration(absl::Seconds(d.seconds()));
 }
 
-std::string FormatDouble(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
-}
 
 std::string FormatBool(bool b) { return b ? "yes" : "no"; }
 
@@ -74,13 +69,6 @@ std::string FormatBytes(int64_t bytes) {
   return buf;
 }
 
-// "a=1 b=2", metrics sorted by name.
-std::string FormatMetrics(const google::protobuf::Map<std::string, double>& metrics) {
-  std::map<std::string, double> sorted(metrics.begin(), metrics.end());
-  std::vector<std::string> parts;
-  for (const auto& [k, v] : sorted) parts.push_back(absl::StrCat(k, "=", FormatDouble(v)));
-  return absl::StrJoin(parts, " ");
-}
 
 std::string StructJson(const google::protobuf::Struct& s) {
   std::string json;
@@ -188,21 +176,26 @@ void PrintCheckpoints(const google::protobuf::RepeatedPtrField<v1::Checkpoint>& 
   t.Print(out);
 }
 
-// One line describing a trial's progress, for --follow.
-std::string TrialProgressLine(const v1::Trial& tr) {
-  std::string line = absl::StrCat("Trial ", tr.id(), " ", StateLabel(tr.state()), ": ", tr.total_batches_processed());
-  if (tr.searcher_target_batches() > 0) absl::StrAppend(&line, "/", tr.searcher_target_batches());
-  absl::StrAppend(&line, " batches");
-  if (tr.has_latest_validation()) {
-    absl::StrAppend(&line, ", validation ", FormatMetrics(tr.latest_validation().metrics()));
-  }
-  if (!tr.error_message().empty()) absl::StrAppend(&line, ", ", tr.error_message());
-  return line;
-}
 
 }  // namespace
 
 // Shared with the other command files (commands.h).
+std::string StateLabel(v1::State state) { return EnumLabel(v1::State_Name(state), "STATE_"); }
+
+std::string FormatDouble(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+// "a=1 b=2", metrics sorted by name.
+std::string FormatMetrics(const google::protobuf::Map<std::string, double>& metrics) {
+  std::map<std::string, double> sorted(metrics.begin(), metrics.end());
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : sorted) parts.push_back(absl::StrCat(k, "=", FormatDouble(v)));
+  return absl::StrJoin(parts, " ");
+}
+
 std::string FormatTime(const google::protobuf::Timestamp& ts) {
   if (ts.seconds() == 0 && ts.nanos() == 0) return "";
   absl::Time t = absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
@@ -296,7 +289,7 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
 int ExperimentFollow(Client& client, int64_t experiment_id, std::chrono::milliseconds poll_interval,
                      const CommandIo& io) {
   v1::State last_state = v1::STATE_UNSPECIFIED;
-  std::map<int32_t, std::string> last_trial_lines;
+  FollowProgress progress(io.out_is_terminal);
   while (true) {
     v1::GetExperimentRequest req;
     req.set_experiment_id(experiment_id);
@@ -306,23 +299,17 @@ int ExperimentFollow(Client& client, int64_t experiment_id, std::chrono::millise
     const v1::Experiment& exp = resp.experiment();
 
     if (exp.state() != last_state) {
-      io.out << "Experiment " << experiment_id << " " << StateLabel(exp.state());
-      if (exp.has_progress()) io.out << " (" << static_cast<int>(exp.progress() * 100 + 0.5) << "% done)";
-      io.out << '\n';
+      std::string line = absl::StrCat("Experiment ", experiment_id, " ", StateLabel(exp.state()));
+      if (exp.has_progress()) absl::StrAppend(&line, " (", static_cast<int>(exp.progress() * 100 + 0.5), "% done)");
+      progress.Note(line, io.out);
       last_state = exp.state();
     }
     v1::GetExperimentTrialsResponse trials;
     status = FetchTrials(client, experiment_id, &trials);
     if (!status.ok()) return ReportError(client, status, io.err);
-    for (const auto& tr : trials.trials()) {
-      std::string line = TrialProgressLine(tr);
-      auto& last = last_trial_lines[tr.id()];
-      if (line != last) {
-        io.out << line << '\n';
-        last = line;
-      }
-    }
-    io.out.flush();
+    const absl::Time now = absl::Now();
+    for (const auto& tr : trials.trials()) progress.Observe(tr, now);
+    progress.Render(io.out);
     if (IsTerminal(exp.state())) {
       if (exp.has_best_validation_metric()) {
         io.out << "Best " << exp.searcher_metric() << ": " << FormatDouble(exp.best_validation_metric())

@@ -25,6 +25,8 @@ struct CommandIo {
   std::ostream& err;
   // Print the response message(s) as protobuf JSON instead of tables.
   bool json = false;
+  // `out` is a terminal: progress is redrawn in place (follow_progress.h).
+  bool out_is_terminal = false;
 };
 
 // Prints "det-cli: error: <client.ErrorMessage(status)>" to `err`; returns 1.
@@ -36,6 +38,12 @@ int ReportError(const Client& client, const grpc::Status& status, std::ostream& 
 void PrintJson(const google::protobuf::Message& message, std::ostream& out, bool pretty = true);
 // "2026-11-24 09:15:00" in the local time zone; "" for an unset timestamp.
 std::string FormatTime(const google::protobuf::Timestamp& ts);
+// "ACTIVE" for STATE_ACTIVE; "" for STATE_UNSPECIFIED.
+std::string StateLabel(det::api::v1::State state);
+// "%.6g".
+std::string FormatDouble(double v);
+// "a=1 b=2", metrics sorted by name.
+std::string FormatMetrics(const google::protobuf::Map<std::string, double>& metrics);
 // One log line as det-cli prints it: "[time] [trial N] [rank=R] LEVEL: text".
 std::string FormatLog(const det::api::v1::TaskLog& log, bool with_trial);
 

@@ -421,7 +421,7 @@ int Main(int argc, char** argv) {
   if (!cl.tls_ca.empty()) options.tls_ca = cl.tls_ca;
   Client client(options);
   if (!cl.manages_login) EnsureLoggedIn(client);
-  CommandIo io{std::cout, std::cerr, cl.json};
+  CommandIo io{std::cout, std::cerr, cl.json, isatty(STDOUT_FILENO) == 1};
   int rc = cl.run(client, io);
   std::cout.flush();
   return rc;

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Installs every Debian package det-cpp needs to build, test and run.
 # Idempotent: installs only what is missing; safe to run many times.
+#
+#   deploy/install-deps.sh            everything (deploy/test.sh)
+#   deploy/install-deps.sh --example  what building and running the daemons,
+#                                     det-cli and the example trial needs: no
+#                                     browser, clang, Node.js or PyTorch
+#                                     (deploy/run-example.sh)
 set -euo pipefail
+example_only=0
+if [ "${1:-}" = "--example" ]; then example_only=1; fi
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
@@ -17,6 +25,14 @@ PACKAGES=(
   # bench/ddp_scaling compares with torch.distributed (DDP over Gloo).
   python3-torch
 )
+if [ "$example_only" = 1 ]; then
+  # Tests, benchmarks and fuzzers are not built: drop what only they use.
+  keep=()
+  for p in "${PACKAGES[@]}"; do
+    case "$p" in libgtest-dev|libgmock-dev|iproute2|python3-torch) ;; *) keep+=("$p") ;; esac
+  done
+  PACKAGES=("${keep[@]}")
+else
 # The dashboard's browser test (tests/browser): Debian's Chromium, and Node.js
 # with npm unless a node is already installed (e.g. NodeSource's nodejs, which
 # bundles npm and conflicts with Debian's npm package).
@@ -26,6 +42,7 @@ PACKAGES+=(chromium)
 PACKAGES+=(clang libclang-rt-dev)
 command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

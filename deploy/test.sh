@@ -4,7 +4,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/deploy/install-deps.sh"
-"$root/deploy/build.sh"
+# Everything, whatever run-example.sh configured before.
+"$root/deploy/build.sh" -DDET_BUILD_TESTS=ON -DDET_BUILD_BENCH=ON -DDET_BUILD_FUZZERS=ON
 # The dashboard's browser test drives Debian's Chromium with playwright-core
 # from the npm registry (pinned in tests/browser/package-lock.json).
 "$root/tests/browser/setup.sh" || echo "warning: tests/browser/setup.sh failed; the dashboard browser test will be skipped" >&2
