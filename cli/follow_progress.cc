@@ -13,6 +13,8 @@ namespace v1 = det::api::v1;
 
 void ThroughputWindow::Add(absl::Time now, int64_t batches) {
   if (!samples_.empty() && batches < samples_.back().second) samples_.clear();
+  last_seen_ = now;
+  if (!samples_.empty() && batches == samples_.back().second) return;
   samples_.emplace_back(now, batches);
   while (samples_.size() > 2 && now - samples_[1].first >= kWindow) samples_.pop_front();
 }
@@ -21,7 +23,9 @@ std::optional<double> ThroughputWindow::Rate() const {
   if (samples_.size() < 2) return std::nullopt;
   const auto& [t0, b0] = samples_.front();
   const auto& [t1, b1] = samples_.back();
-  const double seconds = absl::ToDoubleSeconds(t1 - t0);
+  const absl::Duration mean_gap = (t1 - t0) / static_cast<int64_t>(samples_.size() - 1);
+  const absl::Time end = last_seen_ - t1 > 2 * mean_gap ? last_seen_ : t1;
+  const double seconds = absl::ToDoubleSeconds(end - t0);
   if (seconds <= 0 || b1 <= b0) return std::nullopt;
   return static_cast<double>(b1 - b0) / seconds;
 }

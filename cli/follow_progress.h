@@ -35,16 +35,22 @@ class ThroughputWindow {
   static constexpr absl::Duration kWindow = absl::Seconds(30);
 
   // A sample: `batches` trained at `now`. Fewer batches than the last sample
-  // (the trial restarted from a checkpoint) starts the window afresh.
+  // (the trial restarted from a checkpoint) starts the window afresh. A
+  // repeated count (a poll between two progress reports) only moves the
+  // time last seen.
   void Add(absl::Time now, int64_t batches);
-  // Batches per second; nullopt until two samples span time and progress.
+  // Batches per second between the first and the latest change of count in
+  // the window, so the rate holds steady between reports; once the count has
+  // not moved for more than twice the mean time between reports (a stall),
+  // up to the time last seen. nullopt until two counts span time.
   std::optional<double> Rate() const;
   // Time until `target` batches at Rate(); nullopt without a rate or target,
   // zero once reached.
   std::optional<absl::Duration> TimeLeft(int64_t target) const;
 
  private:
-  std::deque<std::pair<absl::Time, int64_t>> samples_;
+  std::deque<std::pair<absl::Time, int64_t>> samples_;  // changes of count
+  absl::Time last_seen_ = absl::InfinitePast();
 };
 
 // "1:02:03", "4:05" (minutes:seconds under an hour); negative as "0:00".

@@ -52,11 +52,17 @@ TEST(ThroughputWindowTest, OldSamplesLeaveTheWindowAndARestartStartsAfresh) {
   // Fewer batches: the trial resumed from an older checkpoint.
   w.Add(kT0 + absl::Seconds(101), 6000);
   EXPECT_FALSE(w.Rate());
-  // A stall lowers the rate rather than keeping the old one.
-  w.Add(kT0 + absl::Seconds(111), 6100);
+  w.Add(kT0 + absl::Seconds(111), 6100);  // 10/s since the restart
+  // Polls between two reports repeat the count: the rate holds.
+  w.Add(kT0 + absl::Seconds(115), 6100);
   w.Add(kT0 + absl::Seconds(121), 6100);
   ASSERT_TRUE(w.Rate());
-  EXPECT_DOUBLE_EQ(*w.Rate(), 5.0);
+  EXPECT_DOUBLE_EQ(*w.Rate(), 10.0);
+  // No change for more than twice the time between reports: a stall lowers
+  // the rate rather than keeping the old one.
+  w.Add(kT0 + absl::Seconds(141), 6100);
+  ASSERT_TRUE(w.Rate());
+  EXPECT_DOUBLE_EQ(*w.Rate(), 2.5);
 }
 
 TEST(FollowProgressTest, EtaFormat) {
