@@ -196,7 +196,7 @@ TEST(SearcherLengthTest, ExactlyOneFormAndAValidMetricName) {
   EXPECT_EQ(ParseError(absl::StrReplaceAll(k038, {{"  max_time: 100\n", ""}})),
             "config.yaml:6: field 'searcher.time_metric' requires field 'searcher.max_time'");
   EXPECT_THAT(ParseError(absl::StrReplaceAll(k038, {{"max_time: 100", "max_time: 0"}})),
-              HasSubstr("'searcher.max_time' must be between 1 and"));
+              HasSubstr("field 'searcher.max_time' must be >= 1, got 0"));
   EXPECT_THAT(ParseError(absl::StrReplaceAll(k038, {{"time_metric: batches", "time_metric: \"a b\""}})),
               HasSubstr("field 'searcher.time_metric' must be batches, records, epochs or a training metric name"));
   EXPECT_THAT(ParseError(absl::StrReplaceAll(k038, {{"time_metric: batches", "time_metric: " + std::string(200, 'x')}})),

@@ -117,7 +117,7 @@ class SyntheticTrial final : public det::Trial {
         {"loss", loss}, {"accuracy", acc}, {"lr", optimizer_->param_groups()[0].options().get_lr()}};
     if (tokens_per_record_ > 0) {
       const double global_batch = static_cast<double>(batch[0].size(0)) * context_.distributed().size();
-      metrics["tokens"] = static_cast<double>(batch_idx + 1) * global_batch * tokens_per_record_;
+      metrics.emplace("tokens", static_cast<double>(batch_idx + 1) * global_batch * tokens_per_record_);
     }
     return metrics;
   }
