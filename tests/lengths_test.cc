@@ -243,6 +243,38 @@ data:
               HasSubstr("the trial reported no training metric 'tokens' in 30 batches"));
 }
 
+// Local mode (det-trial --local) with time_metric: tokens and no
+// global_batch_size: trains to the first scheduling unit whose tokens reach
+// max_time, then validates and checkpoints.
+TEST(LengthsTest, LocalModeStopsOnTokens) {
+  TempDir dir;
+  WriteFile(dir / "config.yaml", R"(name: local-tokens
+hyperparameters:
+  tokens_per_record: 2
+  learning_rate: 0.01
+  hidden_size: 16
+  dropout: 0.1
+searcher:
+  name: single
+  metric: validation_loss
+  time_metric: tokens
+  max_time: 500
+scheduling_unit: 5
+data:
+  batch_size: 8
+  train_size: 256
+  val_size: 64
+)");
+  std::string out, err;
+  const int rc = RunProcess({std::string(DET_BIN_DIR) + "/det-trial", "--local", dir / "config.yaml",
+                             kTestSyntheticTrial, "--output-dir", dir / "out", "--threads", "1"},
+                            &out, &err);
+  ASSERT_EQ(rc, 0) << out << err;
+  // 16 tokens a batch: 500 is reached at batch 32, checked at 35.
+  EXPECT_THAT(out, HasSubstr("completed 35 batches"));
+  EXPECT_THAT(ReadFile(dir / "out/metrics.csv"), HasSubstr("training,35,1.09375,tokens,560\n"));
+}
+
 // Must-show 4: preview-search in the config's unit.
 TEST(LengthsTest, PreviewSearchShowsEpochs) {
   TempDir dir;
