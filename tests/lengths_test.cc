@@ -205,6 +205,61 @@ data:
                              "hyperparameters.global_batch_size is not set"));
 }
 
+// Pausing a time_metric trial mid-way: it checkpoints (with the metric's last
+// value), resumes from there when activated and still stops at its target.
+TEST(LengthsTest, TimeMetricSurvivesPauseAndActivate) {
+  TempDir dir;
+  TestCluster cluster(dir, Options());
+  cluster.StartAgent("a");
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
+  // 16 tokens a batch: 1600 tokens at batch 100 exactly.
+  const std::string config = R"(name: tokens-pause
+hyperparameters:
+  global_batch_size: 16
+  tokens_per_record: 1
+  batch_delay_ms: 20
+  learning_rate: 0.01
+  hidden_size: 16
+  dropout: 0.1
+searcher:
+  name: single
+  metric: validation_loss
+  time_metric: tokens
+  max_time: 1600
+scheduling_unit: 5
+max_restarts: 0
+data:
+  train_size: 256
+  val_size: 64
+)";
+  const int id = cluster.CreateExperiment(config, "tokens-pause");
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        json trials = cluster.Trials(id);
+        return trials.size() == 1 && Int(trials[0].value("total_batches_processed", json(0))) >= 20;
+      },
+      std::chrono::minutes(2)));
+  ASSERT_EQ(cluster.Cli({"experiment", "pause", std::to_string(id)}), 0);
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        json trials = cluster.Trials(id);
+        return trials.size() == 1 && trials[0].value("state", "") == "STATE_PAUSED" && cluster.BusySlots() == 0;
+      },
+      std::chrono::minutes(1)))
+      << cluster.Trials(id).dump();
+  const int64_t paused_at = Int(cluster.Trials(id)[0]["total_batches_processed"]);
+  EXPECT_LT(paused_at, 100);
+  ASSERT_EQ(cluster.Cli({"experiment", "activate", std::to_string(id)}), 0);
+  ASSERT_TRUE(cluster.WaitForState(id, "STATE_COMPLETED", std::chrono::minutes(3))) << cluster.MasterLog();
+  json trial = cluster.Trials(id)[0];
+  EXPECT_EQ(Int(trial["total_batches_processed"]), 100) << trial.dump();
+  EXPECT_EQ(ValidationBatches(cluster, Int(trial["id"])), std::vector<int64_t>{100});
+  json training = cluster.Metrics(Int(trial["id"]), "training");
+  ASSERT_FALSE(training.empty());
+  EXPECT_DOUBLE_EQ(training.back()["metrics"]["tokens"].get<double>(), 1600.0) << training.back().dump();
+}
+
 // A time_metric the trial never reports: the trial fails with an error naming
 // it after kTimeMetricProbeUnits scheduling units, instead of training forever.
 TEST(LengthsTest, TimeMetricNeverReportedFailsTheTrialNamingIt) {
