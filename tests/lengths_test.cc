@@ -260,6 +260,42 @@ data:
   EXPECT_DOUBLE_EQ(training.back()["metrics"]["tokens"].get<double>(), 1600.0) << training.back().dump();
 }
 
+// Two ranks: the chief relays the metric and its target, and every rank
+// stops at the same batch (a collective vote).
+TEST(LengthsTest, TimeMetricWithTwoRanksStopsEveryRankTogether) {
+  TempDir dir;
+  TestCluster cluster(dir, Options());
+  cluster.StartAgent("a", AgentOptions().set_slots(2));
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
+  const std::string config = R"(name: tokens-2
+hyperparameters:
+  global_batch_size: 16
+  tokens_per_record: 1
+  learning_rate: 0.01
+  hidden_size: 16
+  dropout: 0.1
+searcher:
+  name: single
+  metric: validation_loss
+  time_metric: tokens
+  max_time: 700
+resources:
+  slots_per_trial: 2
+scheduling_unit: 5
+max_restarts: 0
+data:
+  train_size: 256
+  val_size: 64
+)";
+  const int id = cluster.CreateExperiment(config, "tokens-2");
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(cluster.WaitForState(id, "STATE_COMPLETED", std::chrono::minutes(3))) << cluster.MasterLog();
+  json trial = cluster.Trials(id)[0];
+  // 16 tokens a global batch: 700 is reached at batch 44, checked at 45.
+  EXPECT_EQ(Int(trial["total_batches_processed"]), 45) << trial.dump();
+  EXPECT_EQ(ValidationBatches(cluster, Int(trial["id"])), std::vector<int64_t>{45});
+}
+
 // A time_metric the trial never reports: the trial fails with an error naming
 // it after kTimeMetricProbeUnits scheduling units, instead of training forever.
 TEST(LengthsTest, TimeMetricNeverReportedFailsTheTrialNamingIt) {
