@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
-#include "master/core/trial_lengths.h"
 #include "common/proto_json.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
@@ -17,6 +16,7 @@
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
+#include "master/core/trial_lengths.h"
 
 namespace det::master {
 

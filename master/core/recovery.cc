@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
-#include "master/core/trial_lengths.h"
 #include "common/proto_json.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -14,6 +13,7 @@
 #include "master/core/job_queue.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
+#include "master/core/trial_lengths.h"
 
 namespace det::master {
 
