@@ -708,10 +708,11 @@ int PreviewSearch(Client& client, const std::string& config_path, bool show_tria
   }
   io.out << resp.summary();
   if (show_trials) {
-    Table t({"TRIAL", "VALIDATES AT", "BATCHES", "STOPPED EARLY", "HPARAMS"});
-    for (const auto& tr : resp.trials()) {
+    Table t({"TRIAL", "VALIDATES AT (" + resp.length_unit() + ")", "BATCHES", "STOPPED EARLY", "HPARAMS"});
+    for (const auto& tr : resp.trials()) {  // BATCHES "-": they differ per trial
       t.AddRow({absl::StrCat(tr.request_id()), absl::StrJoin(tr.validation_points(), ","),
-                absl::StrCat(tr.total_batches()), FormatBool(tr.stopped_early()), StructJson(tr.hparams())});
+                tr.total_batches() > 0 ? absl::StrCat(tr.total_batches()) : "-", FormatBool(tr.stopped_early()),
+                StructJson(tr.hparams())});
     }
     t.Print(io.out);
   }

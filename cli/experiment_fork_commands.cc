@@ -137,7 +137,8 @@ void AddForkCommands(CLI::App& app, const std::function<void(RunCommand)>& set_r
   auto* cont = experiment->add_subcommand("continue", "Train a terminal experiment's trials further");
   cont->add_option("EXPERIMENT_ID", a->id, "Experiment id")->required();
   cont->add_option("--max-length", a->max_length,
-                   "New searcher max_length in batches (default for a single-trial experiment: twice the config's)")
+                   "New searcher length in the config's unit (max_length's or time_metric's; default for a single-trial "
+                   "experiment: twice the config's)")
       ->check(CLI::PositiveNumber);
   cont->add_flag("--json", a->json, "Print the response as protobuf JSON");
   cont->callback([set_run] {

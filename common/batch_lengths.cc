@@ -26,7 +26,9 @@ absl::Status ResolvePeriods(const TrainingLengths& lengths, BatchLengths& out) {
 
 TrainingLengths TrainingLengthsOf(const ExperimentConfig& config) {
   TrainingLengths lengths;
-  lengths.max_length = config.searcher.max_length;
+  const SearcherLength searcher = SearcherLengthOf(config.searcher);
+  // A training metric has no length in batches: 0 (the runtime stops on the metric).
+  lengths.max_length = searcher.length_unit ? Length{*searcher.length_unit, searcher.max} : Length{};
   lengths.min_validation_period = config.min_validation_period;
   lengths.min_checkpoint_period = config.min_checkpoint_period;
   lengths.records_per_epoch = config.records_per_epoch;
@@ -47,19 +49,70 @@ absl::StatusOr<BatchLengths> ResolveBatchLengths(const TrainingLengths& lengths,
 
 absl::StatusOr<BatchLengths> ResolveBatchLengths(const ExperimentConfig& config,
                                                  absl::string_view unknown_epoch_hint) {
-  const TrainingLengths lengths = TrainingLengthsOf(config);
-  BatchLengths out;
-  DET_ASSIGN_OR_RETURN(out.global_batch_size, GlobalBatchSize(FirstHParams(config.hyperparameters, 0)));
-  out.batches_per_epoch = EpochLengthInBatches(out.global_batch_size, lengths.records_per_epoch, 0);
-  absl::StatusOr<int64_t> max_length =
-      ToBatches(lengths.max_length, out.global_batch_size, out.batches_per_epoch, "searcher.max_length");
-  if (!max_length.ok()) {
-    const absl::string_view hint = out.batches_per_epoch == 0 ? unknown_epoch_hint : absl::string_view();
-    return absl::InvalidArgumentError(absl::StrCat(max_length.status().message(), hint));
+  return TrialBatchLengths(config, FirstHParams(config.hyperparameters, 0), unknown_epoch_hint);
+}
+
+SearcherLength SearcherLengthOf(const SearcherConfig& searcher) {
+  SearcherLength out;
+  if (searcher.time_metric.has_value() && searcher.max_time.has_value()) {
+    out.unit = *searcher.time_metric;
+    absl::StatusOr<Length::Unit> unit = ParseLengthUnit(out.unit);
+    out.length_unit = unit.ok() ? std::optional<Length::Unit>(*unit) : std::nullopt;
+    out.max = *searcher.max_time;
+    return out;
   }
-  out.max_length = *max_length;
-  DET_RETURN_IF_ERROR(ResolvePeriods(lengths, out));
+  out.unit = std::string(UnitName(searcher.max_length.unit));
+  out.length_unit = searcher.max_length.unit;
+  out.max = searcher.max_length.value;
   return out;
+}
+
+std::string FormatSearcherLength(const SearcherLength& length, int64_t value) {
+  if (length.length_unit) return ToString(Length{*length.length_unit, value});
+  return absl::StrCat(value, " ", length.unit);
+}
+
+absl::StatusOr<BatchLengths> TrialBatchLengths(const ExperimentConfig& config, const nlohmann::json& hparams,
+                                               absl::string_view unknown_epoch_hint) {
+  BatchLengths out;
+  if (hparams.is_object() && hparams.contains("global_batch_size")) {
+    DET_ASSIGN_OR_RETURN(out.global_batch_size, GlobalBatchSize(hparams));
+  }
+  out.batches_per_epoch = EpochLengthInBatches(out.global_batch_size, config.records_per_epoch, 0);
+  const SearcherLength searcher = SearcherLengthOf(config.searcher);
+  const char* field = config.searcher.time_metric ? "searcher.max_time" : "searcher.max_length";
+  // The searcher length's errors are InvalidArgument with the hint; the
+  // periods keep ToBatches' codes.
+  auto convert = [&](const Length& length, const char* name, bool hint) -> absl::StatusOr<int64_t> {
+    if (length.unit != Length::Unit::kBatches && out.global_batch_size <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot convert '", name, "' (", ToString(length),
+                                                     ") to batches: hyperparameters.global_batch_size is not set"));
+    }
+    absl::StatusOr<int64_t> batches = ToBatches(length, out.global_batch_size, out.batches_per_epoch, name);
+    if (!batches.ok() && hint && out.batches_per_epoch == 0 && length.unit == Length::Unit::kEpochs) {
+      return absl::InvalidArgumentError(absl::StrCat(batches.status().message(), unknown_epoch_hint));
+    }
+    return batches;
+  };
+  if (searcher.length_unit) {
+    DET_ASSIGN_OR_RETURN(out.max_length, convert(Length{*searcher.length_unit, searcher.max}, field, true));
+  }
+  if (config.min_validation_period) {
+    DET_ASSIGN_OR_RETURN(out.validation_period, convert(*config.min_validation_period, "min_validation_period", false));
+  }
+  if (config.min_checkpoint_period) {
+    DET_ASSIGN_OR_RETURN(out.checkpoint_period, convert(*config.min_checkpoint_period, "min_checkpoint_period", false));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> SearcherUnitsToBatches(const SearcherLength& length, int64_t units, const BatchLengths& trial) {
+  if (!length.length_unit) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a length in '", length.unit, "' (a training metric) has no batch count"));
+  }
+  return ToBatches(Length{*length.length_unit, units}, trial.global_batch_size, trial.batches_per_epoch,
+                   "searcher length");
 }
 
 }  // namespace det

@@ -10,11 +10,13 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/experiment_config.h"
 #include "common/length.h"
+#include "nlohmann/json.hpp"
 
 namespace det {
 
@@ -51,15 +53,53 @@ absl::StatusOr<BatchLengths> ResolveBatchLengths(const TrainingLengths& lengths,
                                                  int64_t fallback_batches_per_epoch);
 
 // The lengths of an experiment config as the master sees them, before any
-// data loader exists: the global batch size is that of
-// FirstHParams(config.hyperparameters, 0) and the epoch length comes from
-// records_per_epoch alone. Errors: GlobalBatchSize's InvalidArgument; a
-// searcher.max_length that cannot be converted is InvalidArgument (whatever
+// data loader exists: TrialBatchLengths of FirstHParams(config.hyperparameters,
+// 0) (the first sample; used to validate a config, since every trial converts
+// with its own hparams). Errors: GlobalBatchSize's InvalidArgument when the
+// hyperparameter is present but not a positive integer; a searcher length
+// that cannot be converted is InvalidArgument (whatever
 // ToBatches said), its message followed by `unknown_epoch_hint` when no epoch
 // length is known (e.g. "; set records_per_epoch to use epochs"); the periods'
 // errors as in the overload above. Pure and thread-safe.
 absl::StatusOr<BatchLengths> ResolveBatchLengths(const ExperimentConfig& config,
                                                  absl::string_view unknown_epoch_hint = "");
+
+// The unit the searcher counts in and its full length: searcher.max_length
+// ({epochs: 32} -> epochs, 32) or searcher.time_metric + max_time (batches,
+// records, epochs, or the name of a metric the trial reports in its training
+// metrics, cumulatively, e.g. tokens). Searchers, ASHA rungs, previews and
+// ValidationCompleted lengths are all in this unit.
+struct SearcherLength {
+  std::string unit = "batches";  // "batches", "records", "epochs" or a metric name
+  // Set for batches/records/epochs; unset for a training metric (time_metric).
+  std::optional<Length::Unit> length_unit = Length::Unit::kBatches;
+  int64_t max = 0;  // max_length / max_time, >= 1 for a parsed config
+  bool is_metric() const { return !length_unit.has_value(); }
+};
+
+// The searcher length of a parsed config: time_metric + max_time when set,
+// otherwise max_length. Pure.
+SearcherLength SearcherLengthOf(const SearcherConfig& searcher);
+
+// "2 epochs", "1 batch", "1000 tokens": `value` in the unit of `length`.
+std::string FormatSearcherLength(const SearcherLength& length, int64_t value);
+
+// The lengths of ONE trial in batches, with that trial's own hparams: its
+// global_batch_size (0 when the hparams have none, fine for lengths in
+// batches or a training metric), batches_per_epoch from records_per_epoch,
+// max_length = the searcher length in batches (0 for a training metric), and
+// the periods. Errors as ResolveBatchLengths(lengths, ...) above, except that
+// an unknown epoch length (no records_per_epoch) is InvalidArgument followed
+// by `unknown_epoch_hint`, and a length in records or epochs without
+// hyperparameters.global_batch_size says that field is not set. Pure.
+absl::StatusOr<BatchLengths> TrialBatchLengths(const ExperimentConfig& config, const nlohmann::json& hparams,
+                                               absl::string_view unknown_epoch_hint = "");
+
+// `units` of the searcher's unit in batches for a trial whose lengths are
+// `trial` (from TrialBatchLengths): batches as is, records ceil(units / gbs),
+// epochs units * batches_per_epoch. FailedPrecondition for a training
+// metric (no batch count is known in advance); ToBatches' errors otherwise.
+absl::StatusOr<int64_t> SearcherUnitsToBatches(const SearcherLength& length, int64_t units, const BatchLengths& trial);
 
 }  // namespace det
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -66,14 +67,14 @@ TEST(BatchLengthsTest, ConfigPeriodInEpochsWithoutEpochLengthKeepsItsCode) {
   EXPECT_THAT(lengths.status().message(), ::testing::Not(HasSubstr("; hint")));
 }
 
-TEST(BatchLengthsTest, ConfigWithoutGlobalBatchSizeIsInvalid) {
-  // The parser requires global_batch_size; a config built by hand may lack it.
+TEST(BatchLengthsTest, ConfigWithoutGlobalBatchSizeIsFineInBatches) {
+  // global_batch_size is optional (Determined 0.38): batches need none.
   ExperimentConfig config;
   config.searcher.max_length = Length{Length::Unit::kBatches, 5};
   auto lengths = ResolveBatchLengths(config);
-  ASSERT_FALSE(lengths.ok());
-  EXPECT_EQ(lengths.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(lengths.status().message(), "hyperparameters lack global_batch_size");
+  ASSERT_TRUE(lengths.ok()) << lengths.status();
+  EXPECT_EQ(lengths->global_batch_size, 0);
+  EXPECT_EQ(lengths->max_length, 5);
 }
 
 TEST(BatchLengthsTest, FallbackEpochLengthIsUsedWithoutRecordsPerEpoch) {
@@ -130,6 +131,106 @@ TEST(BatchLengthsTest, TrainingLengthsOfCopiesTheConfigFields) {
   EXPECT_EQ(*lengths.min_validation_period, (Length{Length::Unit::kBatches, 4}));
   EXPECT_FALSE(lengths.min_checkpoint_period.has_value());
   EXPECT_EQ(lengths.records_per_epoch, 320);
+}
+
+// A config from its YAML (fixed seed); fails the test when it does not parse.
+ExperimentConfig ParseOk(const std::string& yaml) {
+  ParseOptions options;
+  options.default_experiment_seed = 1;
+  absl::StatusOr<ExperimentConfig> config = ParseExperimentConfig(yaml, "config.yaml", options);
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *std::move(config) : ExperimentConfig();
+}
+
+std::string ParseError(const std::string& yaml) {
+  absl::StatusOr<ExperimentConfig> config = ParseExperimentConfig(yaml, "config.yaml", ParseOptions());
+  EXPECT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(config.status().message());
+}
+
+// Determined 0.38's form: no max_length and no global_batch_size.
+constexpr char k038[] =
+    "hyperparameters:\n  lr: 0.1\n"
+    "searcher:\n  name: single\n  metric: loss\n  time_metric: batches\n  max_time: 100\n";
+
+TEST(SearcherLengthTest, TimeMetricAndMaxTimeReplaceMaxLength) {
+  ExperimentConfig config = ParseOk(k038);
+  SearcherLength length = SearcherLengthOf(config.searcher);
+  EXPECT_EQ(length.unit, "batches");
+  EXPECT_EQ(length.length_unit, Length::Unit::kBatches);
+  EXPECT_EQ(length.max, 100);
+  EXPECT_FALSE(length.is_metric());
+  // No global_batch_size is needed for batches.
+  auto lengths = ResolveBatchLengths(config);
+  ASSERT_TRUE(lengths.ok()) << lengths.status();
+  EXPECT_EQ(lengths->global_batch_size, 0);
+  EXPECT_EQ(lengths->max_length, 100);
+  // The form survives ExperimentConfigToJson.
+  auto again = ParseExperimentConfigJson(ExperimentConfigToJson(config), "json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->searcher.time_metric, "batches");
+  EXPECT_EQ(again->searcher.max_time, 100);
+}
+
+TEST(SearcherLengthTest, TrainingMetricIsItsOwnUnit) {
+  ExperimentConfig config = ParseOk(
+      absl::StrCat(absl::StrReplaceAll(k038, {{"time_metric: batches", "time_metric: tokens"}}),
+                   "min_validation_period:\n  batches: 20\n"));
+  SearcherLength length = SearcherLengthOf(config.searcher);
+  EXPECT_TRUE(length.is_metric());
+  EXPECT_EQ(length.unit, "tokens");
+  EXPECT_EQ(FormatSearcherLength(length, 1000), "1000 tokens");
+  auto lengths = TrialBatchLengths(config, nlohmann::json::object());
+  ASSERT_TRUE(lengths.ok()) << lengths.status();
+  EXPECT_EQ(lengths->max_length, 0);  // no batch count: the runtime stops on the metric
+  EXPECT_EQ(lengths->validation_period, 20);
+  EXPECT_EQ(SearcherUnitsToBatches(length, 10, *lengths).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(SearcherLengthTest, ExactlyOneFormAndAValidMetricName) {
+  const std::string both = absl::StrCat(k038, "  max_length:\n    batches: 10\n");
+  EXPECT_EQ(ParseError(both),
+            "config.yaml:8: fields 'searcher.max_length' and 'searcher.time_metric' + 'searcher.max_time' both give "
+            "the training length; use exactly one form");
+  EXPECT_EQ(ParseError(absl::StrReplaceAll(k038, {{"  max_time: 100\n", ""}})),
+            "config.yaml:6: field 'searcher.time_metric' requires field 'searcher.max_time'");
+  EXPECT_THAT(ParseError(absl::StrReplaceAll(k038, {{"max_time: 100", "max_time: 0"}})),
+              HasSubstr("field 'searcher.max_time' must be >= 1, got 0"));
+  EXPECT_THAT(ParseError(absl::StrReplaceAll(k038, {{"time_metric: batches", "time_metric: \"a b\""}})),
+              HasSubstr("field 'searcher.time_metric' must be batches, records, epochs or a training metric name"));
+  EXPECT_THAT(ParseError(absl::StrReplaceAll(k038, {{"time_metric: batches", "time_metric: " + std::string(200, 'x')}})),
+              HasSubstr("at most 128 characters"));
+}
+
+TEST(SearcherLengthTest, EachTrialConvertsWithItsOwnBatchSize) {
+  ExperimentConfig config = ParseOk(
+      "hyperparameters:\n  global_batch_size: {type: int, minval: 16, maxval: 64}\n"
+      "searcher:\n  name: single\n  metric: loss\n  max_length:\n    epochs: 2\n"
+      "records_per_epoch: 640\nmin_validation_period:\n  records: 100\n");
+  SearcherLength length = SearcherLengthOf(config.searcher);
+  EXPECT_EQ(FormatSearcherLength(length, 1), "1 epoch");
+  for (int64_t gbs : {16, 20, 50, 64}) {
+    auto lengths = TrialBatchLengths(config, nlohmann::json{{"global_batch_size", gbs}});
+    ASSERT_TRUE(lengths.ok()) << lengths.status();
+    const int64_t per_epoch = (640 + gbs - 1) / gbs;
+    EXPECT_EQ(lengths->batches_per_epoch, per_epoch) << gbs;
+    EXPECT_EQ(lengths->max_length, 2 * per_epoch) << gbs;
+    EXPECT_EQ(lengths->validation_period, (100 + gbs - 1) / gbs) << gbs;
+    EXPECT_EQ(*SearcherUnitsToBatches(length, 1, *lengths), per_epoch) << gbs;
+  }
+}
+
+TEST(SearcherLengthTest, RecordsAndEpochsNeedTheBatchSizeNamedInTheError) {
+  ExperimentConfig config = ParseOk(absl::StrReplaceAll(k038, {{"time_metric: batches", "time_metric: records"}}));
+  auto lengths = TrialBatchLengths(config, nlohmann::json{{"lr", 0.1}});
+  ASSERT_FALSE(lengths.ok());
+  EXPECT_EQ(lengths.status().message(),
+            "cannot convert 'searcher.max_time' (100 records) to batches: hyperparameters.global_batch_size is not "
+            "set");
+  auto with = TrialBatchLengths(config, nlohmann::json{{"global_batch_size", 32}});
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->max_length, 4);  // ceil(100 / 32)
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "common/experiment_config.h"
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -70,6 +71,50 @@ absl::StatusOr<SearcherName> ParseSearcherName(std::string_view s) {
   return absl::InvalidArgumentError("unknown searcher");
 }
 
+// A time_metric: batches, records, epochs or a training metric's name
+// (letters, digits, '_', '-', '.', '/'; at most kMaxTimeMetricChars).
+bool ValidTimeMetric(const std::string& name) {
+  if (name.empty() || name.size() > kMaxTimeMetricChars) return false;
+  for (char ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.' && ch != '/') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The searcher's length: exactly one of max_length, or time_metric + max_time
+// (Determined 0.38's form).
+absl::Status ParseSearcherLength(const ConfigMapReader& r, SearcherConfig* s) {
+  DET_RETURN_IF_ERROR(r.GetString("time_metric", &s->time_metric));
+  DET_RETURN_IF_ERROR(r.GetInt("max_time", &s->max_time, 1, kInt64Max));
+  if (s->time_metric.has_value() != s->max_time.has_value()) {
+    std::string_view given = s->time_metric ? "time_metric" : "max_time";
+    std::string_view other = s->time_metric ? "max_time" : "time_metric";
+    return r.Error(given, absl::StrCat("field '", r.PathOf(given), "' requires field '", r.PathOf(other), "'"));
+  }
+  const bool has_max_length = r.Find("max_length") != nullptr;
+  if (s->time_metric.has_value()) {
+    if (has_max_length) {
+      return r.Error("max_length", absl::StrCat("fields '", r.PathOf("max_length"), "' and '", r.PathOf("time_metric"),
+                                                "' + '", r.PathOf("max_time"),
+                                                "' both give the training length; use exactly one form"));
+    }
+    if (!ValidTimeMetric(*s->time_metric)) {
+      return r.TypeError("time_metric", absl::StrCat("batches, records, epochs or a training metric name (letters, "
+                                                     "digits, '_', '-', '.', '/'; at most ",
+                                                     kMaxTimeMetricChars, " characters)"));
+    }
+    return absl::OkStatus();
+  }
+  if (!has_max_length) {
+    return r.source().Error("", absl::StrCat("missing required field '", r.PathOf("max_length"), "' (or '",
+                                             r.PathOf("time_metric"), "' + '", r.PathOf("max_time"), "')"));
+  }
+  DET_ASSIGN_OR_RETURN(s->max_length, ParseLength(r.source(), *r.Find("max_length"), r.PathOf("max_length"), 1));
+  return absl::OkStatus();
+}
+
 absl::Status ParseSearcher(const ConfigMapReader& r, SearcherConfig* s) {
   DET_RETURN_IF_ERROR(r.CheckKeys({"name", "metric", "smaller_is_better", "max_length", "max_trials",
                                    "max_concurrent_trials", "divisor", "max_rungs", "mode", "bracket_rungs",
@@ -86,8 +131,7 @@ absl::Status ParseSearcher(const ConfigMapReader& r, SearcherConfig* s) {
   if (s->metric.empty()) return r.TypeError("metric", "a non-empty string");
   DET_RETURN_IF_ERROR(r.GetBool("smaller_is_better", &s->smaller_is_better));
 
-  if (r.Find("max_length") == nullptr) return r.Missing("max_length");
-  DET_ASSIGN_OR_RETURN(s->max_length, ParseLength(r.source(), *r.Find("max_length"), r.PathOf("max_length"), 1));
+  DET_RETURN_IF_ERROR(ParseSearcherLength(r, s));
 
   DET_RETURN_IF_ERROR(r.GetInt("max_trials", &s->max_trials, 1, kMaxSearcherTrials));
   DET_RETURN_IF_ERROR(r.GetInt("max_concurrent_trials", &s->max_concurrent_trials, 0, kMaxSearcherTrials));
@@ -104,13 +148,6 @@ absl::Status ParseSearcher(const ConfigMapReader& r, SearcherConfig* s) {
                                                  kMaxBracketRungs, " entries, got ", s->bracket_rungs.size()));
   }
   DET_RETURN_IF_ERROR(r.GetBool("stop_once", &s->stop_once));
-  DET_RETURN_IF_ERROR(r.GetString("time_metric", &s->time_metric));
-  DET_RETURN_IF_ERROR(r.GetInt("max_time", &s->max_time, 1, kInt64Max));
-  if (s->time_metric.has_value() != s->max_time.has_value()) {
-    std::string_view given = s->time_metric ? "time_metric" : "max_time";
-    std::string_view other = s->time_metric ? "max_time" : "time_metric";
-    return r.Error(given, absl::StrCat("field '", r.PathOf(given), "' requires field '", r.PathOf(other), "'"));
-  }
   DET_RETURN_IF_ERROR(r.GetInt("num_rungs", &s->num_rungs, 1, kInt64Max));
   DET_RETURN_IF_ERROR(r.GetInt("source_trial_id", &s->source_trial_id, 1, kInt64Max));
   DET_RETURN_IF_ERROR(r.GetString("source_checkpoint_uuid", &s->source_checkpoint_uuid));
@@ -231,13 +268,13 @@ absl::Status ParseEnvironment(const ConfigMapReader& r, EnvironmentConfig* env, 
   return absl::OkStatus();
 }
 
-// global_batch_size must be a positive integer (or a search over them).
+// global_batch_size, when given, must be a positive integer (or a search over them).
 absl::Status CheckGlobalBatchSize(const ConfigSource& source, const HyperparameterSpace& space) {
   const std::string path = "hyperparameters.global_batch_size";
   auto it = space.find("global_batch_size");
-  if (it == space.end()) {
-    return source.Error("", absl::StrCat("missing required field '", path, "'"));
-  }
+  // Optional: only trials that ask their context for a batch size, and
+  // lengths in records or epochs, need it.
+  if (it == space.end()) return absl::OkStatus();
   auto positive_int = [](const json& v) {
     return (v.is_number_integer() && v.get<int64_t>() > 0) || (v.is_number_unsigned() && v.get<uint64_t>() > 0);
   };
@@ -445,10 +482,16 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
       {"name", std::string(SearcherNameToString(s.name))},
       {"metric", s.metric},
       {"smaller_is_better", s.smaller_is_better},
-      {"max_length", LengthToJson(s.max_length)},
       {"source_trial_id", OptionalToJson(s.source_trial_id)},
       {"source_checkpoint_uuid", OptionalToJson(s.source_checkpoint_uuid)},
   };
+  // The length in the form the config used (exactly one form parses back).
+  if (s.time_metric) {
+    searcher["time_metric"] = *s.time_metric;
+    searcher["max_time"] = OptionalToJson(s.max_time);
+  } else {
+    searcher["max_length"] = LengthToJson(s.max_length);
+  }
   if (s.name != SearcherName::kSingle) {
     searcher["max_trials"] = s.max_trials;
     searcher["max_concurrent_trials"] = s.max_concurrent_trials;
@@ -456,8 +499,6 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
   if (s.name == SearcherName::kAdaptiveAsha || s.name == SearcherName::kAsyncHalving) {
     searcher["divisor"] = s.divisor;
     searcher["stop_once"] = s.stop_once;
-    searcher["time_metric"] = OptionalToJson(s.time_metric);
-    searcher["max_time"] = OptionalToJson(s.max_time);
   }
   if (s.name == SearcherName::kAdaptiveAsha) {
     searcher["max_rungs"] = s.max_rungs;

@@ -46,12 +46,16 @@ std::string_view CheckpointPolicyToString(CheckpointPolicy policy);
 inline constexpr int64_t kMaxSearcherTrials = 10000;  // searcher.max_trials, max_concurrent_trials
 inline constexpr int64_t kMaxSlotsPerTrial = 1024;    // resources.slots_per_trial
 inline constexpr int64_t kMaxBracketRungs = 64;       // searcher.bracket_rungs: entries and each value
+inline constexpr size_t kMaxTimeMetricChars = 128;    // searcher.time_metric
 
 struct SearcherConfig {
   SearcherName name = SearcherName::kSingle;  // required
   std::string metric;                         // required
   bool smaller_is_better = true;
-  Length max_length;  // required; value >= 1
+  // The training length: exactly one of max_length (value >= 1), or
+  // time_metric + max_time (Determined 0.38). Read it through
+  // SearcherLengthOf (common/batch_lengths.h).
+  Length max_length;
   // Required (1..kMaxSearcherTrials) for random, adaptive_asha and
   // async_halving; 1 for single; for grid 0 unless given (the grid decides).
   int64_t max_trials = 0;
@@ -61,6 +65,8 @@ struct SearcherConfig {
   AshaMode mode = AshaMode::kStandard;
   std::vector<int64_t> bracket_rungs;  // adaptive_asha; each 1..64, at most 64 entries
   bool stop_once = false;
+  // batches, records, epochs or a training metric name (see
+  // kMaxTimeMetricChars); set iff max_time is.
   std::optional<std::string> time_metric;
   std::optional<int64_t> max_time;  // >= 1
   int64_t num_rungs = 5;            // async_halving; >= 1
@@ -108,7 +114,7 @@ struct ExperimentConfig {
   std::string description;
   std::vector<std::string> labels;
   std::optional<std::string> entrypoint;  // kept, not used by the runtime
-  HyperparameterSpace hyperparameters;     // required; has global_batch_size
+  HyperparameterSpace hyperparameters;     // required; global_batch_size optional
   SearcherConfig searcher;                 // required
   int64_t records_per_epoch = 0;           // 0: an epoch is one pass of the training data loader
   std::optional<Length> min_validation_period;

@@ -358,7 +358,8 @@ TEST(ExperimentConfigErrorTest, MissingRequiredField) {
   EXPECT_EQ(ErrorOf(Replace(kMinimal, "  name: single\n", "")),
             "config.yaml: missing required field 'searcher.name'");
   EXPECT_EQ(ErrorOf(Replace(kMinimal, "  max_length:\n    batches: 100\n", "")),
-            "config.yaml: missing required field 'searcher.max_length'");
+            "config.yaml: missing required field 'searcher.max_length' (or 'searcher.time_metric' + "
+            "'searcher.max_time')");
   EXPECT_EQ(ErrorOf("hyperparameters:\n  global_batch_size: 32\n"),
             "config.yaml: missing required field 'searcher'");
   EXPECT_EQ(ErrorOf(Replace(kMinimal, "hyperparameters:\n  global_batch_size: 32\n", "")),
@@ -399,8 +400,8 @@ TEST(ExperimentConfigErrorTest, HyperparameterErrors) {
   std::string bad_range = Replace(kMinimal, "  global_batch_size: 32\n",
                                   "  global_batch_size: 32\n  units:\n    type: int\n    minval: 64\n    maxval: 8\n");
   EXPECT_EQ(ErrorOf(bad_range), "config.yaml:5: field 'hyperparameters.units.minval' must be <= maxval, got 64 > 8");
-  EXPECT_EQ(ErrorOf(Replace(kMinimal, "  global_batch_size: 32\n", "  lr: 0.1\n")),
-            "config.yaml: missing required field 'hyperparameters.global_batch_size'");
+  // global_batch_size is optional (Determined 0.38); when given it is checked.
+  EXPECT_TRUE(Parse(Replace(kMinimal, "  global_batch_size: 32\n", "  lr: 0.1\n")).ok());
   EXPECT_EQ(ErrorOf(Replace(kMinimal, "global_batch_size: 32", "global_batch_size: 0")),
             "config.yaml:2: field 'hyperparameters.global_batch_size' must be a positive integer, got '0'");
   EXPECT_EQ(ErrorOf(Replace(kMinimal, "global_batch_size: 32", "global_batch_size: 32.5")),

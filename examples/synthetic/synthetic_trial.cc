@@ -2,7 +2,11 @@
 // a resumed run must restore: dropout (torch RNG), Adam (optimizer state), a
 // per-batch LR scheduler, shuffling with loader workers, and a stateful
 // callback. Test-only hyperparameters: batch_delay_ms slows each batch down,
-// throw_at_batch makes train_batch throw at that batch.
+// throw_at_batch makes train_batch throw at that batch, tokens_per_record
+// makes train_batch report a cumulative `tokens` training metric
+// ((batch_idx + 1) x global batch x tokens_per_record, for searcher
+// time_metric: tokens). Without hyperparameters.global_batch_size (Determined
+// 0.38 configs) the loaders use data.batch_size (default 8) per slot.
 #include <cstdio>
 #include <chrono>
 #include <thread>
@@ -73,6 +77,7 @@ class SyntheticTrial final : public det::Trial {
     auto hp = context.hparams();
     delay_ms_ = hp.value("batch_delay_ms", 0);
     throw_at_ = hp.value("throw_at_batch", int64_t{-1});
+    tokens_per_record_ = hp.value("tokens_per_record", 0.0);
     // "bf16": bfloat16 autocast, with a loss scaler that grows every 40
     // steps (exercising the scaler; bfloat16 itself needs none).
     if (hp.value("mixed_precision", std::string("none")) == "bf16") {
@@ -84,14 +89,14 @@ class SyntheticTrial final : public det::Trial {
   det::DataLoader build_training_data_loader() override {
     const auto& data = context_.get_data_config();
     auto ds = std::make_shared<GeneratedDataset>(data.value("train_size", 1024), features_, data.value("seed", 1), 0);
-    return det::DataLoader(ds, det::DataLoaderOptions(context_.get_per_slot_batch_size()).shuffle(true).workers(2));
+    return det::DataLoader(ds, det::DataLoaderOptions(BatchSize()).shuffle(true).workers(2));
   }
 
   det::DataLoader build_validation_data_loader() override {
     const auto& data = context_.get_data_config();
     auto ds =
         std::make_shared<GeneratedDataset>(data.value("val_size", 256), features_, data.value("seed", 1), 1);
-    return det::DataLoader(ds, det::DataLoaderOptions(context_.get_per_slot_batch_size()));
+    return det::DataLoader(ds, det::DataLoaderOptions(BatchSize()));
   }
 
   det::Metrics train_batch(det::Batch& batch, int64_t epoch_idx, int64_t batch_idx) override {
@@ -108,7 +113,13 @@ class SyntheticTrial final : public det::Trial {
     context_.backward(loss);
     context_.step_optimizer(*optimizer_, det::StepOptimizerOptions().clip_grad_norm(1.0));
     auto acc = out.argmax(1).eq(batch[1]).to(torch::kFloat).mean();
-    return {{"loss", loss}, {"accuracy", acc}, {"lr", optimizer_->param_groups()[0].options().get_lr()}};
+    det::Metrics metrics = {
+        {"loss", loss}, {"accuracy", acc}, {"lr", optimizer_->param_groups()[0].options().get_lr()}};
+    if (tokens_per_record_ > 0) {
+      const double global_batch = static_cast<double>(batch[0].size(0)) * context_.distributed().size();
+      metrics.emplace("tokens", static_cast<double>(batch_idx + 1) * global_batch * tokens_per_record_);
+    }
+    return metrics;
   }
 
   det::Metrics evaluate_batch(det::Batch& batch, int64_t batch_idx) override {
@@ -123,6 +134,12 @@ class SyntheticTrial final : public det::Trial {
   }
 
  private:
+  // Per slot: from global_batch_size when the hparams have one.
+  int64_t BatchSize() const {
+    if (context_.has_global_batch_size()) return context_.get_per_slot_batch_size();
+    return context_.get_data_config().value("batch_size", int64_t{8});
+  }
+
   det::TrialContext& context_;
   int64_t features_ = 16;
   Mlp model_{nullptr};
@@ -130,6 +147,7 @@ class SyntheticTrial final : public det::Trial {
   std::shared_ptr<torch::optim::StepLR> scheduler_;
   int delay_ms_ = 0;
   int64_t throw_at_ = -1;
+  double tokens_per_record_ = 0;
 };
 
 }  // namespace

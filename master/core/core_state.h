@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/batch_lengths.h"
 #include "common/experiment_config.h"
 #include "det/api/v1/cluster.pb.h"
 #include "det/trial/v1/trial.pb.h"
@@ -42,7 +43,16 @@ inline bool Stopping(const std::string& state) { return state == kStoppingCancel
 
 struct TrialRuntime {
   TrialRow row;
-  int64_t searcher_target = 0;  // pending ValidateAfter length (0: none)
+  // Pending ValidateAfter length in the searcher's unit (0: none), and the
+  // same in this trial's batches (0 for a training metric such as tokens):
+  // trial_lengths.h.
+  int64_t searcher_target = 0;
+  int64_t target_batches = 0;
+  // This trial's lengths in batches with its own global_batch_size.
+  BatchLengths lengths;
+  // The last value of a time_metric training metric the runtime reported
+  // (GetNextOperation); unset when none.
+  std::optional<double> time_metric_value;
   bool close_requested = false;
   int64_t last_validation = 0;
   int64_t last_checkpoint = 0;
@@ -64,10 +74,8 @@ struct ExperimentRuntime {
   ExperimentConfig config;
   std::unique_ptr<Searcher> searcher;
   std::map<int64_t, int64_t> trial_by_request;
-  int64_t max_length_batches = 0;
-  int64_t validation_period = 0;
-  int64_t checkpoint_period = 0;
-  int64_t global_batch_size = 0;
+  // The searcher's unit and full length (trial_lengths.h).
+  SearcherLength searcher_length;
   bool search_done = false;
   std::string checkpoint_dir;
   bool gc_pending = false;  // run checkpoint GC at the next chance

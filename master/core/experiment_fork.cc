@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
+#include "master/core/trial_lengths.h"
 
 namespace det::master {
 
@@ -102,7 +103,7 @@ absl::StatusOr<apiv1::ContinueExperimentResponse> MasterCore::ContinueExperiment
   if (req.has_max_length()) {
     target = req.max_length();
   } else if (exp->config.searcher.name == SearcherName::kSingle) {
-    target = 2 * exp->max_length_batches;
+    target = 2 * exp->searcher_length.max;
   } else {
     return absl::InvalidArgumentError(absl::StrCat("max_length: required to continue a '",
                                                    std::string(SearcherNameToString(exp->config.searcher.name)),
@@ -117,9 +118,16 @@ absl::StatusOr<apiv1::ContinueExperimentResponse> MasterCore::ContinueExperiment
     if (t.row.latest_checkpoint_uuid.empty() || !t.allocation_id.empty()) continue;
     auto ck = store_->GetCheckpoint(t.row.latest_checkpoint_uuid);
     if (!ck.ok() || ck->state != "COMPLETED") continue;  // garbage-collected: nothing to restore
-    if (t.row.total_batches >= target) {
-      return absl::InvalidArgumentError(absl::StrCat("max_length: ", target, " batches is not more than trial ",
-                                                     t.row.id, " has trained (", t.row.total_batches, ")"));
+    // The target is in the searcher's unit; each trial converts it.
+    TrialRuntime probe = TrialRuntime();
+    probe.row = t.row;
+    probe.lengths = t.lengths;
+    probe.time_metric_value = t.time_metric_value;
+    DET_RETURN_IF_ERROR(SetSearcherTarget(*exp, probe, target));
+    if (SearcherTargetReached(*exp, probe, t.row.total_batches)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_length: ", FormatSearcherLength(exp->searcher_length, target),
+                       " is not more than trial ", t.row.id, " has trained (", t.row.total_batches, " batches)"));
     }
     continued.push_back(&t);
   }
@@ -132,7 +140,7 @@ absl::StatusOr<apiv1::ContinueExperimentResponse> MasterCore::ContinueExperiment
   for (TrialRuntime* t : continued) {
     // Trains from its latest checkpoint to `target`, validates, checkpoints
     // and completes; the searcher (whose trials have all ended) is not asked.
-    t->searcher_target = target;
+    DET_RETURN_IF_ERROR(SetSearcherTarget(*exp, *t, target));
     t->close_requested = true;
     t->exit_completed = false;
     t->killed = false;

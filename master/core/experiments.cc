@@ -16,6 +16,7 @@
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
+#include "master/core/trial_lengths.h"
 
 namespace det::master {
 
@@ -60,9 +61,12 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     DET_RETURN_IF_ERROR(CheckSlotsFitPool(agents_, config.resources));
     DET_RETURN_IF_ERROR(ResolveForkLocked(req, config, &fork));
   }
-  DET_ASSIGN_OR_RETURN(BatchLengths lengths,
-                       ResolveBatchLengths(config, "; set records_per_epoch to use epochs with the master"));
-  DET_ASSIGN_OR_RETURN(Searcher searcher, Searcher::Create(config, lengths.max_length));
+  // Checks the lengths convert (with the first sample; each trial converts
+  // with its own hparams later).
+  DET_RETURN_IF_ERROR(
+      ResolveBatchLengths(config, "; set records_per_epoch to use epochs with the master").status());
+  const SearcherLength searcher_length = ExperimentSearcherLength(config, nullptr);
+  DET_ASSIGN_OR_RETURN(Searcher searcher, Searcher::Create(config, searcher_length.max));
   const std::string checkpoint_dir = ExperimentCheckpointDir(config, options_.checkpoint_root);
   DET_RETURN_IF_ERROR(checkpoint_roots_.Check(checkpoint_dir, "checkpoint_storage.host_path"));
 
@@ -108,12 +112,9 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   exp->row.warm_start_checkpoint_uuid = fork.warm_start_checkpoint_uuid;
   exp->config = std::move(config);
   exp->searcher = std::make_unique<Searcher>(std::move(searcher));
-  exp->max_length_batches = lengths.max_length;
-  exp->validation_period = lengths.validation_period;
-  exp->checkpoint_period = lengths.checkpoint_period;
-  exp->global_batch_size = lengths.global_batch_size;
+  exp->searcher_length = searcher_length;
   exp->checkpoint_dir = checkpoint_dir;
-  exp->row.searcher_state_json = exp->searcher->Snapshot().dump();
+  exp->row.searcher_state_json = SearcherSnapshot(*exp).dump();
   DET_ASSIGN_OR_RETURN(exp->row.id, store_->InsertExperiment(exp->row));
   SetJobKnobsFromConfig(*exp);
   ApplyPoolDefaultsLocked(*exp);
@@ -416,7 +417,7 @@ absl::StatusOr<apiv1::GetExperimentCheckpointsResponse> MasterCore::GetExperimen
 }
 
 absl::Status MasterCore::SaveSearcher(ExperimentRuntime& exp) {
-  exp.row.searcher_state_json = exp.searcher->Snapshot().dump();
+  exp.row.searcher_state_json = SearcherSnapshot(exp).dump();
   exp.row.progress = exp.searcher->Progress();
   return store_->UpdateExperiment(exp.row);
 }
@@ -435,6 +436,8 @@ absl::Status MasterCore::CreateTrialLocked(ExperimentRuntime& exp, const CreateT
   trial->row = row;
   exp.trial_by_request[create.request_id] = row.id;
   TrialRuntime& t = *trial;
+  absl::Status lengths = InitTrialLengths(exp, t);  // a bad sample fails at its first ValidateAfter
+  if (!lengths.ok()) spdlog::warn("experiment {}: {}", exp.row.id, lengths.ToString());
   trials_[row.id] = std::move(trial);
   spdlog::info("experiment {}: created trial {} with hparams {}", exp.row.id, row.id, row.hparams_json);
   *more = exp.searcher->TrialCreated(create.request_id);
@@ -464,7 +467,14 @@ absl::Status MasterCore::ApplySearcherOps(ExperimentRuntime& exp, std::vector<Se
       auto it = exp.trial_by_request.find(validate->request_id);
       if (it == exp.trial_by_request.end()) continue;
       TrialRuntime& t = *trials_[it->second];
-      t.searcher_target = validate->length;
+      if (absl::Status st = SetSearcherTarget(exp, t, validate->length); !st.ok()) {
+        // This trial's own batch size cannot convert the length.
+        t.error_message = std::string(st.message());
+        if (!Terminal(t.row.state)) SetTrialState(t, kError);
+        more = exp.searcher->TrialExitedEarly(validate->request_id, ExitedReason::kErrored);
+        for (auto& next : more) queue.push_back(std::move(next));
+        continue;
+      }
       SetTrialState(t, t.row.state);
       // A trial that waited without a slot (e.g. an ASHA promotion) resumes
       // from its checkpoint.

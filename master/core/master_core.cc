@@ -190,6 +190,7 @@ void MasterCore::SetTrialState(TrialRuntime& trial, const std::string& state) {
                         {"exit_completed", trial.exit_completed},
                         {"invalid_hp", trial.invalid_hp},
                         {"error_message", trial.error_message}};
+  if (trial.time_metric_value) seq["time_metric_value"] = *trial.time_metric_value;
   trial.row.sequencer_state_json = seq.dump();
   absl::Status st = store_->UpdateTrial(trial.row);
   if (!st.ok()) spdlog::error("saving trial {}: {}", trial.row.id, st.ToString());

@@ -13,6 +13,7 @@
 #include "master/core/job_queue.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
+#include "master/core/trial_lengths.h"
 
 namespace det::master {
 
@@ -45,20 +46,12 @@ absl::Status MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
   SetJobKnobsFromConfig(*exp);
   ApplyPoolDefaultsLocked(*exp);  // before stored job overrides
   ApplyStoredJobKnobs(*exp);  // what UpdateJob stored (job_queue.h)
-  auto lengths = ResolveBatchLengths(exp->config);
-  if (!lengths.ok()) {
-    spdlog::warn("experiment {}: stored lengths no longer convert: {}", row.id, lengths.status().ToString());
-    lengths = BatchLengths{};
-    lengths->global_batch_size = 1;
-  }
-  exp->global_batch_size = lengths->global_batch_size;
-  exp->max_length_batches = lengths->max_length;
-  exp->validation_period = lengths->validation_period;
-  exp->checkpoint_period = lengths->checkpoint_period;
   exp->checkpoint_dir = ExperimentCheckpointDir(exp->config, options_.checkpoint_root);
   nlohmann::json snap = nlohmann::json::parse(row.searcher_state_json, nullptr, false);
-  auto searcher = snap.is_object() ? Searcher::Restore(exp->config, exp->max_length_batches, snap)
-                                   : Searcher::Create(exp->config, exp->max_length_batches);
+  // Snapshots of older masters in records/epochs keep their batch plan.
+  exp->searcher_length = ExperimentSearcherLength(exp->config, snap);
+  auto searcher = snap.is_object() ? Searcher::Restore(exp->config, exp->searcher_length.max, snap)
+                                   : Searcher::Create(exp->config, exp->searcher_length.max);
   if (!searcher.ok()) {
     spdlog::warn("experiment {}: cannot restore its searcher: {}", row.id, searcher.status().ToString());
     return absl::OkStatus();
@@ -80,6 +73,15 @@ absl::Status MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
       tr->exit_completed = seq.value("exit_completed", false);
       tr->invalid_hp = seq.value("invalid_hp", false);
       tr->error_message = seq.value("error_message", std::string());
+      if (seq.contains("time_metric_value") && seq["time_metric_value"].is_number()) {
+        tr->time_metric_value = seq["time_metric_value"].get<double>();
+      }
+    }
+    absl::Status lengths = InitTrialLengths(*exp, *tr);
+    if (!lengths.ok()) spdlog::warn("experiment {}: {}", row.id, lengths.ToString());
+    // The batches are not stored: each trial converts its pending target again.
+    if (tr->searcher_target > 0 && !SetSearcherTarget(*exp, *tr, tr->searcher_target).ok()) {
+      spdlog::warn("experiment {}: trial {}: its searcher target no longer converts", row.id, t.id);
     }
     exp->trial_by_request[t.request_id] = t.id;
     trials_[t.id] = std::move(tr);

@@ -2,6 +2,7 @@
 // operations to run, metrics, checkpoints, preemption, logs). Each call names
 // its allocation and carries that allocation's token (Authorize).
 #include <algorithm>
+#include <cmath>
 
 #include <spdlog/spdlog.h>
 
@@ -13,6 +14,7 @@
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
+#include "master/core/trial_lengths.h"
 
 namespace det::master {
 
@@ -37,7 +39,7 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
   resp.set_trial_seed(trial.row.seed);
   resp.set_config_yaml(exp.row.config_yaml);
   auto gbs = GlobalBatchSize(hp);
-  resp.set_global_batch_size(gbs.ok() ? *gbs : exp.global_batch_size);
+  resp.set_global_batch_size(gbs.ok() ? *gbs : 0);  // 0: the hparams have none
   resp.set_trial_run_id(trial.row.run_id);
   resp.set_checkpoint_storage_path(exp.checkpoint_dir);
   resp.set_scheduling_unit(exp.config.scheduling_unit);
@@ -73,6 +75,8 @@ void MasterCore::RewindTrialLocked(TrialRuntime& trial, int64_t restored_batches
     if (validations.ok() && !validations->empty()) trial.last_validation = validations->back().total_batches;
   }
   trial.last_checkpoint = restored_batches;
+  // The restored run reports its time metric's value again.
+  trial.time_metric_value.reset();
   trial.current_op.reset();
   SetTrialState(trial, trial.row.state);
 }
@@ -95,18 +99,31 @@ trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntim
     return op;
   }
   if (trial.searcher_target > 0) {
-    if (batches < trial.searcher_target) {
-      bool val_due = exp.validation_period > 0 && batches - trial.last_validation >= exp.validation_period &&
+    if (!SearcherTargetReached(exp, trial, batches)) {
+      // This trial's periods, in its own batches.
+      const int64_t validation_period = trial.lengths.validation_period;
+      const int64_t checkpoint_period = trial.lengths.checkpoint_period;
+      bool val_due = validation_period > 0 && batches - trial.last_validation >= validation_period &&
                      trial.last_validation != batches;
-      bool ckpt_due = exp.checkpoint_period > 0 && batches - trial.last_checkpoint >= exp.checkpoint_period &&
+      bool ckpt_due = checkpoint_period > 0 && batches - trial.last_checkpoint >= checkpoint_period &&
                       trial.last_checkpoint != batches;
       if (val_due) return make(trialv1::OPERATION_KIND_VALIDATE);
       if (ckpt_due) return make(trialv1::OPERATION_KIND_CHECKPOINT);
-      int64_t target = trial.searcher_target;
-      if (exp.validation_period > 0) target = std::min(target, trial.last_validation + exp.validation_period);
-      if (exp.checkpoint_period > 0) target = std::min(target, trial.last_checkpoint + exp.checkpoint_period);
-      if (target <= batches) target = trial.searcher_target;
-      return make(trialv1::OPERATION_KIND_TRAIN, target);
+      // A training metric (e.g. tokens) has no batch target: the periods cap
+      // the op (0: no cap) and the runtime stops on the metric.
+      const bool by_metric = exp.searcher_length.is_metric();
+      const int64_t full = by_metric ? 0 : trial.target_batches;
+      auto cap = [](int64_t target, int64_t limit) { return target == 0 ? limit : std::min(target, limit); };
+      int64_t target = full;
+      if (validation_period > 0) target = cap(target, trial.last_validation + validation_period);
+      if (checkpoint_period > 0) target = cap(target, trial.last_checkpoint + checkpoint_period);
+      if (target <= batches) target = full;
+      trialv1::Operation op = make(trialv1::OPERATION_KIND_TRAIN, target);
+      if (by_metric) {
+        op.set_time_metric(exp.searcher_length.unit);
+        op.set_time_metric_target(static_cast<double>(trial.searcher_target));
+      }
+      return op;
     }
     // At the searcher's length: validate (the searcher op completes when the
     // metric arrives).
@@ -141,6 +158,10 @@ absl::StatusOr<trialv1::GetNextOperationResponse> MasterCore::GetNextOperation(
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
   if (req.total_batches() > trial.row.total_batches || trial.row.total_batches == 0) {
     trial.row.total_batches = req.total_batches();
+  }
+  // Untrusted: a non-finite value is ignored (it only steers this trial).
+  if (req.has_time_metric_value() && std::isfinite(req.time_metric_value())) {
+    trial.time_metric_value = req.time_metric_value();
   }
   trialv1::GetNextOperationResponse resp;
   if (trial.current_op && trial.current_op->op_id() != req.completed_op_id() &&
@@ -273,8 +294,8 @@ absl::StatusOr<trialv1::CompleteSearcherOperationResponse> MasterCore::CompleteS
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
   trial.last_validation = trial.row.total_batches;
-  if (trial.searcher_target > 0 && trial.row.total_batches >= trial.searcher_target) {
-    int64_t length = trial.searcher_target;
+  if (SearcherTargetReached(exp, trial, trial.row.total_batches)) {
+    int64_t length = trial.searcher_target;  // in the searcher's unit
     trial.searcher_target = 0;
     SetTrialState(trial, trial.row.state);
     DET_RETURN_IF_ERROR(

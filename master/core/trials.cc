@@ -40,7 +40,7 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   t.set_runner_state(trial.allocation_id.empty() ? apiv1::ALLOCATION_STATE_UNSPECIFIED
                                                  : apiv1::ALLOCATION_STATE_RUNNING);
   t.set_request_id(trial.row.request_id);
-  t.set_searcher_target_batches(trial.searcher_target);
+  t.set_searcher_target_batches(trial.target_batches);
   t.set_error_message(trial.error_message);
   if (!Terminal(trial.row.state)) t.set_preemption(trial.preemption);
   return t;

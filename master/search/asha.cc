@@ -653,15 +653,15 @@ std::vector<int64_t> AshaBracketConcurrency(int64_t max_concurrent_trials, doubl
   return out;
 }
 
-absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t max_length_batches) {
+absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t max_length) {
   const SearcherConfig& sc = config.searcher;
   std::string name(SearcherNameToString(sc.name));
   if (sc.name != SearcherName::kAdaptiveAsha && sc.name != SearcherName::kAsyncHalving) {
     return absl::InvalidArgumentError(absl::StrCat("searcher '", name, "' is not a successive-halving searcher"));
   }
-  if (max_length_batches < 1) {
+  if (max_length < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("searcher.max_length must be at least 1 batch, got ", max_length_batches));
+        absl::StrCat("the searcher length (searcher.max_length or max_time) must be at least 1, got ", max_length));
   }
   if (sc.max_trials < 1) {
     return absl::InvalidArgumentError(
@@ -685,7 +685,7 @@ absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t
     }
     AshaBracket b;
     b.num_rungs = sc.num_rungs;
-    b.rung_lengths = AshaRungLengths(sc.num_rungs, sc.divisor, max_length_batches);
+    b.rung_lengths = AshaRungLengths(sc.num_rungs, sc.divisor, max_length);
     b.max_trials = sc.max_trials;
     if (sc.max_concurrent_trials > 0) {
       b.max_concurrent_trials = std::min(sc.max_concurrent_trials, sc.max_trials);
@@ -711,7 +711,7 @@ absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t
     }
   }
   if (rungs.empty()) {
-    rungs = AshaModeBrackets(sc.mode, AshaMaxRungs(sc.max_rungs, sc.divisor, max_length_batches, sc.max_trials));
+    rungs = AshaModeBrackets(sc.mode, AshaMaxRungs(sc.max_rungs, sc.divisor, max_length, sc.max_trials));
   }
   std::sort(rungs.begin(), rungs.end(), std::greater<int64_t>());
   std::vector<int64_t> trials = AshaBracketTrials(sc.max_trials, sc.divisor, rungs);
@@ -727,7 +727,7 @@ absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t
   for (size_t i = 0; i < kept_rungs.size(); ++i) {
     AshaBracket b;
     b.num_rungs = kept_rungs[i];
-    b.rung_lengths = AshaRungLengths(kept_rungs[i], sc.divisor, max_length_batches);
+    b.rung_lengths = AshaRungLengths(kept_rungs[i], sc.divisor, max_length);
     b.max_trials = kept_trials[i];
     b.max_concurrent_trials = concurrency[i];
     layout.brackets.push_back(std::move(b));

@@ -3,7 +3,7 @@
 // config and the SearchMethod that runs it. Pure decision code, as every
 // search method (see searcher.h).
 //
-//   absl::StatusOr<AshaLayout> layout = AshaLayoutFor(config, max_length_batches);
+//   absl::StatusOr<AshaLayout> layout = AshaLayoutFor(config, max_length);
 //   std::unique_ptr<SearchMethod> m = NewAshaSearch(config, *layout);
 //
 // Most callers use NewSearchMethod (searcher.h), which calls these. The free
@@ -25,7 +25,7 @@ namespace master {
 // One successive-halving bracket.
 struct AshaBracket {
   int64_t num_rungs = 1;
-  // Total batches a trial has trained when it validates at rung i, ascending
+  // The length (searcher units) a trial has trained when it validates at rung i, ascending
   // (equal neighbours possible for a short max_length); size num_rungs.
   std::vector<int64_t> rung_lengths;
   int64_t max_trials = 0;             // trials the bracket creates (>= 1)
@@ -56,7 +56,7 @@ int64_t AshaMaxRungs(int64_t max_rungs, double divisor, int64_t max_length, int6
 std::vector<int64_t> AshaModeBrackets(AshaMode mode, int64_t max_rungs);
 
 // Rung lengths of a bracket: rung i (0-based) is max(1, floor(max_length /
-// divisor^(num_rungs-1-i))) batches; exact integer arithmetic when divisor is
+// divisor^(num_rungs-1-i))) (searcher units: batches, epochs, tokens, ...); exact integer arithmetic when divisor is
 // an integer (937 batches, divisor 4, 3 rungs: 58, 234, 937).
 std::vector<int64_t> AshaRungLengths(int64_t num_rungs, double divisor, int64_t max_length);
 
@@ -89,10 +89,10 @@ std::vector<int64_t> AshaBracketConcurrency(int64_t max_concurrent_trials, doubl
 //    trials; concurrency max_concurrent_trials capped to max_trials, or when 0
 //    Determined's default clamp(divisor^(num_rungs-1), 1, max_trials) (enough
 //    trials for one to reach the top rung).
-// InvalidArgument: another searcher, max_length_batches < 1, max_trials < 1,
+// InvalidArgument: another searcher, max_length < 1, max_trials < 1,
 // negative max_concurrent_trials, divisor <= 1, num_rungs/max_rungs/
 // bracket_rungs < 1.
-absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t max_length_batches);
+absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t max_length);
 
 // The search method running `layout` (see NewSearchMethod in searcher.h for
 // the semantics); `config` gives the name and the hyperparameter space.

@@ -229,12 +229,12 @@ std::string ToString(const SearcherOp& op) {
 }
 
 absl::StatusOr<std::unique_ptr<SearchMethod>> NewSearchMethod(const ExperimentConfig& config,
-                                                              int64_t max_length_batches) {
+                                                              int64_t max_length) {
   const SearcherConfig& sc = config.searcher;
   std::string name(SearcherNameToString(sc.name));
-  if (max_length_batches < 1) {
+  if (max_length < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("searcher.max_length must be at least 1 batch, got ", max_length_batches));
+        absl::StrCat("the searcher length (searcher.max_length or max_time) must be at least 1, got ", max_length));
   }
   if (sc.max_concurrent_trials < 0) {
     return absl::InvalidArgumentError(
@@ -243,7 +243,7 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewSearchMethod(const ExperimentCo
   switch (sc.name) {
     case SearcherName::kSingle: {
       return std::unique_ptr<SearchMethod>(std::make_unique<FixedPoolSearch>(
-          name, config.hyperparameters, max_length_batches, 1, 1, std::vector<json>{}, true));
+          name, config.hyperparameters, max_length, 1, 1, std::vector<json>{}, true));
     }
     case SearcherName::kRandom: {
       if (sc.max_trials < 1) {
@@ -251,7 +251,7 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewSearchMethod(const ExperimentCo
             absl::StrCat("searcher.max_trials must be at least 1 for random search, got ", sc.max_trials));
       }
       return std::unique_ptr<SearchMethod>(std::make_unique<FixedPoolSearch>(
-          name, config.hyperparameters, max_length_batches, sc.max_trials, sc.max_concurrent_trials,
+          name, config.hyperparameters, max_length, sc.max_trials, sc.max_concurrent_trials,
           std::vector<json>{}, true));
     }
     case SearcherName::kGrid: {
@@ -264,12 +264,12 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewSearchMethod(const ExperimentCo
         points->resize(static_cast<size_t>(total));
       }
       return std::unique_ptr<SearchMethod>(std::make_unique<FixedPoolSearch>(
-          name, config.hyperparameters, max_length_batches, total, sc.max_concurrent_trials, std::move(*points),
+          name, config.hyperparameters, max_length, total, sc.max_concurrent_trials, std::move(*points),
           false));
     }
     case SearcherName::kAdaptiveAsha:
     case SearcherName::kAsyncHalving: {
-      absl::StatusOr<AshaLayout> layout = AshaLayoutFor(config, max_length_batches);
+      absl::StatusOr<AshaLayout> layout = AshaLayoutFor(config, max_length);
       if (!layout.ok()) return layout.status();
       return NewAshaSearch(config, std::move(*layout));
     }
@@ -282,15 +282,15 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewSearchMethod(const ExperimentCo
 
 Searcher::Searcher(std::unique_ptr<SearchMethod> method, uint64_t seed) : method_(std::move(method)), rng_(seed) {}
 
-absl::StatusOr<Searcher> Searcher::Create(const ExperimentConfig& config, int64_t max_length_batches) {
-  absl::StatusOr<std::unique_ptr<SearchMethod>> method = NewSearchMethod(config, max_length_batches);
+absl::StatusOr<Searcher> Searcher::Create(const ExperimentConfig& config, int64_t max_length) {
+  absl::StatusOr<std::unique_ptr<SearchMethod>> method = NewSearchMethod(config, max_length);
   if (!method.ok()) return method.status();
   return Searcher(std::move(*method), config.reproducibility.experiment_seed.value_or(0));
 }
 
-absl::StatusOr<Searcher> Searcher::Restore(const ExperimentConfig& config, int64_t max_length_batches,
+absl::StatusOr<Searcher> Searcher::Restore(const ExperimentConfig& config, int64_t max_length,
                                            const json& snapshot) {
-  absl::StatusOr<Searcher> s = Create(config, max_length_batches);
+  absl::StatusOr<Searcher> s = Create(config, max_length);
   if (!s.ok()) return s.status();
   try {
     if (!snapshot.is_object()) return absl::InvalidArgumentError("searcher snapshot must be an object");

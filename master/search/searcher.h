@@ -7,7 +7,7 @@
 // through the std::mt19937_64 it is given, so a test can replay any sequence
 // of events and get the same operations.
 //
-//   absl::StatusOr<Searcher> s = Searcher::Create(config, max_length_batches);
+//   absl::StatusOr<Searcher> s = Searcher::Create(config, max_length);
 //   for (const SearcherOp& op : s->InitialOperations()) { ... }
 //   ... s->ValidationCompleted(request_id, metric, length) ...
 //
@@ -42,8 +42,11 @@ struct CreateTrialOp {
   nlohmann::json hparams;
   uint32_t trial_seed = 0;
 };
-// Train the trial until `length` total batches, then validate and report the
-// searcher metric (ValidationCompleted).
+// Train the trial until `length` in the searcher's unit (SearcherLength in
+// common/batch_lengths.h: batches, records, epochs or a training metric such
+// as tokens; the master converts it per trial with the trial's own
+// global_batch_size), then validate and report the searcher metric
+// (ValidationCompleted).
 struct ValidateAfterOp {
   RequestId request_id = 0;
   int64_t length = 0;
@@ -85,7 +88,7 @@ class SearchMethod {
   virtual std::vector<SearcherOp> InitialOperations(std::mt19937_64& rng) = 0;
   // The trial of a CreateTrialOp exists.
   virtual std::vector<SearcherOp> TrialCreated(RequestId id, std::mt19937_64& rng) = 0;
-  // The validation of a ValidateAfterOp finished at `length` batches.
+  // The validation of a ValidateAfterOp finished at `length` (searcher units).
   virtual std::vector<SearcherOp> ValidationCompleted(RequestId id, double metric, int64_t length,
                                                       std::mt19937_64& rng) = 0;
   // The trial exited after a CloseTrialOp.
@@ -93,7 +96,7 @@ class SearchMethod {
   // The trial ended without being closed by the searcher.
   virtual std::vector<SearcherOp> TrialExitedEarly(RequestId id, ExitedReason reason, std::mt19937_64& rng) = 0;
   // The fraction of the search done, 0..1. single/random/grid: ended trials /
-  // trials to run. async_halving/adaptive_asha: batches credited / batches
+  // trials to run. async_halving/adaptive_asha: units credited / units
   // planned (see NewSearchMethod); 1 once Shutdown was returned.
   virtual double Progress() const = 0;
   // The bracket of a trial: adaptive_asha's bracket index (0 = most rungs);
@@ -107,8 +110,10 @@ class SearchMethod {
   virtual absl::Status Restore(const nlohmann::json& snapshot) = 0;
 };
 
-// The search method of `config.searcher`. `max_length_batches`:
-// searcher.max_length converted to batches by the caller (>= 1).
+// The search method of `config.searcher`. `max_length`: the searcher's full
+// length in its own unit (SearcherLengthOf(config.searcher).max: max_length's
+// value in its unit, or max_time in time_metric's), >= 1. Every length below
+// (ValidateAfter, rungs, Progress) is in that unit.
 // Semantics (Determined's):
 //  - single: one trial; ValidateAfter(max_length); Close after that
 //    validation; Shutdown after the close.
@@ -160,17 +165,17 @@ class SearchMethod {
 //    next rung (recursively) instead of training. Shutdown once every
 //    bracket created all its trials and every trial ended; failure when all
 //    counted trials errored.
-//    Progress: batches credited / batches planned, where a rung-k result
+//    Progress: units credited / units planned, where a rung-k result
 //    (real or worst) credits len_k - len_(k-1) and the plan is, per bracket,
 //    sum_k c_k (len_k - len_(k-1)) with c_0 = max_trials, c_(k+1) =
 //    floor(c_k / divisor); clamped to 1, and 1 after Shutdown.
 // Each trial draws its hparams (SampleHParams; grid: none) and then a uint32
 // trial seed from the rng.
-// Errors: InvalidArgument (max_length_batches < 1, max_trials < 1 for random,
+// Errors: InvalidArgument (max_length < 1, max_trials < 1 for random,
 // async_halving and adaptive_asha, negative max_concurrent_trials, a space
 // that is not a grid for grid; see AshaLayoutFor).
 absl::StatusOr<std::unique_ptr<SearchMethod>> NewSearchMethod(const ExperimentConfig& config,
-                                                              int64_t max_length_batches);
+                                                              int64_t max_length);
 
 // Owns a SearchMethod and its rng (seeded with the experiment seed) and keeps
 // track of the trials. Methods mirror SearchMethod. Not thread-safe; movable.
@@ -178,15 +183,15 @@ class Searcher {
  public:
   enum class TrialState { kCreating, kRunning, kClosing, kEnded };
 
-  // NewSearchMethod(config, max_length_batches) with an rng seeded by
+  // NewSearchMethod(config, max_length) with an rng seeded by
   // config.reproducibility.experiment_seed (0 when unset).
-  static absl::StatusOr<Searcher> Create(const ExperimentConfig& config, int64_t max_length_batches);
+  static absl::StatusOr<Searcher> Create(const ExperimentConfig& config, int64_t max_length);
 
   // A searcher from Snapshot(), resuming exactly where it was: the same events
-  // afterwards yield the same operations. `config` and `max_length_batches`
+  // afterwards yield the same operations. `config` and `max_length`
   // must be those the snapshotted searcher was created with. InvalidArgument
   // for a malformed snapshot; errors of Create.
-  static absl::StatusOr<Searcher> Restore(const ExperimentConfig& config, int64_t max_length_batches,
+  static absl::StatusOr<Searcher> Restore(const ExperimentConfig& config, int64_t max_length,
                                           const nlohmann::json& snapshot);
 
   Searcher(Searcher&&) = default;

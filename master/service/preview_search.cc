@@ -11,12 +11,15 @@ namespace det::master {
 absl::StatusOr<det::api::v1::PreviewSearchResponse> PreviewSearchFor(
     const det::api::v1::PreviewSearchRequest& request) {
   DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(request.config_yaml(), "config"));
-  DET_ASSIGN_OR_RETURN(BatchLengths lengths,
-                       ResolveBatchLengths(config, "; set records_per_epoch to use epochs"));
-  DET_ASSIGN_OR_RETURN(SearchPreview preview, PreviewSearch(config, lengths.max_length, request.simulation_seed()));
+  // As CreateExperiment: the lengths must convert (first sample).
+  DET_RETURN_IF_ERROR(ResolveBatchLengths(config, "; set records_per_epoch to use epochs").status());
+  DET_ASSIGN_OR_RETURN(SearchPreview preview, PreviewSearch(config, SearcherLengthOf(config.searcher).max,
+                                                            request.simulation_seed()));
 
   det::api::v1::PreviewSearchResponse resp;
   resp.set_max_length_batches(preview.max_length_batches);
+  resp.set_length_unit(preview.length.unit);
+  resp.set_max_length(preview.length.max);
   for (const PreviewTrial& t : preview.trials) {
     auto* out = resp.add_trials();
     out->set_request_id(t.request_id);
@@ -24,6 +27,7 @@ absl::StatusOr<det::api::v1::PreviewSearchResponse> PreviewSearchFor(
     if (hp.ok()) *out->mutable_hparams() = *std::move(hp);
     for (int64_t v : t.validation_points) out->add_validation_points(v);
     out->set_total_batches(t.total_batches);
+    out->set_total_length(t.total_length);
     out->set_stopped_early(t.stopped_early);
   }
   for (const PreviewBracket& b : preview.brackets) {
@@ -37,6 +41,7 @@ absl::StatusOr<det::api::v1::PreviewSearchResponse> PreviewSearchFor(
       rs->set_rung(static_cast<int32_t>(r.rung));
       rs->set_num_trials(static_cast<int32_t>(r.num_trials));
       rs->set_batches_per_trial(r.batches_per_trial);
+      rs->set_length_per_trial(r.length_per_trial);
     }
   }
   resp.set_total_batches(preview.total_batches);

@@ -33,6 +33,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/batch_lengths.h"
 #include "common/experiment_config.h"
 #include "common/hparams.h"
 #include "trial_runtime/runtime/checkpoint.h"
@@ -118,8 +119,10 @@ std::variant<LocalSetup, SetupError> PrepareLocal(const Flags& flags) {
   setup.hparams = resume_meta.contains("hparams") ? resume_meta["hparams"]
                                                   : FirstHParams(setup.config.hyperparameters, setup.seed);
   const nlohmann::json& hparams = setup.hparams;
-  if (!hparams.contains("global_batch_size") || !hparams["global_batch_size"].is_number_integer() ||
-      hparams["global_batch_size"].get<int64_t>() <= 0) {
+  // global_batch_size is optional (Determined 0.38): trials that ask their
+  // context for it get an error there.
+  if (!hparams.contains("global_batch_size")) return setup;
+  if (!hparams["global_batch_size"].is_number_integer() || hparams["global_batch_size"].get<int64_t>() <= 0) {
     return SetupError{kExitConfigError,
                       absl::InvalidArgumentError(absl::StrCat(
                           flags.config_path, ": hyperparameters.global_batch_size must be a positive integer, got ",
@@ -225,7 +228,13 @@ std::string LocalCheckpointDir(const Flags& flags, const ExperimentConfig& confi
 // config's lengths and periods.
 TrainingPlan LocalTrainingPlan(const Flags& flags, const ExperimentConfig& config, const char* trial_class) {
   TrainingPlan plan;
-  plan.max_length = config.searcher.max_length;
+  const SearcherLength length = SearcherLengthOf(config.searcher);
+  if (length.is_metric()) {
+    plan.time_metric = length.unit;
+    plan.max_time = length.max;
+  } else {
+    plan.max_length = Length{*length.length_unit, length.max};
+  }
   plan.min_validation_period = config.min_validation_period;
   plan.min_checkpoint_period = config.min_checkpoint_period;
   plan.records_per_epoch = config.records_per_epoch;

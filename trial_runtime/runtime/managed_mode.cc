@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/batch_lengths.h"
 #include "common/experiment_config.h"
 #include "common/grpc_status.h"
 #include "common/proto_json.h"
@@ -447,7 +449,10 @@ TrialInfo ManagedRank::MakeTrialInfo() const {
 // sets how training metrics are grouped and where checkpoints go.
 TrainingPlan ManagedRank::MakeTrainingPlan() const {
   TrainingPlan plan;
-  plan.max_length = config_.searcher.max_length;
+  // The master sends every length (TRAIN targets, a time_metric's target);
+  // a time_metric's name makes training reports carry its last value.
+  const SearcherLength length = SearcherLengthOf(config_.searcher);
+  if (length.is_metric()) plan.time_metric = length.unit;
   plan.records_per_epoch = config_.records_per_epoch;
   plan.scheduling_unit = config_.scheduling_unit;
   plan.searcher_metric = config_.searcher.metric;
@@ -525,6 +530,14 @@ int ManagedRank::PerformOperations() {
     req.set_completed_op_id(completed_op);
     req.set_total_batches(controller_->batches_trained());
     req.set_timeout_ms(1000);
+    // A searcher length in a training metric (e.g. tokens): its last value
+    // (restored from the checkpoint on a resume) tells the master whether
+    // the target is reached.
+    const SearcherLength length = SearcherLengthOf(config_.searcher);
+    if (length.is_metric()) {
+      std::optional<double> value = controller_->last_training_value(length.unit);
+      if (value && std::isfinite(*value)) req.set_time_metric_value(*value);
+    }
     tv1::GetNextOperationResponse resp;
     absl::Status st = client_.Call("GetNextOperation", &tv1::TrialService::Stub::GetNextOperation, req, &resp,
                                    std::chrono::seconds(30));
@@ -558,8 +571,15 @@ int ManagedRank::PerformOperations() {
 
 std::optional<int> ManagedRank::Train(const tv1::Operation& op) {
   bool preempted = false;
-  absl::Status st = controller_->TrainTo(op.target_total_batches(), &preempted);
-  if (!st.ok()) return Fail(kExitTrialError, &client_, st, false);
+  absl::Status st = op.time_metric().empty()
+                        ? controller_->TrainTo(op.target_total_batches(), &preempted)
+                        : controller_->TrainToMetric(op.time_metric(), op.time_metric_target(),
+                                                     op.target_total_batches(), &preempted);
+  if (!st.ok()) {
+    // A time_metric the trial never reports fails the same way on a restart.
+    const bool bad_config = st.code() == absl::StatusCode::kInvalidArgument;
+    return Fail(bad_config ? kExitConfigError : kExitTrialError, &client_, st, bad_config);
+  }
   if (!preempted) return std::nullopt;
   auto saved = controller_->Checkpoint();
   if (!saved.ok()) return Fail(kExitTrialError, &client_, saved.status(), false);

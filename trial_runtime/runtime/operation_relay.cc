@@ -36,7 +36,12 @@ int Error(const Distributed& dist, int code, const absl::Status& status) {
 absl::Status RelayOperation(Distributed* dist, const tv1::Operation& op) {
   switch (op.kind()) {
     case tv1::OPERATION_KIND_TRAIN:
-      return Send(dist, kTrain, op.target_total_batches());
+      if (dist == nullptr || dist->size() <= 1) return absl::OkStatus();
+      return dist->Publish(nlohmann::json{{"kind", kTrain},
+                                          {"target", op.target_total_batches()},
+                                          {"time_metric", op.time_metric()},
+                                          {"time_metric_target", op.time_metric_target()}}
+                               .dump());
     case tv1::OPERATION_KIND_VALIDATE:
       return Send(dist, kValidate, 0);
     case tv1::OPERATION_KIND_CHECKPOINT:
@@ -61,8 +66,13 @@ int RunRelayedOperations(TrialController& c, Distributed& dist) {
     const std::string kind = op["kind"].get<std::string>();
     if (kind == kTrain) {
       bool preempted = false;
-      absl::Status st = c.TrainTo(op.value("target", int64_t{0}), &preempted);
-      if (!st.ok()) return Error(dist, kExitTrialError, st);
+      const std::string metric = op.value("time_metric", std::string());
+      absl::Status st = metric.empty() ? c.TrainTo(op.value("target", int64_t{0}), &preempted)
+                                       : c.TrainToMetric(metric, op.value("time_metric_target", 0.0),
+                                                         op.value("target", int64_t{0}), &preempted);
+      if (!st.ok()) {
+        return Error(dist, st.code() == absl::StatusCode::kInvalidArgument ? kExitConfigError : kExitTrialError, st);
+      }
       if (preempted) {
         // Every rank agreed to stop at this batch; the chief checkpoints.
         auto saved = c.Checkpoint();

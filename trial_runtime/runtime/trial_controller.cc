@@ -161,7 +161,9 @@ absl::StatusOr<std::unique_ptr<TrialController>> TrialController::Create(TrialHa
   plan_lengths.min_validation_period = c->plan_.min_validation_period;
   plan_lengths.min_checkpoint_period = c->plan_.min_checkpoint_period;
   plan_lengths.records_per_epoch = c->plan_.records_per_epoch;
-  DET_ASSIGN_OR_RETURN(BatchLengths lengths, ResolveBatchLengths(plan_lengths, context->get_global_batch_size(),
+  // 0 when the hparams have no global_batch_size: fine for lengths in
+  // batches, epochs from the loader's length, or a training metric.
+  DET_ASSIGN_OR_RETURN(BatchLengths lengths, ResolveBatchLengths(plan_lengths, context->global_batch_size_or_zero(),
                                                                  c->train_loader_->batches_per_epoch()));
   c->batches_per_epoch_ = lengths.batches_per_epoch;
   c->max_batches_ = lengths.max_length;
@@ -182,6 +184,7 @@ nlohmann::json TrialController::RuntimeState() const {
       {"last_checkpoint_batch", last_checkpoint_batch_},
       {"pending_training_metrics", pending_},
       {"pending_training_batches", pending_batches_},
+      {"last_training_values", last_values_},
   };
 }
 
@@ -194,6 +197,8 @@ absl::Status TrialController::Restore(const std::string& checkpoint_dir) {
     last_checkpoint_batch_ = rs.at("last_checkpoint_batch").get<int64_t>();
     pending_ = rs.at("pending_training_metrics").get<std::map<std::string, std::vector<double>>>();
     pending_batches_ = rs.at("pending_training_batches").get<int64_t>();
+    // Absent in checkpoints of older runtimes.
+    last_values_ = rs.value("last_training_values", std::map<std::string, double>());
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint '", checkpoint_dir, "' has no valid runtime_state: ", e.what()));
@@ -210,7 +215,10 @@ absl::Status TrialController::ReportTraining() {
   if (pending_batches_ == 0) return absl::OkStatus();
   if (distributed()) DET_RETURN_IF_ERROR(AverageMetricsAcrossRanks());
   MetricsMap avg;
-  for (const auto& [name, values] : pending_) avg[name] = Reduce(Reducer::kAvg, values);
+  for (const auto& [name, values] : pending_) {
+    // A time_metric is cumulative: its last value, not the unit's mean.
+    avg[name] = name == plan_.time_metric && !values.empty() ? values.back() : Reduce(Reducer::kAvg, values);
+  }
   pending_.clear();
   pending_batches_ = 0;
   if (!reports()) return absl::OkStatus();
@@ -251,7 +259,10 @@ absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
       break;
     }
     if (GradScaler* scaler = context_->grad_scaler()) scaler->update();
-    for (const auto& [name, value] : *metrics) pending_[name].push_back(value);
+    for (const auto& [name, value] : *metrics) {
+      pending_[name].push_back(value);
+      last_values_[name] = value;
+    }
     ++pending_batches_;
     ++batches_trained_;
     ++batches_this_run_;
@@ -285,6 +296,37 @@ absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
   }
   training_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
   return status;
+}
+
+std::optional<double> TrialController::last_training_value(const std::string& name) const {
+  auto it = last_values_.find(name);
+  if (it == last_values_.end()) return std::nullopt;
+  return it->second;
+}
+
+absl::Status TrialController::TrainToMetric(const std::string& metric, double target, int64_t cap, bool* preempted) {
+  *preempted = false;
+  const int64_t unit = plan_.scheduling_unit;
+  if (!metric_probe_start_) metric_probe_start_ = batches_trained_;
+  while (true) {
+    const std::optional<double> value = last_training_value(metric);
+    bool reached = value.has_value() && *value >= target;  // NaN never reaches
+    if (distributed()) {
+      DET_ASSIGN_OR_RETURN(reached, dist_->AnyTrue(reached));
+    }
+    metric_reached_ = reached;
+    if (reached || (cap > 0 && batches_trained_ >= cap)) return absl::OkStatus();
+    if (!value && batches_trained_ - *metric_probe_start_ >= kTimeMetricProbeUnits * unit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "searcher.time_metric '", metric, "': the trial reported no training metric '", metric, "' in ",
+          batches_trained_ - *metric_probe_start_, " batches (", kTimeMetricProbeUnits,
+          " scheduling units); train_batch must return it (cumulative, e.g. tokens seen so far)"));
+    }
+    int64_t next = (batches_trained_ / unit + 1) * unit;
+    if (cap > 0) next = std::min(next, cap);
+    DET_RETURN_IF_ERROR(TrainTo(next, preempted));
+    if (*preempted) return absl::OkStatus();
+  }
 }
 
 absl::StatusOr<MetricsMap> TrialController::Validate() {
@@ -452,12 +494,21 @@ absl::StatusOr<TrialOutcome> TrialController::Run() {
     DET_RETURN_IF_ERROR(Validate().status());
   }
   auto since = [](int64_t now, int64_t last) { return now - std::max<int64_t>(last, 0); };
-  while (batches_trained_ < max_batches_) {
-    int64_t target = max_batches_;
-    if (validation_period_ > 0) target = std::min(target, std::max<int64_t>(last_validation_batch_, 0) + validation_period_);
-    if (checkpoint_period_ > 0) target = std::min(target, std::max<int64_t>(last_checkpoint_batch_, 0) + checkpoint_period_);
+  // A time_metric (e.g. tokens) ends training when it reaches max_time;
+  // otherwise max_length (in batches) does.
+  const bool by_metric = !plan_.time_metric.empty();
+  auto cap = [](int64_t target, int64_t limit) { return target == 0 ? limit : std::min(target, limit); };
+  while (by_metric ? !metric_reached_ : batches_trained_ < max_batches_) {
+    int64_t target = by_metric ? 0 : max_batches_;  // 0: no cap
+    if (validation_period_ > 0) target = cap(target, std::max<int64_t>(last_validation_batch_, 0) + validation_period_);
+    if (checkpoint_period_ > 0) target = cap(target, std::max<int64_t>(last_checkpoint_batch_, 0) + checkpoint_period_);
     bool preempted = false;
-    DET_RETURN_IF_ERROR(TrainTo(target, &preempted));
+    if (by_metric) {
+      DET_RETURN_IF_ERROR(
+          TrainToMetric(plan_.time_metric, static_cast<double>(plan_.max_time), target, &preempted));
+    } else {
+      DET_RETURN_IF_ERROR(TrainTo(target, &preempted));
+    }
     if (preempted) {
       if (!latest_checkpoint_ || last_checkpoint_batch_ != batches_trained_) DET_RETURN_IF_ERROR(Checkpoint().status());
       DET_RETURN_IF_ERROR(ForEachCallback(callbacks_, "on_trial_shutdown", [](Callback& cb) { cb.on_trial_shutdown(); }));

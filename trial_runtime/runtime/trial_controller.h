@@ -48,6 +48,12 @@ class PreemptionSource {
 
 struct TrainingPlan {
   Length max_length{Length::Unit::kBatches, 0};
+  // A searcher time_metric that is a training metric (e.g. "tokens"):
+  // training reports carry its last value (it is cumulative), not the mean;
+  // local mode (Run) trains until it reaches max_time (max_length is then
+  // unused). Empty: train max_length.
+  std::string time_metric;
+  int64_t max_time = 0;
   std::optional<Length> min_validation_period;
   std::optional<Length> min_checkpoint_period;
   int64_t records_per_epoch = 0;  // 0: an epoch is one pass of the training loader
@@ -59,6 +65,10 @@ struct TrainingPlan {
 };
 
 enum class TrialOutcome { kCompleted, kPaused };
+
+// TrainToMetric fails when a time_metric was never reported after this many
+// scheduling units.
+inline constexpr int64_t kTimeMetricProbeUnits = 10;
 
 // In a distributed trial (`dist` given, size > 1) every rank runs its own
 // controller through the same sequence of calls, and the controller keeps
@@ -91,6 +101,17 @@ class TrialController {
   // Trains until batches_trained() == target or preemption; reports training
   // metrics every scheduling_unit batches.
   absl::Status TrainTo(int64_t target, bool* preempted);
+  // Trains scheduling_unit batches at a time until the last value of the
+  // training metric `metric` (reported cumulatively by train_batch) is >=
+  // `target`, until batches_trained() == `cap` when cap > 0, or preemption.
+  // Checked at every multiple of scheduling_unit, so training stops within
+  // one scheduling unit of the target. InvalidArgument naming the metric when
+  // no batch of this process has reported it after kTimeMetricProbeUnits
+  // scheduling units. Distributed: every rank stops when any rank reached it.
+  absl::Status TrainToMetric(const std::string& metric, double target, int64_t cap, bool* preempted);
+  // The last per-batch value of training metric `name` (from this process or
+  // the restored checkpoint), if it was ever reported.
+  std::optional<double> last_training_value(const std::string& name) const;
   absl::StatusOr<MetricsMap> Validate();
   absl::StatusOr<SavedCheckpoint> Checkpoint();
   // Detaches the context's report_metrics from this controller.
@@ -158,6 +179,12 @@ class TrialController {
   // resumed run reports exactly what an uninterrupted one does.
   std::map<std::string, std::vector<double>> pending_;
   int64_t pending_batches_ = 0;
+  // The last value of every training metric (checkpointed): what a
+  // time_metric such as tokens compares with its target.
+  std::map<std::string, double> last_values_;
+  // Batch at which this process first trained toward a time_metric.
+  std::optional<int64_t> metric_probe_start_;
+  bool metric_reached_ = false;  // the last TrainToMetric reached its target
   double training_seconds_ = 0;
   int64_t batches_this_run_ = 0;
   std::optional<SavedCheckpoint> latest_checkpoint_;

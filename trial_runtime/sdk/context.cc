@@ -148,7 +148,22 @@ const nlohmann::json& TrialContext::get_data_config() const {
   return it == info_.experiment_config.end() ? kNull : *it;
 }
 
+namespace {
+
+[[noreturn]] void ThrowNoGlobalBatchSize(const char* caller) {
+  throw std::invalid_argument(std::string("hyperparameters.global_batch_size is not set; this trial asks for it via ") +
+                              caller + "()");
+}
+
+}  // namespace
+
+int64_t TrialContext::get_global_batch_size() const {
+  if (info_.global_batch_size <= 0) ThrowNoGlobalBatchSize("get_global_batch_size");
+  return info_.global_batch_size;
+}
+
 int64_t TrialContext::get_per_slot_batch_size() const {
+  if (info_.global_batch_size <= 0) ThrowNoGlobalBatchSize("get_per_slot_batch_size");
   int size = info_.distributed.size();
   if (info_.global_batch_size % size != 0) {
     throw std::invalid_argument("global_batch_size " + std::to_string(info_.global_batch_size) +

@@ -236,9 +236,17 @@ class TrialContext {
   const GradScaler* grad_scaler() const { return scaler_.get(); }
 
   // global_batch_size / distributed().size(); throws std::invalid_argument
-  // when it does not divide.
+  // when it does not divide or global_batch_size is not set.
   int64_t get_per_slot_batch_size() const;
-  int64_t get_global_batch_size() const { return info_.global_batch_size; }
+  // The global_batch_size hyperparameter. Throws std::invalid_argument
+  // ("hyperparameters.global_batch_size is not set; this trial asks for it
+  // via get_global_batch_size()") when the hparams have none: it is needed
+  // only by trials that ask for it (and by lengths in records or epochs).
+  int64_t get_global_batch_size() const;
+  // Whether the hparams have a global_batch_size.
+  bool has_global_batch_size() const { return info_.global_batch_size > 0; }
+  // Runtime use: the global batch size, 0 when not set.
+  int64_t global_batch_size_or_zero() const { return info_.global_batch_size; }
   const DistributedContext& distributed() const { return info_.distributed; }
   torch::Device device() const { return info_.device; }
   // The config's `data` section (null when absent).
