@@ -24,7 +24,7 @@ constexpr std::string_view kAsha = "master/search/asha.cc";
 constexpr std::string_view kRuntimeMain = "trial_runtime/runtime/main.cc";
 constexpr std::string_view kCheckpointGc = "master/core/checkpoint_gc.cc";
 constexpr std::string_view kJobKnobs = "master/core/core_state.h";  // SetJobKnobsFromConfig
-constexpr std::string_view kValidationPolicy = "master/core/validation_policy.cc";
+constexpr std::string_view kValidationPolicy = "common/validation_policy.cc";
 
 std::vector<ConfigField> MakeTable() {
   return {

@@ -5,6 +5,9 @@
 // type uses the master's storage, and fields that do not apply reach the
 // user as one warning each from det-cli experiment create.
 #include <filesystem>
+#include <optional>
+#include <regex>
+#include <sstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -237,6 +241,49 @@ data:
   const std::string path = cps["checkpoints"][0]["storage_path"];
   EXPECT_EQ(path.rfind(dir_ / "master/checkpoints/untyped/", 0), 0u) << path;
   EXPECT_TRUE(fs::exists(fs::path(path) / "metadata.json")) << path;
+}
+
+// Local mode (det-trial --local) follows checkpoint_policy too; the trial's
+// own best (the experiment is that one trial) decides for best.
+TEST(LocalConfigPoliciesTest, CheckpointPolicyInLocalMode) {
+  TempDir dir;
+  auto run = [&](const std::string& policy) {
+    const std::string out_dir = dir / ("out-" + policy);
+    WriteFile(dir / (policy + ".yaml"), Config("local-" + policy, "checkpoint_policy: " + policy + "\n"));
+    std::string out, err;
+    EXPECT_EQ(RunProcess({std::string(DET_BIN_DIR) + "/det-trial", "--local", dir / (policy + ".yaml"),
+                          kTestSyntheticTrial, "--output-dir", out_dir},
+                         &out, &err),
+              0)
+        << out << err;
+    std::vector<int64_t> checkpoints;
+    static const std::regex re(R"(\[det-trial\] checkpoint batches (\d+))");
+    for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+      checkpoints.push_back(std::stoll((*it)[1].str()));
+    }
+    // Validation losses in order, from metrics.csv ("validation,BATCHES,EPOCHS,NAME,VALUE").
+    std::vector<std::pair<int64_t, double>> losses;
+    std::istringstream csv(ReadFile(out_dir + "/metrics.csv"));
+    for (std::string line; std::getline(csv, line);) {
+      std::vector<std::string> f = absl::StrSplit(line, ',');
+      if (f.size() == 5 && f[0] == "validation" && f[3] == "validation_loss") {
+        losses.emplace_back(std::stoll(f[1]), std::stod(f[4]));
+      }
+    }
+    return std::make_pair(checkpoints, losses);
+  };
+  EXPECT_THAT(run("all").first, ElementsAre(10, 20, 30, 40));
+  EXPECT_THAT(run("none").first, ElementsAre(40));
+  auto [best, losses] = run("best");
+  std::vector<int64_t> expected;
+  std::optional<double> so_far;
+  for (const auto& [batches, loss] : losses) {
+    if (batches < 40 && (!so_far || loss < *so_far)) expected.push_back(batches);
+    if (!so_far || loss < *so_far) so_far = loss;
+  }
+  expected.push_back(40);
+  ASSERT_EQ(losses.size(), 4u);
+  EXPECT_EQ(best, expected);
 }
 
 }  // namespace

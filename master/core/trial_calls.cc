@@ -9,11 +9,11 @@
 #include "common/hparams.h"
 #include "common/proto_json.h"
 #include "common/safe_path.h"
+#include "common/validation_policy.h"
 #include "common/status_macros.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
-#include "master/core/validation_policy.h"
 
 namespace det::master {
 

@@ -234,6 +234,8 @@ TrainingPlan LocalTrainingPlan(const Flags& flags, const ExperimentConfig& confi
   plan.records_per_epoch = config.records_per_epoch;
   plan.scheduling_unit = config.scheduling_unit;
   plan.perform_initial_validation = config.perform_initial_validation;
+  plan.checkpoint_policy = config.checkpoint_policy;
+  plan.smaller_is_better = config.searcher.smaller_is_better;
   plan.searcher_metric = config.searcher.metric;
   plan.checkpoint_dir = LocalCheckpointDir(flags, config);
   plan.checkpoint_metadata = {{"config_yaml", config.yaml_text}, {"trial_class", trial_class}};

@@ -1,6 +1,6 @@
-#include "master/core/validation_policy.h"
+#include "common/validation_policy.h"
 
-namespace det::master {
+namespace det {
 
 bool IsBetterMetric(bool smaller_is_better, double value, std::optional<double> best) {
   if (!best.has_value()) return true;
@@ -13,15 +13,21 @@ bool InitialValidationDue(const ExperimentConfig& config, int64_t batches, bool 
 
 bool CheckpointAfterValidation(const ExperimentConfig& config, std::optional<double> metric,
                                std::optional<double> experiment_best) {
-  switch (config.checkpoint_policy) {
+  return CheckpointAfterValidation(config.checkpoint_policy, config.searcher.smaller_is_better, metric,
+                                   experiment_best);
+}
+
+bool CheckpointAfterValidation(CheckpointPolicy policy, bool smaller_is_better, std::optional<double> metric,
+                               std::optional<double> experiment_best) {
+  switch (policy) {
     case CheckpointPolicy::kAll:
       return true;
     case CheckpointPolicy::kNone:
       return false;
     case CheckpointPolicy::kBest:
-      return metric.has_value() && IsBetterMetric(config.searcher.smaller_is_better, *metric, experiment_best);
+      return metric.has_value() && IsBetterMetric(smaller_is_better, *metric, experiment_best);
   }
   return false;
 }
 
-}  // namespace det::master
+}  // namespace det

@@ -1,9 +1,9 @@
 // checkpoint_policy and perform_initial_validation as pure rules.
-#include "master/core/validation_policy.h"
+#include "common/validation_policy.h"
 
 #include <gtest/gtest.h>
 
-namespace det::master {
+namespace det {
 namespace {
 
 ExperimentConfig Config(CheckpointPolicy policy, bool smaller_is_better = true) {
@@ -45,4 +45,4 @@ TEST(ValidationPolicyTest, InitialValidationOnlyBeforeAnyTrainingOrValidation) {
 }
 
 }  // namespace
-}  // namespace det::master
+}  // namespace det

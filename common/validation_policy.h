@@ -1,15 +1,17 @@
-// What a trial does around validations on the cluster, from its config:
-// Determined's perform_initial_validation and checkpoint_policy. Pure
-// functions of the config and the trial's numbers; thread-safe.
-#ifndef DET_MASTER_CORE_VALIDATION_POLICY_H_
-#define DET_MASTER_CORE_VALIDATION_POLICY_H_
+// What a trial does around validations, from its config: Determined's
+// perform_initial_validation and checkpoint_policy. Pure functions of the
+// config and the trial's numbers; thread-safe. The master sequences cluster
+// trials with them (master/core/trial_calls.cc), the runtime local ones
+// (trial_runtime/runtime/trial_controller.cc).
+#ifndef DET_COMMON_VALIDATION_POLICY_H_
+#define DET_COMMON_VALIDATION_POLICY_H_
 
 #include <cstdint>
 #include <optional>
 
 #include "common/experiment_config.h"
 
-namespace det::master {
+namespace det {
 
 // Whether `value` beats `best` (nullopt: anything does): smaller when
 // smaller_is_better, else larger.
@@ -29,9 +31,12 @@ bool InitialValidationDue(const ExperimentConfig& config, int64_t batches, bool 
 //         experiment (Determined's rule; the first one counts as best);
 //   none: never (checkpoints are still taken at the end, at a pause or a
 //         preemption, and every min_checkpoint_period).
+bool CheckpointAfterValidation(CheckpointPolicy policy, bool smaller_is_better, std::optional<double> metric,
+                               std::optional<double> experiment_best);
+// The same with the config's checkpoint_policy and searcher.smaller_is_better.
 bool CheckpointAfterValidation(const ExperimentConfig& config, std::optional<double> metric,
                                std::optional<double> experiment_best);
 
-}  // namespace det::master
+}  // namespace det
 
-#endif  // DET_MASTER_CORE_VALIDATION_POLICY_H_
+#endif  // DET_COMMON_VALIDATION_POLICY_H_
