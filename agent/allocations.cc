@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "agent/agent.h"
 #include "agent/trial_env.h"
+#include "common/config_reader.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -67,6 +68,18 @@ absl::StatusOr<std::string> WriteConfig(const std::string& dir, const std::strin
     return absl::InternalError(absl::StrCat("cannot chown ", dir, " to uid ", user->uid, ": ", std::strerror(errno)));
   }
   return config_path.string();
+}
+
+// Whether the allocation's config says debug: true (anything unreadable:
+// no). Its ranks then get DET_DEBUG=1 and log at debug level from their
+// first line.
+bool ConfigDebug(const std::string& config_yaml) {
+  ConfigSource source;
+  source.name = "config";
+  absl::StatusOr<nlohmann::json> config = ParseYamlToJson(config_yaml, &source);
+  if (!config.ok() || !config->is_object()) return false;
+  auto it = config->find("debug");
+  return it != config->end() && it->is_boolean() && it->get<bool>();
 }
 
 }  // namespace
@@ -316,6 +329,7 @@ Agent::Env Agent::RankEnvironment(const av1::StartAllocation& start, const av1::
   env["DET_TRIAL_SO"] = so_path;
   env["DET_CONFIG"] = config_path;
   env["DET_AGENT_ID"] = options_.agent_id;
+  if (ConfigDebug(start.config_yaml())) env["DET_DEBUG"] = "1";
   if (!start.checkpoint_storage_path().empty()) {
     env["DET_CHECKPOINT_STORAGE_PATH"] = start.checkpoint_storage_path();
   }

@@ -308,9 +308,21 @@ const nlohmann::json* ConfigMapReader::Find(std::string_view key) const {
   return &*it;
 }
 
+namespace {
+thread_local ConfigKeyRecorder* current_recorder = nullptr;
+}  // namespace
+
+ConfigKeyRecorder::ConfigKeyRecorder() : previous_(current_recorder) { current_recorder = this; }
+ConfigKeyRecorder::~ConfigKeyRecorder() { current_recorder = previous_; }
+ConfigKeyRecorder* ConfigKeyRecorder::Current() { return current_recorder; }
+
 absl::Status ConfigMapReader::CheckKeys(const std::vector<std::string_view>& known,
                                         const std::vector<std::string_view>& ignored,
                                         std::vector<std::string>* warnings) const {
+  if (ConfigKeyRecorder* recorder = ConfigKeyRecorder::Current()) {
+    for (std::string_view key : known) recorder->Record(PathOf(key));
+    for (std::string_view key : ignored) recorder->Record(PathOf(key));
+  }
   for (auto it = object_->begin(); it != object_->end(); ++it) {
     const std::string& key = it.key();
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;

@@ -132,6 +132,27 @@ class ConfigMapReader {
   std::string path_;
 };
 
+// For tests (config_fields_test): while one lives on a thread, every
+// ConfigMapReader::CheckKeys on that thread records the dotted path of each
+// key it would accept, known or ignored ("searcher.metric"), whether or not
+// the document holds it. Nested recorders: the innermost records.
+class ConfigKeyRecorder {
+ public:
+  ConfigKeyRecorder();
+  ~ConfigKeyRecorder();
+  ConfigKeyRecorder(const ConfigKeyRecorder&) = delete;
+  ConfigKeyRecorder& operator=(const ConfigKeyRecorder&) = delete;
+
+  const std::vector<std::string>& paths() const { return paths_; }
+  // The recorder of this thread, or nullptr.
+  static ConfigKeyRecorder* Current();
+  void Record(std::string path) { paths_.push_back(std::move(path)); }
+
+ private:
+  std::vector<std::string> paths_;
+  ConfigKeyRecorder* previous_;
+};
+
 }  // namespace det
 
 #endif  // DET_COMMON_CONFIG_READER_H_

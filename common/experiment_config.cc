@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/config_fields.h"
 #include "common/config_reader.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
@@ -170,9 +172,10 @@ absl::Status ParseSearcher(const ConfigMapReader& r, SearcherConfig* s) {
   return absl::OkStatus();
 }
 
-absl::Status ParseCheckpointStorage(const ConfigMapReader& r, CheckpointStorageConfig* c,
-                                    std::vector<std::string>* warnings) {
-  if (r.Find("type") == nullptr) return r.Missing("type");
+// Without `type`, Determined inherits the master's storage: here shared_fs
+// under the master's --checkpoint-root, host_path optional (empty: the root).
+absl::Status ParseCheckpointStorage(const ConfigMapReader& r, CheckpointStorageConfig* c) {
+  const bool typed = r.Find("type") != nullptr;
   DET_RETURN_IF_ERROR(r.GetString("type", &c->type));
   if (c->type != "shared_fs") {
     return r.Error("type", absl::StrCat("field '", r.PathOf("type"), "' must be shared_fs, got '", c->type,
@@ -180,10 +183,10 @@ absl::Status ParseCheckpointStorage(const ConfigMapReader& r, CheckpointStorageC
   }
   DET_RETURN_IF_ERROR(r.CheckKeys({"type", "host_path", "storage_path", "save_experiment_best", "save_trial_best",
                                    "save_trial_latest"},
-                                  {"container_path", "propagation"}, warnings));
-  if (r.Find("host_path") == nullptr) return r.Missing("host_path");
+                                  {"container_path", "propagation", "checkpoint_path", "tensorboard_path"}));
+  if (typed && r.Find("host_path") == nullptr) return r.Missing("host_path");
   DET_RETURN_IF_ERROR(r.GetString("host_path", &c->host_path));
-  if (c->host_path.empty()) return r.TypeError("host_path", "a non-empty path");
+  if (r.Find("host_path") != nullptr && c->host_path.empty()) return r.TypeError("host_path", "a non-empty path");
   DET_RETURN_IF_ERROR(r.GetString("storage_path", &c->storage_path));
   // Checkpoints must stay under host_path.
   DET_RETURN_IF_ERROR(ValidateRelativePath(c->storage_path, r.PathOf("storage_path")));
@@ -193,10 +196,9 @@ absl::Status ParseCheckpointStorage(const ConfigMapReader& r, CheckpointStorageC
   return absl::OkStatus();
 }
 
-absl::Status ParseResources(const ConfigMapReader& r, ResourcesConfig* c, std::vector<std::string>* warnings) {
+absl::Status ParseResources(const ConfigMapReader& r, ResourcesConfig* c) {
   DET_RETURN_IF_ERROR(r.CheckKeys({"slots_per_trial", "resource_pool", "weight", "priority", "max_slots"},
-                                  {"shm_size", "agent_label", "devices", "native_parallel", "is_single_node"},
-                                  warnings));
+                                  {"shm_size", "agent_label", "devices", "native_parallel", "is_single_node", "slots"}));
   DET_RETURN_IF_ERROR(r.GetInt("slots_per_trial", &c->slots_per_trial, 1, kMaxSlotsPerTrial));
   DET_RETURN_IF_ERROR(r.GetString("resource_pool", &c->resource_pool));
   if (c->resource_pool.empty()) return r.TypeError("resource_pool", "a non-empty string");
@@ -231,11 +233,10 @@ absl::Status AddEnvironmentList(const ConfigSource& source, const json& list, co
   return absl::OkStatus();
 }
 
-absl::Status ParseEnvironment(const ConfigMapReader& r, EnvironmentConfig* env, std::vector<std::string>* warnings) {
+absl::Status ParseEnvironment(const ConfigMapReader& r, EnvironmentConfig* env) {
   DET_RETURN_IF_ERROR(r.CheckKeys({"environment_variables"},
                                   {"image", "force_pull_image", "pod_spec", "registry_auth", "add_capabilities",
-                                   "drop_capabilities", "proxy_ports"},
-                                  warnings));
+                                   "drop_capabilities", "proxy_ports", "ports"}));
   const json* vars = r.Find("environment_variables");
   if (vars == nullptr) return absl::OkStatus();
   std::string path = r.PathOf("environment_variables");
@@ -265,6 +266,16 @@ absl::Status ParseEnvironment(const ConfigMapReader& r, EnvironmentConfig* env, 
     }
     env->environment_variables.emplace_back(it.key(), std::move(value));
   }
+  return absl::OkStatus();
+}
+
+// Determined's entrypoint: a string or a list of strings (joined by spaces).
+absl::Status ParseEntrypoint(const ConfigMapReader& r, std::optional<std::string>* out) {
+  const json* v = r.Find("entrypoint");
+  if (v == nullptr || !v->is_array()) return r.GetString("entrypoint", out);
+  std::vector<std::string> parts;
+  DET_RETURN_IF_ERROR(r.GetStringList("entrypoint", &parts));
+  *out = absl::StrJoin(parts, " ");
   return absl::OkStatus();
 }
 
@@ -326,14 +337,13 @@ absl::StatusOr<ExperimentConfig> ParseFromJson(json raw, const ConfigSource& sou
        "checkpoint_policy", "checkpoint_storage", "resources", "max_restarts", "reproducibility", "data",
        "environment", "debug", "workspace", "project"},
       {"bind_mounts", "optimizations", "profiling", "tensorboard_storage", "integrations", "slurm", "pbs",
-       "log_policies", "preemption_timeout"},
-      &c.warnings));
+       "log_policies", "preemption_timeout", "data_layer", "retention_policy", "security", "internal"}));
 
   DET_RETURN_IF_ERROR(top.GetString("name", &c.name));
   if (c.name.empty()) return top.TypeError("name", "a non-empty string");
   DET_RETURN_IF_ERROR(top.GetString("description", &c.description));
   DET_RETURN_IF_ERROR(top.GetStringList("labels", &c.labels));
-  DET_RETURN_IF_ERROR(top.GetString("entrypoint", &c.entrypoint));
+  DET_RETURN_IF_ERROR(ParseEntrypoint(top, &c.entrypoint));
 
   // hyperparameters
   const json* hparams = top.Find("hyperparameters");
@@ -359,11 +369,11 @@ absl::StatusOr<ExperimentConfig> ParseFromJson(json raw, const ConfigSource& sou
   if (const json* storage = top.Find("checkpoint_storage")) {
     DET_ASSIGN_OR_RETURN(ConfigMapReader r, ConfigMapReader::Create(source, *storage, "checkpoint_storage"));
     c.checkpoint_storage.emplace();
-    DET_RETURN_IF_ERROR(ParseCheckpointStorage(r, &*c.checkpoint_storage, &c.warnings));
+    DET_RETURN_IF_ERROR(ParseCheckpointStorage(r, &*c.checkpoint_storage));
   }
   if (const json* resources = top.Find("resources")) {
     DET_ASSIGN_OR_RETURN(ConfigMapReader r, ConfigMapReader::Create(source, *resources, "resources"));
-    DET_RETURN_IF_ERROR(ParseResources(r, &c.resources, &c.warnings));
+    DET_RETURN_IF_ERROR(ParseResources(r, &c.resources));
   }
   DET_RETURN_IF_ERROR(top.GetInt("max_restarts", &c.max_restarts, 0, kInt64Max));
 
@@ -385,7 +395,7 @@ absl::StatusOr<ExperimentConfig> ParseFromJson(json raw, const ConfigSource& sou
   if (const json* data = top.Find("data")) c.data = *data;
   if (const json* env = top.Find("environment")) {
     DET_ASSIGN_OR_RETURN(ConfigMapReader r, ConfigMapReader::Create(source, *env, "environment"));
-    DET_RETURN_IF_ERROR(ParseEnvironment(r, &c.environment, &c.warnings));
+    DET_RETURN_IF_ERROR(ParseEnvironment(r, &c.environment));
   }
   DET_RETURN_IF_ERROR(top.GetBool("debug", &c.debug));
   DET_RETURN_IF_ERROR(top.GetString("workspace", &c.workspace));
@@ -397,6 +407,8 @@ absl::StatusOr<ExperimentConfig> ParseFromJson(json raw, const ConfigSource& sou
     DET_RETURN_IF_ERROR(ValidateGridSpace(c.hyperparameters, &source, "hyperparameters").status());
   }
 
+  // One line for each field that does not apply here (config_fields.h).
+  c.warnings = UnusedFieldWarnings(raw);
   c.raw = std::move(raw);
   return c;
 }
@@ -511,8 +523,9 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
   json storage = nullptr;
   if (c.checkpoint_storage) {
     const CheckpointStorageConfig& cs = *c.checkpoint_storage;
-    storage = {{"type", cs.type},
-               {"host_path", cs.host_path},
+    // No host_path: the master's storage, as written (no type).
+    storage = {{"type", cs.host_path.empty() ? json(nullptr) : json(cs.type)},
+               {"host_path", cs.host_path.empty() ? json(nullptr) : json(cs.host_path)},
                {"storage_path", cs.storage_path.empty() ? json(nullptr) : json(cs.storage_path)},
                {"save_experiment_best", cs.save_experiment_best},
                {"save_trial_best", cs.save_trial_best},

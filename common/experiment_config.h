@@ -77,7 +77,7 @@ struct SearcherConfig {
 // checkpoint_storage; only type shared_fs is supported.
 struct CheckpointStorageConfig {
   std::string type = "shared_fs";
-  std::string host_path;     // required
+  std::string host_path;     // required with type; empty: the master's checkpoint root
   std::string storage_path;  // empty: none (checkpoints go directly under host_path)
   int64_t save_experiment_best = 0;
   int64_t save_trial_best = 1;

@@ -16,6 +16,7 @@ using json = nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
 
 // Line numbers matter: tests below name them.
 constexpr char kMinimal[] = R"(hyperparameters:
@@ -466,7 +467,7 @@ TEST(ExperimentConfigTest, IgnoredDeterminedFieldsWarn) {
   auto c = Parse(std::string(kMinimal) +
                  "bind_mounts: []\nenvironment:\n  image: pytorch\nresources:\n  shm_size: 1000\n");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_THAT(c->warnings, ElementsAre(HasSubstr("'bind_mounts'"), HasSubstr("'resources.shm_size'"),
+  EXPECT_THAT(c->warnings, UnorderedElementsAre(HasSubstr("'bind_mounts'"), HasSubstr("'resources.shm_size'"),
                                        HasSubstr("'environment.image'")));
 }
 

@@ -66,6 +66,9 @@ struct TrialRuntime {
   // Set when the scheduler preempts the trial ("preempted for experiment M
   // (priority P)"), cleared when its next allocation starts (Trial.preemption).
   std::string preemption;
+  // checkpoint_policy asked for a checkpoint after the validation at these
+  // batches (-1: none); validation_policy.h.
+  int64_t policy_checkpoint_at = -1;
 };
 
 struct ExperimentRuntime {

@@ -22,7 +22,9 @@ namespace det::master {
 
 std::string ExperimentCheckpointDir(const ExperimentConfig& config, const std::string& checkpoint_root) {
   if (!config.checkpoint_storage) return checkpoint_root;
-  std::filesystem::path p = config.checkpoint_storage->host_path;
+  // No host_path (a checkpoint_storage without type): the master's storage.
+  std::filesystem::path p = config.checkpoint_storage->host_path.empty() ? checkpoint_root
+                                                                         : config.checkpoint_storage->host_path;
   if (!config.checkpoint_storage->storage_path.empty()) p /= config.checkpoint_storage->storage_path;
   return p.string();
 }

@@ -10,6 +10,7 @@
 #include "common/hparams.h"
 #include "common/proto_json.h"
 #include "common/safe_path.h"
+#include "common/validation_policy.h"
 #include "common/status_macros.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
@@ -98,7 +99,14 @@ trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntim
     RequestStopLocked(alloc);
     return op;
   }
+  // checkpoint_policy: the validation just reported asked for one.
+  if (trial.policy_checkpoint_at == batches && batches > 0 && trial.last_checkpoint != batches) {
+    return make(trialv1::OPERATION_KIND_CHECKPOINT);
+  }
   if (trial.searcher_target > 0) {
+    if (InitialValidationDue(exp.config, batches, trial.row.latest_validation.has_value())) {
+      return make(trialv1::OPERATION_KIND_VALIDATE);
+    }
     if (!SearcherTargetReached(exp, trial, batches)) {
       // This trial's periods, in its own batches.
       const int64_t validation_period = trial.lengths.validation_period;
@@ -221,10 +229,21 @@ absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValid
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
   ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  // The experiment's best before these rows, for checkpoint_policy best.
+  const bool smaller = exp.config.searcher.smaller_is_better;
+  std::optional<double> experiment_best;
+  for (const auto& [request, tid] : exp.trial_by_request) {
+    const std::optional<double>& v = trials_.at(tid)->row.best_validation;
+    if (v && IsBetterMetric(smaller, *v, experiment_best)) experiment_best = v;
+  }
   std::vector<MetricRow> rows;
   for (const auto& r : req.rows()) {
     rows.push_back(ToMetricRow(r, trial.row.id, trial.row.run_id, "validation", WallMs()));
     auto it = r.metrics().find(exp.config.searcher.metric);
+    std::optional<double> metric;
+    if (it != r.metrics().end()) metric = it->second;
+    if (CheckpointAfterValidation(exp.config, metric, experiment_best)) trial.policy_checkpoint_at = r.total_batches();
+    if (metric && IsBetterMetric(smaller, *metric, experiment_best)) experiment_best = metric;
     if (it != r.metrics().end()) {
       double v = it->second;
       trial.row.latest_validation = v;

@@ -35,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
 #include "common/experiment_config.h"
+#include "spdlog/spdlog.h"
 #include "common/hparams.h"
 #include "trial_runtime/runtime/checkpoint.h"
 #include "trial_runtime/runtime/distributed.h"
@@ -212,11 +213,13 @@ absl::StatusOr<TrialInfo> LocalTrialInfo(const Flags& flags, const LocalSetup& s
 }
 
 // Where checkpoints go: --checkpoint-dir, else the config's
-// checkpoint_storage (host_path/storage_path), else OUTPUT_DIR/checkpoints.
+// checkpoint_storage (host_path/storage_path; without host_path,
+// OUTPUT_DIR/checkpoints/storage_path), else OUTPUT_DIR/checkpoints.
 std::string LocalCheckpointDir(const Flags& flags, const ExperimentConfig& config) {
   std::string checkpoint_dir = flags.checkpoint_dir;
   if (checkpoint_dir.empty() && config.checkpoint_storage) {
-    fs::path p = config.checkpoint_storage->host_path;
+    fs::path p = config.checkpoint_storage->host_path.empty() ? fs::path(flags.output_dir) / "checkpoints"
+                                                               : fs::path(config.checkpoint_storage->host_path);
     if (!config.checkpoint_storage->storage_path.empty()) p /= config.checkpoint_storage->storage_path;
     checkpoint_dir = p.string();
   }
@@ -240,6 +243,8 @@ TrainingPlan LocalTrainingPlan(const Flags& flags, const ExperimentConfig& confi
   plan.records_per_epoch = config.records_per_epoch;
   plan.scheduling_unit = config.scheduling_unit;
   plan.perform_initial_validation = config.perform_initial_validation;
+  plan.checkpoint_policy = config.checkpoint_policy;
+  plan.smaller_is_better = config.searcher.smaller_is_better;
   plan.searcher_metric = config.searcher.metric;
   plan.checkpoint_dir = LocalCheckpointDir(flags, config);
   plan.checkpoint_metadata = {{"config_yaml", config.yaml_text}, {"trial_class", trial_class}};
@@ -305,6 +310,13 @@ void PrintLocalResult(const Flags& flags, const DistributedEnv& env, const Exper
 int TrainLocal(const Flags& flags, const DistributedEnv& env, const LocalSetup& setup, const DetTrialPlugin* plugin,
                Distributed* dist, TrialContext& context) {
   const bool chief = env.rank == 0;
+  if (setup.config.debug) {  // the config's debug: true raises the log level
+    spdlog::set_level(spdlog::level::debug);
+    spdlog::debug("[det-trial] debug logging on (config debug: true)");
+  }
+  if (chief) {  // fields that do not apply here, one line each
+    for (const std::string& w : setup.config.warnings) std::fprintf(stderr, "det-trial: warning: %s\n", w.c_str());
+  }
   TrainingPlan plan = LocalTrainingPlan(flags, setup.config, plugin->trial_class);
   InstallStopSignalHandlers();
   if (chief) PrintLocalBanner(flags, env, setup, plugin->trial_class);

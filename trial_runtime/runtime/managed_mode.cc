@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
 #include "common/experiment_config.h"
+#include "spdlog/spdlog.h"
 #include "common/grpc_status.h"
 #include "common/proto_json.h"
 #include "det/trial/v1/trial.grpc.pb.h"
@@ -371,6 +372,12 @@ std::optional<int> ManagedRank::FetchContext(const std::string& trial_path) {
   auto config = ParseExperimentConfig(tc_.config_yaml(), "experiment config");
   if (!config.ok()) return Fail(kExitConfigError, &client_, config.status(), true);
   config_ = *std::move(config);
+  // The config's debug: true raises this process's log level.
+  if (config_.debug) {
+    spdlog::set_level(spdlog::level::debug);
+    spdlog::debug("[det-trial] debug logging on (config debug: true): allocation {}, rank {}", client_.allocation_id(),
+                  rank_);
+  }
   auto plugin = LoadTrialLibrary(trial_path);
   if (!plugin.ok()) return Fail(kExitLibraryError, &client_, plugin.status(), true);
   plugin_ = *plugin;
@@ -543,6 +550,8 @@ int ManagedRank::PerformOperations() {
                                    std::chrono::seconds(30));
     if (!st.ok()) return Fail(client_.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
     const tv1::Operation& op = resp.operation();
+    spdlog::debug("[det-trial] operation {}: {} (target {} batches, at {})", op.op_id(),
+                  tv1::OperationKind_Name(op.kind()), op.target_total_batches(), controller_->batches_trained());
     // The chief hands each operation to the others before performing it.
     st = RelayOperation(dist_.get(), op);
     if (!st.ok()) return Fail(kExitTrialError, &client_, st, false);
@@ -651,6 +660,12 @@ int RunManaged(const std::string& trial_path, int threads) {
     return kExitConfigError;
   }
   const int rank = std::atoi(Env("DET_RANK", "0").c_str());
+  // The agent passes the config's debug: true as DET_DEBUG=1.
+  if (Env("DET_DEBUG") == "1") {
+    spdlog::set_level(spdlog::level::debug);
+    spdlog::debug("[det-trial] debug logging on (DET_DEBUG=1 from the agent): allocation {}, rank {}", allocation_id,
+                  rank);
+  }
   MasterClient client(master, allocation_id, Env("DET_ALLOCATION_TOKEN"));
   ManagedRank run(&client, rank);
   return run.Run(trial_path, threads);

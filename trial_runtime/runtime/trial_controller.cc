@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/batch_lengths.h"
 #include "common/status_macros.h"
+#include "common/validation_policy.h"
 #include "trial_runtime/runtime/distributed.h"
 
 namespace det::runtime {
@@ -486,6 +487,17 @@ absl::StatusOr<SavedCheckpoint> TrialController::Checkpoint() {
   return *saved;
 }
 
+absl::Status TrialController::ValidateThenMaybeCheckpoint() {
+  DET_ASSIGN_OR_RETURN(MetricsMap metrics, Validate());
+  std::optional<double> metric;
+  if (auto it = metrics.find(plan_.searcher_metric); it != metrics.end()) metric = it->second;
+  const bool wanted =
+      CheckpointAfterValidation(plan_.checkpoint_policy, plan_.smaller_is_better, metric, best_validation_);
+  if (metric && IsBetterMetric(plan_.smaller_is_better, *metric, best_validation_)) best_validation_ = metric;
+  if (wanted && last_checkpoint_batch_ != batches_trained_) DET_RETURN_IF_ERROR(Checkpoint().status());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrialOutcome> TrialController::Run() {
   const int64_t first = batches_trained_;
   DET_RETURN_IF_ERROR(
@@ -515,7 +527,7 @@ absl::StatusOr<TrialOutcome> TrialController::Run() {
       return TrialOutcome::kPaused;
     }
     if (validation_period_ > 0 && since(batches_trained_, last_validation_batch_) >= validation_period_) {
-      DET_RETURN_IF_ERROR(Validate().status());
+      DET_RETURN_IF_ERROR(ValidateThenMaybeCheckpoint());
     }
     if (checkpoint_period_ > 0 && since(batches_trained_, last_checkpoint_batch_) >= checkpoint_period_) {
       DET_RETURN_IF_ERROR(Checkpoint().status());

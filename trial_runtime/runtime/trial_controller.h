@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "common/experiment_config.h"
 #include "common/length.h"
 #include "trial_runtime/runtime/checkpoint.h"
 #include "trial_runtime/runtime/trial_loader.h"
@@ -59,6 +60,10 @@ struct TrainingPlan {
   int64_t records_per_epoch = 0;  // 0: an epoch is one pass of the training loader
   int64_t scheduling_unit = 100;  // training metrics are averaged over this many batches
   bool perform_initial_validation = false;
+  // Run() checkpoints after a validation this policy asks for
+  // (common/validation_policy.h); managed mode leaves it kNone: the master decides.
+  CheckpointPolicy checkpoint_policy = CheckpointPolicy::kNone;
+  bool smaller_is_better = true;
   std::string searcher_metric;  // must appear in validation metrics when set
   std::string checkpoint_dir;
   nlohmann::json checkpoint_metadata = nlohmann::json::object();  // merged into metadata.json
@@ -150,6 +155,9 @@ class TrialController {
   // The chief runs evaluate_full_dataset over the whole validation set and
   // hands the result (or "not overridden") to the others.
   absl::StatusOr<std::optional<MetricsMap>> EvaluateFullDatasetOnChief();
+  // A periodic validation in Run(), then the checkpoint checkpoint_policy
+  // asks for after it.
+  absl::Status ValidateThenMaybeCheckpoint();
   absl::StatusOr<SavedCheckpoint> SaveOnChief(const nlohmann::json& meta, const std::vector<RngState>& rank_rng);
 
   TrialHandle* handle_;
@@ -174,6 +182,7 @@ class TrialController {
   int64_t batches_trained_ = 0;
   int64_t last_validation_batch_ = -1;
   int64_t last_checkpoint_batch_ = -1;
+  std::optional<double> best_validation_;  // this run's best searcher metric (checkpoint_policy best)
   bool startup_done_ = false;
   // Training metrics of batches not yet reported; checkpointed so that a
   // resumed run reports exactly what an uninterrupted one does.
