@@ -16,6 +16,7 @@
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
+#include "master/core/workspaces.h"
 
 namespace det::master {
 
@@ -59,6 +60,9 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     std::lock_guard<std::mutex> l(mu_);
     DET_RETURN_IF_ERROR(CheckSlotsFitPool(agents_, config.resources));
     DET_RETURN_IF_ERROR(ResolveForkLocked(req, config, &fork));
+    // The config's workspace/project, else the parent's project (a fork).
+    const int64_t parent_project = fork.parent_id > 0 ? experiments_.at(fork.parent_id)->row.project_id : 0;
+    DET_ASSIGN_OR_RETURN(fork.project_id, ResolveExperimentProject(*store_, config, parent_project));
   }
   DET_ASSIGN_OR_RETURN(BatchLengths lengths,
                        ResolveBatchLengths(config, "; set records_per_epoch to use epochs with the master"));
@@ -106,6 +110,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   exp->row.created_ms = WallMs();
   exp->row.parent_id = fork.parent_id;
   exp->row.warm_start_checkpoint_uuid = fork.warm_start_checkpoint_uuid;
+  exp->row.project_id = fork.project_id;
   exp->config = std::move(config);
   exp->searcher = std::make_unique<Searcher>(std::move(searcher));
   exp->max_length_batches = lengths.max_length;
@@ -173,6 +178,7 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   e.set_priority(exp.priority);
   e.set_weight(exp.weight);
   e.set_max_slots(exp.max_slots);
+  SetExperimentPlacement(*store_, exp.row.project_id, &e);
   return e;
 }
 
@@ -196,11 +202,13 @@ bool MatchesFilter(const ExperimentRow& row, const apiv1::GetExperimentsRequest&
 }  // namespace
 
 absl::StatusOr<apiv1::GetExperimentsResponse> MasterCore::GetExperiments(const apiv1::GetExperimentsRequest& req) {
+  DET_ASSIGN_OR_RETURN(std::optional<std::set<int64_t>> projects, ExperimentProjectFilter(*store_, req));
   std::lock_guard<std::mutex> l(mu_);
   apiv1::GetExperimentsResponse resp;
   std::vector<const ExperimentRuntime*> selected;
   for (const auto& [id, exp] : experiments_) {
-    if (MatchesFilter(exp->row, req)) selected.push_back(exp.get());
+    if (!MatchesFilter(exp->row, req) || (projects && !projects->count(exp->row.project_id))) continue;
+    selected.push_back(exp.get());
   }
   if (req.order_by() == apiv1::ORDER_BY_DESC) std::reverse(selected.begin(), selected.end());
   int total = static_cast<int>(selected.size());

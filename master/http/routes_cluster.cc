@@ -20,6 +20,13 @@ std::vector<RestRoute> ClusterRoutes() {
       {"GET", "/api/v1/resource-pools", "GetResourcePools"},
       {"GET", "/api/v1/job-queue", "GetJobQueue"},
       {"PATCH", "/api/v1/jobs/{job_id}", "UpdateJob", RestBody::kJson},
+      // Workspaces and projects (Determined's paths; core/workspaces.cc).
+      {"GET", "/api/v1/workspaces", "GetWorkspaces"},
+      {"POST", "/api/v1/workspaces", "PostWorkspace", RestBody::kJson},
+      {"GET", "/api/v1/workspaces/{id}", "GetWorkspace"},
+      {"GET", "/api/v1/workspaces/{id}/projects", "GetWorkspaceProjects"},
+      {"POST", "/api/v1/workspaces/{workspace_id}/projects", "PostProject", RestBody::kJson},
+      {"GET", "/api/v1/projects/{id}", "GetProject"},
   };
 }
 

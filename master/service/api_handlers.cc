@@ -138,6 +138,15 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   // ---- the job queue (job_queue.cc)
   BindCore("GetJobQueue", &MasterCore::GetJobQueue);
   BindCore("UpdateJob", &MasterCore::UpdateJob);
+  // ---- workspaces and projects (core/workspaces.cc); the caller owns what it creates
+  Bind<apiv1::PostWorkspaceRequest, apiv1::PostWorkspaceResponse>(
+      "PostWorkspace", [this](const ApiCaller& caller, const auto& req) { return core_->PostWorkspace(req, caller.user); });
+  BindCore("GetWorkspaces", &MasterCore::GetWorkspaces);
+  BindCore("GetWorkspace", &MasterCore::GetWorkspace);
+  BindCore("GetWorkspaceProjects", &MasterCore::GetWorkspaceProjects);
+  Bind<apiv1::PostProjectRequest, apiv1::PostProjectResponse>(
+      "PostProject", [this](const ApiCaller& caller, const auto& req) { return core_->PostProject(req, caller.user); });
+  BindCore("GetProject", &MasterCore::GetProject);
 }
 
 const pb::ServiceDescriptor* ApiHandlers::Service() {

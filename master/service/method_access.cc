@@ -74,6 +74,14 @@ constexpr Entry kTable[] = {
     {"MasterLogs", kAdminRule},
     // ---- forks and continue (PauseTrial / ActivateTrial are above)
     {"ContinueExperiment", kByExperiment},
+    // ---- workspaces and projects (issue 17): any user may create one (and
+    // owns it) and read all
+    {"PostWorkspace", kUserRule},
+    {"GetWorkspaces", kUserRule},
+    {"GetWorkspace", kUserRule},
+    {"GetWorkspaceProjects", kUserRule},
+    {"PostProject", kUserRule},
+    {"GetProject", kUserRule},
 };
 
 }  // namespace
