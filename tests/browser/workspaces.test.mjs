@@ -165,7 +165,7 @@ async function main() {
   const projectId = pm[1];
   const placed = await createExperiment('placed', 'workspace: team-a\nproject: vision\n');
   const loose = await createExperiment('loose', '');
-  const inProject = ((await api(`/api/v1/experiments?project_id=${projectId}`)).experiments || []).map((e) => e.id);
+  const inProject = ((await api(`/api/v1/experiments?project_id=${projectId}`)).experiments || []).map((e) => String(e.id));
   check(JSON.stringify(inProject) === JSON.stringify([placed]), `API: project ${projectId} holds ${inProject}`);
 
   const browser = await chromium.launch({

@@ -52,7 +52,7 @@ async function addFilter(view) {
     setSelected(select.value);
     rerender();
   });
-  const label = h('label', {class: 'muted', for: 'project-filter'}, 'Project ', select);
+  const label = h('label', {class: 'muted', for: 'project-filter', style: 'margin: 0 1em'}, 'Project ', select);
   const heading = view.querySelector('h2');
   if (heading) heading.after(label);
   let projects = [];
