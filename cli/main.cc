@@ -16,7 +16,8 @@
 //   det-cli agent list | slot list | master info
 //   det-cli resource-pool list | agent describe|enable|disable [--drain] | slot enable|disable [--drain]
 //   det-cli user login [USERNAME] [--password-stdin] | logout | whoami | list
-//   det-cli workspace create NAME | list; project create WORKSPACE NAME | list [WORKSPACE]
+//   det-cli workspace create NAME | list | archive|unarchive NAME
+//   det-cli project create WORKSPACE NAME | list [WORKSPACE] | archive|unarchive WORKSPACE NAME
 //   det-cli user create NAME [--admin] [--password-stdin] | change-password [USERNAME] [--password-stdin]
 //     (your own password: the current one first, on stdin its first line)
 //

@@ -65,6 +65,22 @@ grpc::Status FindWorkspace(Client& client, const std::string& name, v1::Workspac
   return grpc::Status::OK;
 }
 
+// The project named `name` of workspace `ws`; NOT_FOUND naming both.
+grpc::Status FindProject(Client& client, const v1::Workspace& ws, const std::string& name, v1::Project* out) {
+  v1::GetWorkspaceProjectsRequest req;
+  req.set_id(ws.id());
+  req.set_name(name);
+  v1::GetWorkspaceProjectsResponse resp;
+  grpc::Status status = client.Call(&Stub::GetWorkspaceProjects, req, &resp);
+  if (!status.ok()) return status;
+  if (resp.projects_size() == 0) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("workspace '", ws.name(), "' has no project named '", name, "'"));
+  }
+  *out = resp.projects(0);
+  return grpc::Status::OK;
+}
+
 void SetPagination(int32_t n, v1::Pagination* p) {
   p->set_offset(0);
   p->set_limit(n);
@@ -158,6 +174,47 @@ int ProjectList(Client& client, const std::string& workspace, const CommandIo& i
   return 0;
 }
 
+int WorkspaceArchive(Client& client, const std::string& name, bool archive, const CommandIo& io) {
+  v1::Workspace ws;
+  grpc::Status status = FindWorkspace(client, name, &ws);
+  if (status.ok() && archive) {
+    v1::ArchiveWorkspaceRequest req;
+    req.set_id(ws.id());
+    v1::ArchiveWorkspaceResponse resp;
+    status = client.Call(&Stub::ArchiveWorkspace, req, &resp);
+  } else if (status.ok()) {
+    v1::UnarchiveWorkspaceRequest req;
+    req.set_id(ws.id());
+    v1::UnarchiveWorkspaceResponse resp;
+    status = client.Call(&Stub::UnarchiveWorkspace, req, &resp);
+  }
+  if (!status.ok()) return ReportError(client, status, io.err);
+  io.out << (archive ? "Archived" : "Unarchived") << " workspace '" << ws.name() << "'\n";
+  return 0;
+}
+
+int ProjectArchive(Client& client, const std::string& workspace, const std::string& name, bool archive,
+                   const CommandIo& io) {
+  v1::Workspace ws;
+  v1::Project project;
+  grpc::Status status = FindWorkspace(client, workspace, &ws);
+  if (status.ok()) status = FindProject(client, ws, name, &project);
+  if (status.ok() && archive) {
+    v1::ArchiveProjectRequest req;
+    req.set_id(project.id());
+    v1::ArchiveProjectResponse resp;
+    status = client.Call(&Stub::ArchiveProject, req, &resp);
+  } else if (status.ok()) {
+    v1::UnarchiveProjectRequest req;
+    req.set_id(project.id());
+    v1::UnarchiveProjectResponse resp;
+    status = client.Call(&Stub::UnarchiveProject, req, &resp);
+  }
+  if (!status.ok()) return ReportError(client, status, io.err);
+  io.out << (archive ? "Archived" : "Unarchived") << " project '" << name << "' of workspace '" << ws.name() << "'\n";
+  return 0;
+}
+
 v1::GetExperimentsRequest ExperimentsIn(const std::string& workspace, const std::string& project) {
   v1::GetExperimentsRequest req;
   req.set_workspace(workspace);
@@ -189,6 +246,18 @@ void AddWorkspaceCommands(CLI::App& app, const std::function<void(WorkspaceComma
     set_run([json](Client& c, const CommandIo& io) { return WorkspaceList(c, json(io)); });
   });
 
+  for (bool archive : {true, false}) {
+    auto* sub = workspace->add_subcommand(archive ? "archive" : "unarchive",
+                                          archive ? "Archive a workspace (owner or admin): it takes nothing new"
+                                                  : "Unarchive a workspace (owner or admin)");
+    sub->add_option("NAME", o->name, "Workspace name")->required();
+    sub->callback([o, json, set_run, archive] {
+      set_run([o, json, archive](Client& c, const CommandIo& io) {
+        return WorkspaceArchive(c, o->name, archive, json(io));
+      });
+    });
+  }
+
   auto* project = app.add_subcommand("project", "Projects: groups of experiments in a workspace")->require_subcommand(1);
   auto* p_create = project->add_subcommand("create", "Create a project in a workspace (you own it)");
   p_create->add_option("WORKSPACE", o->workspace, "Workspace name")->required();
@@ -206,6 +275,18 @@ void AddWorkspaceCommands(CLI::App& app, const std::function<void(WorkspaceComma
   p_list->callback([o, json, set_run] {
     set_run([o, json](Client& c, const CommandIo& io) { return ProjectList(c, o->workspace, json(io)); });
   });
+  for (bool archive : {true, false}) {
+    auto* sub = project->add_subcommand(archive ? "archive" : "unarchive",
+                                        archive ? "Archive a project (owner or admin): it takes no new experiment"
+                                                : "Unarchive a project (owner or admin)");
+    sub->add_option("WORKSPACE", o->workspace, "Workspace name")->required();
+    sub->add_option("NAME", o->name, "Project name")->required();
+    sub->callback([o, json, set_run, archive] {
+      set_run([o, json, archive](Client& c, const CommandIo& io) {
+        return ProjectArchive(c, o->workspace, o->name, archive, json(io));
+      });
+    });
+  }
 }
 
 }  // namespace det::cli

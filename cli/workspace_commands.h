@@ -6,6 +6,8 @@
 //   det-cli workspace list [--json]
 //   det-cli project create WORKSPACE NAME [--description TEXT] [--json]
 //   det-cli project list [WORKSPACE] [--json]
+//   det-cli workspace archive|unarchive NAME
+//   det-cli project archive|unarchive WORKSPACE NAME
 //   det-cli experiment list [--workspace W] [--project P]   (ExperimentsIn)
 //
 // Workspaces are named by their names (unique); a project by its workspace
@@ -40,12 +42,21 @@ int ProjectCreate(Client& client, const std::string& workspace, const std::strin
 // experiments, active, user, created, description.
 int ProjectList(Client& client, const std::string& workspace, const CommandIo& io);
 
+// workspace archive|unarchive NAME (`archive` false: unarchive); prints
+// "Archived workspace 'NAME'" / "Unarchived ...".
+int WorkspaceArchive(Client& client, const std::string& name, bool archive, const CommandIo& io);
+// project archive|unarchive WORKSPACE NAME; a workspace or project that
+// does not exist is an error naming it (exit 1).
+int ProjectArchive(Client& client, const std::string& workspace, const std::string& name, bool archive,
+                   const CommandIo& io);
+
 // The GetExperiments filter of `experiment list --workspace W --project P`
 // (empty strings: no filter); the master answers NOT_FOUND for an unknown
 // name.
 det::api::v1::GetExperimentsRequest ExperimentsIn(const std::string& workspace, const std::string& project);
 
-// Registers `workspace create|list` and `project create|list` on `app`;
+// Registers `workspace create|list|archive|unarchive` and `project
+// create|list|archive|unarchive` on `app`;
 // `set_run` receives what to run when one of them is parsed. The options
 // live as long as the callbacks registered on `app`.
 using WorkspaceCommand = std::function<int(Client&, const CommandIo&)>;

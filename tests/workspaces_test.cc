@@ -3,7 +3,8 @@
 // `experiment list --project` shows only it, an unknown project is refused
 // naming `project`, the REST routes answer, and everything survives a
 // kill -9 of the master. Attacks: names with control characters, over-long
-// names and SQL-like names (stored verbatim) through det-cli and REST.
+// names and SQL-like names (stored verbatim) through det-cli and REST; a
+// user who does not own a workspace or project cannot archive it.
 #include <chrono>
 #include <string>
 
@@ -189,6 +190,49 @@ TEST(WorkspacesEndToEndTest, HostileNamesAreRefusedOrStoredVerbatim) {
   // A project name matching no project is not a pattern.
   cluster.Get("/api/v1/experiments?project=%25", &status);
   EXPECT_EQ(status, 404);
+}
+
+TEST(WorkspacesEndToEndTest, OnlyTheOwnerOrAnAdminArchivesAWorkspaceOrProject) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  std::string out, err;
+  ASSERT_EQ(cluster.Cli({"workspace", "create", "mine"}, &out, &err), 0) << err;
+  ASSERT_EQ(cluster.Cli({"project", "create", "mine", "p"}, &out, &err), 0) << err;
+  const std::string admin = RestLogin(cluster.http_port(), "admin", "");
+  ASSERT_FALSE(admin.empty());
+  auto made = cluster.Http("POST", "/api/v1/users", {{"Authorization", "Bearer " + admin}},
+                           R"({"user": {"username": "bob", "active": true}, "password": "bob-pw"})");
+  ASSERT_TRUE(made && made->status == 200) << (made ? made->body : "no answer");
+  const std::string bob = RestLogin(cluster.http_port(), "bob", "bob-pw");
+  ASSERT_FALSE(bob.empty());
+  for (const char* path : {"/api/v1/workspaces/2/archive", "/api/v1/projects/2/archive",
+                           "/api/v1/workspaces/2/unarchive", "/api/v1/projects/2/unarchive"}) {
+    auto res = cluster.Http("POST", path, {{"Authorization", "Bearer " + bob}});
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 403) << path << " " << res->body;
+    EXPECT_THAT(res->body, HasSubstr("only the owner of")) << path;
+  }
+  auto immutable = cluster.Http("POST", "/api/v1/workspaces/1/archive", {{"Authorization", "Bearer " + admin}});
+  ASSERT_TRUE(immutable);
+  EXPECT_EQ(immutable->status, 409) << immutable->body;
+
+  // The owner (determined, through det-cli) archives the project: a config
+  // naming it is refused; an admin archives the workspace.
+  ASSERT_EQ(cluster.Cli({"project", "archive", "mine", "p"}, &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr("Archived project 'p' of workspace 'mine'"));
+  const std::string yaml = dir / "archived.yaml";
+  WriteFile(yaml, ShortConfig("archived", dir / "checkpoints", "workspace: mine\nproject: p\n"));
+  EXPECT_EQ(cluster.Cli({"experiment", "create", yaml, kTestSyntheticTrial}, &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("config: field 'project': project 'p' of workspace 'mine' is archived"));
+  auto archived = cluster.Http("POST", "/api/v1/workspaces/2/archive", {{"Authorization", "Bearer " + admin}});
+  ASSERT_TRUE(archived);
+  EXPECT_EQ(archived->status, 200) << archived->body;
+  EXPECT_EQ(cluster.Cli({"project", "create", "mine", "q"}, &out, &err), 1);
+  EXPECT_THAT(err, HasSubstr("workspace 'mine' is archived"));
+  EXPECT_EQ(cluster.Get("/api/v1/workspaces?archived=true")["workspaces"].size(), 1u);
+  ASSERT_EQ(cluster.Cli({"workspace", "unarchive", "mine"}, &out, &err), 0) << err;
+  ASSERT_EQ(cluster.Cli({"project", "unarchive", "mine", "p"}, &out, &err), 0) << err;
+  ASSERT_EQ(cluster.Cli({"experiment", "create", yaml, kTestSyntheticTrial, "--paused"}, &out, &err), 0) << err;
 }
 
 }  // namespace

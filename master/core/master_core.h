@@ -336,6 +336,17 @@ class MasterCore {
   absl::StatusOr<apiv1::PostProjectResponse> PostProject(const apiv1::PostProjectRequest& req,
                                                          const apiv1::User& owner);
   absl::StatusOr<apiv1::GetProjectResponse> GetProject(const apiv1::GetProjectRequest& req);
+  // Archive / unarchive by `caller`: its owner or an active admin
+  // (PermissionDenied otherwise); FailedPrecondition for the immutable
+  // defaults and for unarchiving a project of an archived workspace.
+  absl::StatusOr<apiv1::ArchiveWorkspaceResponse> ArchiveWorkspace(const apiv1::ArchiveWorkspaceRequest& req,
+                                                                   const apiv1::User& caller);
+  absl::StatusOr<apiv1::UnarchiveWorkspaceResponse> UnarchiveWorkspace(const apiv1::UnarchiveWorkspaceRequest& req,
+                                                                       const apiv1::User& caller);
+  absl::StatusOr<apiv1::ArchiveProjectResponse> ArchiveProject(const apiv1::ArchiveProjectRequest& req,
+                                                               const apiv1::User& caller);
+  absl::StatusOr<apiv1::UnarchiveProjectResponse> UnarchiveProject(const apiv1::UnarchiveProjectRequest& req,
+                                                                   const apiv1::User& caller);
 
   // One pass of the background work (timeouts.cc): heartbeat, stop and
   // rendezvous timeouts, scheduling, checkpoint GC (files deleted before it

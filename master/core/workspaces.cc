@@ -134,6 +134,18 @@ absl::Status Page(int32_t offset, int32_t limit, std::vector<T>* rows, apiv1::Pa
   return absl::OkStatus();
 }
 
+// OK when `caller` may archive or unarchive `what` (owned by `owner_id`):
+// its owner or an active admin; never the immutable defaults.
+absl::Status CheckMayArchive(const apiv1::User& caller, int64_t owner_id, bool immutable, const std::string& what) {
+  if (immutable) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is the default one; it cannot be archived or unarchived"));
+  }
+  if ((caller.admin() && caller.active()) || (owner_id > 0 && caller.id() == owner_id)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("only the owner of ", what, " (user ", owner_id, ") or an admin may archive or unarchive it"));
+}
+
 }  // namespace
 
 absl::Status ValidateWorkspaceName(const std::string& name, const std::string& field) {
@@ -174,11 +186,19 @@ absl::StatusOr<int64_t> ResolveExperimentProject(Store& store, const ExperimentC
     return absl::InvalidArgumentError(absl::StrCat("config: field 'workspace': no workspace named '", workspace,
                                                    "' (create it with det-cli workspace create)"));
   }
+  if (ws->archived) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: field 'workspace': workspace '", workspace, "' is archived"));
+  }
   DET_ASSIGN_OR_RETURN(std::optional<ProjectRow> p, store.FindProject(ws->id, project));
   if (!p) {
     return absl::InvalidArgumentError(absl::StrCat("config: field 'project': workspace '", workspace,
                                                    "' has no project named '", project,
                                                    "' (create it with det-cli project create)"));
+  }
+  if (p->archived) {
+    return absl::InvalidArgumentError(absl::StrCat("config: field 'project': project '", project,
+                                                   "' of workspace '", workspace, "' is archived"));
   }
   return p->id;
 }
@@ -298,6 +318,9 @@ absl::StatusOr<apiv1::PostProjectResponse> MasterCore::PostProject(const apiv1::
     return absl::NotFoundError(absl::StrCat("workspace_id: workspace ", req.workspace_id(), " not found"));
   }
   DET_RETURN_IF_ERROR(workspace.status());
+  if (workspace->archived) {
+    return absl::FailedPreconditionError(absl::StrCat("workspace '", workspace->name, "' is archived"));
+  }
   if (workspace->num_projects >= kMaxProjectsPerWorkspace) {
     return absl::ResourceExhaustedError(absl::StrCat("workspace '", workspace->name, "' has ",
                                                      kMaxProjectsPerWorkspace, " projects, the most it may hold"));
@@ -326,6 +349,47 @@ absl::StatusOr<apiv1::GetProjectResponse> MasterCore::GetProject(const apiv1::Ge
   apiv1::GetProjectResponse resp;
   *resp.mutable_project() = ProjectProto(row, CountByProject(experiments_));
   return resp;
+}
+
+absl::StatusOr<apiv1::ArchiveWorkspaceResponse> MasterCore::ArchiveWorkspace(
+    const apiv1::ArchiveWorkspaceRequest& req, const apiv1::User& caller) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(WorkspaceRow w, store_->GetWorkspace(req.id()));
+  DET_RETURN_IF_ERROR(CheckMayArchive(caller, w.owner_id, w.immutable, absl::StrCat("workspace '", w.name, "'")));
+  DET_RETURN_IF_ERROR(store_->SetWorkspaceArchived(w.id, true));
+  return apiv1::ArchiveWorkspaceResponse();
+}
+
+absl::StatusOr<apiv1::UnarchiveWorkspaceResponse> MasterCore::UnarchiveWorkspace(
+    const apiv1::UnarchiveWorkspaceRequest& req, const apiv1::User& caller) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(WorkspaceRow w, store_->GetWorkspace(req.id()));
+  DET_RETURN_IF_ERROR(CheckMayArchive(caller, w.owner_id, w.immutable, absl::StrCat("workspace '", w.name, "'")));
+  DET_RETURN_IF_ERROR(store_->SetWorkspaceArchived(w.id, false));
+  return apiv1::UnarchiveWorkspaceResponse();
+}
+
+absl::StatusOr<apiv1::ArchiveProjectResponse> MasterCore::ArchiveProject(const apiv1::ArchiveProjectRequest& req,
+                                                                         const apiv1::User& caller) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(ProjectRow p, store_->GetProject(req.id()));
+  DET_RETURN_IF_ERROR(CheckMayArchive(caller, p.owner_id, p.immutable, absl::StrCat("project '", p.name, "'")));
+  DET_RETURN_IF_ERROR(store_->SetProjectArchived(p.id, true));
+  return apiv1::ArchiveProjectResponse();
+}
+
+absl::StatusOr<apiv1::UnarchiveProjectResponse> MasterCore::UnarchiveProject(
+    const apiv1::UnarchiveProjectRequest& req, const apiv1::User& caller) {
+  std::lock_guard<std::mutex> l(mu_);
+  DET_ASSIGN_OR_RETURN(ProjectRow p, store_->GetProject(req.id()));
+  DET_RETURN_IF_ERROR(CheckMayArchive(caller, p.owner_id, p.immutable, absl::StrCat("project '", p.name, "'")));
+  DET_ASSIGN_OR_RETURN(WorkspaceRow w, store_->GetWorkspace(p.workspace_id));
+  if (w.archived) {
+    return absl::FailedPreconditionError(absl::StrCat("project '", p.name, "' is in archived workspace '", w.name,
+                                                      "'; unarchive the workspace first"));
+  }
+  DET_RETURN_IF_ERROR(store_->SetProjectArchived(p.id, false));
+  return apiv1::UnarchiveProjectResponse();
 }
 
 }  // namespace det::master

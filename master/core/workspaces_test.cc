@@ -362,5 +362,75 @@ TEST_F(WorkspacesTest, AtMostTenThousandWorkspacesAndTenThousandProjectsEach) {
   EXPECT_TRUE(NewProject(3, "still-fine").ok()) << "the bound is per workspace";
 }
 
+TEST_F(WorkspacesTest, OnlyTheOwnerOrAnAdminArchivesAndArchivedOnesTakeNothingNew) {
+  auto ws = NewWorkspace("ops");
+  auto p = NewProject(ws->id(), "infra");
+  ASSERT_TRUE(ws.ok() && p.ok());
+  apiv1::User bob;
+  bob.set_id(8);
+  bob.set_username("bob");
+  bob.set_active(true);
+  apiv1::User admin;
+  admin.set_id(1);
+  admin.set_username("admin");
+  admin.set_admin(true);
+  admin.set_active(true);
+  apiv1::ArchiveWorkspaceRequest aw;
+  aw.set_id(ws->id());
+  auto denied = core_->ArchiveWorkspace(aw, bob);
+  EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(denied.status().message()), HasSubstr("only the owner of workspace 'ops' (user 7)"));
+  apiv1::ArchiveProjectRequest ap;
+  ap.set_id(p->id());
+  EXPECT_EQ(core_->ArchiveProject(ap, bob).status().code(), absl::StatusCode::kPermissionDenied);
+  apiv1::User inactive_admin = admin;
+  inactive_admin.set_active(false);
+  EXPECT_EQ(core_->ArchiveProject(ap, inactive_admin).status().code(), absl::StatusCode::kPermissionDenied);
+  apiv1::ArchiveWorkspaceRequest defaults;
+  defaults.set_id(1);
+  EXPECT_EQ(core_->ArchiveWorkspace(defaults, admin).status().code(), absl::StatusCode::kFailedPrecondition);
+  apiv1::ArchiveProjectRequest default_project;
+  default_project.set_id(1);
+  EXPECT_EQ(core_->ArchiveProject(default_project, admin).status().code(), absl::StatusCode::kFailedPrecondition);
+  aw.set_id(999);
+  EXPECT_EQ(core_->ArchiveWorkspace(aw, admin).status().code(), absl::StatusCode::kNotFound);
+  aw.set_id(ws->id());
+
+  // The owner archives the project: no new experiment goes there.
+  ASSERT_TRUE(core_->ArchiveProject(ap, alice_).ok());
+  ASSERT_TRUE(core_->ArchiveProject(ap, alice_).ok()) << "idempotent";
+  auto refused = Create("workspace: ops\nproject: infra\n");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("config: field 'project': project 'infra' of workspace 'ops' is archived"));
+  // An admin archives the workspace: no new project either, and its
+  // projects stay archived until it is unarchived.
+  ASSERT_TRUE(core_->ArchiveWorkspace(aw, admin).ok());
+  auto no_project = NewProject(ws->id(), "more");
+  EXPECT_EQ(no_project.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(no_project.status().message()), HasSubstr("workspace 'ops' is archived"));
+  EXPECT_THAT(std::string(Create("workspace: ops\nproject: infra\n").status().message()),
+              HasSubstr("config: field 'workspace': workspace 'ops' is archived"));
+  apiv1::UnarchiveProjectRequest up;
+  up.set_id(p->id());
+  EXPECT_EQ(core_->UnarchiveProject(up, alice_).status().code(), absl::StatusCode::kFailedPrecondition);
+  apiv1::GetWorkspacesRequest archived_only;
+  archived_only.set_archived(true);
+  auto listed = core_->GetWorkspaces(archived_only);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->workspaces_size(), 1);
+  EXPECT_TRUE(listed->workspaces(0).archived());
+
+  apiv1::UnarchiveWorkspaceRequest uw;
+  uw.set_id(ws->id());
+  EXPECT_EQ(core_->UnarchiveWorkspace(uw, bob).status().code(), absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(core_->UnarchiveWorkspace(uw, alice_).ok());
+  ASSERT_TRUE(core_->UnarchiveProject(up, alice_).ok());
+  Restart();
+  auto placed = Create("workspace: ops\nproject: infra\n");
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->experiment().project_id(), p->id());
+}
+
 }  // namespace
 }  // namespace det::master

@@ -27,6 +27,10 @@ std::vector<RestRoute> ClusterRoutes() {
       {"GET", "/api/v1/workspaces/{id}/projects", "GetWorkspaceProjects"},
       {"POST", "/api/v1/workspaces/{workspace_id}/projects", "PostProject", RestBody::kJson},
       {"GET", "/api/v1/projects/{id}", "GetProject"},
+      {"POST", "/api/v1/workspaces/{id}/archive", "ArchiveWorkspace"},
+      {"POST", "/api/v1/workspaces/{id}/unarchive", "UnarchiveWorkspace"},
+      {"POST", "/api/v1/projects/{id}/archive", "ArchiveProject"},
+      {"POST", "/api/v1/projects/{id}/unarchive", "UnarchiveProject"},
   };
 }
 

@@ -577,6 +577,9 @@ class Store {
   absl::StatusOr<std::vector<ProjectRow>> ListProjects(std::optional<int64_t> workspace_id,
                                                        const std::string& name = "");
   absl::StatusOr<int64_t> CountProjects(int64_t workspace_id);
+  // Sets the archived flag; NotFound naming the id.
+  absl::Status SetWorkspaceArchived(int64_t id, bool archived);
+  absl::Status SetProjectArchived(int64_t id, bool archived);
 
   // ---- Maintenance ----
 

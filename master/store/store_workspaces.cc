@@ -43,6 +43,8 @@ constexpr char kFindProject[] = DET_PROJECT_SELECT "WHERE p.workspace_id = ? AND
 constexpr char kListProjects[] = DET_PROJECT_SELECT
     "WHERE (?1 IS NULL OR p.workspace_id = ?1) AND (?2 = '' OR p.name = ?2) ORDER BY p.id";
 constexpr char kCountProjects[] = "SELECT COUNT(*) FROM projects WHERE workspace_id = ?";
+constexpr char kArchiveWorkspace[] = "UPDATE workspaces SET archived = ? WHERE id = ?";
+constexpr char kArchiveProject[] = "UPDATE projects SET archived = ? WHERE id = ?";
 
 WorkspaceRow ReadWorkspace(sqlite3_stmt* s) {
   WorkspaceRow w;
@@ -199,6 +201,32 @@ absl::StatusOr<int64_t> Store::CountProjects(int64_t workspace_id) {
   int rc = sqlite3_step(st.get());
   if (rc != SQLITE_ROW) return Error(rc, "count projects");
   return ColInt(st.get(), 0);
+}
+
+absl::Status Store::SetWorkspaceArchived(int64_t id, bool archived) {
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kArchiveWorkspace));
+    Binder b(st.get());
+    b.Int(archived ? 1 : 0).Int(id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind workspace");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("archive workspace ", id));
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("workspace ", id, " not found"));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Store::SetProjectArchived(int64_t id, bool archived) {
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kArchiveProject));
+    Binder b(st.get());
+    b.Int(archived ? 1 : 0).Int(id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind project");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("archive project ", id));
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("project ", id, " not found"));
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace master

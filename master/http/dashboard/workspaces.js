@@ -63,7 +63,7 @@ async function addFilter(view) {
   }
   for (const p of projects) {
     select.append(h('option', {value: String(p.id), 'data-testid': `project-option-${p.id}`,
-      text: `${p.workspace_name} / ${p.name} (${p.num_experiments || 0})`}));
+      text: `${p.workspace_name} / ${p.name} (${p.num_experiments || 0})${p.archived ? ' [archived]' : ''}`}));
   }
   const want = selected();
   if (want && !projects.some((p) => String(p.id) === want)) {
