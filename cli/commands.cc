@@ -131,7 +131,7 @@ bool ReadFileBytes(const std::string& path, std::string* out) {
 void PrintExperiments(const google::protobuf::RepeatedPtrField<v1::Experiment>& exps, bool show_archived,
                       std::ostream& out) {
   std::vector<std::string> headers = {"ID", "NAME", "STATE", "PROGRESS", "TRIALS", "BEST METRIC", "USER",
-                                      "START TIME", "END TIME"};
+                                      "START TIME", "END TIME", "WORKSPACE/PROJECT"};
   if (show_archived) headers.push_back("ARCHIVED");
   Table t(headers);
   for (const auto& e : exps) {
@@ -144,7 +144,7 @@ void PrintExperiments(const google::protobuf::RepeatedPtrField<v1::Experiment>& 
         e.has_best_validation_metric() ? FormatDouble(e.best_validation_metric()) : "",
         e.username(),
         FormatTime(e.start_time()),
-        FormatTime(e.end_time())};
+        FormatTime(e.end_time()), absl::StrCat(e.workspace_name(), "/", e.project_name())};
     if (show_archived) row.push_back(FormatBool(e.archived()));
     t.AddRow(std::move(row));
   }
@@ -325,8 +325,8 @@ int ExperimentFollow(Client& client, int64_t experiment_id, std::chrono::millise
   }
 }
 
-int ExperimentList(Client& client, bool all, const CommandIo& io) {
-  v1::GetExperimentsRequest req;
+int ExperimentList(Client& client, bool all, const CommandIo& io, const v1::GetExperimentsRequest& filter) {
+  v1::GetExperimentsRequest req = filter;
   v1::GetExperimentsResponse resp;
   auto items = [](v1::GetExperimentsResponse& r) { return r.mutable_experiments(); };
   grpc::Status status = FetchAll(client, &Stub::GetExperiments, req, &resp, items);

@@ -67,8 +67,9 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
 int ExperimentFollow(Client& client, int64_t experiment_id, std::chrono::milliseconds poll_interval,
                      const CommandIo& io);
 
-// experiment list [--all]: unarchived experiments, or all with `all`.
-int ExperimentList(Client& client, bool all, const CommandIo& io);
+// experiment list [--all]: unarchived experiments (of `filter`), or all with `all`.
+int ExperimentList(Client& client, bool all, const CommandIo& io,
+                   const det::api::v1::GetExperimentsRequest& filter = {});
 int ExperimentDescribe(Client& client, int64_t experiment_id, const CommandIo& io);
 // Logs of all the experiment's trials, trial by trial.
 int ExperimentLogs(Client& client, int64_t experiment_id, const CommandIo& io);

@@ -16,6 +16,8 @@
 //   det-cli agent list | slot list | master info
 //   det-cli resource-pool list | agent describe|enable|disable [--drain] | slot enable|disable [--drain]
 //   det-cli user login [USERNAME] [--password-stdin] | logout | whoami | list
+//   det-cli workspace create NAME | list | archive|unarchive NAME
+//   det-cli project create WORKSPACE NAME | list [WORKSPACE] | archive|unarchive WORKSPACE NAME
 //   det-cli user create NAME [--admin] [--password-stdin] | change-password [USERNAME] [--password-stdin]
 //     (your own password: the current one first, on stdin its first line)
 //
@@ -48,6 +50,7 @@
 #include "cli/experiment_fork_commands.h"
 #include "cli/job_commands.h"
 #include "cli/user_commands.h"
+#include "cli/workspace_commands.h"
 #include "common/experiment_config.h"
 
 namespace det::cli {
@@ -113,6 +116,7 @@ struct CommandLine {
   std::string resume;
   // experiment list
   bool list_all = false;
+  std::string list_workspace, list_project;
   // experiment set gc-policy
   GcPolicyArgs gc;
   // trial metrics
@@ -205,9 +209,14 @@ void AddExperimentCommands(CLI::App& app, CommandLine& cl) {
 
   auto* exp_list = experiment->add_subcommand("list", "List experiments");
   exp_list->add_flag("--all,-a", cl.list_all, "Include archived experiments");
+  exp_list->add_option("--workspace", cl.list_workspace, "Only experiments in this workspace");
+  exp_list->add_option("--project", cl.list_project, "Only experiments in projects of this name");
   AddJsonFlag(exp_list, cl);
-  exp_list->callback(
-      [&cl] { cl.run = [&cl](Client& c, const CommandIo& io) { return ExperimentList(c, cl.list_all, io); }; });
+  exp_list->callback([&cl] {
+    cl.run = [&cl](Client& c, const CommandIo& io) {
+      return ExperimentList(c, cl.list_all, io, ExperimentsIn(cl.list_workspace, cl.list_project));
+    };
+  });
 
   struct ExperimentIdCommand {
     const char* name;
@@ -407,6 +416,8 @@ int Main(int argc, char** argv) {
   AddPreviewSearchCommand(app, cl);
   // job list | update (cli/job_commands.h)
   AddJobCommands(app, [&cl](JobCommand run) { cl.run = std::move(run); });
+  // workspace create|list, project create|list (cli/workspace_commands.h)
+  AddWorkspaceCommands(app, [&cl](WorkspaceCommand run) { cl.run = std::move(run); });
 
   app.failure_message(FailureMessage);
   try {

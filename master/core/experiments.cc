@@ -17,6 +17,7 @@
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
 #include "master/core/trial_lengths.h"
+#include "master/core/workspaces.h"
 
 namespace det::master {
 
@@ -62,6 +63,9 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     std::lock_guard<std::mutex> l(mu_);
     DET_RETURN_IF_ERROR(CheckSlotsFitPool(agents_, config.resources));
     DET_RETURN_IF_ERROR(ResolveForkLocked(req, config, &fork));
+    // The config's workspace/project, else the parent's project (a fork).
+    const int64_t parent_project = fork.parent_id > 0 ? experiments_.at(fork.parent_id)->row.project_id : 0;
+    DET_ASSIGN_OR_RETURN(fork.project_id, ResolveExperimentProject(*store_, config, parent_project));
   }
   // Checks the lengths convert (with the first sample; each trial converts
   // with its own hparams later).
@@ -112,6 +116,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   exp->row.created_ms = WallMs();
   exp->row.parent_id = fork.parent_id;
   exp->row.warm_start_checkpoint_uuid = fork.warm_start_checkpoint_uuid;
+  exp->row.project_id = fork.project_id;
   exp->config = std::move(config);
   exp->searcher = std::make_unique<Searcher>(std::move(searcher));
   exp->searcher_length = searcher_length;
@@ -176,6 +181,7 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   e.set_priority(exp.priority);
   e.set_weight(exp.weight);
   e.set_max_slots(exp.max_slots);
+  SetExperimentPlacement(*store_, exp.row.project_id, &e);
   return e;
 }
 
@@ -199,11 +205,13 @@ bool MatchesFilter(const ExperimentRow& row, const apiv1::GetExperimentsRequest&
 }  // namespace
 
 absl::StatusOr<apiv1::GetExperimentsResponse> MasterCore::GetExperiments(const apiv1::GetExperimentsRequest& req) {
+  DET_ASSIGN_OR_RETURN(std::optional<std::set<int64_t>> projects, ExperimentProjectFilter(*store_, req));
   std::lock_guard<std::mutex> l(mu_);
   apiv1::GetExperimentsResponse resp;
   std::vector<const ExperimentRuntime*> selected;
   for (const auto& [id, exp] : experiments_) {
-    if (MatchesFilter(exp->row, req)) selected.push_back(exp.get());
+    if (!MatchesFilter(exp->row, req) || (projects && !projects->count(exp->row.project_id))) continue;
+    selected.push_back(exp.get());
   }
   if (req.order_by() == apiv1::ORDER_BY_DESC) std::reverse(selected.begin(), selected.end());
   int total = static_cast<int>(selected.size());

@@ -323,6 +323,31 @@ class MasterCore {
   // queued allocations and settings.
   absl::StatusOr<apiv1::GetResourcePoolsResponse> GetResourcePools(const apiv1::GetResourcePoolsRequest& req);
 
+  // ---- workspaces and projects (workspaces.cc; contracts in api.proto and
+  // workspace.proto). Post* store a new workspace / project owned by
+  // `owner` (names and bounds checked by ValidateWorkspaceName in
+  // workspaces.h); reads count each project's experiments in memory.
+  absl::StatusOr<apiv1::PostWorkspaceResponse> PostWorkspace(const apiv1::PostWorkspaceRequest& req,
+                                                             const apiv1::User& owner);
+  absl::StatusOr<apiv1::GetWorkspacesResponse> GetWorkspaces(const apiv1::GetWorkspacesRequest& req);
+  absl::StatusOr<apiv1::GetWorkspaceResponse> GetWorkspace(const apiv1::GetWorkspaceRequest& req);
+  absl::StatusOr<apiv1::GetWorkspaceProjectsResponse> GetWorkspaceProjects(
+      const apiv1::GetWorkspaceProjectsRequest& req);
+  absl::StatusOr<apiv1::PostProjectResponse> PostProject(const apiv1::PostProjectRequest& req,
+                                                         const apiv1::User& owner);
+  absl::StatusOr<apiv1::GetProjectResponse> GetProject(const apiv1::GetProjectRequest& req);
+  // Archive / unarchive by `caller`: its owner or an active admin
+  // (PermissionDenied otherwise); FailedPrecondition for the immutable
+  // defaults and for unarchiving a project of an archived workspace.
+  absl::StatusOr<apiv1::ArchiveWorkspaceResponse> ArchiveWorkspace(const apiv1::ArchiveWorkspaceRequest& req,
+                                                                   const apiv1::User& caller);
+  absl::StatusOr<apiv1::UnarchiveWorkspaceResponse> UnarchiveWorkspace(const apiv1::UnarchiveWorkspaceRequest& req,
+                                                                       const apiv1::User& caller);
+  absl::StatusOr<apiv1::ArchiveProjectResponse> ArchiveProject(const apiv1::ArchiveProjectRequest& req,
+                                                               const apiv1::User& caller);
+  absl::StatusOr<apiv1::UnarchiveProjectResponse> UnarchiveProject(const apiv1::UnarchiveProjectRequest& req,
+                                                                   const apiv1::User& caller);
+
   // One pass of the background work (timeouts.cc): heartbeat, stop and
   // rendezvous timeouts, scheduling, checkpoint GC (files deleted before it
   // returns), and every pending experiment deletion run to its end. The background thread runs it every 500 ms; tests without

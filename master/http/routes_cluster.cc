@@ -20,6 +20,17 @@ std::vector<RestRoute> ClusterRoutes() {
       {"GET", "/api/v1/resource-pools", "GetResourcePools"},
       {"GET", "/api/v1/job-queue", "GetJobQueue"},
       {"PATCH", "/api/v1/jobs/{job_id}", "UpdateJob", RestBody::kJson},
+      // Workspaces and projects (Determined's paths; core/workspaces.cc).
+      {"GET", "/api/v1/workspaces", "GetWorkspaces"},
+      {"POST", "/api/v1/workspaces", "PostWorkspace", RestBody::kJson},
+      {"GET", "/api/v1/workspaces/{id}", "GetWorkspace"},
+      {"GET", "/api/v1/workspaces/{id}/projects", "GetWorkspaceProjects"},
+      {"POST", "/api/v1/workspaces/{workspace_id}/projects", "PostProject", RestBody::kJson},
+      {"GET", "/api/v1/projects/{id}", "GetProject"},
+      {"POST", "/api/v1/workspaces/{id}/archive", "ArchiveWorkspace"},
+      {"POST", "/api/v1/workspaces/{id}/unarchive", "UnarchiveWorkspace"},
+      {"POST", "/api/v1/projects/{id}/archive", "ArchiveProject"},
+      {"POST", "/api/v1/projects/{id}/unarchive", "UnarchiveProject"},
   };
 }
 

@@ -138,6 +138,18 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   // ---- the job queue (job_queue.cc)
   BindCore("GetJobQueue", &MasterCore::GetJobQueue);
   BindCore("UpdateJob", &MasterCore::UpdateJob);
+  // ---- workspaces and projects (core/workspaces.cc): the caller owns what it
+  // creates; the core lets only the owner or an admin archive
+  BindCore("PostWorkspace", &MasterCore::PostWorkspace);
+  BindCore("GetWorkspaces", &MasterCore::GetWorkspaces);
+  BindCore("GetWorkspace", &MasterCore::GetWorkspace);
+  BindCore("GetWorkspaceProjects", &MasterCore::GetWorkspaceProjects);
+  BindCore("PostProject", &MasterCore::PostProject);
+  BindCore("GetProject", &MasterCore::GetProject);
+  BindCore("ArchiveWorkspace", &MasterCore::ArchiveWorkspace);
+  BindCore("UnarchiveWorkspace", &MasterCore::UnarchiveWorkspace);
+  BindCore("ArchiveProject", &MasterCore::ArchiveProject);
+  BindCore("UnarchiveProject", &MasterCore::UnarchiveProject);
 }
 
 const pb::ServiceDescriptor* ApiHandlers::Service() {
@@ -276,6 +288,12 @@ void ApiHandlers::Bind(const char* name, std::function<absl::StatusOr<Resp>(cons
 template <typename Req, typename Resp>
 void ApiHandlers::BindCore(const char* name, absl::StatusOr<Resp> (MasterCore::*fn)(const Req&)) {
   Bind<Req, Resp>(name, [this, fn](const ApiCaller&, const Req& req) { return (core_->*fn)(req); });
+}
+
+template <typename Req, typename Resp>
+void ApiHandlers::BindCore(const char* name,
+                           absl::StatusOr<Resp> (MasterCore::*fn)(const Req&, const apiv1::User&)) {
+  Bind<Req, Resp>(name, [this, fn](const ApiCaller& caller, const Req& req) { return (core_->*fn)(req, caller.user); });
 }
 
 template <typename Req, typename Resp>

@@ -84,6 +84,9 @@ class ApiHandlers {
   void Bind(const char* name, std::function<absl::StatusOr<Resp>(const ApiCaller&, const Req&)> fn);
   template <typename Req, typename Resp>
   void BindCore(const char* name, absl::StatusOr<Resp> (MasterCore::*fn)(const Req&));
+  // The same for a core method that also takes the calling user.
+  template <typename Req, typename Resp>
+  void BindCore(const char* name, absl::StatusOr<Resp> (MasterCore::*fn)(const Req&, const apiv1::User&));
   template <typename Req, typename Resp>
   void BindStreaming(const char* name,
                      std::function<absl::Status(const ApiCaller&, const Req&, const std::function<bool(const Resp&)>&,

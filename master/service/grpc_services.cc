@@ -180,6 +180,16 @@ DET_API_UNARY(GetJobQueue)
 DET_API_UNARY(UpdateJob)
 DET_API_UNARY(ContinueExperiment)
 DET_API_UNARY(PatchCheckpoint)
+DET_API_UNARY(PostWorkspace)
+DET_API_UNARY(GetWorkspaces)
+DET_API_UNARY(GetWorkspace)
+DET_API_UNARY(GetWorkspaceProjects)
+DET_API_UNARY(PostProject)
+DET_API_UNARY(GetProject)
+DET_API_UNARY(ArchiveWorkspace)
+DET_API_UNARY(UnarchiveWorkspace)
+DET_API_UNARY(ArchiveProject)
+DET_API_UNARY(UnarchiveProject)
 #undef DET_API_UNARY
 
 grpc::ServerReadReactor<apiv1::UploadArtifactRequest>* ApiService::UploadArtifact(

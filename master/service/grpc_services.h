@@ -116,6 +116,16 @@ class ApiService final : public apiv1::Determined::CallbackService {
   DET_CALLBACK_UNARY(apiv1, GetJobQueue);
   DET_CALLBACK_UNARY(apiv1, UpdateJob);
   DET_CALLBACK_UNARY(apiv1, PatchCheckpoint);
+  DET_CALLBACK_UNARY(apiv1, PostWorkspace);
+  DET_CALLBACK_UNARY(apiv1, GetWorkspaces);
+  DET_CALLBACK_UNARY(apiv1, GetWorkspace);
+  DET_CALLBACK_UNARY(apiv1, GetWorkspaceProjects);
+  DET_CALLBACK_UNARY(apiv1, PostProject);
+  DET_CALLBACK_UNARY(apiv1, GetProject);
+  DET_CALLBACK_UNARY(apiv1, ArchiveWorkspace);
+  DET_CALLBACK_UNARY(apiv1, UnarchiveWorkspace);
+  DET_CALLBACK_UNARY(apiv1, ArchiveProject);
+  DET_CALLBACK_UNARY(apiv1, UnarchiveProject);
 
  private:
   // Authenticates the caller of `method`, runs its handler and finishes.

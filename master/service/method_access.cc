@@ -74,6 +74,19 @@ constexpr Entry kTable[] = {
     {"MasterLogs", kAdminRule},
     // ---- forks and continue (PauseTrial / ActivateTrial are above)
     {"ContinueExperiment", kByExperiment},
+    // ---- workspaces and projects (issue 17): any user may create one (and
+    // owns it) and read all; the core lets only its owner or an admin
+    // archive or unarchive it (core/workspaces.cc)
+    {"PostWorkspace", kUserRule},
+    {"GetWorkspaces", kUserRule},
+    {"GetWorkspace", kUserRule},
+    {"GetWorkspaceProjects", kUserRule},
+    {"PostProject", kUserRule},
+    {"GetProject", kUserRule},
+    {"ArchiveWorkspace", kUserRule},
+    {"UnarchiveWorkspace", kUserRule},
+    {"ArchiveProject", kUserRule},
+    {"UnarchiveProject", kUserRule},
 };
 
 }  // namespace

@@ -78,6 +78,9 @@ struct ExperimentRow {
   std::optional<double> job_weight;
   std::optional<int64_t> job_max_slots;
   std::optional<double> job_queue_position;
+  // The project it is in (store_workspaces.cc; 1: "Uncategorized"). Written
+  // by InsertExperiment only: UpdateExperiment never moves an experiment.
+  int64_t project_id = 1;
 };
 
 struct TrialRow {
@@ -224,6 +227,35 @@ struct UserTokenRow {
   int64_t user_id = 0;
   int64_t created_ms = 0;
   int64_t expires_ms = 0;
+};
+
+// A workspace (groups projects) and a project (groups experiments). The
+// default workspace and project "Uncategorized" (both id 1, immutable) are
+// created by the migration that added them. Read-only fields (filled by the
+// reads, ignored by the inserts) are marked.
+struct WorkspaceRow {
+  int64_t id = 0;
+  std::string name;  // unique
+  std::string description;
+  int64_t owner_id = 0;     // the creating user's id (0: the master)
+  std::string owner_name;   // read-only: that user's name ("" if none)
+  bool archived = false;
+  bool immutable = false;
+  int64_t created_ms = 0;
+  int64_t num_projects = 0;  // read-only
+};
+
+struct ProjectRow {
+  int64_t id = 0;
+  int64_t workspace_id = 0;
+  std::string workspace_name;  // read-only
+  std::string name;            // unique within its workspace
+  std::string description;
+  int64_t owner_id = 0;
+  std::string owner_name;  // read-only
+  bool archived = false;
+  bool immutable = false;
+  int64_t created_ms = 0;
 };
 
 // Selects experiments for ListExperiments / CountExperiments. Empty fields
@@ -518,6 +550,36 @@ class Store {
   absl::Status DeleteExperimentRow(int64_t experiment_id);
   // How many experiments other than `except_id` run trial.so `sha256`.
   absl::StatusOr<int64_t> CountExperimentsWithArtifact(const std::string& sha256, int64_t except_id);
+
+  // ---- Workspaces and projects (store_workspaces.cc; all thread-safe) ----
+
+  // Inserts `row` (id and read-only fields ignored); returns its id.
+  // AlreadyExists naming the name when it is taken.
+  absl::StatusOr<int64_t> InsertWorkspace(const WorkspaceRow& row);
+  // NotFound naming the id.
+  absl::StatusOr<WorkspaceRow> GetWorkspace(int64_t id);
+  // The workspace named exactly `name`, or nullopt.
+  absl::StatusOr<std::optional<WorkspaceRow>> FindWorkspace(const std::string& name);
+  // Every workspace, ordered by id.
+  absl::StatusOr<std::vector<WorkspaceRow>> ListWorkspaces();
+  absl::StatusOr<int64_t> CountWorkspaces();
+
+  // Inserts `row` (id and read-only fields ignored); returns its id.
+  // AlreadyExists when its workspace has a project of that name;
+  // FailedPrecondition when row.workspace_id names no workspace.
+  absl::StatusOr<int64_t> InsertProject(const ProjectRow& row);
+  // NotFound naming the id.
+  absl::StatusOr<ProjectRow> GetProject(int64_t id);
+  // The project named exactly `name` in `workspace_id`, or nullopt.
+  absl::StatusOr<std::optional<ProjectRow>> FindProject(int64_t workspace_id, const std::string& name);
+  // The projects of `workspace_id` (nullopt: of every workspace) whose name
+  // is exactly `name` ("" = any), ordered by id.
+  absl::StatusOr<std::vector<ProjectRow>> ListProjects(std::optional<int64_t> workspace_id,
+                                                       const std::string& name = "");
+  absl::StatusOr<int64_t> CountProjects(int64_t workspace_id);
+  // Sets the archived flag; NotFound naming the id.
+  absl::Status SetWorkspaceArchived(int64_t id, bool archived);
+  absl::Status SetProjectArchived(int64_t id, bool archived);
 
   // ---- Maintenance ----
 

@@ -32,13 +32,13 @@ using store_internal::SqlLimit;
 #define DET_EXPERIMENT_COLUMNS                                                                 \
   "id, name, description, labels, state, config_yaml, config_json, trial_so_sha256, "          \
   "searcher_state_json, owner, archived, progress, created_ms, ended_ms, checkpoint_gc_policy_json, "   \
-  "parent_id, warm_start_checkpoint_uuid, job_priority, job_weight, job_max_slots, job_queue_position"
+  "parent_id, warm_start_checkpoint_uuid, job_priority, job_weight, job_max_slots, job_queue_position, project_id"
 
 constexpr char kInsertExperiment[] =
     "INSERT INTO experiments(name, description, labels, state, config_yaml, config_json, "
     "trial_so_sha256, searcher_state_json, owner, archived, progress, created_ms, ended_ms, "
-    "checkpoint_gc_policy_json, parent_id, warm_start_checkpoint_uuid) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    "checkpoint_gc_policy_json, parent_id, warm_start_checkpoint_uuid, project_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 constexpr char kUpdateExperiment[] =
     "UPDATE experiments SET name = ?, description = ?, labels = ?, state = ?, config_yaml = ?, "
     "config_json = ?, trial_so_sha256 = ?, searcher_state_json = ?, owner = ?, archived = ?, "
@@ -83,6 +83,7 @@ absl::StatusOr<ExperimentRow> ReadExperiment(sqlite3_stmt* s) {
   r.job_weight = ColOptDouble(s, 18);
   r.job_max_slots = ColOptInt(s, 19);
   r.job_queue_position = ColOptDouble(s, 20);
+  r.project_id = ColInt(s, 21);
   return r;
 }
 
@@ -130,7 +131,8 @@ absl::StatusOr<int64_t> Store::InsertExperiment(const ExperimentRow& row) {
         .Int(row.ended_ms)
         .Text(row.checkpoint_gc_policy_json)
         .Int(row.parent_id)
-        .Text(row.warm_start_checkpoint_uuid);
+        .Text(row.warm_start_checkpoint_uuid)
+        .Int(row.project_id);
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind experiment");
     int rc = sqlite3_step(st.get());
     if (rc != SQLITE_DONE) return Error(rc, "insert experiment");

@@ -11,6 +11,7 @@
 //   store_checkpoints.cc  checkpoints
 //   store_agents.cc       agents and allocations
 //   store_users.cc        users and login tokens
+//   store_workspaces.cc   workspaces and projects
 #ifndef DET_MASTER_STORE_STORE_INTERNAL_H_
 #define DET_MASTER_STORE_STORE_INTERNAL_H_
 

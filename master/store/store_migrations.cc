@@ -187,10 +187,44 @@ ALTER TABLE experiments ADD COLUMN job_max_slots INTEGER;
 ALTER TABLE experiments ADD COLUMN job_queue_position REAL;
 )sql";
 
+// Workspaces and projects (store_workspaces.cc): the default workspace and
+// project "Uncategorized" (id 1 each), where every existing experiment goes.
+// (No REFERENCES on the new column: SQLite refuses one with a non-NULL
+// default in ALTER TABLE; the master checks the project on insert.)
+constexpr char kMigration7[] = R"sql(
+CREATE TABLE workspaces (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL UNIQUE,
+  description TEXT NOT NULL,
+  owner_id INTEGER NOT NULL,
+  archived INTEGER NOT NULL,
+  immutable INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+CREATE TABLE projects (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  workspace_id INTEGER NOT NULL REFERENCES workspaces(id),
+  name TEXT NOT NULL,
+  description TEXT NOT NULL,
+  owner_id INTEGER NOT NULL,
+  archived INTEGER NOT NULL,
+  immutable INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  UNIQUE (workspace_id, name)
+);
+INSERT INTO workspaces(id, name, description, owner_id, archived, immutable, created_ms)
+  VALUES (1, 'Uncategorized', '', 0, 0, 1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER));
+INSERT INTO projects(id, workspace_id, name, description, owner_id, archived, immutable, created_ms)
+  VALUES (1, 1, 'Uncategorized', '', 0, 0, 1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER));
+ALTER TABLE experiments ADD COLUMN project_id INTEGER NOT NULL DEFAULT 1;
+CREATE INDEX experiments_project_id ON experiments(project_id);
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
-      new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6};
+      new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6,
+                                   kMigration7};
   return *kMigrations;
 }
 

@@ -8,6 +8,7 @@
 // #main) and follow the experiment's state and archived flag.
 import {apiFetch, apiGet, apiPost} from './api.js';
 import {h} from './dom.js';
+import {projectQuery} from './workspaces.js';
 
 const SHOW_ARCHIVED_KEY = 'det.showArchived';
 const TERMINAL = new Set(['STATE_COMPLETED', 'STATE_CANCELED', 'STATE_ERROR']);
@@ -31,9 +32,10 @@ function toast(message, kind = 'info') {
 // The experiments the list shows: unarchived ones, and archived ones too
 // when the toggle is on (the API lists one or the other), newest first.
 export async function fetchExperimentList() {
-  const res = await apiGet('/api/v1/experiments?limit=1000');
+  const only = projectQuery();  // the project filter (workspaces.js), if any
+  const res = await apiGet(`/api/v1/experiments?limit=1000${only}`);
   if (!showArchived()) return res;
-  const archived = await apiGet('/api/v1/experiments?limit=1000&archived=true');
+  const archived = await apiGet(`/api/v1/experiments?limit=1000&archived=true${only}`);
   const all = (res.experiments || []).concat(archived.experiments || []);
   all.sort((a, b) => Number(b.id) - Number(a.id));
   return {...res, experiments: all};
