@@ -21,16 +21,6 @@ using ::testing::HasSubstr;
 
 const fs::path kCorpus = fs::path(DET_SOURCE_DIR) / "tests/data/configs/determined";
 
-// Configs in Determined 0.38's shape (searcher.time_metric/max_time or no
-// length at all, no global_batch_size): helper D's part of issue 17 (lengths)
-// makes them parse. Until it is merged they may fail, but only on those two
-// fields; once merged they must pass like the others (the lead removes this
-// list then).
-const std::set<std::string> kNeedLengths = {
-    "0.38/mnist_pytorch_const.yaml",       "0.38/mnist_pytorch_adaptive.yaml", "0.38/mnist_pytorch_distributed.yaml",
-    "0.38/mnist_pytorch_dist_random.yaml", "0.38/cifar10_pytorch_epochs.yaml",
-};
-
 std::vector<fs::path> CorpusFiles() {
   std::vector<fs::path> files;
   for (const auto& entry : fs::recursive_directory_iterator(kCorpus)) {
@@ -56,13 +46,6 @@ TEST(ConfigCorpusTest, EveryConfigIsAcceptedAndEveryWarningNamesItsField) {
   for (const fs::path& file : CorpusFiles()) {
     SCOPED_TRACE(Name(file));
     auto config = LoadExperimentConfigFile(file.string(), options);
-    if (kNeedLengths.count(Name(file)) > 0 && !config.ok()) {
-      const std::string message(config.status().message());
-      EXPECT_TRUE(message.find("searcher.max_length") != std::string::npos ||
-                  message.find("hyperparameters.global_batch_size") != std::string::npos)
-          << "fails on something other than the lengths part: " << config.status();
-      continue;
-    }
     ASSERT_TRUE(config.ok()) << config.status();
     std::set<std::string> seen;
     for (const std::string& w : config->warnings) {

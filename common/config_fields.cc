@@ -45,9 +45,8 @@ std::vector<ConfigField> MakeTable() {
       Read("searcher.mode", kAsha, "sc.mode"),
       Read("searcher.bracket_rungs", kAsha, "sc.bracket_rungs"),
       Read("searcher.stop_once", kAsha, "sc.stop_once"),
-      // Helper D (lengths, issue 17) gives these their consumer.
-      Read("searcher.time_metric", {}, {}),
-      Read("searcher.max_time", {}, {}),
+      Read("searcher.time_metric", "common/batch_lengths.cc", "searcher.time_metric"),
+      Read("searcher.max_time", "common/batch_lengths.cc", "searcher.max_time"),
       Read("searcher.num_rungs", kAsha, "sc.num_rungs"),
       Read("searcher.source_trial_id", "master/core/experiment_fork.cc", ".source_trial_id"),
       Read("searcher.source_checkpoint_uuid", "master/core/experiment_fork.cc", ".source_checkpoint_uuid"),
@@ -97,9 +96,8 @@ std::vector<ConfigField> MakeTable() {
       Unused("environment.proxy_ports", "det-cpp trials expose no ports"),
       Unused("environment.ports", "det-cpp trials expose no ports"),
       Read("debug", "trial_runtime/runtime/managed_mode.cc", "config_.debug"),
-      // Helper W (workspaces, issue 17) gives these their consumer.
-      Read("workspace", {}, {}),
-      Read("project", {}, {}),
+      Read("workspace", "master/core/workspaces.cc", "config.workspace"),
+      Read("project", "master/core/workspaces.cc", "config.project"),
       Unused("bind_mounts", "det-cpp runs no containers; trials see the agent's file system"),
       Unused("optimizations", "Horovod's aggregation, fusion and compression settings; det-cpp uses torch.distributed"),
       Unused("profiling", "det-cpp has no profiler"),

@@ -30,11 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Parsed by the parser but read by code another part of issue 17 adds
-// (D: lengths; W: workspaces). The lead points these rows at their
-// consumers when merging those branches, and empties this list.
-const std::set<std::string> kAwaitingConsumer = {"searcher.time_metric", "searcher.max_time", "workspace", "project"};
-
 // Fields the parser itself enforces: their one accepted value is what the
 // master implements, so nothing else needs to read them.
 const std::set<std::string> kValidatedOnly = {"checkpoint_storage.type"};
@@ -121,7 +116,6 @@ TEST(ConfigFieldsTest, EveryParsedFieldIsReadOutsideTheParserOrWarns) {
       EXPECT_TRUE(f.consumer.empty()) << "a field with a consumer needs no warning";
       continue;
     }
-    if (kAwaitingConsumer.count(path) > 0 && f.consumer.empty()) continue;
     ASSERT_FALSE(f.consumer.empty()) << "no consumer and no reason: the field is parsed and never read";
     ASSERT_FALSE(f.token.empty());
     EXPECT_TRUE(kParserFiles.count(std::string(f.consumer)) == 0 || kValidatedOnly.count(path) > 0)
