@@ -67,8 +67,17 @@ SearcherLength SearcherLengthOf(const SearcherConfig& searcher) {
   return out;
 }
 
+SearcherLength ClusterSearcherLength(const ExperimentConfig& config) {
+  SearcherLength out = SearcherLengthOf(config.searcher);
+  if (out.length_unit == Length::Unit::kEpochs && config.records_per_epoch <= 0) out.length_unit.reset();
+  return out;
+}
+
 std::string FormatSearcherLength(const SearcherLength& length, int64_t value) {
   if (length.length_unit) return ToString(Length{*length.length_unit, value});
+  if (absl::StatusOr<Length::Unit> unit = ParseLengthUnit(length.unit); unit.ok()) {
+    return ToString(Length{*unit, value});
+  }
   return absl::StrCat(value, " ", length.unit);
 }
 
@@ -79,7 +88,7 @@ absl::StatusOr<BatchLengths> TrialBatchLengths(const ExperimentConfig& config, c
     DET_ASSIGN_OR_RETURN(out.global_batch_size, GlobalBatchSize(hparams));
   }
   out.batches_per_epoch = EpochLengthInBatches(out.global_batch_size, config.records_per_epoch, 0);
-  const SearcherLength searcher = SearcherLengthOf(config.searcher);
+  const SearcherLength searcher = ClusterSearcherLength(config);
   const char* field = config.searcher.time_metric ? "searcher.max_time" : "searcher.max_length";
   // The searcher length's errors are InvalidArgument with the hint; the
   // periods keep ToBatches' codes.

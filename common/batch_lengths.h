@@ -81,13 +81,21 @@ struct SearcherLength {
 // otherwise max_length. Pure.
 SearcherLength SearcherLengthOf(const SearcherConfig& searcher);
 
+// The searcher length as a cluster trial runs it: SearcherLengthOf(config.
+// searcher), except that a length in epochs without records_per_epoch (the
+// master cannot convert it to batches) is counted by the trial runtime over
+// its own training data loader, as a training metric named "epochs" is:
+// is_metric() is then true and unit is "epochs". Pure.
+SearcherLength ClusterSearcherLength(const ExperimentConfig& config);
+
 // "2 epochs", "1 batch", "1000 tokens": `value` in the unit of `length`.
 std::string FormatSearcherLength(const SearcherLength& length, int64_t value);
 
 // The lengths of ONE trial in batches, with that trial's own hparams: its
 // global_batch_size (0 when the hparams have none, fine for lengths in
 // batches or a training metric), batches_per_epoch from records_per_epoch,
-// max_length = the searcher length in batches (0 for a training metric), and
+// max_length = the searcher length in batches (0 when ClusterSearcherLength
+// is_metric(): a training metric, or epochs the runtime counts), and
 // the periods. Errors as ResolveBatchLengths(lengths, ...) above, except that
 // an unknown epoch length (no records_per_epoch) is InvalidArgument followed
 // by `unknown_epoch_hint`, and a length in records or epochs without

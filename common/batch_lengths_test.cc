@@ -49,14 +49,21 @@ TEST(BatchLengthsTest, ConfigConvertsEveryUnitWithRecordsPerEpoch) {
   EXPECT_EQ(lengths->checkpoint_period, 4);
 }
 
-TEST(BatchLengthsTest, ConfigMaxLengthInEpochsWithoutEpochLengthIsInvalidWithTheHint) {
-  auto lengths = ResolveBatchLengths(Config("epochs: 2"), "; set records_per_epoch to use epochs with the master");
-  ASSERT_FALSE(lengths.ok());
-  EXPECT_EQ(lengths.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(lengths.status().message(),
-            "cannot convert 'searcher.max_length' (2 epochs) to batches: the epoch length is unknown; set "
-            "records_per_epoch in the config or use a training data loader with a known length; set "
-            "records_per_epoch to use epochs with the master");
+TEST(BatchLengthsTest, ConfigMaxLengthInEpochsWithoutEpochLengthIsCountedByTheRuntime) {
+  const ExperimentConfig config = Config("epochs: 2");
+  // The master cannot convert it: the trial runtime counts epochs of its
+  // training data loader, as it counts a training metric.
+  auto lengths = ResolveBatchLengths(config, "; hint");
+  ASSERT_TRUE(lengths.ok()) << lengths.status();
+  EXPECT_EQ(lengths->max_length, 0);
+  const SearcherLength cluster = ClusterSearcherLength(config);
+  EXPECT_TRUE(cluster.is_metric());
+  EXPECT_EQ(cluster.unit, "epochs");
+  EXPECT_EQ(cluster.max, 2);
+  EXPECT_EQ(FormatSearcherLength(cluster, 1), "1 epoch");
+  EXPECT_FALSE(SearcherLengthOf(config.searcher).is_metric());  // local mode converts with its loader
+  // With records_per_epoch the master converts it.
+  EXPECT_FALSE(ClusterSearcherLength(Config("epochs: 2", "records_per_epoch: 64\n")).is_metric());
 }
 
 TEST(BatchLengthsTest, ConfigPeriodInEpochsWithoutEpochLengthKeepsItsCode) {
@@ -186,6 +193,30 @@ TEST(SearcherLengthTest, TrainingMetricIsItsOwnUnit) {
   EXPECT_EQ(lengths->max_length, 0);  // no batch count: the runtime stops on the metric
   EXPECT_EQ(lengths->validation_period, 20);
   EXPECT_EQ(SearcherUnitsToBatches(length, 10, *lengths).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Determined 0.38's single/random/grid configs may give no length (the
+// training code decides): one epoch of the trial's training data. Adaptive
+// searchers need one.
+TEST(SearcherLengthTest, NoLengthIsOneEpochOfDataForNonAdaptiveSearchers) {
+  for (const char* name : {"single", "random", "grid"}) {
+    SCOPED_TRACE(name);
+    const std::string max_trials = name == std::string("random") ? "  max_trials: 2\n" : "";
+    ExperimentConfig config = ParseOk(
+        absl::StrCat("hyperparameters:\n  lr: 0.1\nsearcher:\n  name: ", name, "\n  metric: loss\n", max_trials));
+    EXPECT_TRUE(config.searcher.length_from_data);
+    const SearcherLength length = ClusterSearcherLength(config);
+    EXPECT_TRUE(length.is_metric());
+    EXPECT_EQ(length.unit, "epochs");
+    EXPECT_EQ(length.max, 1);
+    auto lengths = TrialBatchLengths(config, nlohmann::json::object());
+    ASSERT_TRUE(lengths.ok()) << lengths.status();
+    EXPECT_EQ(lengths->max_length, 0);
+  }
+  EXPECT_THAT(ParseError("hyperparameters:\n  lr: 0.1\nsearcher:\n  name: adaptive_asha\n  metric: loss\n"
+                         "  max_trials: 4\n"),
+              HasSubstr("missing required field 'searcher.max_length' (or 'searcher.time_metric' + "
+                        "'searcher.max_time'): adaptive searchers need a training length"));
 }
 
 TEST(SearcherLengthTest, ExactlyOneFormAndAValidMetricName) {

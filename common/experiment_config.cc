@@ -110,8 +110,17 @@ absl::Status ParseSearcherLength(const ConfigMapReader& r, SearcherConfig* s) {
     return absl::OkStatus();
   }
   if (!has_max_length) {
+    // Determined 0.38's single/random/grid configs may leave the length to
+    // the training code: here that is one pass over the trial's training
+    // data loader. ASHA needs a length to place its rungs.
+    if (s->name == SearcherName::kSingle || s->name == SearcherName::kRandom || s->name == SearcherName::kGrid) {
+      s->max_length = Length{Length::Unit::kEpochs, 1};
+      s->length_from_data = true;
+      return absl::OkStatus();
+    }
     return r.source().Error("", absl::StrCat("missing required field '", r.PathOf("max_length"), "' (or '",
-                                             r.PathOf("time_metric"), "' + '", r.PathOf("max_time"), "')"));
+                                             r.PathOf("time_metric"), "' + '", r.PathOf("max_time"),
+                                             "'): adaptive searchers need a training length"));
   }
   DET_ASSIGN_OR_RETURN(s->max_length, ParseLength(r.source(), *r.Find("max_length"), r.PathOf("max_length"), 1));
   return absl::OkStatus();

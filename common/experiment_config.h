@@ -54,8 +54,11 @@ struct SearcherConfig {
   bool smaller_is_better = true;
   // The training length: exactly one of max_length (value >= 1), or
   // time_metric + max_time (Determined 0.38). Read it through
-  // SearcherLengthOf (common/batch_lengths.h).
+  // SearcherLengthOf (common/batch_lengths.h). single, random and grid may
+  // give neither (Determined 0.38 leaves it to the training code): then
+  // max_length is 1 epoch and length_from_data is set.
   Length max_length;
+  bool length_from_data = false;
   // Required (1..kMaxSearcherTrials) for random, adaptive_asha and
   // async_halving; 1 for single; for grid 0 unless given (the grid decides).
   int64_t max_trials = 0;

@@ -358,9 +358,11 @@ TEST(ExperimentConfigErrorTest, MissingRequiredField) {
             "config.yaml: missing required field 'searcher.metric'");
   EXPECT_EQ(ErrorOf(Replace(kMinimal, "  name: single\n", "")),
             "config.yaml: missing required field 'searcher.name'");
-  EXPECT_EQ(ErrorOf(Replace(kMinimal, "  max_length:\n    batches: 100\n", "")),
+  // single may leave the length to the trial's data (one epoch); ASHA may not.
+  EXPECT_EQ(ErrorOf(Replace(Replace(kMinimal, "  max_length:\n    batches: 100\n", "  max_trials: 4\n"),
+                            "name: single", "name: adaptive_asha")),
             "config.yaml: missing required field 'searcher.max_length' (or 'searcher.time_metric' + "
-            "'searcher.max_time')");
+            "'searcher.max_time'): adaptive searchers need a training length");
   EXPECT_EQ(ErrorOf("hyperparameters:\n  global_batch_size: 32\n"),
             "config.yaml: missing required field 'searcher'");
   EXPECT_EQ(ErrorOf(Replace(kMinimal, "hyperparameters:\n  global_batch_size: 32\n", "")),

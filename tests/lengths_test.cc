@@ -205,6 +205,42 @@ data:
                              "hyperparameters.global_batch_size is not set"));
 }
 
+// Determined 0.38's const.yaml shape: a single searcher with no length at all
+// (the training code decides there) and no records_per_epoch: the trial
+// trains one pass over its training data loader (96 records / 8 per batch =
+// 12 batches), counted by the runtime, and stops at the epoch's last batch
+// rather than at a multiple of scheduling_unit.
+TEST(LengthsTest, Determined038ConfigWithNoLengthTrainsOneEpochOfItsData) {
+  TempDir dir;
+  TestCluster cluster(dir, Options());
+  cluster.StartAgent("a");
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
+  const std::string config = R"(name: det-038-const
+hyperparameters:
+  learning_rate: 0.01
+  hidden_size: 16
+  dropout: 0.1
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+entrypoint: python3 train.py --epochs 1
+scheduling_unit: 5
+max_restarts: 0
+data:
+  batch_size: 8
+  train_size: 96
+  val_size: 32
+)";
+  const int id = cluster.CreateExperiment(config, "det-038-const");
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(cluster.WaitForState(id, "STATE_COMPLETED", std::chrono::minutes(3))) << cluster.MasterLog();
+  json trials = cluster.Trials(id);
+  ASSERT_EQ(trials.size(), 1u);
+  EXPECT_EQ(Int(trials[0]["total_batches_processed"]), 12);
+  EXPECT_EQ(ValidationBatches(cluster, Int(trials[0]["id"])), std::vector<int64_t>{12});
+}
+
 // Pausing a time_metric trial mid-way: it checkpoints (with the metric's last
 // value), resumes from there when activated and still stops at its target.
 TEST(LengthsTest, TimeMetricSurvivesPauseAndActivate) {

@@ -6,7 +6,7 @@
 namespace det::master {
 
 SearcherLength ExperimentSearcherLength(const ExperimentConfig& config, const nlohmann::json& stored_snapshot) {
-  SearcherLength length = SearcherLengthOf(config.searcher);
+  SearcherLength length = ClusterSearcherLength(config);
   const bool legacy = stored_snapshot.is_object() && !stored_snapshot.contains(kSnapshotLengthUnit);
   if (!legacy || length.is_metric() || length.length_unit == Length::Unit::kBatches) return length;
   absl::StatusOr<BatchLengths> old = ResolveBatchLengths(config);

@@ -458,7 +458,7 @@ TrainingPlan ManagedRank::MakeTrainingPlan() const {
   TrainingPlan plan;
   // The master sends every length (TRAIN targets, a time_metric's target);
   // a time_metric's name makes training reports carry its last value.
-  const SearcherLength length = SearcherLengthOf(config_.searcher);
+  const SearcherLength length = ClusterSearcherLength(config_);
   if (length.is_metric()) plan.time_metric = length.unit;
   plan.records_per_epoch = config_.records_per_epoch;
   plan.scheduling_unit = config_.scheduling_unit;
@@ -540,9 +540,9 @@ int ManagedRank::PerformOperations() {
     // A searcher length in a training metric (e.g. tokens): its last value
     // (restored from the checkpoint on a resume) tells the master whether
     // the target is reached.
-    const SearcherLength length = SearcherLengthOf(config_.searcher);
+    const SearcherLength length = ClusterSearcherLength(config_);
     if (length.is_metric()) {
-      std::optional<double> value = controller_->last_training_value(length.unit);
+      std::optional<double> value = controller_->time_metric_value(length.unit);
       if (value && std::isfinite(*value)) req.set_time_metric_value(*value);
     }
     tv1::GetNextOperationResponse resp;

@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -305,12 +307,23 @@ std::optional<double> TrialController::last_training_value(const std::string& na
   return it->second;
 }
 
+std::optional<double> TrialController::time_metric_value(const std::string& name) const {
+  std::optional<double> value = last_training_value(name);
+  if (!value && name == "epochs") value = epochs();
+  return value;
+}
+
 absl::Status TrialController::TrainToMetric(const std::string& metric, double target, int64_t cap, bool* preempted) {
   *preempted = false;
   const int64_t unit = plan_.scheduling_unit;
   if (!metric_probe_start_) metric_probe_start_ = batches_trained_;
+  // Epochs of the data loader end exactly at an epoch's last batch.
+  if (metric == "epochs" && !last_training_value(metric) && std::isfinite(target)) {
+    const auto epoch_end = static_cast<int64_t>(std::ceil(target * static_cast<double>(batches_per_epoch_)));
+    if (epoch_end > batches_trained_) cap = cap > 0 ? std::min(cap, epoch_end) : epoch_end;
+  }
   while (true) {
-    const std::optional<double> value = last_training_value(metric);
+    const std::optional<double> value = time_metric_value(metric);
     bool reached = value.has_value() && *value >= target;  // NaN never reaches
     if (distributed()) {
       DET_ASSIGN_OR_RETURN(reached, dist_->AnyTrue(reached));

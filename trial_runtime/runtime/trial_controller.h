@@ -117,6 +117,10 @@ class TrialController {
   // The last per-batch value of training metric `name` (from this process or
   // the restored checkpoint), if it was ever reported.
   std::optional<double> last_training_value(const std::string& name) const;
+  // The value a searcher length counted by the runtime has reached:
+  // last_training_value(name), except that "epochs" the trial does not
+  // report itself is epochs() of its training data loader.
+  std::optional<double> time_metric_value(const std::string& name) const;
   absl::StatusOr<MetricsMap> Validate();
   absl::StatusOr<SavedCheckpoint> Checkpoint();
   // Detaches the context's report_metrics from this controller.
