@@ -39,7 +39,7 @@ absl::StatusOr<SearchPreview> PreviewSearch(const ExperimentConfig& config, int6
 
   SearchPreview preview;
   preview.searcher = std::string(SearcherNameToString(config.searcher.name));
-  preview.length = SearcherLengthOf(config.searcher);
+  preview.length = ClusterSearcherLength(config);  // epochs the runtime counts have no batches here
   preview.length.max = max_length;
   // Batches, where every trial has the same: a constant (or no) batch size.
   std::optional<BatchLengths> constant;
