@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
+#include "common/safe_path.h"
 #include "common/proto_json.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -149,6 +150,16 @@ absl::Status MasterCore::RecoverAllocations() {
     if (exp.row.state != kActive || trial.killed || trial.row.state == kPaused) {
       alloc->preempt = true;
       alloc->stop_requested_mono_ms = now;
+    }
+    // A Slurm job: found again through squeue (RunSlurmPass), no agent.
+    if (placements.size() == 1 && placements[0].agent_id == kSlurmAgentId) {
+      alloc->slurm = true;
+      alloc->slurm_job_id = row.slurm_job_id;
+      alloc->slurm_state = "PENDING";
+      alloc->slurm_job_dir = JoinUnder(options_.resource_manager.slurm.job_storage_root, row.id, "id").value_or("");
+      alloc->rendezvous.set_world_size(alloc->processes);
+      for (int i = 0; i < alloc->processes; ++i) alloc->rendezvous.add_ranks()->set_rank(i);
+      placements.clear();
     }
     for (const auto& p : placements) {
       auto& agent = agents_[p.agent_id];
