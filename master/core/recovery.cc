@@ -170,7 +170,8 @@ absl::Status MasterCore::RecoverAllocations() {
       }
     }
     trial.allocation_id = row.id;
-    spdlog::info("trial {}: allocation {} waits for its agent(s) to re-register", trial.row.id, row.id);
+    spdlog::info("trial {}: allocation {} waits for {}", trial.row.id, row.id,
+                 alloc->slurm ? "squeue to show its Slurm job" : "its agent(s) to re-register");
     allocations_[row.id] = std::move(alloc);
   }
   return absl::OkStatus();

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -106,7 +108,13 @@ void MasterCore::StartSlurmAllocationLocked(ExperimentRuntime& exp, TrialRuntime
   spec.det_trial = cfg.det_trial;
   absl::StatusOr<std::string> dir = JoinUnder(cfg.job_storage_root, alloc->id, "allocation_id");
   absl::StatusOr<std::string> so = artifacts_.FilePath(exp.row.trial_so_sha256);
-  absl::StatusOr<std::string> script = dir.ok() ? (spec.job_dir = *dir, SlurmBatchScript(spec)) : dir.status();
+  absl::StatusOr<std::string> script = absl::InternalError("no job directory");
+  if (dir.ok()) {
+    spec.job_dir = *dir;
+    script = SlurmBatchScript(spec);
+  } else {
+    script = dir.status();
+  }
   if (script.ok() && !so.ok()) script = so.status();
   const std::string id = alloc->id;
   alloc->slurm_job_dir = dir.ok() ? *dir : "";

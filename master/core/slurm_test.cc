@@ -257,12 +257,12 @@ TEST_F(SlurmCoreTest, PausingAPendingJobCancelsIt) {
   Pass();
   const std::string name = slurm_->jobs.begin()->first;
   apiv1::PauseExperimentRequest pause;
-  pause.set_id(exp);
+  pause.set_experiment_id(exp);
   ASSERT_TRUE(core_->PauseExperiment(pause).ok());
   Pass();
   EXPECT_THAT(slurm_->canceled, ::testing::Contains(name));
   Pass();  // squeue: CANCELLED, no exit status -> stopped, paused
-  EXPECT_EQ(apiv1::TrialState_Name(OnlyTrial(exp).state()), "STATE_PAUSED");
+  EXPECT_EQ(apiv1::State_Name(OnlyTrial(exp).state()), "STATE_PAUSED");
   EXPECT_EQ(OnlyTrial(exp).restarts(), 0);
 }
 
@@ -278,7 +278,7 @@ TEST_F(SlurmCoreTest, ARestartedMasterReattachesToItsRunningJob) {
   Pass();
   EXPECT_EQ(slurm_->jobs.size(), 1u);  // no second submission
   EXPECT_EQ(JobState(exp), "JOB_STATE_SCHEDULED");
-  EXPECT_EQ(apiv1::TrialState_Name(OnlyTrial(exp).state()), "STATE_ACTIVE");
+  EXPECT_EQ(apiv1::State_Name(OnlyTrial(exp).state()), "STATE_ACTIVE");
 }
 
 TEST_F(SlurmCoreTest, AgentsAreRefused) {
