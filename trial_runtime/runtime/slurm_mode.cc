@@ -48,11 +48,11 @@ absl::StatusOr<int> IntVar(const std::map<std::string, std::string>& env, const 
 // The tasks on node `node` from SLURM_TASKS_PER_NODE ("2", "2(x3),1").
 absl::StatusOr<int> TasksOnNode(const std::string& spec, int node) {
   int index = 0;
-  for (std::string_view part : absl::StrSplit(spec, ',')) {
+  for (absl::string_view part : absl::StrSplit(spec, ',')) {
     int tasks = 0, repeat = 1;
-    std::string_view count = part.substr(0, part.find('('));
+    absl::string_view count = part.substr(0, part.find('('));
     if (!absl::SimpleAtoi(count, &tasks)) break;
-    if (auto x = part.find("(x"); x != std::string_view::npos) {
+    if (auto x = part.find("(x"); x != absl::string_view::npos) {
       if (!absl::SimpleAtoi(part.substr(x + 2, part.size() - x - 3), &repeat)) break;
     }
     if (node < index + repeat) return tasks;
