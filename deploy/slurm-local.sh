@@ -44,9 +44,15 @@ wait_for() {  # wait_for SECONDS COMMAND...: until COMMAND succeeds
   done
 }
 
-fail_with_log() {
-  echo "slurm-local: $1 did not start; last lines of $2:" >&2
-  tail -n 20 "$2" >&2 || true
+fail_with_log() {  # fail_with_log DAEMON LOG: prints the last lines of LOG and of DAEMON's own output
+  echo "slurm-local: $1 did not start here" >&2
+  local f
+  for f in "$2" "$dir/log/$1.out"; do
+    if [[ -s $f ]]; then
+      echo "--- last lines of $f:" >&2
+      tail -n 20 "$f" >&2
+    fi
+  done
   exit 1
 }
 

@@ -69,6 +69,13 @@ class SlurmTest : public ::testing::Test {
   static void SetUpTestSuite() {
     slurm_dir_ = new TempDir();
     std::string out, err;
+    // Not installed is a failure, not a reason to skip: deploy/install-deps.sh
+    // installs slurm-wlm and munge.
+    if (RunProcess({"/bin/sh", "-c", "command -v slurmctld && command -v slurmd && command -v munged && command -v sbatch"},
+                   &out, &err) != 0) {
+      *missing_ = "slurm-wlm or munge is not installed (deploy/install-deps.sh installs them): " + out + err;
+      return;
+    }
     int rc = RunProcess({"/bin/bash", kSlurmLocal, "start", slurm_dir_->path()}, &out, &err, std::chrono::seconds(90));
     if (rc != 0) {
       *skip_reason_ = absl::StrCat("the Slurm daemons did not start here (deploy/slurm-local.sh exited ", rc,
@@ -84,6 +91,7 @@ class SlurmTest : public ::testing::Test {
     slurm_dir_ = nullptr;
   }
   void SetUp() override {
+    if (!missing_->empty()) GTEST_FAIL() << *missing_;
     if (!skip_reason_->empty()) GTEST_SKIP() << *skip_reason_;
   }
 
@@ -137,11 +145,13 @@ class SlurmTest : public ::testing::Test {
   }
   static TempDir* slurm_dir_;
   static std::string* skip_reason_;
+  static std::string* missing_;
   TempDir dir_;
 };
 
 TempDir* SlurmTest::slurm_dir_ = nullptr;
 std::string* SlurmTest::skip_reason_ = new std::string();
+std::string* SlurmTest::missing_ = new std::string();
 
 // The process of det-trial rank `rank` of the Slurm job named `job_name`
 // (found by srun's environment), or 0.
@@ -245,6 +255,41 @@ TEST_F(SlurmTest, PauseCheckpointsAndEndsTheJobActivateResumes) {
   EXPECT_THAT(logs, HasSubstr("resumed from checkpoint")) << logs;
 }
 
+// A job Slurm cannot place yet (another job holds every CPU of the node) is
+// QUEUED in det-cli job list; pausing it cancels it in Slurm at once (it has
+// nothing to checkpoint); activated again, it runs once the node is free.
+TEST_F(SlurmTest, AJobPendingInSlurmIsQueuedAndPausesAtOnce) {
+  auto cluster = SlurmCluster();
+  std::string out, err;
+  ASSERT_EQ(RunProcess({"/usr/bin/sbatch", "--parsable", "--job-name=blocker", "--ntasks=4", "--output=/dev/null",
+                        "--wrap", "sleep 300"},
+                       &out, &err),
+            0)
+      << err;
+  const std::string blocker = out.substr(0, out.find_first_of(";\n"));
+  int id = cluster->CreateExperiment(Yaml("pending", 1, dir_ / "checkpoints"), "pending");
+  ASSERT_GT(id, 0);
+  std::string queue;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        std::string pending;
+        RunProcess({"/usr/bin/squeue", "-h", "-t", "PD", "-o", "%j"}, &pending, &err);
+        cluster->Cli({"job", "list"}, &queue);
+        json q = cluster->Get("/api/v1/job-queue");
+        return pending.find("det-trial-") != std::string::npos && queue.find("QUEUED") != std::string::npos &&
+               q.dump().find("ALLOCATION_STATE_PENDING") != std::string::npos;
+      },
+      std::chrono::seconds(30)))
+      << queue << cluster->MasterLog();
+  ASSERT_EQ(cluster->Cli({"experiment", "pause", std::to_string(id)}), 0);
+  ASSERT_TRUE(PollUntil([&] { return Trial(*cluster, id).value("state", "") == "STATE_PAUSED"; }, std::chrono::seconds(30)))
+      << Trial(*cluster, id).dump() << cluster->MasterLog();
+  ASSERT_EQ(cluster->Cli({"experiment", "activate", std::to_string(id)}), 0);
+  RunProcess({"/usr/bin/scancel", blocker}, &out, &err);
+  ASSERT_EQ(WaitUntilEnded(*cluster, id), "STATE_COMPLETED") << cluster->MasterLog();
+  EXPECT_EQ(Trial(*cluster, id).value("restarts", 0), 0);
+}
+
 TEST_F(SlurmTest, KillNineOfARankRestartsTheTrialFromItsCheckpoint) {
   auto cluster = SlurmCluster();
   Extra extra;
@@ -258,6 +303,16 @@ TEST_F(SlurmTest, KillNineOfARankRestartsTheTrialFromItsCheckpoint) {
   pid_t rank1 = 0;
   ASSERT_TRUE(PollUntil([&] { return (rank1 = FindRankPid("det-" + allocation, 1)) > 0; }, std::chrono::seconds(30)))
       << allocation;
+  // The allocation token is only in the job's 0600 job.json: in no rank's
+  // argv or environment, which other users of the node could read.
+  const fs::path job_dir = fs::path(dir_ / "jobs") / allocation;
+  const std::string token = json::parse(ReadFile(job_dir / "job.json"), nullptr, false).value("token", "");
+  ASSERT_EQ(token.size(), 32u);
+  EXPECT_EQ(fs::status(job_dir / "job.json").permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(fs::status(job_dir).permissions() & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
+  const fs::path proc = fs::path("/proc") / std::to_string(rank1);
+  EXPECT_EQ(ReadFile(proc / "environ").find(token), std::string::npos);
+  EXPECT_EQ(ReadFile(proc / "cmdline").find(token), std::string::npos);
   ASSERT_EQ(kill(rank1, SIGKILL), 0);
   ASSERT_EQ(WaitUntilEnded(*cluster, id), "STATE_COMPLETED") << cluster->MasterLog();
   json t = Trial(*cluster, id);
@@ -289,6 +344,29 @@ TEST_F(SlurmTest, AMasterKilledMidTrialReattachesToTheRunningJob) {
   for (size_t pos = 0; (pos = logs.find("submitted as Slurm job", pos)) != std::string::npos; ++pos) ++submissions;
   EXPECT_EQ(submissions, 1u) << logs;
   EXPECT_THAT(logs, ::testing::Not(HasSubstr("resumed from checkpoint"))) << logs;
+}
+
+// det-trial's Slurm mode refuses what it cannot use with a clear error and
+// exit code 2 (a config error the master does not retry): a missing or
+// malformed job file, and a process not started by srun.
+TEST(SlurmModeTest, BadJobFileOrNoSlurmEnvironmentIsAClearError) {
+  TempDir dir;
+  std::string out, err;
+  const std::string trial = std::string(DET_TRIALS_DIR) + "/synthetic_trial.so";
+  EXPECT_EQ(RunProcess({kBin + "/det-trial", "--managed", "--slurm-job-file", dir / "none.json", trial}, &out, &err), 2);
+  EXPECT_THAT(err, HasSubstr("none.json: cannot read it"));
+  WriteFile(dir / "bad.json", "{\"master\": \"127.0.0.1:1\", \"allocation_id\": \"a\"}");
+  EXPECT_EQ(RunProcess({kBin + "/det-trial", "--managed", "--slurm-job-file", dir / "bad.json", trial}, &out, &err), 2);
+  EXPECT_THAT(err, HasSubstr("field 'token' must be a non-empty string"));
+  WriteFile(dir / "big.json", std::string(100 << 10, ' '));
+  EXPECT_EQ(RunProcess({kBin + "/det-trial", "--managed", "--slurm-job-file", dir / "big.json", trial}, &out, &err), 2);
+  EXPECT_THAT(err, HasSubstr("larger than"));
+  WriteFile(dir / "job.json", "{\"master\": \"127.0.0.1:1\", \"allocation_id\": \"a\", \"token\": \"t\"}");
+  EXPECT_EQ(RunProcess({"/usr/bin/env", "-u", "SLURM_NTASKS", kBin + "/det-trial", "--managed", "--slurm-job-file",
+                        dir / "job.json", trial},
+                       &out, &err),
+            2);
+  EXPECT_THAT(err, HasSubstr("SLURM_NTASKS is not set"));
 }
 
 }  // namespace

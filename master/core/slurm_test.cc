@@ -266,6 +266,28 @@ TEST_F(SlurmCoreTest, PausingAPendingJobCancelsIt) {
   EXPECT_EQ(OnlyTrial(exp).restarts(), 0);
 }
 
+// A running job asked to stop checkpoints through ShouldPreempt; when it
+// has not ended within the stop timeout, the escalation is scancel.
+TEST_F(SlurmCoreTest, AStopThatTimesOutIsScancel) {
+  int64_t exp = CreateExperiment(1);
+  Pass();
+  const std::string name = slurm_->jobs.begin()->first;
+  slurm_->jobs[name].second = "RUNNING";
+  Pass();
+  apiv1::PauseExperimentRequest pause;
+  pause.set_experiment_id(exp);
+  ASSERT_TRUE(core_->PauseExperiment(pause).ok());
+  Pass();
+  EXPECT_TRUE(slurm_->canceled.empty());  // running: it checkpoints first
+  clock_->AdvanceMs(core_->options().stop_timeout_ms + 1000);
+  core_->RunBackgroundPass();
+  Pass();
+  EXPECT_THAT(slurm_->canceled, ::testing::Contains(name));
+  Pass();  // CANCELLED: paused, not a restart
+  EXPECT_EQ(apiv1::State_Name(OnlyTrial(exp).state()), "STATE_PAUSED");
+  EXPECT_EQ(OnlyTrial(exp).restarts(), 0);
+}
+
 TEST_F(SlurmCoreTest, ARestartedMasterReattachesToItsRunningJob) {
   int64_t exp = CreateExperiment(1);
   Pass();
