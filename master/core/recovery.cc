@@ -152,7 +152,8 @@ absl::Status MasterCore::RecoverAllocations() {
       alloc->stop_requested_mono_ms = now;
     }
     // A Slurm job: found again through squeue (RunSlurmPass), no agent.
-    if (placements.size() == 1 && placements[0].agent_id == kSlurmAgentId) {
+    if (options_.resource_manager.slurm_managed() && placements.size() == 1 &&
+        placements[0].agent_id == kSlurmAgentId) {
       alloc->slurm = true;
       alloc->slurm_job_id = row.slurm_job_id;
       alloc->slurm_state = "PENDING";

@@ -48,6 +48,13 @@ TEST(SlurmConfigTest, ParsesSlurmSectionAndDefaultsToAgents) {
   EXPECT_EQ(rm->slurm.rendezvous_first, 30000);
 }
 
+TEST(SlurmConfigTest, TheShippedExampleParses) {
+  auto rm = LoadResourceManagerFile(std::string(DET_SOURCE_DIR) + "/deploy/config/slurm.yaml");
+  ASSERT_TRUE(rm.ok()) << rm.status();
+  EXPECT_TRUE(rm->slurm_managed());
+  EXPECT_EQ(rm->slurm.partition_pools.at("default"), "debug");
+}
+
 TEST(SlurmConfigTest, BadFieldsNameTheFieldAndLine) {
   auto typo = ParseResourceManagerConfig("resource_manager:\n  type: slurm\n  partition_pool: {}\n", "m.yaml");
   ASSERT_FALSE(typo.ok());
