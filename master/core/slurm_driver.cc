@@ -208,6 +208,13 @@ SlurmResults SlurmDriver::Run(const SlurmWork& work) {
       codes.push_back(ReadExit(fs::path(poll.job_dir) / absl::StrCat("exit.", rank)));
     }
     res.exit_codes[id] = std::move(codes);
+    // The job is over (the core ends the allocation with these codes): its
+    // copy of trial.so and its token go; job.sh, Slurm's output and the exit
+    // files stay for a post-mortem.
+    if (!poll.job_dir.empty()) {
+      ::unlink((fs::path(poll.job_dir) / "trial.so").c_str());
+      ::unlink((fs::path(poll.job_dir) / "job.json").c_str());
+    }
   }
   for (const auto& [id, job_id] : res.submitted) {
     auto it = jobs.find(SlurmJobName(id));

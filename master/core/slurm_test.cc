@@ -253,6 +253,9 @@ TEST_F(SlurmCoreTest, ARankKilledBySigkillRestartsTheTrial) {
   std::ofstream(job_dir / "exit.1") << "137\n";
   slurm_->jobs[name].second = "FAILED";
   Pass();  // the job ends: restart 1 of max_restarts, a new job submitted
+  EXPECT_FALSE(fs::exists(job_dir / "trial.so"));  // no copy left behind
+  EXPECT_FALSE(fs::exists(job_dir / "job.json"));
+  EXPECT_TRUE(fs::exists(job_dir / "job.sh"));
   apiv1::Trial trial = OnlyTrial(exp);
   EXPECT_EQ(trial.restarts(), 1);
   Pass();
