@@ -186,7 +186,9 @@ absl::StatusOr<std::string> SlurmBatchScript(const SlurmJobSpec& spec) {
   }
   absl::StrAppend(&s, "#SBATCH --output=", spec.job_dir, "/slurm-%j.out\n");
   absl::StrAppend(&s, "#SBATCH --chdir=", spec.job_dir, "\n");
-  absl::StrAppend(&s, "#SBATCH --kill-on-invalid-dep=yes\n");
+  // Never requeued by Slurm: a job that fails or loses its node ends, and the
+  // master resumes the trial from its checkpoint in a new allocation.
+  absl::StrAppend(&s, "#SBATCH --no-requeue\n");
   absl::StrAppend(&s, "DET_JOB_DIR=", ShellQuote(spec.job_dir), "\nexport DET_JOB_DIR\n");
   // The chief (rank 0) runs on the job's first node.
   absl::StrAppend(&s, "DET_CHIEF_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n",

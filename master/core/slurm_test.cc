@@ -88,6 +88,7 @@ TEST(SlurmScriptTest, RanksThroughSrunWithGresTimeAndPartition) {
   EXPECT_THAT(*script, HasSubstr("#SBATCH --partition=a100\n"));
   EXPECT_THAT(*script, HasSubstr("#SBATCH --time=90\n"));
   EXPECT_THAT(*script, HasSubstr("#SBATCH --gres=gpu:2\n"));
+  EXPECT_THAT(*script, HasSubstr("#SBATCH --no-requeue\n"));
   EXPECT_THAT(*script, HasSubstr("scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1"));
   EXPECT_THAT(*script, HasSubstr("srun --kill-on-bad-exit=1 --ntasks=2"));
   EXPECT_THAT(*script, HasSubstr("'/opt/det/det-trial' --managed --slurm-job-file \"$DET_JOB_DIR/job.json\""));
