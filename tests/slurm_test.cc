@@ -239,7 +239,7 @@ TEST_F(SlurmTest, PauseCheckpointsAndEndsTheJobActivateResumes) {
   Extra extra;
   extra.batch_delay_ms = 50;
   extra.checkpoint_period = 10;
-  extra.batches = 60;
+  extra.batches = 100;  // 5 s: paused well before its end
   int id = cluster->CreateExperiment(Yaml("pause", 1, dir_ / "checkpoints", extra), "pause");
   ASSERT_GT(id, 0);
   ASSERT_TRUE(WaitForCheckpoint(*cluster, id)) << cluster->MasterLog();
@@ -281,6 +281,7 @@ TEST_F(SlurmTest, AJobPendingInSlurmIsQueuedAndPausesAtOnce) {
       },
       std::chrono::seconds(30)))
       << queue << cluster->MasterLog();
+  EXPECT_THAT(TrialLogs(*cluster, Trial(*cluster, id).value("id", 0)), HasSubstr("(PENDING"));
   ASSERT_EQ(cluster->Cli({"experiment", "pause", std::to_string(id)}), 0);
   ASSERT_TRUE(PollUntil([&] { return Trial(*cluster, id).value("state", "") == "STATE_PAUSED"; }, std::chrono::seconds(30)))
       << Trial(*cluster, id).dump() << cluster->MasterLog();
@@ -296,6 +297,7 @@ TEST_F(SlurmTest, KillNineOfARankRestartsTheTrialFromItsCheckpoint) {
   extra.batch_delay_ms = 60;
   extra.checkpoint_period = 20;
   extra.max_restarts = 1;
+  extra.batches = 80;  // 3.6 s left after the checkpoint at batch 20: time to kill rank 1
   int id = cluster->CreateExperiment(Yaml("rank-kill", 2, dir_ / "checkpoints", extra), "rankkill");
   ASSERT_GT(id, 0);
   ASSERT_TRUE(WaitForCheckpoint(*cluster, id)) << cluster->MasterLog();

@@ -214,7 +214,15 @@ void MasterCore::ApplySlurmResultsLocked(const SlurmWork& work, const SlurmResul
     AllocationRuntime& alloc = *it->second;
     alloc.slurm_job_id = job_id;
     SaveAllocation(alloc);
-    TrialLogLocked(alloc.trial_id, id, absl::StrCat("[det-master] allocation ", id, " submitted as Slurm job ", job_id));
+    // What Slurm says of it at once: pending, and why (Resources, Priority...).
+    std::string now;
+    if (auto listed = res.listed.find(id); listed != res.listed.end()) {
+      now = absl::StrCat(" (", listed->second.state,
+                         listed->second.reason.empty() || listed->second.reason == "None" ? "" : ": ",
+                         listed->second.reason == "None" ? "" : listed->second.reason, ")");
+    }
+    TrialLogLocked(alloc.trial_id, id,
+                   absl::StrCat("[det-master] allocation ", id, " submitted as Slurm job ", job_id, now));
     // Asked to stop while sbatch ran: cancel it now.
     if ((alloc.kill_sent || alloc.preempt) && !alloc.slurm_cancel_queued) {
       alloc.slurm_cancel_queued = true;
