@@ -148,10 +148,16 @@ std::string SlurmDriver::Bin(const char* name) const {
 absl::StatusOr<std::string> SlurmDriver::Submit(const SlurmSubmission& s) {
   // The job directory is the job user's alone: job.json holds the
   // allocation token.
+  // A fresh directory of its own (allocation ids are unique and random): one
+  // that exists already, or a symlink planted there, is refused rather than
+  // written through.
   std::error_code ec;
-  fs::create_directories(s.job_dir, ec);
+  fs::create_directories(fs::path(s.job_dir).parent_path(), ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", s.job_dir, ": ", ec.message()));
-  ::chmod(s.job_dir.c_str(), 0700);
+  if (::mkdir(s.job_dir.c_str(), 0700) != 0) {
+    return absl::InternalError(absl::StrCat("cannot create job directory ", s.job_dir, ": ", std::strerror(errno),
+                                            errno == EEXIST ? " (it must not exist yet)" : ""));
+  }
   const fs::path dir(s.job_dir);
   absl::Status st = WriteFile(dir / "job.json", s.job_json, 0600);
   if (st.ok()) st = WriteFile(dir / "job.sh", s.script, 0700);

@@ -167,6 +167,32 @@ class FakeSlurm final : public CommandRunner {
   std::vector<std::string> canceled;
 };
 
+// A job directory that exists already (here a symlink planted where the
+// next one would go) is refused: nothing is written through it and sbatch
+// is not run.
+TEST(SlurmDriverTest, AnExistingJobDirectoryIsRefused) {
+  det::testing::TempDir dir;
+  auto slurm = std::make_shared<FakeSlurm>();
+  fs::create_directories(dir / "elsewhere");
+  fs::create_directories(dir / "jobs");
+  fs::create_symlink(dir / "elsewhere", dir / "jobs/trial-1.1.aaaa");
+  std::ofstream(dir / "trial.so") << "so";
+  SlurmDriver driver(SlurmConfig(), slurm);
+  SlurmWork work;
+  SlurmSubmission sub;
+  sub.allocation_id = "trial-1.1.aaaa";
+  sub.job_dir = dir / "jobs/trial-1.1.aaaa";
+  sub.script = "#!/bin/sh\n";
+  sub.job_json = "{}";
+  sub.trial_so_path = dir / "trial.so";
+  work.submit.push_back(sub);
+  SlurmResults res = driver.Run(work);
+  ASSERT_EQ(res.submit_errors.count("trial-1.1.aaaa"), 1u);
+  EXPECT_THAT(res.submit_errors["trial-1.1.aaaa"], HasSubstr("must not exist yet"));
+  EXPECT_TRUE(fs::is_empty(dir / "elsewhere"));
+  EXPECT_TRUE(slurm->scripts.empty());
+}
+
 class SlurmCoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Open(); }
