@@ -40,6 +40,8 @@ PACKAGES+=(chromium)
 # The libFuzzer targets (fuzz/): clang with compiler-rt's libFuzzer and
 # sanitizer runtimes; without them the fuzz tests are skipped.
 PACKAGES+=(clang libclang-rt-dev)
+# tests/slurm_test.cc runs a single-node Slurm (deploy/slurm-local.sh).
+PACKAGES+=(slurm-wlm munge)
 command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 fi

@@ -80,6 +80,7 @@ struct Flags {
   double grpc_memory_mib = 128;
   double max_artifact_mib = 1024;
   std::string resource_pools_file;
+  std::string resource_manager_file;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -161,6 +162,9 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "YAML file declaring the resource pools (resource_pools: [{pool_name, description, max_slots, "
                  "preemption, default_priority}], default_compute_resource_pool, default_aux_resource_pool); "
                  "none: one pool 'default'");
+  app.add_option("--resource-manager", f.resource_manager_file,
+                 "YAML file with resource_manager: {type: agent} (default) or {type: slurm, partition_pools, ...}: "
+                 "run allocations as Slurm jobs, no agents (README: Running on Slurm)");
 }
 
 // The AuthCore options the flags set; false with a
@@ -320,6 +324,20 @@ int main(int argc, char** argv) {
       return 2;
     }
     f.options.resource_pools = *std::move(pools);
+  }
+  if (!f.resource_manager_file.empty()) {
+    auto rm = det::master::LoadResourceManagerFile(f.resource_manager_file);
+    if (!rm.ok()) {
+      std::fprintf(stderr, "det-master: error: --resource-manager: %s\n", std::string(rm.status().message()).c_str());
+      return 2;
+    }
+    f.options.resource_manager = *std::move(rm);
+    // The nodes run det-trial from beside det-master unless told otherwise.
+    std::error_code ec;
+    auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (f.options.resource_manager.slurm.det_trial.empty() && !ec) {
+      f.options.resource_manager.slurm.det_trial = (self.parent_path() / "det-trial").string();
+    }
   }
 
   // Signals are taken synchronously (Serve).

@@ -76,6 +76,10 @@ void RefuseAgentMessage(AgentRuntime& agent, const std::string& what) {
 
 absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const agentv1::RegisterAgentRequest& req) {
   DET_RETURN_IF_ERROR(ValidateRegistration(req));
+  if (options_.resource_manager.slurm_managed()) {
+    return absl::FailedPreconditionError(absl::StrCat("agent '", req.agent_id().substr(0, 128),
+                                                      "': this master's resource manager is slurm; it runs no agents"));
+  }
   DET_RETURN_IF_ERROR(CheckAgentPool(options_.resource_pools, req.agent_id(),
                                      req.resource_pool().empty() ? "default" : req.resource_pool()));
   std::lock_guard<std::mutex> l(mu_);

@@ -77,6 +77,8 @@ void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) 
 
 void MasterCore::ScheduleLocked() {
   if (pending_.empty()) return;
+  // Slurm queues and places the jobs itself (slurm_allocations.cc).
+  if (options_.resource_manager.slurm_managed()) return StartSlurmAllocationsLocked();
   std::vector<SchedAgent> agents;
   for (const auto& [id, a] : agents_) {
     // An agent still running processes the master gave up on has slots
@@ -189,6 +191,7 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
 }
 
 void MasterCore::KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason, int grace_seconds) {
+  if (alloc.slurm) return CancelSlurmJobLocked(alloc);  // scancel: SIGTERM, then SIGKILL after Slurm's KillWait
   alloc.kill_sent = true;
   if (alloc.stop_requested_mono_ms == 0) alloc.stop_requested_mono_ms = MonoMs();
   for (const auto& placement : alloc.placements) {
@@ -216,6 +219,7 @@ void MasterCore::SaveAllocation(const AllocationRuntime& alloc) {
   row.processes = alloc.processes;
   row.terminated = alloc.terminated;
   row.created_ms = alloc.created_ms;
+  row.slurm_job_id = alloc.slurm_job_id;
   absl::Status st = store_->UpsertAllocation(row);
   if (!st.ok()) spdlog::error("saving allocation {}: {}", alloc.id, st.ToString());
 }

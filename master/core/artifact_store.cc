@@ -48,6 +48,11 @@ absl::Status CheckSharedLibrary(const std::string& bytes) {
 
 std::string ArtifactStore::PathOf(const std::string& sha256) const { return (fs::path(dir_) / (sha256 + ".so")).string(); }
 
+absl::StatusOr<std::string> ArtifactStore::FilePath(const std::string& sha256) const {
+  if (!Has(sha256)) return absl::NotFoundError(absl::StrCat("artifact ", sha256.substr(0, 64), " is not stored"));
+  return PathOf(sha256);
+}
+
 bool ArtifactStore::Has(const std::string& sha256) const { return IsSha256Hex(sha256) && fs::exists(PathOf(sha256)); }
 
 absl::StatusOr<std::string> ArtifactStore::Put(const std::string& bytes) {

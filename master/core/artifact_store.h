@@ -40,6 +40,9 @@ class ArtifactStore {
   // uses it). OK when it is already gone; InvalidArgument for a malformed
   // hash (never a file outside dir).
   absl::Status Remove(const std::string& sha256) const;
+  // The file of stored artifact `sha256` (the Slurm resource manager copies
+  // it into a job's directory); NotFound for an unknown or malformed hash.
+  absl::StatusOr<std::string> FilePath(const std::string& sha256) const;
 
  private:
   // `sha256` must be a valid hash (checked by every caller).

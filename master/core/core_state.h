@@ -139,7 +139,23 @@ struct AllocationRuntime {
   // or a checkpoint since it started (only then may it be preempted).
   int64_t start_order = 0;
   bool made_progress = false;
+  // Run as a Slurm job (resource_manager type slurm; slurm_allocations.cc):
+  // its job id ("" until sbatch answered), its state as squeue last showed
+  // it ("PENDING" before), whether its submission still waits for the next
+  // Slurm pass, and whether scancel was queued.
+  bool slurm = false;
+  std::string slurm_job_id;
+  std::string slurm_state;
+  std::string slurm_job_dir;
+  bool slurm_submit_queued = false;
+  bool slurm_cancel_queued = false;
 };
+
+// Whether `alloc` holds its slots now: an agent's allocation from its start,
+// a Slurm job once Slurm runs it (pending in Slurm: queued).
+inline bool HoldsSlots(const AllocationRuntime& alloc) {
+  return !alloc.slurm || (alloc.slurm_state != "PENDING" && !alloc.slurm_state.empty());
+}
 
 // Whether `token` is the allocation's token (constant time over the hashes).
 bool TokenMatches(const AllocationRuntime& alloc, const std::string& token);

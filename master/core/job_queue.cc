@@ -78,6 +78,17 @@ std::vector<apiv1::Job> BuildJobs(const ExperimentMap& experiments, const Alloca
     int slots = 0;
     for (const auto& p : alloc->placements) slots += static_cast<int>(p.slots.size());
     j.set_requested_slots(j.requested_slots() + slots);
+    // A Slurm job pending in Slurm holds nothing yet: the job stays QUEUED.
+    if (!HoldsSlots(*alloc)) {
+      if (j.allocations_size() >= kMaxJobAllocationsListed) continue;
+      auto* a = j.add_allocations();
+      a->set_allocation_id(alloc_id);
+      a->set_trial_id(alloc->trial_id);
+      a->set_state(apiv1::ALLOCATION_STATE_PENDING);
+      a->set_slots_needed(slots);
+      SetTime(a->mutable_request_time(), alloc->created_ms);
+      continue;
+    }
     j.set_allocated_slots(j.allocated_slots() + slots);
     j.set_state(apiv1::JOB_STATE_SCHEDULED);
     if (j.allocations_size() >= kMaxJobAllocationsListed) continue;

@@ -25,6 +25,9 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(MasterOptions opt
   if (options.checkpoint_root.empty()) options.checkpoint_root = (fs::path(options.data_dir) / "checkpoints").string();
   options.checkpoint_root = fs::absolute(options.checkpoint_root).string();
   if (!options.clock) options.clock = std::make_shared<SystemClock>();
+  if (options.resource_manager.slurm_managed() && options.resource_manager.slurm.job_storage_root.empty()) {
+    options.resource_manager.slurm.job_storage_root = fs::absolute(fs::path(options.data_dir) / "slurm-jobs").string();
+  }
   std::vector<std::string> roots = options.checkpoint_storage_roots;
   roots.insert(roots.begin(), options.checkpoint_root);
   DET_ASSIGN_OR_RETURN(
@@ -37,6 +40,10 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(MasterOptions opt
   store->set_task_log_limits(log_limits);
   std::unique_ptr<MasterCore> core(new MasterCore(std::move(options), std::move(store)));
   core->checkpoint_roots_ = std::move(checkpoint_roots);
+  if (core->options_.resource_manager.slurm_managed()) {
+    core->slurm_driver_ = std::make_unique<SlurmDriver>(core->options_.resource_manager.slurm,
+                                                        core->options_.resource_manager.runner);
+  }
   {
     std::lock_guard<std::mutex> l(core->mu_);
     WriteScope w(core.get());

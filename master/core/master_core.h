@@ -48,6 +48,7 @@
 #include "master/core/checkpoint_roots.h"
 #include "master/core/clock.h"
 #include "master/core/resource_pools.h"
+#include "master/core/slurm_driver.h"
 #include "master/search/scheduler.h"
 #include "master/search/searcher.h"
 #include "master/store/store.h"
@@ -107,6 +108,10 @@ struct MasterOptions {
   // Resource pools from det-master --resource-pools (none declared: one
   // pool "default" plus any pool an agent names).
   ResourcePoolsConfig resource_pools;
+  // det-master --resource-manager FILE: agents (default) or Slurm
+  // (slurm_jobs.h); with Slurm, job_storage_root defaults to
+  // <data_dir>/slurm-jobs.
+  ResourceManagerConfig resource_manager;
 };
 
 // One batch of a trial's logs (see ReadTrialLogs).
@@ -354,6 +359,14 @@ class MasterCore {
   // that thread call it after moving their FakeClock.
   void RunBackgroundPass();
 
+  // One pass of the Slurm resource manager (slurm_allocations.cc): queued
+  // submissions go to sbatch, queued cancels to scancel, and squeue's view of
+  // every job updates its allocation (pending, running, or ended: each rank's
+  // exit status then ends it as an agent's report would). Runs after every
+  // background pass; a no-op with the agent resource manager. Requires mu_
+  // not held; thread-safe (one pass at a time).
+  void RunSlurmPass() ABSL_LOCKS_EXCLUDED(mu_);
+
   // Store access for benchmarks and tests.
   Store* store() { return store_.get(); }
   const MasterOptions& options() const { return options_; }
@@ -550,6 +563,24 @@ class MasterCore {
   // sets no priority, its pool's default priority. Call right after
   // SetJobKnobsFromConfig, before stored job overrides.
   void ApplyPoolDefaultsLocked(ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- slurm_allocations.cc (resource_manager type slurm)
+  // Every pending request becomes a Slurm job at once: Slurm queues and
+  // places them (ScheduleLocked calls this instead of the scheduler).
+  void StartSlurmAllocationsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartSlurmAllocationLocked(ExperimentRuntime& exp, TrialRuntime& trial, const SchedRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // KillAllocationLocked for a Slurm job: scancel (or the submission dropped).
+  void CancelSlurmJobLocked(AllocationRuntime& alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  SlurmWork TakeSlurmWorkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplySlurmResultsLocked(const SlurmWork& work, const SlurmResults& res) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends every remaining rank of Slurm allocation `id` with `ends`.
+  void EndSlurmAllocationLocked(const std::string& id, std::vector<RankEnd> ends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::unique_ptr<SlurmDriver> slurm_driver_;  // set by Create with Slurm
+  std::mutex slurm_pass_mu_;                   // one RunSlurmPass at a time; before mu_
+  std::vector<SlurmSubmission> slurm_submit_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> slurm_cancel_ ABSL_GUARDED_BY(mu_);
+  int64_t slurm_next_poll_mono_ms_ ABSL_GUARDED_BY(mu_) = 0;
 
   const MasterOptions options_;
   const std::shared_ptr<const Clock> clock_;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
+#include "common/safe_path.h"
 #include "common/proto_json.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -150,6 +151,17 @@ absl::Status MasterCore::RecoverAllocations() {
       alloc->preempt = true;
       alloc->stop_requested_mono_ms = now;
     }
+    // A Slurm job: found again through squeue (RunSlurmPass), no agent.
+    if (options_.resource_manager.slurm_managed() && placements.size() == 1 &&
+        placements[0].agent_id == kSlurmAgentId) {
+      alloc->slurm = true;
+      alloc->slurm_job_id = row.slurm_job_id;
+      alloc->slurm_state = "PENDING";
+      alloc->slurm_job_dir = JoinUnder(options_.resource_manager.slurm.job_storage_root, row.id, "id").value_or("");
+      alloc->rendezvous.set_world_size(alloc->processes);
+      for (int i = 0; i < alloc->processes; ++i) alloc->rendezvous.add_ranks()->set_rank(i);
+      placements.clear();
+    }
     for (const auto& p : placements) {
       auto& agent = agents_[p.agent_id];
       if (!agent) agent = RecoveredAgent(p.agent_id, agent_rows, now);
@@ -159,7 +171,8 @@ absl::Status MasterCore::RecoverAllocations() {
       }
     }
     trial.allocation_id = row.id;
-    spdlog::info("trial {}: allocation {} waits for its agent(s) to re-register", trial.row.id, row.id);
+    spdlog::info("trial {}: allocation {} waits for {}", trial.row.id, row.id,
+                 alloc->slurm ? "squeue to show its Slurm job" : "its agent(s) to re-register");
     allocations_[row.id] = std::move(alloc);
   }
   return absl::OkStatus();

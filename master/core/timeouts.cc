@@ -29,6 +29,7 @@ void MasterCore::BackgroundLoop() {
     l.unlock();
     DeleteCheckpointDirs(doomed);
     deleting = DeletionStep();
+    RunSlurmPass();
     l.lock();
   }
 }
@@ -43,6 +44,7 @@ void MasterCore::RunBackgroundPass() {
   DeleteCheckpointDirs(doomed);
   while (DeletionStep()) {
   }
+  RunSlurmPass();
 }
 
 void MasterCore::DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed) const {

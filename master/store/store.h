@@ -190,6 +190,9 @@ struct AllocationRow {
   int64_t processes = 0;
   int64_t terminated = 0;  // processes already reported terminated
   int64_t created_ms = 0;
+  // The Slurm job running it (resource_manager slurm; "" for an agent's or
+  // before sbatch answered).
+  std::string slurm_job_id;
 };
 
 struct AgentRow {

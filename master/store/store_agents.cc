@@ -19,7 +19,7 @@ using store_internal::ColInt;
 using store_internal::ColText;
 
 #define DET_ALLOCATION_COLUMNS \
-  "id, trial_id, experiment_id, token, placements_json, processes, terminated, created_ms"
+  "id, trial_id, experiment_id, token, placements_json, processes, terminated, created_ms, slurm_job_id"
 #define DET_AGENT_COLUMNS \
   "id, hostname, resource_pool, devices_json, version, enabled, registered_ms, last_seen_ms, credential_sha256, " \
   "draining, disabled_slots_json"
@@ -33,10 +33,10 @@ constexpr char kUpsertAgent[] =
     "credential_sha256 = excluded.credential_sha256, draining = excluded.draining, "
     "disabled_slots_json = excluded.disabled_slots_json";
 constexpr char kUpsertAllocation[] =
-    "INSERT INTO allocations(" DET_ALLOCATION_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "INSERT INTO allocations(" DET_ALLOCATION_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT(id) DO UPDATE SET trial_id = excluded.trial_id, experiment_id = excluded.experiment_id, "
     "token = excluded.token, placements_json = excluded.placements_json, processes = excluded.processes, "
-    "terminated = excluded.terminated, created_ms = excluded.created_ms";
+    "terminated = excluded.terminated, created_ms = excluded.created_ms, slurm_job_id = excluded.slurm_job_id";
 constexpr char kDeleteAllocation[] = "DELETE FROM allocations WHERE id = ?";
 constexpr char kListAllocations[] = "SELECT " DET_ALLOCATION_COLUMNS " FROM allocations ORDER BY created_ms, id";
 
@@ -54,6 +54,7 @@ AllocationRow ReadAllocation(sqlite3_stmt* s) {
   r.processes = ColInt(s, 5);
   r.terminated = ColInt(s, 6);
   r.created_ms = ColInt(s, 7);
+  r.slurm_job_id = ColText(s, 8);
   return r;
 }
 
@@ -147,7 +148,8 @@ absl::Status Store::UpsertAllocation(const AllocationRow& row) {
         .Text(row.placements_json)
         .Int(row.processes)
         .Int(row.terminated)
-        .Int(row.created_ms);
+        .Int(row.created_ms)
+        .Text(row.slurm_job_id);
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind allocation");
     int rc = sqlite3_step(st.get());
     if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {

@@ -220,11 +220,17 @@ ALTER TABLE experiments ADD COLUMN project_id INTEGER NOT NULL DEFAULT 1;
 CREATE INDEX experiments_project_id ON experiments(project_id);
 )sql";
 
+// The Slurm resource manager: the job id of an allocation run as a Slurm job,
+// so that a restarted master reattaches to it.
+constexpr char kMigration8[] = R"sql(
+ALTER TABLE allocations ADD COLUMN slurm_job_id TEXT NOT NULL DEFAULT '';
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
       new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6,
-                                   kMigration7};
+                                   kMigration7, kMigration8};
   return *kMigrations;
 }
 

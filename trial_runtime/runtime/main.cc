@@ -43,6 +43,7 @@
 #include "trial_runtime/runtime/local_reporter.h"
 #include "trial_runtime/runtime/managed_mode.h"
 #include "trial_runtime/runtime/process_setup.h"
+#include "trial_runtime/runtime/slurm_mode.h"
 #include "trial_runtime/runtime/trial_controller.h"
 #include "trial_runtime/runtime/trial_loader.h"
 
@@ -401,10 +402,14 @@ int main(int argc, char** argv) {
   det::runtime::Flags flags;
   CLI::App app{"det-trial: runs one trial of a det-cpp trial.so"};
   bool managed = false;
+  std::string slurm_job_file;
   app.add_flag("--local", flags.local, "Train with no master (local mode)");
   app.add_flag("--managed", managed,
                "Run an allocation of the master (started by det-agent; reads DET_MASTER, DET_ALLOCATION_ID, "
                "DET_ALLOCATION_TOKEN, DET_RANK)");
+  app.add_option("--slurm-job-file", slurm_job_file,
+                 "With --managed: a rank of a Slurm job of det-master's Slurm resource manager (its job.json; rank "
+                 "and world size from srun's SLURM_* variables)");
   std::vector<std::string> positional;
   app.add_option("CONFIG TRIAL", positional,
                  "Experiment config (YAML) and trial library (trial.so); the config may be left out with --resume")
@@ -437,6 +442,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "det-trial: error: --managed takes exactly one argument, the trial library\n");
       return det::runtime::kExitConfigError;
     }
+    if (!slurm_job_file.empty()) return det::runtime::RunSlurmManaged(slurm_job_file, positional[0], flags.threads);
     return det::runtime::RunManaged(positional[0], flags.threads);
   }
   if (positional.size() == 2) {

@@ -651,6 +651,10 @@ int ManagedRank::Finish() {
 }  // namespace
 
 int RunManaged(const std::string& trial_path, int threads) {
+  return RunManagedWithToken(trial_path, threads, Env("DET_ALLOCATION_TOKEN"));
+}
+
+int RunManagedWithToken(const std::string& trial_path, int threads, const std::string& token) {
   TuneAllocator();
   InstallStopSignalHandlers();
   const std::string master = Env("DET_MASTER");
@@ -666,7 +670,7 @@ int RunManaged(const std::string& trial_path, int threads) {
     spdlog::debug("[det-trial] debug logging on (DET_DEBUG=1 from the agent): allocation {}, rank {}", allocation_id,
                   rank);
   }
-  MasterClient client(master, allocation_id, Env("DET_ALLOCATION_TOKEN"));
+  MasterClient client(master, allocation_id, token);
   ManagedRank run(&client, rank);
   return run.Run(trial_path, threads);
 }

@@ -22,6 +22,9 @@ using det::kExitMasterUnreachable;
 // exit code; a config or library error reports ReportEarlyExit(ERRORED) and
 // exits 2 or 3, which the master does not retry.
 int RunManaged(const std::string& trial_path, int threads);
+// The same with the allocation token given rather than read from
+// DET_ALLOCATION_TOKEN (det-trial --slurm-job-file: slurm_mode.h).
+int RunManagedWithToken(const std::string& trial_path, int threads, const std::string& token);
 
 }  // namespace det::runtime
 
