@@ -400,10 +400,12 @@ class Store {
   // The metrics of `trial_id` in `group` ("" = every group) with
   // total_batches > after_batches (-1 = all), archived ones only when
   // `include_archived`, ordered by total_batches then id, at most `limit`
-  // of them (0 = all).
+  // of them (0 = all). With after_id > 0 the cursor is the report
+  // (after_batches, after_id): rows with total_batches == after_batches and
+  // id > after_id are included too (paging in that order).
   absl::StatusOr<std::vector<MetricRow>> ListMetrics(int64_t trial_id, const std::string& group,
                                                      bool include_archived, int64_t after_batches = -1,
-                                                     int64_t limit = 0);
+                                                     int64_t limit = 0, int64_t after_id = 0);
 
   // Marks archived every metric of `trial_id` with total_batches >
   // `total_batches` (the metrics a restart from an earlier checkpoint will

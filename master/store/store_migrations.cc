@@ -220,11 +220,18 @@ ALTER TABLE experiments ADD COLUMN project_id INTEGER NOT NULL DEFAULT 1;
 CREATE INDEX experiments_project_id ON experiments(project_id);
 )sql";
 
+// 8: metric queries of one group (a chart's validation curve, the
+// experiment's validation history) seek to that group's rows instead of
+// reading every training row of the trial.
+constexpr char kMigration8[] = R"sql(
+CREATE INDEX metrics_trial_group_batches ON metrics(trial_id, metric_group, total_batches);
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
       new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6,
-                                   kMigration7};
+                                   kMigration7, kMigration8};
   return *kMigrations;
 }
 
