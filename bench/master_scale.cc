@@ -5,7 +5,7 @@
 //                [--workers 16] [--readers 4] [--streams 4] [--grid 10000]
 //                [--prefill-rows 10000000] [--chart-rows 1000000]
 //                [--sched-sizes 1000,10000,100000] [--validation-period 200]
-//                [--checkpoint-period 500] [--check]
+//                [--checkpoint-period 500] [--reader-interval-ms 500] [--check]
 //
 // 1. Scheduling passes: the master's scheduler (master/search/scheduler.h)
 //    on 1k/10k/100k queued requests against agents x slots.
@@ -62,6 +62,7 @@ const std::string kBin = DET_BIN_DIR;
 
 struct Options {
   int agents = 500, slots = 8, trials = 4000, experiments = 8, workers = 16, readers = 4, streams = 4;
+  int reader_interval_ms = 500;
   int rows_per_request = 10, grid = 10000, validation_period = 200, checkpoint_period = 500;
   double seconds = 60, rate = 40000;
   int64_t prefill_rows = 10000000, chart_rows = 1000000;
@@ -375,7 +376,7 @@ LoadResult Load(const Options& o, Master& m, const TempDir& dir) {
   auto ramp0 = Clock::now();
   for (int e = 0; e < o.experiments; ++e) {
     // Long enough to train through the window.
-    exps.push_back(m.Create(GridConfig("load-" + std::to_string(e), per_exp, 100000000, dir / "checkpoints",
+    exps.push_back(m.Create(GridConfig("load-" + std::to_string(e), per_exp, 100000000, dir / "master/checkpoints",
                                        o.validation_period, o.checkpoint_period)));
   }
   for (int64_t e : exps) {
@@ -387,7 +388,7 @@ LoadResult Load(const Options& o, Master& m, const TempDir& dir) {
   std::printf("\n[5] load: %d agents x %d slots, %d experiments x %d trials: %lld trials running %.1f s after the "
               "first create\n",
               o.agents, o.slots, o.experiments, per_exp, static_cast<long long>(r.started), r.ramp_s);
-  det::bench::Readers readers(m.grpc, m.token, exps, trial_ids, o.readers, o.streams);
+  det::bench::Readers readers(m.grpc, m.token, exps, trial_ids, o.readers, o.streams, o.reader_interval_ms);
   const pid_t pid = m.proc->pid();
   const double cpu0 = CpuSeconds(pid);
   const int64_t rows0 = sim.acked_rows();
@@ -420,9 +421,11 @@ LoadResult Load(const Options& o, Master& m, const TempDir& dir) {
   r.oversized = readers.oversized_charts.load();
   if (r.errors > 0) std::printf("  failed trial calls: %lld (first: %s)\n", static_cast<long long>(r.errors),
                                 sim.first_error().c_str());
-  CheckRows(dir / "master" / "det.db", sim, &r);
-  std::printf("  rows acknowledged in all: %lld; lost %lld, duplicated %lld (goal 0, 0); streamed %lld\n",
-              static_cast<long long>(sim.acked_rows()), static_cast<long long>(r.lost),
+  CheckRows(dir / "master/det.db", sim, &r);
+  std::printf("  rows acknowledged in all: %lld (%lld validations, %lld checkpoints); lost %lld, duplicated %lld "
+              "(goal 0, 0); streamed %lld\n",
+              static_cast<long long>(sim.acked_rows()), static_cast<long long>(sim.validations()),
+              static_cast<long long>(sim.checkpoints()), static_cast<long long>(r.lost),
               static_cast<long long>(r.duplicated), static_cast<long long>(readers.streamed_rows.load()));
   agents.Stop();
   return r;
@@ -453,7 +456,7 @@ int RunLoadPhases(const Options& o) {
     std::vector<int64_t> history;
     {
       Master m(dir, "master-prefill");
-      const int64_t exp = m.Create(GridConfig("history", 10, 100, dir / "checkpoints", 100, 100));
+      const int64_t exp = m.Create(GridConfig("history", 10, 100, dir / "master/checkpoints", 100, 100));
       apiv1::PauseExperimentRequest pause;
       pause.set_experiment_id(exp);
       apiv1::PauseExperimentResponse pause_resp;
@@ -463,7 +466,7 @@ int RunLoadPhases(const Options& o) {
     chart_trial = history.at(0);
     const int64_t rows = std::max(o.prefill_rows, o.chart_rows);
     auto t0 = Clock::now();
-    const double rate = RawInserts(dir / "master" / "det.db", history, rows, o.chart_rows, 10000);
+    const double rate = RawInserts(dir / "master/det.db", history, rows, o.chart_rows, 10000);
     std::printf("\n[3] prefilled %lld metric rows (%lld in trial %lld) in %.0f s (%.0f rows/s)\n",
                 static_cast<long long>(rows), static_cast<long long>(o.chart_rows),
                 static_cast<long long>(chart_trial), Ms(t0, Clock::now()) / 1000, rate);
@@ -482,7 +485,7 @@ int RunLoadPhases(const Options& o) {
   // [4] a big grid: created, counted, killed.
   if (o.grid > 0) {
     auto t0 = Clock::now();
-    const int64_t grid = m.Create(GridConfig("grid", o.grid, 100, dir / "checkpoints", 100, 100));
+    const int64_t grid = m.Create(GridConfig("grid", o.grid, 100, dir / "master/checkpoints", 100, 100));
     const double create_ms = Ms(t0, Clock::now());
     const size_t n = m.TrialIds(grid).size();
     apiv1::KillExperimentRequest kill;
@@ -528,6 +531,7 @@ int main(int argc, char** argv) {
     else if (a == "--chart-rows") o.chart_rows = std::stoll(next());
     else if (a == "--validation-period") o.validation_period = std::max(1, std::stoi(next()));
     else if (a == "--checkpoint-period") o.checkpoint_period = std::max(1, std::stoi(next()));
+    else if (a == "--reader-interval-ms") o.reader_interval_ms = std::max(0, std::stoi(next()));
     else if (a == "--check") o.check = true;
     else if (a == "--sched-sizes") {
       o.sched_sizes.clear();

@@ -284,6 +284,7 @@ bool SimTrials::Step(Run* r) {
         std::lock_guard<std::mutex> l(mu_);
         acked_[{r->alloc.trial_id, "validation"}] += 1;
       }
+      ++validations_;
       trialv1::CompleteSearcherOperationRequest complete;
       complete.set_allocation_id(r->alloc.allocation_id);
       complete.set_op_id(op.op_id());
@@ -311,6 +312,7 @@ bool SimTrials::Step(Run* r) {
       if (!Call("ReportCheckpoint", token, [&](grpc::ClientContext* c) { return stub.ReportCheckpoint(c, req, &resp); })) {
         return false;
       }
+      ++checkpoints_;
       done();
       return true;
     }
@@ -327,8 +329,8 @@ bool SimTrials::Step(Run* r) {
 // ---- Readers ----
 
 Readers::Readers(const std::string& grpc_address, const std::string& token, std::vector<int64_t> experiment_ids,
-                 std::vector<int64_t> trial_ids, int readers, int streams)
-    : lag_since_ms_(NowMs()), token_(token), experiment_ids_(std::move(experiment_ids)), trial_ids_(std::move(trial_ids)) {
+                 std::vector<int64_t> trial_ids, int readers, int streams, int interval_ms)
+    : lag_since_ms_(NowMs()), interval_ms_(interval_ms), token_(token), experiment_ids_(std::move(experiment_ids)), trial_ids_(std::move(trial_ids)) {
   grpc::ChannelArguments args;
   args.SetInt("det-bench-readers", 1);
   args.SetMaxReceiveMessageSize(64 << 20);
@@ -371,6 +373,7 @@ void Readers::Read(int index) {
   size_t next_trial = static_cast<size_t>(index);
   while (!stop_.load()) {
     if (experiment_ids_.empty()) break;
+    const auto round_end = Clock::now() + std::chrono::milliseconds(interval_ms_);
     const int64_t exp = experiment_ids_[rng() % experiment_ids_.size()];
     apiv1::GetExperimentsRequest list;
     list.set_limit(100);
@@ -397,6 +400,7 @@ void Readers::Read(int index) {
       timed(&metrics, [&](grpc::ClientContext* c) { return stub_->GetTrialMetrics(c, m, &m_resp); });
       if (m_resp.metrics_size() > 1000) ++oversized_charts;
     }
+    while (!stop_.load() && Clock::now() < round_end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 

@@ -122,6 +122,8 @@ class SimTrials {
   int64_t acked_rows() const { return acked_rows_.load(); }
   int64_t errors() const { return errors_.load(); }
   int64_t running() const { return running_.load(); }
+  int64_t validations() const { return validations_.load(); }
+  int64_t checkpoints() const { return checkpoints_.load(); }
   // Acknowledged rows per (trial id, group). Call after Stop().
   std::map<std::pair<int64_t, std::string>, int64_t> AckedByTrial() const;
   std::string first_error() const;
@@ -137,7 +139,7 @@ class SimTrials {
   std::vector<std::unique_ptr<trial::v1::TrialService::Stub>> stubs_;  // one channel per worker
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
-  std::atomic<int64_t> acked_rows_{0}, errors_{0}, running_{0};
+  std::atomic<int64_t> acked_rows_{0}, errors_{0}, running_{0}, validations_{0}, checkpoints_{0};
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, std::string>, int64_t> acked_;
   std::string first_error_;
@@ -146,10 +148,12 @@ class SimTrials {
 // Dashboard-like readers and metric stream subscribers.
 class Readers {
  public:
-  // `readers` threads poll; `streams` subscribers follow the training
-  // metrics of up to 1000 of `trial_ids` each.
+  // `readers` threads poll, each a round (list, experiment, trial table
+  // page, 4 trial charts) every `interval_ms` (a dashboard refreshes every
+  // 2 s); `streams` subscribers follow the training metrics of up to 1000
+  // of `trial_ids` each.
   Readers(const std::string& grpc_address, const std::string& token, std::vector<int64_t> experiment_ids,
-          std::vector<int64_t> trial_ids, int readers, int streams);
+          std::vector<int64_t> trial_ids, int readers, int streams, int interval_ms);
   ~Readers();
   void Stop();
 
@@ -162,7 +166,8 @@ class Readers {
   void Read(int index);
   void Follow(int index, std::vector<int64_t> trials);
 
-  const int64_t lag_since_ms_;  // rows sent earlier (a stream's backlog) are not lag
+  const int64_t lag_since_ms_;
+  int interval_ms_ = 0;  // rows sent earlier (a stream's backlog) are not lag
   std::string token_;
   std::vector<int64_t> experiment_ids_, trial_ids_;
   std::unique_ptr<api::v1::Determined::Stub> stub_;
