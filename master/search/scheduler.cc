@@ -5,7 +5,9 @@
 #include <optional>
 #include <queue>
 #include <set>
+#include <string_view>
 #include <tuple>
+#include <unordered_set>
 #include <utility>
 
 namespace det {
@@ -150,7 +152,8 @@ Pass::Pass(const std::vector<SchedAgent>& agents, const std::vector<SchedRequest
       freeing_[p.agent_id].insert(p.slots.begin(), p.slots.end());
     }
   }
-  std::set<std::string> seen;
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(pending.size());
   for (const SchedRequest& r : pending) {
     if (r.slots < 0 || !(r.weight > 0) || !seen.insert(r.allocation_id).second) continue;
     candidates_.push_back(&r);
@@ -305,14 +308,22 @@ SchedDecision Pass::Run() {
     uint64_t version = 0;
   };
   std::map<std::tuple<std::string, int64_t, int, double>, Bucket> by_key;
+  Bucket* last = nullptr;  // requests of one job usually come together
+  const SchedRequest* last_req = nullptr;
   for (const SchedRequest* r : candidates_) {
-    by_key[{r->resource_pool, r->group_id, r->priority, r->queue_position}].reqs.push_back(r);
+    if (last == nullptr || r->group_id != last_req->group_id || r->priority != last_req->priority ||
+        r->queue_position != last_req->queue_position || r->resource_pool != last_req->resource_pool) {
+      last = &by_key[{r->resource_pool, r->group_id, r->priority, r->queue_position}];
+    }
+    last->reqs.push_back(r);
+    last_req = r;
   }
   std::map<PoolGroup, std::vector<Bucket*>> buckets_of;
+  auto before = [](const SchedRequest* x, const SchedRequest* y) {
+    return std::tie(x->submit_order, x->allocation_id) < std::tie(y->submit_order, y->allocation_id);
+  };
   for (auto& [key, b] : by_key) {
-    std::sort(b.reqs.begin(), b.reqs.end(), [](const SchedRequest* x, const SchedRequest* y) {
-      return std::tie(x->submit_order, x->allocation_id) < std::tie(y->submit_order, y->allocation_id);
-    });
+    if (!std::is_sorted(b.reqs.begin(), b.reqs.end(), before)) std::sort(b.reqs.begin(), b.reqs.end(), before);
     buckets_of[{std::get<0>(key), std::get<1>(key)}].push_back(&b);
   }
   struct Entry {
