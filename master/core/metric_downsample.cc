@@ -4,7 +4,6 @@
 #include <cmath>
 #include <map>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 namespace det::master {
@@ -39,52 +38,76 @@ std::vector<size_t> MinMaxBucketIndices(const std::vector<double>& ys, size_t ma
   return out;
 }
 
-namespace {
-
-// One series: the reports (indices into rows) that carry the metric.
-struct Series {
-  std::vector<size_t> rows;
-  std::vector<double> ys;
-};
-
-}  // namespace
-
-std::vector<MetricRow> DownsampleReports(std::vector<MetricRow> rows, size_t max_points, bool* downsampled) {
+std::vector<ScanPick> DownsampleScan(const Store::MetricScan& scan, const std::vector<bool>& keep_name,
+                                     size_t max_points, bool* downsampled) {
   if (downsampled != nullptr) *downsampled = false;
-  // Series by (group, metric name); std::map keeps the pass deterministic.
-  std::map<std::pair<std::string, std::string>, Series> series;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    for (const auto& [name, value] : rows[i].metrics) {
-      Series& s = series[{rows[i].group, name}];
-      s.rows.push_back(i);
+  auto kept = [&](int32_t name) { return keep_name.empty() || keep_name[static_cast<size_t>(name)]; };
+  // Series by (group, name) index; std::map keeps the pass deterministic.
+  struct Series {
+    std::vector<uint32_t> rows;
+    std::vector<double> ys;
+  };
+  std::map<std::pair<int32_t, int32_t>, Series> series;
+  for (size_t i = 0; i < scan.rows(); ++i) {
+    for (uint32_t k = scan.offsets[i]; k < scan.offsets[i + 1]; ++k) {
+      const auto& [name, value] = scan.values[k];
+      if (!kept(name)) continue;
+      Series& s = series[{scan.group_of[i], name}];
+      s.rows.push_back(static_cast<uint32_t>(i));
       s.ys.push_back(value);
     }
   }
-  bool any = false;
-  for (const auto& [key, s] : series) any = any || s.rows.size() > max_points;
-  if (!any) return rows;
-  // Per report: the metric names some series chose; groups with no long
-  // series keep their reports whole.
-  std::vector<std::map<std::string, double>> kept(rows.size());
-  std::unordered_map<std::string, bool> group_sampled;
+  std::vector<bool> group_sampled(scan.groups.size(), false);
   for (const auto& [key, s] : series) {
-    if (s.rows.size() > max_points) group_sampled[key.first] = true;
+    if (s.rows.size() > max_points) group_sampled[static_cast<size_t>(key.first)] = true;
   }
+  std::vector<std::vector<int32_t>> chosen(scan.rows());
   for (const auto& [key, s] : series) {
-    if (!group_sampled[key.first]) continue;
-    for (size_t j : MinMaxBucketIndices(s.ys, max_points)) kept[s.rows[j]].emplace(key.second, s.ys[j]);
+    if (!group_sampled[static_cast<size_t>(key.first)]) continue;
+    for (size_t j : MinMaxBucketIndices(s.ys, max_points)) chosen[s.rows[j]].push_back(key.second);
   }
-  std::vector<MetricRow> out;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (!group_sampled[rows[i].group]) {
-      out.push_back(std::move(rows[i]));
+  std::vector<ScanPick> out;
+  for (size_t i = 0; i < scan.rows(); ++i) {
+    if (!group_sampled[static_cast<size_t>(scan.group_of[i])]) {
+      out.push_back(ScanPick{i, true, {}});
       continue;
     }
-    if (kept[i].empty()) continue;
-    rows[i].metrics = std::move(kept[i]);
-    out.push_back(std::move(rows[i]));
+    if (chosen[i].empty()) continue;
+    std::sort(chosen[i].begin(), chosen[i].end());
+    out.push_back(ScanPick{i, false, std::move(chosen[i])});
+    if (downsampled != nullptr) *downsampled = true;
   }
-  if (downsampled != nullptr) *downsampled = true;
+  for (bool sampled : group_sampled) {
+    if (sampled && downsampled != nullptr) *downsampled = true;
+  }
+  return out;
+}
+
+std::vector<MetricRow> DownsampleReports(std::vector<MetricRow> rows, size_t max_points, bool* downsampled) {
+  Store::MetricScan scan;
+  std::map<std::string, int32_t> names, groups;
+  auto intern = [](std::map<std::string, int32_t>* index, std::vector<std::string>* list, const std::string& s) {
+    auto [it, added] = index->emplace(s, static_cast<int32_t>(list->size()));
+    if (added) list->push_back(s);
+    return it->second;
+  };
+  for (const MetricRow& r : rows) {
+    scan.ids.push_back(r.id);
+    scan.batches.push_back(r.total_batches);
+    scan.group_of.push_back(intern(&groups, &scan.groups, r.group));
+    for (const auto& [name, value] : r.metrics) scan.values.emplace_back(intern(&names, &scan.names, name), value);
+    scan.offsets.push_back(static_cast<uint32_t>(scan.values.size()));
+  }
+  std::vector<MetricRow> out;
+  for (ScanPick& p : DownsampleScan(scan, {}, max_points, downsampled)) {
+    MetricRow& r = rows[p.row];
+    if (!p.whole) {
+      std::map<std::string, double> kept;
+      for (int32_t n : p.names) kept.emplace(scan.names[static_cast<size_t>(n)], r.metrics.at(scan.names[static_cast<size_t>(n)]));
+      r.metrics = std::move(kept);
+    }
+    out.push_back(std::move(r));
+  }
   return out;
 }
 

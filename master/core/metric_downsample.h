@@ -27,6 +27,22 @@ inline constexpr int kMaxMetricsPage = 10000;
 // is a number is therefore kept (its first occurrence). O(ys.size()).
 std::vector<size_t> MinMaxBucketIndices(const std::vector<double>& ys, size_t max_points);
 
+// What DownsampleScan keeps of a scan's row: the names (indices into
+// scan.names) whose series chose it, ascending, or every name of the row
+// (`whole`: its group needed no downsampling).
+struct ScanPick {
+  size_t row = 0;
+  bool whole = false;
+  std::vector<int32_t> names;
+};
+
+// The rows of `scan` (one trial's reports in (total_batches, id) order) to
+// return and which of their values, as DownsampleReports describes; only
+// names for which keep_name[name index] is true count (all when
+// keep_name is empty). In row order. Sets *downsampled when not null.
+std::vector<ScanPick> DownsampleScan(const Store::MetricScan& scan, const std::vector<bool>& keep_name,
+                                     size_t max_points, bool* downsampled);
+
 // Downsamples `rows` (one trial's reports in (total_batches, id) order) to at
 // most `max_points` points per series, a series being one metric name of one
 // group: each series keeps the points MinMaxBucketIndices chooses among the

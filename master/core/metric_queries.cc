@@ -1,8 +1,11 @@
 // MasterCore::GetTrialMetrics: a trial's metric reports, downsampled for
 // charts by default (metric_downsample.h) or at full resolution in bounded
 // pages. The store is read in pages so that a trial with millions of
-// reports never holds the store's lock (and the writers behind it) for long.
+// reports never holds the store's lock (and the writers behind it) for
+// long; the downsampled path scans the values compactly (Store::ScanMetrics)
+// and reads whole rows only for the points it keeps.
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +20,8 @@ namespace {
 
 // Rows read from the store per call while downsampling.
 constexpr int64_t kScanPage = 50000;
+// The most (name, value) pairs one downsampled query holds (16 bytes each).
+constexpr size_t kMaxScanValues = 32 << 20;
 
 // Keeps only the metrics `names` lists (all when empty).
 void FilterNames(const google::protobuf::RepeatedPtrField<std::string>& names, MetricRow* row) {
@@ -49,6 +54,59 @@ absl::Status ValidateMetricsRequest(const apiv1::GetTrialMetricsRequest& req) {
   return absl::OkStatus();
 }
 
+// The downsampled answer: scan, choose, then read the chosen rows whole.
+absl::Status Downsampled(Store& store, const apiv1::GetTrialMetricsRequest& req, int64_t after,
+                         apiv1::GetTrialMetricsResponse* resp) {
+  Store::MetricScan scan;
+  int64_t cursor_batches = after, cursor_id = req.after_id();
+  for (;;) {
+    DET_ASSIGN_OR_RETURN(int64_t n, store.ScanMetrics(req.trial_id(), req.group(), req.include_archived(),
+                                                      cursor_batches, cursor_id, kScanPage, &scan));
+    if (n == 0) break;
+    cursor_batches = scan.batches.back();
+    cursor_id = scan.ids.back();
+    if (scan.values.size() > kMaxScanValues) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "trial ", req.trial_id(), " has too many metric values to downsample in one query; ask for fewer "
+          "metric_names, one group, or full_resolution pages"));
+    }
+    if (n < kScanPage) break;
+  }
+  std::vector<bool> keep_name;
+  if (req.metric_names_size() > 0) {
+    for (const std::string& name : scan.names) {
+      keep_name.push_back(std::find(req.metric_names().begin(), req.metric_names().end(), name) !=
+                          req.metric_names().end());
+    }
+  }
+  bool downsampled = false;
+  const size_t points = req.limit() > 0 ? static_cast<size_t>(req.limit()) : kDefaultChartPoints;
+  std::vector<ScanPick> picks = DownsampleScan(scan, keep_name, points, &downsampled);
+  resp->set_downsampled(downsampled);
+  std::map<int64_t, const ScanPick*> by_id;
+  for (const ScanPick& p : picks) by_id.emplace(scan.ids[p.row], &p);
+  for (size_t start = 0; start < picks.size(); start += kMaxMetricsPage) {
+    std::vector<int64_t> ids;
+    for (size_t i = start; i < std::min(picks.size(), start + kMaxMetricsPage); ++i) ids.push_back(scan.ids[picks[i].row]);
+    DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows, store.GetMetricsByIds(ids));
+    for (MetricRow& r : rows) {
+      const ScanPick& p = *by_id.at(r.id);
+      if (p.whole) {
+        FilterNames(req.metric_names(), &r);
+      } else {
+        std::map<std::string, double> kept;
+        for (int32_t n : p.names) {
+          auto it = r.metrics.find(scan.names[static_cast<size_t>(n)]);
+          if (it != r.metrics.end()) kept.insert(*it);
+        }
+        r.metrics = std::move(kept);
+      }
+      *resp->add_metrics() = MetricProto(r);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<apiv1::GetTrialMetricsResponse> MasterCore::GetTrialMetrics(const apiv1::GetTrialMetricsRequest& req) {
@@ -60,43 +118,24 @@ absl::StatusOr<apiv1::GetTrialMetricsResponse> MasterCore::GetTrialMetrics(const
   // The store's "after" is exclusive: -1 reads from the start (0 is valid).
   const int64_t after = req.after_total_batches() > 0 || req.after_id() > 0 ? req.after_total_batches() : -1;
   apiv1::GetTrialMetricsResponse resp;
-  if (req.full_resolution()) {
-    const int64_t page = req.limit() > 0 ? req.limit() : kMaxMetricsPage;
-    DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows,
-                         store_->ListMetrics(req.trial_id(), req.group(), req.include_archived(), after, page + 1,
-                                             req.after_id()));
-    if (static_cast<int64_t>(rows.size()) > page) {
-      rows.resize(page);
-      resp.set_has_more(true);
-      resp.set_next_after_total_batches(rows.back().total_batches);
-      resp.set_next_after_id(rows.back().id);
-    }
-    for (MetricRow& r : rows) {
-      FilterNames(req.metric_names(), &r);
-      *resp.add_metrics() = MetricProto(r);
-    }
+  if (!req.full_resolution()) {
+    DET_RETURN_IF_ERROR(Downsampled(*store_, req, after, &resp));
     return resp;
   }
-  std::vector<MetricRow> rows;
-  int64_t cursor_batches = after, cursor_id = req.after_id();
-  for (;;) {
-    DET_ASSIGN_OR_RETURN(std::vector<MetricRow> page,
-                         store_->ListMetrics(req.trial_id(), req.group(), req.include_archived(), cursor_batches,
-                                             kScanPage, cursor_id));
-    if (page.empty()) break;
-    cursor_batches = page.back().total_batches;
-    cursor_id = page.back().id;
-    const bool last = static_cast<int64_t>(page.size()) < kScanPage;
-    for (MetricRow& r : page) {
-      FilterNames(req.metric_names(), &r);
-      rows.push_back(std::move(r));
-    }
-    if (last) break;
+  const int64_t page = req.limit() > 0 ? req.limit() : kMaxMetricsPage;
+  DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows,
+                       store_->ListMetrics(req.trial_id(), req.group(), req.include_archived(), after, page + 1,
+                                           req.after_id()));
+  if (static_cast<int64_t>(rows.size()) > page) {
+    rows.resize(static_cast<size_t>(page));
+    resp.set_has_more(true);
+    resp.set_next_after_total_batches(rows.back().total_batches);
+    resp.set_next_after_id(rows.back().id);
   }
-  bool downsampled = false;
-  rows = DownsampleReports(std::move(rows), req.limit() > 0 ? req.limit() : kDefaultChartPoints, &downsampled);
-  resp.set_downsampled(downsampled);
-  for (const MetricRow& r : rows) *resp.add_metrics() = MetricProto(r);
+  for (MetricRow& r : rows) {
+    FilterNames(req.metric_names(), &r);
+    *resp.add_metrics() = MetricProto(r);
+  }
   return resp;
 }
 

@@ -412,6 +412,28 @@ class Store {
   // report again). OK even if no row matches.
   absl::Status ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches);
 
+  // ---- Chart scans (store_metric_series.cc; thread-safe)
+
+  // The metric values of many rows in a compact form, for downsampling:
+  // per row its id, total_batches, group (index into `groups`) and its
+  // (name index into `names`, value) pairs values[offsets[i] .. offsets[i+1]).
+  struct MetricScan {
+    std::vector<std::string> groups, names;
+    std::vector<int64_t> ids, batches;
+    std::vector<int32_t> group_of;
+    std::vector<uint32_t> offsets = {0};
+    std::vector<std::pair<int32_t, double>> values;
+    size_t rows() const { return ids.size(); }
+  };
+  // Appends to *scan at most `limit` rows of ListMetrics(trial_id, group,
+  // include_archived, after_batches, limit, after_id) without building
+  // MetricRows (the stored JSON is scanned in place); returns how many.
+  absl::StatusOr<int64_t> ScanMetrics(int64_t trial_id, const std::string& group, bool include_archived,
+                                      int64_t after_batches, int64_t after_id, int64_t limit, MetricScan* scan);
+  // The metric rows with these ids (at most 10,000), in (total_batches, id)
+  // order; unknown ids are skipped.
+  absl::StatusOr<std::vector<MetricRow>> GetMetricsByIds(const std::vector<int64_t>& ids);
+
   // ---- Checkpoints ----
 
   // AlreadyExists if a checkpoint with row.uuid exists; FailedPrecondition if

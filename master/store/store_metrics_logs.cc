@@ -3,12 +3,14 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -222,6 +224,30 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, cons
     out.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("list metrics of trial ", trial_id));
+  return out;
+}
+
+absl::StatusOr<std::vector<MetricRow>> Store::GetMetricsByIds(const std::vector<int64_t>& ids) {
+  if (ids.size() > 10000) return absl::InvalidArgumentError(absl::StrCat("at most 10000 ids, got ", ids.size()));
+  std::vector<MetricRow> out;
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached("SELECT " DET_METRIC_COLUMNS " FROM metrics WHERE id = ?"));
+  for (int64_t id : ids) {
+    Binder b(st.get());
+    b.Int(id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind metric id");
+    int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_ROW) {
+      DET_ASSIGN_OR_RETURN(MetricRow row, ReadMetric(st.get()));
+      out.push_back(std::move(row));
+    } else if (rc != SQLITE_DONE) {
+      return Error(rc, absl::StrCat("metric ", id));
+    }
+    sqlite3_reset(st.get());
+  }
+  std::sort(out.begin(), out.end(), [](const MetricRow& a, const MetricRow& b) {
+    return std::tie(a.total_batches, a.id) < std::tie(b.total_batches, b.id);
+  });
   return out;
 }
 
