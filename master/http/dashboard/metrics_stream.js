@@ -10,7 +10,9 @@
 // thousand points; a stream then adds only the reports after them.
 import {apiGet, getToken} from './api.js';
 
-const kMaxStreams = 8;
+// Each open stream holds one of the browser's 6 HTTP/1.1 connections to the
+// master: with more, the page's other requests wait behind them forever.
+const kMaxStreams = 4;
 const kRetryMs = 2000;
 
 function isTerminalState(state) {
