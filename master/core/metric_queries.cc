@@ -20,8 +20,29 @@ namespace {
 
 // Rows read from the store per call while downsampling.
 constexpr int64_t kScanPage = 50000;
-// The most (name, value) pairs one downsampled query holds (16 bytes each).
-constexpr size_t kMaxScanValues = 32 << 20;
+// The most (name, value) pairs one downsampled query holds (16 bytes each:
+// 128 MiB), after dropping the names the request did not ask for.
+constexpr size_t kMaxScanValues = 8 << 20;
+
+// Drops from rows [first, scan->rows()) the values whose name is not in
+// `names` (nothing when it is empty), keeping offsets consistent.
+void KeepNames(const google::protobuf::RepeatedPtrField<std::string>& names, size_t first, Store::MetricScan* scan,
+               std::vector<bool>* keep_name) {
+  if (names.empty()) return;
+  for (size_t i = keep_name->size(); i < scan->names.size(); ++i) {
+    keep_name->push_back(std::find(names.begin(), names.end(), scan->names[i]) != names.end());
+  }
+  uint32_t out = scan->offsets[first];
+  for (size_t r = first; r < scan->rows(); ++r) {
+    const uint32_t begin = scan->offsets[r], end = scan->offsets[r + 1];
+    scan->offsets[r] = out;
+    for (uint32_t k = begin; k < end; ++k) {
+      if ((*keep_name)[static_cast<size_t>(scan->values[k].first)]) scan->values[out++] = scan->values[k];
+    }
+  }
+  scan->offsets[scan->rows()] = out;
+  scan->values.resize(out);
+}
 
 // Keeps only the metrics `names` lists (all when empty).
 void FilterNames(const google::protobuf::RepeatedPtrField<std::string>& names, MetricRow* row) {
@@ -58,11 +79,14 @@ absl::Status ValidateMetricsRequest(const apiv1::GetTrialMetricsRequest& req) {
 absl::Status Downsampled(Store& store, const apiv1::GetTrialMetricsRequest& req, int64_t after,
                          apiv1::GetTrialMetricsResponse* resp) {
   Store::MetricScan scan;
+  std::vector<bool> keep_name;
   int64_t cursor_batches = after, cursor_id = req.after_id();
   for (;;) {
+    const size_t first = scan.rows();
     DET_ASSIGN_OR_RETURN(int64_t n, store.ScanMetrics(req.trial_id(), req.group(), req.include_archived(),
                                                       cursor_batches, cursor_id, kScanPage, &scan));
     if (n == 0) break;
+    KeepNames(req.metric_names(), first, &scan, &keep_name);
     cursor_batches = scan.batches.back();
     cursor_id = scan.ids.back();
     if (scan.values.size() > kMaxScanValues) {
@@ -71,13 +95,6 @@ absl::Status Downsampled(Store& store, const apiv1::GetTrialMetricsRequest& req,
           "metric_names, one group, or full_resolution pages"));
     }
     if (n < kScanPage) break;
-  }
-  std::vector<bool> keep_name;
-  if (req.metric_names_size() > 0) {
-    for (const std::string& name : scan.names) {
-      keep_name.push_back(std::find(req.metric_names().begin(), req.metric_names().end(), name) !=
-                          req.metric_names().end());
-    }
   }
   bool downsampled = false;
   const size_t points = req.limit() > 0 ? static_cast<size_t>(req.limit()) : kDefaultChartPoints;

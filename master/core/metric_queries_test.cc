@@ -191,6 +191,27 @@ TEST_F(MetricQueryTest, FullResolutionPagesEveryReportOnce) {
   EXPECT_EQ(pages, 3);
 }
 
+TEST_F(MetricQueryTest, MetricNamesAreFilteredBeforeDownsampling) {
+  std::vector<MetricRow> rows;
+  for (int64_t b = 1; b <= 3000; ++b) {
+    MetricRow r = Row(0, "training", b, {{"loss", 1.0 / b}, {"acc", b == 1234 ? -5.0 : 0.5}});
+    r.trial_id = trial_;
+    rows.push_back(r);
+  }
+  ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+  apiv1::GetTrialMetricsRequest req;
+  req.add_metric_names("acc");
+  auto resp = Get(req);
+  EXPECT_TRUE(resp.downsampled());
+  EXPECT_LE(resp.metrics_size(), 1000);
+  bool low = false;
+  for (const auto& m : resp.metrics()) {
+    ASSERT_EQ(m.metrics_size(), 1);
+    low = low || m.metrics().at("acc") == -5.0;
+  }
+  EXPECT_TRUE(low) << "the minimum of the series asked for survives";
+}
+
 TEST_F(MetricQueryTest, BadLimitsAreRejected) {
   for (auto [full, limit] : {std::pair{false, 10001}, std::pair{true, 10001}, std::pair{false, -1}}) {
     apiv1::GetTrialMetricsRequest req;

@@ -232,7 +232,7 @@ async function main() {
     await waitPage(1, 50, 'the first page of trials');
     const rendered = Date.now() - t0;
     // The first trial's learning curve (its metrics, downsampled by the master).
-    await page.waitForSelector(byId(`curve-line-${first}`)).catch(async (e) => {
+    await page.waitForSelector(byId(`curve-line-${first}`), {timeout: 90000}).catch(async (e) => {
       throw new TestFailure(`no curve of trial ${first}: ${e.message}; status "${await page.textContent('#poll-status')}"`);
     });
     const shown = Date.now() - t0;
