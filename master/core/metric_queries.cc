@@ -19,7 +19,7 @@ namespace det::master {
 namespace {
 
 // Rows read from the store per call while downsampling.
-constexpr int64_t kScanPage = 50000;
+constexpr int64_t kScanPage = 10000;
 // The most (name, value) pairs one downsampled query holds (16 bytes each:
 // 128 MiB), after dropping the names the request did not ask for.
 constexpr size_t kMaxScanValues = 8 << 20;
@@ -82,10 +82,13 @@ absl::Status Downsampled(Store& store, const apiv1::GetTrialMetricsRequest& req,
   std::vector<bool> keep_name;
   int64_t cursor_batches = after, cursor_id = req.after_id();
   for (;;) {
-    const size_t first = scan.rows();
+    const size_t first = scan.rows(), values_before = scan.values.size();
     DET_ASSIGN_OR_RETURN(int64_t n, store.ScanMetrics(req.trial_id(), req.group(), req.include_archived(),
-                                                      cursor_batches, cursor_id, kScanPage, &scan));
+                                                      cursor_batches, cursor_id, kScanPage, &scan,
+                                                      kMaxScanValues));
     if (n == 0) break;
+    // The store stopped early (not at the end) when this page had that many.
+    const bool stopped_early = scan.values.size() - values_before > kMaxScanValues;
     KeepNames(req.metric_names(), first, &scan, &keep_name);
     cursor_batches = scan.batches.back();
     cursor_id = scan.ids.back();
@@ -94,7 +97,7 @@ absl::Status Downsampled(Store& store, const apiv1::GetTrialMetricsRequest& req,
           "trial ", req.trial_id(), " has too many metric values to downsample in one query; ask for fewer "
           "metric_names, one group, or full_resolution pages"));
     }
-    if (n < kScanPage) break;
+    if (n < kScanPage && !stopped_early) break;
   }
   bool downsampled = false;
   const size_t points = req.limit() > 0 ? static_cast<size_t>(req.limit()) : kDefaultChartPoints;

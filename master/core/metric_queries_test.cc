@@ -212,6 +212,20 @@ TEST_F(MetricQueryTest, MetricNamesAreFilteredBeforeDownsampling) {
   EXPECT_TRUE(low) << "the minimum of the series asked for survives";
 }
 
+TEST_F(MetricQueryTest, ScanStopsAfterItsValueBudget) {
+  Insert(10);  // 10 training rows of one value each, one validation row
+  Store::MetricScan scan;
+  auto n = store_->ScanMetrics(trial_, "training", false, -1, 0, 100, &scan, 3);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 4);  // the 4th row took this call past 3 values
+  n = store_->ScanMetrics(trial_, "training", false, scan.batches.back(), scan.ids.back(), 100, &scan, 100);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 6);
+  EXPECT_EQ(scan.rows(), 10u);
+  EXPECT_EQ(scan.values.size(), 10u);
+  EXPECT_EQ(scan.batches.back(), 10);
+}
+
 TEST_F(MetricQueryTest, BadLimitsAreRejected) {
   for (auto [full, limit] : {std::pair{false, 10001}, std::pair{true, 10001}, std::pair{false, -1}}) {
     apiv1::GetTrialMetricsRequest req;

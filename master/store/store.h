@@ -427,9 +427,12 @@ class Store {
   };
   // Appends to *scan at most `limit` rows of ListMetrics(trial_id, group,
   // include_archived, after_batches, limit, after_id) without building
-  // MetricRows (the stored JSON is scanned in place); returns how many.
+  // MetricRows (the stored JSON is scanned in place); returns how many. Stops
+  // early, after the row with which this call added more than `max_values`
+  // values.
   absl::StatusOr<int64_t> ScanMetrics(int64_t trial_id, const std::string& group, bool include_archived,
-                                      int64_t after_batches, int64_t after_id, int64_t limit, MetricScan* scan);
+                                      int64_t after_batches, int64_t after_id, int64_t limit, MetricScan* scan,
+                                      size_t max_values);
   // The metric rows with these ids (at most 10,000), in (total_batches, id)
   // order; unknown ids are skipped.
   absl::StatusOr<std::vector<MetricRow>> GetMetricsByIds(const std::vector<int64_t>& ids);

@@ -128,7 +128,7 @@ bool ParseFull(const char* text, Interner* names, std::vector<std::pair<int32_t,
 
 absl::StatusOr<int64_t> Store::ScanMetrics(int64_t trial_id, const std::string& group, bool include_archived,
                                            int64_t after_batches, int64_t after_id, int64_t limit,
-                                           MetricScan* scan) {
+                                           MetricScan* scan, size_t max_values) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(group.empty() ? kScanMetrics : kScanGroupMetrics));
   Binder b(st.get());
@@ -138,6 +138,7 @@ absl::StatusOr<int64_t> Store::ScanMetrics(int64_t trial_id, const std::string& 
   Interner names(&scan->names);
   Interner groups(&scan->groups);
   int64_t n = 0;
+  const size_t values_before = scan->values.size();
   int32_t last_group = -1;
   std::string last_group_text;
   int rc;
@@ -163,8 +164,9 @@ absl::StatusOr<int64_t> Store::ScanMetrics(int64_t trial_id, const std::string& 
     scan->group_of.push_back(last_group);
     scan->offsets.push_back(static_cast<uint32_t>(scan->values.size()));
     ++n;
+    if (scan->values.size() - values_before > max_values) break;
   }
-  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("scan metrics of trial ", trial_id));
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return Error(rc, absl::StrCat("scan metrics of trial ", trial_id));
   return n;
 }
 
