@@ -3,6 +3,8 @@
 // restarted or failed).
 #include <algorithm>
 #include <cstdio>
+#include <string_view>
+#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
@@ -15,6 +17,12 @@
 
 namespace det::master {
 namespace {
+
+// The trial id of an allocation id "trial-<id>.<run>.<hex>" (0 if none).
+int64_t TrialIdOfAllocation(const std::string& allocation_id) {
+  long long id = 0;
+  return std::sscanf(allocation_id.c_str(), "trial-%lld.", &id) == 1 ? id : 0;
+}
 
 // The scheduling knobs of `exp` on its request (read at every pass).
 void SetJobKnobs(const ExperimentRuntime& exp, SchedRequest* r) {
@@ -59,12 +67,7 @@ void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) 
   if (trial.searcher_target == 0 && !trial.close_requested) return;
   // Paused on its own (PauseTrial): waits for ActivateTrial.
   if (trial.row.state == kPaused) return;
-  // The prefix once, not per request: creating a 10,000-trial experiment
-  // otherwise built 50 million strings.
-  const std::string prefix = absl::StrCat("trial-", trial.row.id, ".");
-  for (const auto& p : pending_) {
-    if (p.group_id == exp.row.id && p.allocation_id.compare(0, prefix.size(), prefix) == 0) return;
-  }
+  if (pending_trials_.count(trial.row.id) != 0) return;
   SchedRequest req;
   req.allocation_id = absl::StrCat("trial-", trial.row.id, ".", trial.row.run_id + 1, ".", RandomHex(4));
   req.group_id = exp.row.id;
@@ -73,6 +76,16 @@ void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) 
   SetJobKnobs(exp, &req);
   req.submit_order = ++submit_order_;
   pending_.push_back(req);
+  pending_trials_.insert(trial.row.id);
+}
+
+void MasterCore::ErasePendingIf(const std::function<bool(const SchedRequest&)>& drop) {
+  auto end = std::remove_if(pending_.begin(), pending_.end(), [&](const SchedRequest& r) {
+    if (!drop(r)) return false;
+    pending_trials_.erase(TrialIdOfAllocation(r.allocation_id));
+    return true;
+  });
+  pending_.erase(end, pending_.end());
 }
 
 void MasterCore::ScheduleLocked() {
@@ -119,16 +132,26 @@ void MasterCore::ScheduleLocked() {
     }
     RequestStopLocked(alloc);
   }
+  if (decision.start.empty()) return;
+  // One pass over pending_, not a search per start: 4,000 starts among
+  // 100,000 requests were 400 million comparisons.
+  std::unordered_map<std::string_view, const Assignment*> starting;
+  for (const Assignment& a : decision.start) starting.emplace(a.allocation_id, &a);
+  std::vector<std::pair<int64_t, const Assignment*>> started;  // (experiment id, assignment)
+  ErasePendingIf([&](const SchedRequest& r) {
+    auto it = starting.find(r.allocation_id);
+    if (it == starting.end()) return false;
+    started.emplace_back(r.group_id, it->second);
+    return true;
+  });
+  // In the order decided.
+  std::unordered_map<const Assignment*, int64_t> exp_of;
+  for (const auto& [exp_id, a] : started) exp_of.emplace(a, exp_id);
   for (const Assignment& a : decision.start) {
-    auto pit = std::find_if(pending_.begin(), pending_.end(),
-                            [&](const SchedRequest& r) { return r.allocation_id == a.allocation_id; });
-    if (pit == pending_.end()) continue;
-    int64_t exp_id = pit->group_id;
-    int64_t trial_id = 0;
-    std::sscanf(a.allocation_id.c_str(), "trial-%ld.", &trial_id);
-    pending_.erase(pit);
-    auto eit = experiments_.find(exp_id);
-    auto tit = trials_.find(trial_id);
+    auto e = exp_of.find(&a);
+    if (e == exp_of.end()) continue;
+    auto eit = experiments_.find(e->second);
+    auto tit = trials_.find(TrialIdOfAllocation(a.allocation_id));
     if (eit == experiments_.end() || tit == trials_.end()) continue;
     StartAllocationLocked(*eit->second, *tit->second, a);
   }

@@ -257,9 +257,7 @@ absl::StatusOr<apiv1::ActivateExperimentResponse> MasterCore::ActivateExperiment
 }
 
 void MasterCore::DropPendingLocked(int64_t experiment_id) {
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                [&](const SchedRequest& r) { return r.group_id == experiment_id; }),
-                 pending_.end());
+  ErasePendingIf([&](const SchedRequest& r) { return r.group_id == experiment_id; });
 }
 
 absl::StatusOr<apiv1::PauseExperimentResponse> MasterCore::PauseExperiment(const apiv1::PauseExperimentRequest& req) {

@@ -109,6 +109,7 @@ void MasterCore::ReloadLocked() {
   trials_.clear();
   allocations_.clear();
   pending_.clear();
+  pending_trials_.clear();
   agent_outbox_.clear();
   for (auto& [id, agent] : agents_) {
     agent->used_slots.clear();

@@ -28,12 +28,14 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -480,6 +482,9 @@ class MasterCore {
   // ---- allocations.cc
   void RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the pending requests `drop` selects, keeping pending_trials_ in
+  // step (every removal from pending_ goes through here). O(pending).
+  void ErasePendingIf(const std::function<bool(const SchedRequest&)>& drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& trial, const Assignment& assignment)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One rank of `allocation_id` ended with `exit_code` (128+signal when
@@ -601,6 +606,9 @@ class MasterCore {
   std::map<std::string, std::unique_ptr<AllocationRuntime>> allocations_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<AgentRuntime>> agents_ ABSL_GUARDED_BY(mu_);
   std::vector<SchedRequest> pending_ ABSL_GUARDED_BY(mu_);
+  // The trials with a request in pending_ (at most one each): RequestAllocation
+  // asks here in O(1) instead of scanning pending_ per trial.
+  std::unordered_set<int64_t> pending_trials_ ABSL_GUARDED_BY(mu_);
   int64_t submit_order_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<std::pair<std::string, agentv1::MasterMessage>> agent_outbox_ ABSL_GUARDED_BY(mu_);

@@ -34,9 +34,7 @@ absl::StatusOr<apiv1::PauseTrialResponse> MasterCore::PauseTrial(const apiv1::Pa
                                                       exp->row.state, "; PauseTrial needs an ACTIVE experiment"));
   }
   const std::string prefix = absl::StrCat("trial-", id, ".");
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                [&](const SchedRequest& r) { return r.allocation_id.rfind(prefix, 0) == 0; }),
-                 pending_.end());
+  ErasePendingIf([&](const SchedRequest& r) { return r.allocation_id.rfind(prefix, 0) == 0; });
   SetTrialState(*t, kPaused);
   auto ait = allocations_.find(t->allocation_id);
   // It checkpoints at its next batch and exits; it stays PAUSED.

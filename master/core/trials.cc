@@ -67,44 +67,13 @@ absl::StatusOr<apiv1::KillTrialResponse> MasterCore::KillTrial(const apiv1::Kill
     KillAllocationLocked(*ait->second, "trial killed");
     return Committed(w, apiv1::KillTrialResponse());
   }
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                [&](const SchedRequest& r) {
-                                  return r.allocation_id.rfind(absl::StrCat("trial-", id, "."), 0) == 0;
-                                }),
-                 pending_.end());
+  const std::string prefix = absl::StrCat("trial-", id, ".");
+  ErasePendingIf([&](const SchedRequest& r) { return r.allocation_id.rfind(prefix, 0) == 0; });
   SetTrialState(*t, kCanceled);
   auto& exp = *experiments_[t->row.experiment_id];
   DET_RETURN_IF_ERROR(
       ApplySearcherOps(exp, exp.searcher->TrialExitedEarly(t->row.request_id, ExitedReason::kUserCanceled)));
   return Committed(w, apiv1::KillTrialResponse());
-}
-
-absl::StatusOr<apiv1::GetTrialMetricsResponse> MasterCore::GetTrialMetrics(const apiv1::GetTrialMetricsRequest& req) {
-  if (!req.group().empty()) DET_RETURN_IF_ERROR(ValidateMetricGroup(req.group()));
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    DET_RETURN_IF_ERROR(FindTrial(req.trial_id()).status());
-  }
-  DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows,
-                       store_->ListMetrics(req.trial_id(), req.group(), req.include_archived(),
-                                           req.after_total_batches() > 0 ? req.after_total_batches() : -1,
-                                           req.limit()));
-  apiv1::GetTrialMetricsResponse resp;
-  for (const auto& r : rows) {
-    apiv1::MetricsReport m = MetricProto(r);
-    if (req.metric_names_size() > 0) {
-      auto* metrics = m.mutable_metrics();
-      for (auto it = metrics->begin(); it != metrics->end();) {
-        if (std::find(req.metric_names().begin(), req.metric_names().end(), it->first) == req.metric_names().end()) {
-          it = metrics->erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    *resp.add_metrics() = std::move(m);
-  }
-  return resp;
 }
 
 absl::StatusOr<std::vector<apiv1::Checkpoint>> MasterCore::ListCheckpoints(std::optional<int64_t> experiment_id,

@@ -5,7 +5,9 @@
 #include <optional>
 #include <queue>
 #include <set>
+#include <string_view>
 #include <tuple>
+#include <unordered_set>
 #include <utility>
 
 namespace det {
@@ -150,7 +152,8 @@ Pass::Pass(const std::vector<SchedAgent>& agents, const std::vector<SchedRequest
       freeing_[p.agent_id].insert(p.slots.begin(), p.slots.end());
     }
   }
-  std::set<std::string> seen;
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(pending.size());
   for (const SchedRequest& r : pending) {
     if (r.slots < 0 || !(r.weight > 0) || !seen.insert(r.allocation_id).second) continue;
     candidates_.push_back(&r);
@@ -264,7 +267,11 @@ bool Pass::MakeRoom(const SchedRequest& req) {
   if (req.slots == 0) return false;
   Victims victims;
   bool fair_share = false;
-  if (auto placed = Simulate(req.resource_pool, req.slots, {})) {
+  // With nothing about to free, the simulation is the placement that just
+  // failed: skip it (it copies every agent of the pool).
+  std::optional<std::vector<SlotAssignment>> placed;
+  if (!freeing_.empty()) placed = Simulate(req.resource_pool, req.slots, {});
+  if (placed) {
     Claim(*placed, {});
   } else {
     if (!req.may_preempt) return false;
@@ -288,31 +295,66 @@ bool Pass::MakeRoom(const SchedRequest& req) {
 
 SchedDecision Pass::Run() {
   // The best remaining request by (priority, share, queue_position,
-  // submit_order, allocation_id), found with a heap of shares as they were
-  // when pushed: a popped request whose share changed since goes back in
-  // with its share now. O(n log n), where a scan per pick was O(n^2): 20 ms
-  // of every background pass for 10,000 pending trials.
-  struct Queued {
-    double share;
-    const SchedRequest* req;
+  // submit_order, allocation_id). Requests with the same (pool, group,
+  // priority, queue_position) form a bucket already in (submit_order,
+  // allocation_id) order, so only each bucket's head competes, in a heap
+  // whose keys are snapshots: whenever a (pool, group)'s share or a bucket's
+  // head changes, its buckets are pushed again with a new version and the
+  // old entries are skipped. O(n log n) in pending requests, where a
+  // per-request heap re-pushed every request of a group after each start.
+  struct Bucket {
+    std::vector<const SchedRequest*> reqs;
+    size_t next = 0;
+    uint64_t version = 0;
   };
-  auto after = [](const Queued& a, const Queued& b) {
-    return std::tie(a.req->priority, a.share, a.req->queue_position, a.req->submit_order, a.req->allocation_id) >
-           std::tie(b.req->priority, b.share, b.req->queue_position, b.req->submit_order, b.req->allocation_id);
-  };
-  std::priority_queue<Queued, std::vector<Queued>, decltype(after)> queue(after);
-  for (const SchedRequest* r : candidates_) queue.push(Queued{ShareOf(r), r});
-
-  std::set<PoolGroup> blocked;
-  while (!queue.empty()) {
-    Queued top = queue.top();
-    queue.pop();
-    const SchedRequest* req = top.req;
-    double share = ShareOf(req);
-    if (share != top.share) {
-      queue.push(Queued{share, req});
-      continue;
+  std::map<std::tuple<std::string, int64_t, int, double>, Bucket> by_key;
+  Bucket* last = nullptr;  // requests of one job usually come together
+  const SchedRequest* last_req = nullptr;
+  for (const SchedRequest* r : candidates_) {
+    if (last == nullptr || r->group_id != last_req->group_id || r->priority != last_req->priority ||
+        r->queue_position != last_req->queue_position || r->resource_pool != last_req->resource_pool) {
+      last = &by_key[{r->resource_pool, r->group_id, r->priority, r->queue_position}];
     }
+    last->reqs.push_back(r);
+    last_req = r;
+  }
+  std::map<PoolGroup, std::vector<Bucket*>> buckets_of;
+  auto before = [](const SchedRequest* x, const SchedRequest* y) {
+    return std::tie(x->submit_order, x->allocation_id) < std::tie(y->submit_order, y->allocation_id);
+  };
+  for (auto& [key, b] : by_key) {
+    if (!std::is_sorted(b.reqs.begin(), b.reqs.end(), before)) std::sort(b.reqs.begin(), b.reqs.end(), before);
+    buckets_of[{std::get<0>(key), std::get<1>(key)}].push_back(&b);
+  }
+  struct Entry {
+    double share;
+    const SchedRequest* head;
+    Bucket* bucket;
+    uint64_t version;
+  };
+  auto after = [](const Entry& a, const Entry& b) {
+    return std::tie(a.head->priority, a.share, a.head->queue_position, a.head->submit_order,
+                    a.head->allocation_id) > std::tie(b.head->priority, b.share, b.head->queue_position,
+                                                      b.head->submit_order, b.head->allocation_id);
+  };
+  std::priority_queue<Entry, std::vector<Entry>, decltype(after)> queue(after);
+  std::set<PoolGroup> blocked;
+  auto push = [&](const PoolGroup& pg) {
+    if (blocked.count(pg) != 0) return;
+    auto it = buckets_of.find(pg);
+    if (it == buckets_of.end()) return;
+    for (Bucket* b : it->second) {
+      ++b->version;
+      if (b->next < b->reqs.size()) queue.push(Entry{ShareOf(b->reqs[b->next]), b->reqs[b->next], b, b->version});
+    }
+  };
+  for (const auto& [pg, list] : buckets_of) push(pg);
+
+  while (!queue.empty()) {
+    Entry top = queue.top();
+    queue.pop();
+    if (top.version != top.bucket->version) continue;
+    const SchedRequest* req = top.head;
     PoolGroup pg{req->resource_pool, req->group_id};
     if (blocked.count(pg) != 0) continue;
     if (!UnderCap(*req)) {
@@ -324,12 +366,23 @@ SchedDecision Pass::Run() {
     if (pool != pools_.end()) placements = Place(pool->second, req->slots);
     if (!placements.has_value()) {
       blocked.insert(pg);
+      const size_t victims_before = out_.preempt.size();
       MakeRoom(*req);
+      // The victims' groups hold less now: their shares changed.
+      std::set<PoolGroup> touched;
+      for (size_t i = victims_before; i < out_.preempt.size(); ++i) {
+        for (const SchedRunning* r : running_) {
+          if (r->allocation_id == out_.preempt[i].allocation_id) touched.insert({r->resource_pool, r->group_id});
+        }
+      }
+      for (const PoolGroup& t : touched) push(t);
       continue;
     }
     used_[pg] += req->slots;
     held_[pg] += req->slots;
     out_.start.push_back(Assignment{req->allocation_id, std::move(*placements)});
+    ++top.bucket->next;
+    push(pg);
   }
   return std::move(out_);
 }

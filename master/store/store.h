@@ -403,15 +403,42 @@ class Store {
   // The metrics of `trial_id` in `group` ("" = every group) with
   // total_batches > after_batches (-1 = all), archived ones only when
   // `include_archived`, ordered by total_batches then id, at most `limit`
-  // of them (0 = all).
+  // of them (0 = all). With after_id > 0 the cursor is the report
+  // (after_batches, after_id): rows with total_batches == after_batches and
+  // id > after_id are included too (paging in that order).
   absl::StatusOr<std::vector<MetricRow>> ListMetrics(int64_t trial_id, const std::string& group,
                                                      bool include_archived, int64_t after_batches = -1,
-                                                     int64_t limit = 0);
+                                                     int64_t limit = 0, int64_t after_id = 0);
 
   // Marks archived every metric of `trial_id` with total_batches >
   // `total_batches` (the metrics a restart from an earlier checkpoint will
   // report again). OK even if no row matches.
   absl::Status ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches);
+
+  // ---- Chart scans (store_metric_series.cc; thread-safe)
+
+  // The metric values of many rows in a compact form, for downsampling:
+  // per row its id, total_batches, group (index into `groups`) and its
+  // (name index into `names`, value) pairs values[offsets[i] .. offsets[i+1]).
+  struct MetricScan {
+    std::vector<std::string> groups, names;
+    std::vector<int64_t> ids, batches;
+    std::vector<int32_t> group_of;
+    std::vector<uint32_t> offsets = {0};
+    std::vector<std::pair<int32_t, double>> values;
+    size_t rows() const { return ids.size(); }
+  };
+  // Appends to *scan at most `limit` rows of ListMetrics(trial_id, group,
+  // include_archived, after_batches, limit, after_id) without building
+  // MetricRows (the stored JSON is scanned in place); returns how many. Stops
+  // early, after the row with which this call added more than `max_values`
+  // values.
+  absl::StatusOr<int64_t> ScanMetrics(int64_t trial_id, const std::string& group, bool include_archived,
+                                      int64_t after_batches, int64_t after_id, int64_t limit, MetricScan* scan,
+                                      size_t max_values);
+  // The metric rows with these ids (at most 10,000), in (total_batches, id)
+  // order; unknown ids are skipped.
+  absl::StatusOr<std::vector<MetricRow>> GetMetricsByIds(const std::vector<int64_t>& ids);
 
   // ---- Checkpoints ----
 

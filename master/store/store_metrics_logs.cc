@@ -3,12 +3,14 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -36,10 +38,18 @@ using store_internal::SqlLimit;
 constexpr char kInsertMetric[] =
     "INSERT OR IGNORE INTO metrics(trial_id, trial_run_id, metric_group, total_batches, total_epochs, "
     "metrics, time_ms, archived) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+// After the cursor (total_batches ?4, id ?6) in (total_batches, id) order; ?6
+// is the largest id when the cursor has no id. One statement per case so
+// each uses its index: (trial_id, total_batches, ...) for every group,
+// (trial_id, metric_group, total_batches) for one group (migration 9).
 constexpr char kListMetrics[] =
     "SELECT " DET_METRIC_COLUMNS
-    " FROM metrics WHERE trial_id = ?1 AND (?2 = '' OR metric_group = ?2) AND (?3 OR archived = 0) "
-    "AND total_batches > ?4 ORDER BY total_batches, id LIMIT ?5";
+    " FROM metrics WHERE trial_id = ?1 AND ?2 = '' AND (?3 OR archived = 0) "
+    "AND total_batches >= ?4 AND (total_batches > ?4 OR id > ?6) ORDER BY total_batches, id LIMIT ?5";
+constexpr char kListGroupMetrics[] =
+    "SELECT " DET_METRIC_COLUMNS
+    " FROM metrics WHERE trial_id = ?1 AND metric_group = ?2 AND (?3 OR archived = 0) "
+    "AND total_batches >= ?4 AND (total_batches > ?4 OR id > ?6) ORDER BY total_batches, id LIMIT ?5";
 constexpr char kArchiveMetricsAfter[] =
     "UPDATE metrics SET archived = 1 WHERE trial_id = ? AND total_batches > ? AND archived = 0";
 
@@ -200,11 +210,12 @@ absl::Status Store::InsertMetrics(const std::vector<MetricRow>& rows) {
 
 absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, const std::string& group,
                                                           bool include_archived, int64_t after_batches,
-                                                          int64_t limit) {
+                                                          int64_t limit, int64_t after_id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListMetrics));
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(group.empty() ? kListMetrics : kListGroupMetrics));
   Binder b(st.get());
   b.Int(trial_id).Text(group).Int(include_archived ? 1 : 0).Int(after_batches).Int(SqlLimit(limit));
+  b.Int(after_id > 0 ? after_id : std::numeric_limits<int64_t>::max());
   if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind metrics query");
   std::vector<MetricRow> out;
   int rc;
@@ -213,6 +224,30 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, cons
     out.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("list metrics of trial ", trial_id));
+  return out;
+}
+
+absl::StatusOr<std::vector<MetricRow>> Store::GetMetricsByIds(const std::vector<int64_t>& ids) {
+  if (ids.size() > 10000) return absl::InvalidArgumentError(absl::StrCat("at most 10000 ids, got ", ids.size()));
+  std::vector<MetricRow> out;
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached("SELECT " DET_METRIC_COLUMNS " FROM metrics WHERE id = ?"));
+  for (int64_t id : ids) {
+    Binder b(st.get());
+    b.Int(id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind metric id");
+    int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_ROW) {
+      DET_ASSIGN_OR_RETURN(MetricRow row, ReadMetric(st.get()));
+      out.push_back(std::move(row));
+    } else if (rc != SQLITE_DONE) {
+      return Error(rc, absl::StrCat("metric ", id));
+    }
+    sqlite3_reset(st.get());
+  }
+  std::sort(out.begin(), out.end(), [](const MetricRow& a, const MetricRow& b) {
+    return std::tie(a.total_batches, a.id) < std::tie(b.total_batches, b.id);
+  });
   return out;
 }
 

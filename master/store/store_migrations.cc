@@ -226,11 +226,18 @@ constexpr char kMigration8[] = R"sql(
 ALTER TABLE allocations ADD COLUMN slurm_job_id TEXT NOT NULL DEFAULT '';
 )sql";
 
+// 9: metric queries of one group (a chart's validation curve, the
+// experiment's validation history) seek to that group's rows instead of
+// reading every training row of the trial.
+constexpr char kMigration9[] = R"sql(
+CREATE INDEX metrics_trial_group_batches ON metrics(trial_id, metric_group, total_batches);
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
       new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6,
-                                   kMigration7, kMigration8};
+                                   kMigration7, kMigration8, kMigration9};
   return *kMigrations;
 }
 

@@ -10,6 +10,7 @@ import {apiGet, apiPost, getToken, getUsername, logout, onAuthChange} from './ap
 import {LineChart, ScatterChart, colorFor} from './charts.js';
 import {fetchExperimentList} from './experiment_actions.js';
 import {MetricsStreamCache} from './metrics_stream.js';
+import {TrialPager} from './trial_pager.js';
 import {renderCheckpointUuid} from './checkpoints.js';
 import {JobQueueView} from './job_queue.js';
 import {
@@ -220,7 +221,8 @@ class ExperimentView {
   constructor(id) {
     this.id = id;
     this.title = `Experiment ${id}`;
-    this.metrics = new MetricsStreamCache();
+    this.metrics = new MetricsStreamCache({chartPoints: 300});  // curves of one page of trials
+    this.pager = new TrialPager(() => this.refresh());
     this.heading = h('span', {'data-testid': 'exp-title'});
     this.state = stateBadge(`exp-state-${id}`);
     this.actions = actionButtons(id);
@@ -248,7 +250,7 @@ class ExperimentView {
       h('div', {class: 'page-head'}, h('h2', {}, this.heading), this.state, this.actions),
       card(null, this.info.el, this.error,
         h('details', {}, h('summary', {text: 'Configuration'}), this.config)),
-      card('Trials', this.trials.el),
+      card('Trials', this.pager.el, this.trials.el),
       h('div', {class: 'grid2'},
         card('Learning curves',
           h('div', {class: 'controls'}, h('label', {for: 'curve-metric', text: 'Metric '}), this.metricSelect),
@@ -268,7 +270,7 @@ class ExperimentView {
     this.trialList = (tr.trials || []).slice().sort((a, b) => a.id - b.id);
     this.renderHeader();
     this.renderTrials();
-    await this.metrics.load(this.trialList, ['validation', 'training']);
+    await this.metrics.load(this.pageTrials, ['validation', 'training']);
     this.render();
   }
 
@@ -301,7 +303,7 @@ class ExperimentView {
 
   renderTrials() {
     const metric = this.exp.searcher_metric;
-    syncRows(this.trials.tbody, this.trialList, (t) => t.id, (t) => h('tr', {'data-testid': `trial-row-${t.id}`},
+    syncRows(this.trials.tbody, this.pageTrials = this.pager.slice(this.trialList), (t) => t.id, (t) => h('tr', {'data-testid': `trial-row-${t.id}`},
       h('td', {}, link(`#/trials/${t.id}`, String(t.id))),
       h('td', {}, stateBadge(`trial-state-${t.id}`)),
       h('td', {class: 'num', 'data-testid': `trial-batches-${t.id}`}),
@@ -332,13 +334,13 @@ class ExperimentView {
     if (!this.exp) return;
     const trials = this.trialList;
     const lists = [];
-    for (const t of trials) {
+    for (const t of this.pageTrials) {
       lists.push(['validation', this.metrics.get(t.id, 'validation')]);
       lists.push(['training', this.metrics.get(t.id, 'training')]);
     }
     const chosen = syncSelect(this.metricSelect, metricOptions(lists), `validation:${this.exp.searcher_metric}`);
     const [group, name] = splitMetric(chosen);
-    this.curve.update(trials.map((t) => ({
+    this.curve.update(this.pageTrials.map((t) => ({
       key: t.id, label: `Trial ${t.id}`, color: colorFor(t.id), points: curvePoints(this.metrics.get(t.id, group), name),
     })), {xLabel: 'batches', yLabel: name ? `${name} (${group})` : '', emptyText: 'No metrics reported yet'});
 

@@ -4,10 +4,15 @@
 // polling. Each stream resumes with after_id = the last next_after_id it
 // read, so a reconnect neither misses nor repeats a report. The master
 // allows 16 streams per user: trials beyond kMaxStreams are fetched once per
-// refresh as before.
+// refresh as before. Both start from the master's downsampled reports
+// (GetTrialMetrics: at most `chartPoints` points per series, 1,000 by
+// default), so a trial with millions of reports costs the page a few
+// thousand points; a stream then adds only the reports after them.
 import {apiGet, getToken} from './api.js';
 
-const kMaxStreams = 8;
+// Each open stream holds one of the browser's 6 HTTP/1.1 connections to the
+// master: with more, the page's other requests wait behind them forever.
+const kMaxStreams = 4;
 const kRetryMs = 2000;
 
 function isTerminalState(state) {
@@ -36,8 +41,9 @@ async function readNdjson(res, onMessage) {
 
 // One trial's reports by group, fed by its stream.
 class TrialStream {
-  constructor(trialId) {
+  constructor(trialId, chartPoints) {
     this.trialId = trialId;
+    this.chartPoints = chartPoints;
     this.reports = new Map();  // group -> [MetricsReport]
     this.afterId = 0;
     this.ended = false;
@@ -52,9 +58,17 @@ class TrialStream {
     }
     if (message.next_after_id) this.afterId = Number(message.next_after_id);
   }
+  // The downsampled history; the stream resumes after its newest report.
+  async loadHistory() {
+    const q = this.chartPoints ? `?limit=${this.chartPoints}` : '';
+    const r = await apiGet(`/api/v1/trials/${this.trialId}/metrics${q}`);
+    this.add({metrics: r.metrics || []});
+    for (const m of r.metrics || []) this.afterId = Math.max(this.afterId, Number(m.id) || 0);
+  }
   async run() {
     while (!this.abort.signal.aborted) {
       try {
+        if (this.afterId === 0) await this.loadHistory();
         const headers = {Accept: 'application/x-ndjson'};
         const token = getToken();
         if (token) headers.Authorization = `Bearer ${token}`;
@@ -79,7 +93,9 @@ class TrialStream {
 // Same interface as the polling cache it replaces: load(trials, groups)
 // before a render, get(trialId, group) during it.
 export class MetricsStreamCache {
-  constructor() {
+  // options.chartPoints: points per series asked of the master (0: its default).
+  constructor(options = {}) {
+    this.chartPoints = options.chartPoints || 0;
     this.streams = new Map();  // trialId -> TrialStream
     this.fetched = new Map();  // `${trialId}:${group}` -> {reports, final}
   }
@@ -88,7 +104,7 @@ export class MetricsStreamCache {
     for (const t of trials) {
       if (this.streams.has(t.id)) continue;
       if (this.streams.size < kMaxStreams && !isTerminalState(t.state)) {
-        const s = new TrialStream(t.id);
+        const s = new TrialStream(t.id, this.chartPoints);
         this.streams.set(t.id, s);
         s.run();
         continue;
@@ -98,7 +114,8 @@ export class MetricsStreamCache {
         const e = this.fetched.get(key);
         if (e && e.final) continue;
         const final = isTerminalState(t.state);
-        jobs.push(apiGet(`/api/v1/trials/${t.id}/metrics?group=${encodeURIComponent(g)}`)
+        const limit = this.chartPoints ? `&limit=${this.chartPoints}` : '';
+        jobs.push(apiGet(`/api/v1/trials/${t.id}/metrics?group=${encodeURIComponent(g)}${limit}`)
           .then((r) => this.fetched.set(key, {reports: r.metrics || [], final})));
       }
     }

@@ -1,0 +1,162 @@
+// MasterCore::GetTrialMetrics: a trial's metric reports, downsampled for
+// charts by default (metric_downsample.h) or at full resolution in bounded
+// pages. The store is read in pages so that a trial with millions of
+// reports never holds the store's lock (and the writers behind it) for
+// long; the downsampled path scans the values compactly (Store::ScanMetrics)
+// and reads whole rows only for the points it keeps.
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "master/core/master_core.h"
+#include "master/core/metric_downsample.h"
+#include "master/core/metrics_logs.h"
+#include "master/core/proto_convert.h"
+
+namespace det::master {
+namespace {
+
+// Rows read from the store per call while downsampling.
+constexpr int64_t kScanPage = 10000;
+// The most (name, value) pairs one downsampled query holds (16 bytes each:
+// 128 MiB), after dropping the names the request did not ask for.
+constexpr size_t kMaxScanValues = 8 << 20;
+
+// Drops from rows [first, scan->rows()) the values whose name is not in
+// `names` (nothing when it is empty), keeping offsets consistent.
+void KeepNames(const google::protobuf::RepeatedPtrField<std::string>& names, size_t first, Store::MetricScan* scan,
+               std::vector<bool>* keep_name) {
+  if (names.empty()) return;
+  for (size_t i = keep_name->size(); i < scan->names.size(); ++i) {
+    keep_name->push_back(std::find(names.begin(), names.end(), scan->names[i]) != names.end());
+  }
+  uint32_t out = scan->offsets[first];
+  for (size_t r = first; r < scan->rows(); ++r) {
+    const uint32_t begin = scan->offsets[r], end = scan->offsets[r + 1];
+    scan->offsets[r] = out;
+    for (uint32_t k = begin; k < end; ++k) {
+      if ((*keep_name)[static_cast<size_t>(scan->values[k].first)]) scan->values[out++] = scan->values[k];
+    }
+  }
+  scan->offsets[scan->rows()] = out;
+  scan->values.resize(out);
+}
+
+// Keeps only the metrics `names` lists (all when empty).
+void FilterNames(const google::protobuf::RepeatedPtrField<std::string>& names, MetricRow* row) {
+  if (names.empty()) return;
+  for (auto it = row->metrics.begin(); it != row->metrics.end();) {
+    if (std::find(names.begin(), names.end(), it->first) == names.end()) {
+      it = row->metrics.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::Status ValidateMetricsRequest(const apiv1::GetTrialMetricsRequest& req) {
+  if (!req.group().empty()) DET_RETURN_IF_ERROR(ValidateMetricGroup(req.group()));
+  if (req.after_total_batches() < 0 || req.after_id() < 0 || req.limit() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("after_total_batches, after_id and limit must be >= 0, got ",
+                                                   req.after_total_batches(), ", ", req.after_id(), ", ",
+                                                   req.limit()));
+  }
+  const int max = req.full_resolution() ? kMaxMetricsPage : kMaxChartPoints;
+  if (req.limit() > max) {
+    return absl::InvalidArgumentError(absl::StrCat("limit must be at most ", max,
+                                                   req.full_resolution() ? " reports per page" : " points per series",
+                                                   ", got ", req.limit()));
+  }
+  if (req.metric_names_size() > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("metric_names: at most 1000, got ", req.metric_names_size()));
+  }
+  return absl::OkStatus();
+}
+
+// The downsampled answer: scan, choose, then read the chosen rows whole.
+absl::Status Downsampled(Store& store, const apiv1::GetTrialMetricsRequest& req, int64_t after,
+                         apiv1::GetTrialMetricsResponse* resp) {
+  Store::MetricScan scan;
+  std::vector<bool> keep_name;
+  int64_t cursor_batches = after, cursor_id = req.after_id();
+  for (;;) {
+    const size_t first = scan.rows(), values_before = scan.values.size();
+    DET_ASSIGN_OR_RETURN(int64_t n, store.ScanMetrics(req.trial_id(), req.group(), req.include_archived(),
+                                                      cursor_batches, cursor_id, kScanPage, &scan,
+                                                      kMaxScanValues));
+    if (n == 0) break;
+    // The store stopped early (not at the end) when this page had that many.
+    const bool stopped_early = scan.values.size() - values_before > kMaxScanValues;
+    KeepNames(req.metric_names(), first, &scan, &keep_name);
+    cursor_batches = scan.batches.back();
+    cursor_id = scan.ids.back();
+    if (scan.values.size() > kMaxScanValues) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "trial ", req.trial_id(), " has too many metric values to downsample in one query; ask for fewer "
+          "metric_names, one group, or full_resolution pages"));
+    }
+    if (n < kScanPage && !stopped_early) break;
+  }
+  bool downsampled = false;
+  const size_t points = req.limit() > 0 ? static_cast<size_t>(req.limit()) : kDefaultChartPoints;
+  std::vector<ScanPick> picks = DownsampleScan(scan, keep_name, points, &downsampled);
+  resp->set_downsampled(downsampled);
+  std::map<int64_t, const ScanPick*> by_id;
+  for (const ScanPick& p : picks) by_id.emplace(scan.ids[p.row], &p);
+  for (size_t start = 0; start < picks.size(); start += kMaxMetricsPage) {
+    std::vector<int64_t> ids;
+    for (size_t i = start; i < std::min(picks.size(), start + kMaxMetricsPage); ++i) ids.push_back(scan.ids[picks[i].row]);
+    DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows, store.GetMetricsByIds(ids));
+    for (MetricRow& r : rows) {
+      const ScanPick& p = *by_id.at(r.id);
+      if (p.whole) {
+        FilterNames(req.metric_names(), &r);
+      } else {
+        std::map<std::string, double> kept;
+        for (int32_t n : p.names) {
+          auto it = r.metrics.find(scan.names[static_cast<size_t>(n)]);
+          if (it != r.metrics.end()) kept.insert(*it);
+        }
+        r.metrics = std::move(kept);
+      }
+      *resp->add_metrics() = MetricProto(r);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<apiv1::GetTrialMetricsResponse> MasterCore::GetTrialMetrics(const apiv1::GetTrialMetricsRequest& req) {
+  DET_RETURN_IF_ERROR(ValidateMetricsRequest(req));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_RETURN_IF_ERROR(FindTrial(req.trial_id()).status());
+  }
+  // The store's "after" is exclusive: -1 reads from the start (0 is valid).
+  const int64_t after = req.after_total_batches() > 0 || req.after_id() > 0 ? req.after_total_batches() : -1;
+  apiv1::GetTrialMetricsResponse resp;
+  if (!req.full_resolution()) {
+    DET_RETURN_IF_ERROR(Downsampled(*store_, req, after, &resp));
+    return resp;
+  }
+  const int64_t page = req.limit() > 0 ? req.limit() : kMaxMetricsPage;
+  DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows,
+                       store_->ListMetrics(req.trial_id(), req.group(), req.include_archived(), after, page + 1,
+                                           req.after_id()));
+  if (static_cast<int64_t>(rows.size()) > page) {
+    rows.resize(static_cast<size_t>(page));
+    resp.set_has_more(true);
+    resp.set_next_after_total_batches(rows.back().total_batches);
+    resp.set_next_after_id(rows.back().id);
+  }
+  for (MetricRow& r : rows) {
+    FilterNames(req.metric_names(), &r);
+    *resp.add_metrics() = MetricProto(r);
+  }
+  return resp;
+}
+
+}  // namespace det::master

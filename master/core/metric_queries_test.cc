@@ -1,0 +1,242 @@
+// The chart downsampler (metric_downsample.h) and GetTrialMetrics: the
+// default downsampled answer (count bound, first/last and extremes kept,
+// exact passthrough under the limit) and full-resolution paging.
+#include "master/core/metric_downsample.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "master/core/master_core.h"
+#include "master/store/store.h"
+#include "tests/test_util.h"
+
+namespace det::master {
+namespace {
+
+TEST(MinMaxBucketIndicesTest, UnderTheLimitEveryPoint) {
+  std::vector<double> ys = {3, 1, 4, 1, 5};
+  EXPECT_EQ(MinMaxBucketIndices(ys, 5), (std::vector<size_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(MinMaxBucketIndices(ys, 1000), (std::vector<size_t>{0, 1, 2, 3, 4}));
+  EXPECT_TRUE(MinMaxBucketIndices({}, 10).empty());
+}
+
+TEST(MinMaxBucketIndicesTest, BoundFirstLastAndExtremes) {
+  for (size_t n : {1001u, 5000u, 123457u}) {
+    std::vector<double> ys(n);
+    for (size_t i = 0; i < n; ++i) ys[i] = std::sin(static_cast<double>(i) / 37.0) * 10 + static_cast<double>(i % 7);
+    const size_t spike_hi = n / 3, spike_lo = 2 * n / 3;
+    ys[spike_hi] = 1e6;
+    ys[spike_lo] = -1e6;
+    auto idx = MinMaxBucketIndices(ys, 1000);
+    EXPECT_LE(idx.size(), 1000u) << n;
+    EXPECT_GE(idx.size(), 500u) << n;
+    EXPECT_EQ(idx.front(), 0u);
+    EXPECT_EQ(idx.back(), n - 1);
+    EXPECT_TRUE(std::is_sorted(idx.begin(), idx.end()));
+    EXPECT_EQ(std::set<size_t>(idx.begin(), idx.end()).size(), idx.size()) << "duplicates";
+    EXPECT_NE(std::find(idx.begin(), idx.end(), spike_hi), idx.end());
+    EXPECT_NE(std::find(idx.begin(), idx.end(), spike_lo), idx.end());
+  }
+}
+
+TEST(MinMaxBucketIndicesTest, NanIsNeverPreferredToANumber) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> ys(100, nan);
+  ys[50] = 7;
+  auto idx = MinMaxBucketIndices(ys, 4);  // one bucket over 1..98
+  EXPECT_EQ(idx, (std::vector<size_t>{0, 50, 99}));
+}
+
+MetricRow Row(int64_t id, const std::string& group, int64_t batches, std::map<std::string, double> m) {
+  MetricRow r;
+  r.id = id;
+  r.group = group;
+  r.total_batches = batches;
+  r.metrics = std::move(m);
+  return r;
+}
+
+TEST(DownsampleReportsTest, PerSeriesBoundAndShortGroupsUntouched) {
+  std::vector<MetricRow> rows;
+  int64_t id = 0;
+  for (int64_t b = 1; b <= 5000; ++b) {
+    rows.push_back(Row(++id, "training", b, {{"loss", 1.0 / b}, {"acc", b % 13 == 0 ? 1.0 : 0.5}}));
+    if (b % 100 == 0) rows.push_back(Row(++id, "validation", b, {{"loss", 2.0 / b}}));
+  }
+  bool downsampled = false;
+  auto out = DownsampleReports(rows, 100, &downsampled);
+  EXPECT_TRUE(downsampled);
+  size_t loss = 0, acc = 0, validation = 0;
+  for (const auto& r : out) {
+    if (r.group == "validation") {
+      ++validation;
+      EXPECT_EQ(r.metrics.size(), 1u);
+      continue;
+    }
+    loss += r.metrics.count("loss");
+    acc += r.metrics.count("acc");
+    EXPECT_FALSE(r.metrics.empty());
+  }
+  EXPECT_EQ(validation, 50u);  // 50 points: under the limit, every one
+  EXPECT_LE(loss, 100u);
+  EXPECT_LE(acc, 100u);
+  EXPECT_EQ(out.front().total_batches, 1);
+  EXPECT_EQ(out.back().total_batches, 5000);
+  EXPECT_TRUE(std::is_sorted(out.begin(), out.end(),
+                             [](const MetricRow& a, const MetricRow& b) { return a.id < b.id; }));
+
+  auto same = DownsampleReports(rows, 10000, &downsampled);
+  EXPECT_FALSE(downsampled);
+  ASSERT_EQ(same.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(same[i].metrics, rows[i].metrics);
+}
+
+class MetricQueryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MasterOptions options;
+    options.data_dir = dir_.path();
+    options.background_thread = false;
+    auto core = MasterCore::Create(options);
+    ASSERT_TRUE(core.ok()) << core.status();
+    core_ = *std::move(core);
+    apiv1::CreateExperimentRequest req;
+    req.set_config_yaml(det::testing::SingleTrialConfig("metrics", dir_ / "checkpoints", 1));
+    req.set_trial_so(det::testing::FakeTrialSo());
+    req.set_activate(true);
+    auto resp = core_->CreateExperiment(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    // A second connection to the master's database writes the reports.
+    auto store = Store::Open(dir_ / "det.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    auto trials = store_->ListTrials(resp->experiment().id());
+    ASSERT_TRUE(trials.ok() && !trials->empty());
+    trial_ = trials->front().id;
+  }
+  void Insert(int64_t n) {
+    std::vector<MetricRow> rows;
+    for (int64_t b = 1; b <= n; ++b) {
+      MetricRow r = Row(0, "training", b, {{"loss", b == n / 2 ? 100.0 : 1.0 + std::sin(b / 50.0)}});
+      r.trial_id = trial_;
+      rows.push_back(r);
+      if (b % 10 == 0) {
+        r.group = "validation";
+        rows.push_back(r);
+      }
+    }
+    ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+  }
+  apiv1::GetTrialMetricsResponse Get(apiv1::GetTrialMetricsRequest req) {
+    req.set_trial_id(trial_);
+    auto resp = core_->GetTrialMetrics(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : apiv1::GetTrialMetricsResponse();
+  }
+
+  det::testing::TempDir dir_;
+  std::unique_ptr<MasterCore> core_;
+  std::unique_ptr<Store> store_;
+  int64_t trial_ = 0;
+};
+
+TEST_F(MetricQueryTest, DefaultIsDownsampledToAThousandPointsPerSeries) {
+  Insert(20000);
+  apiv1::GetTrialMetricsRequest req;
+  req.set_group("training");
+  auto resp = Get(req);
+  EXPECT_TRUE(resp.downsampled());
+  EXPECT_LE(resp.metrics_size(), 1000);
+  EXPECT_GE(resp.metrics_size(), 900);
+  EXPECT_EQ(resp.metrics(0).total_batches(), 1);
+  EXPECT_EQ(resp.metrics(resp.metrics_size() - 1).total_batches(), 20000);
+  bool spike = false;
+  for (const auto& m : resp.metrics()) spike = spike || m.metrics().at("loss") == 100.0;
+  EXPECT_TRUE(spike) << "the maximum survives";
+
+  req.set_group("validation");  // 2,000 points: 1,000 kept
+  resp = Get(req);
+  EXPECT_TRUE(resp.downsampled());
+  EXPECT_LE(resp.metrics_size(), 1000);
+  req.set_limit(5000);  // under the limit: exact
+  resp = Get(req);
+  EXPECT_FALSE(resp.downsampled());
+  EXPECT_EQ(resp.metrics_size(), 2000);
+}
+
+TEST_F(MetricQueryTest, FullResolutionPagesEveryReportOnce) {
+  Insert(2500);  // 2,750 reports, several per total_batches
+  apiv1::GetTrialMetricsRequest req;
+  req.set_full_resolution(true);
+  req.set_limit(1000);
+  std::set<int64_t> ids;
+  int pages = 0;
+  for (;;) {
+    auto resp = Get(req);
+    ++pages;
+    for (const auto& m : resp.metrics()) EXPECT_TRUE(ids.insert(m.id()).second) << "duplicate " << m.id();
+    if (!resp.has_more()) break;
+    req.set_after_total_batches(resp.next_after_total_batches());
+    req.set_after_id(resp.next_after_id());
+    ASSERT_LT(pages, 10);
+  }
+  EXPECT_EQ(ids.size(), 2750u);
+  EXPECT_EQ(pages, 3);
+}
+
+TEST_F(MetricQueryTest, MetricNamesAreFilteredBeforeDownsampling) {
+  std::vector<MetricRow> rows;
+  for (int64_t b = 1; b <= 3000; ++b) {
+    MetricRow r = Row(0, "training", b, {{"loss", 1.0 / b}, {"acc", b == 1234 ? -5.0 : 0.5}});
+    r.trial_id = trial_;
+    rows.push_back(r);
+  }
+  ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+  apiv1::GetTrialMetricsRequest req;
+  req.add_metric_names("acc");
+  auto resp = Get(req);
+  EXPECT_TRUE(resp.downsampled());
+  EXPECT_LE(resp.metrics_size(), 1000);
+  bool low = false;
+  for (const auto& m : resp.metrics()) {
+    ASSERT_EQ(m.metrics_size(), 1);
+    low = low || m.metrics().at("acc") == -5.0;
+  }
+  EXPECT_TRUE(low) << "the minimum of the series asked for survives";
+}
+
+TEST_F(MetricQueryTest, ScanStopsAfterItsValueBudget) {
+  Insert(10);  // 10 training rows of one value each, one validation row
+  Store::MetricScan scan;
+  auto n = store_->ScanMetrics(trial_, "training", false, -1, 0, 100, &scan, 3);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 4);  // the 4th row took this call past 3 values
+  n = store_->ScanMetrics(trial_, "training", false, scan.batches.back(), scan.ids.back(), 100, &scan, 100);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 6);
+  EXPECT_EQ(scan.rows(), 10u);
+  EXPECT_EQ(scan.values.size(), 10u);
+  EXPECT_EQ(scan.batches.back(), 10);
+}
+
+TEST_F(MetricQueryTest, BadLimitsAreRejected) {
+  for (auto [full, limit] : {std::pair{false, 10001}, std::pair{true, 10001}, std::pair{false, -1}}) {
+    apiv1::GetTrialMetricsRequest req;
+    req.set_trial_id(trial_);
+    req.set_full_resolution(full);
+    req.set_limit(limit);
+    auto resp = core_->GetTrialMetrics(req);
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument) << limit;
+    EXPECT_NE(resp.status().message().find("limit"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace det::master
