@@ -59,6 +59,8 @@ void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) 
   if (trial.searcher_target == 0 && !trial.close_requested) return;
   // Paused on its own (PauseTrial): waits for ActivateTrial.
   if (trial.row.state == kPaused) return;
+  // pbt: a child waits for its parent's checkpoint (pbt_lineage.cc).
+  if (AwaitsParentCheckpointLocked(trial)) return;
   // The prefix once, not per request: creating a 10,000-trial experiment
   // otherwise built 50 million strings.
   const std::string prefix = absl::StrCat("trial-", trial.row.id, ".");

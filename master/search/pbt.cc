@@ -240,10 +240,11 @@ class PbtSearch final : public SearchMethod {
     ++round_;
     for (size_t i = 0; i < n; ++i) members_[live[i]].reported = false;
     for (size_t i = n - k; i < n; ++i) Close(live[i], ops);
-    for (size_t i = 0; i + k < n; ++i) ops->push_back(ValidateAfterOp{live[i], Target(round_)});
+    // Children first: they copy their parents' state at this round's end.
     for (size_t i = 0; i < k; ++i) {
       Create(ExploreHParams(space_, options_, members_[live[i]].hparams, rng), live[i], rng, ops);
     }
+    for (size_t i = 0; i + k < n; ++i) ops->push_back(ValidateAfterOp{live[i], Target(round_)});
   }
 
   void Close(RequestId id, std::vector<SearcherOp>* ops) {

@@ -19,8 +19,9 @@
 //    factor drawn uniformly from perturb_factors, clamped to the range, int
 //    rounded; categorical: a neighbouring value, index +-1 clamped), consts
 //    kept; the child's trial seed is the parent's (it continues the
-//    parent's run, data order included); then ValidateAfter(min((r+1)*T, max_length)). Every other
-//    trial (top ones included) gets ValidateAfter(min((r+1)*T, max_length)).
+//    parent's run, data order included); then ValidateAfter(min((r+1)*T,
+//    max_length)). After the children, every other trial (top ones
+//    included) gets ValidateAfter(min((r+1)*T, max_length)).
 //  - A trial that exits early leaves the population (it is not replaced); a
 //    round whose remaining trials have all validated ends at once. When no
 //    trial is left: Shutdown (failure when every trial that ended errored).

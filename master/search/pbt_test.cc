@@ -4,6 +4,8 @@
 // and snapshot/restore.
 #include "master/search/pbt.h"
 
+#include "master/search/preview.h"
+
 #include <random>
 #include <string>
 #include <vector>
@@ -90,10 +92,11 @@ TEST(PbtSearchTest, ExploitsTheBottomAndExploresTheTop) {
   int parent_act = std::find(acts.begin(), acts.end(), p["act"]) - acts.begin();
   int child_act = std::find(acts.begin(), acts.end(), child.hparams["act"]) - acts.begin();
   EXPECT_EQ(std::abs(parent_act - child_act) <= 1, true);
-  // Survivors in rank order, then the child: all to round 2's length.
+  // The child first (it copies its parent's state at this round's end),
+  // then the survivors in rank order: all to round 2's length.
   std::vector<std::pair<RequestId, int64_t>> v;
   for (const ValidateAfterOp& x : r1.validates) v.emplace_back(x.request_id, x.length);
-  EXPECT_EQ(v, (std::vector<std::pair<RequestId, int64_t>>{{2, 20}, {4, 20}, {3, 20}, {5, 20}}));
+  EXPECT_EQ(v, (std::vector<std::pair<RequestId, int64_t>>{{5, 20}, {2, 20}, {4, 20}, {3, 20}}));
   EXPECT_TRUE(s->TrialClosed(1).empty());
 
   // Lineage survives a snapshot; the restored searcher makes the same decisions.
@@ -169,6 +172,22 @@ TEST(PbtSearchTest, RejectsABadConfig) {
   absl::StatusOr<Searcher> s = Searcher::Create(PbtConfig(4, 10, {1.2}, 0.0), 30);
   ASSERT_TRUE(s.ok());
   EXPECT_FALSE(Searcher::Restore(PbtConfig(4, 10, {1.2}, 0.0), 30, json{{"rng", "x"}}).ok());
+}
+
+TEST(PbtSearchTest, PreviewShowsGenerationsAndCountsOnlyWhatEachTrialTrains) {
+  ExperimentConfig config = PbtConfig(4, 10, {0.8, 1.2}, 0.25);
+  absl::StatusOr<SearchPreview> p = PreviewSearch(config, 30, 1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  // 4 trials and one child per generation boundary (10, 20).
+  EXPECT_EQ(p->trials.size(), 6u);
+  ASSERT_EQ(p->brackets.size(), 1u);
+  ASSERT_EQ(p->brackets[0].rungs.size(), 3u);
+  for (const PreviewRung& r : p->brackets[0].rungs) EXPECT_EQ(r.num_trials, 4) << r.length_per_trial;
+  // 4 trials train 10 per generation: a child starts at its parent's length.
+  EXPECT_EQ(p->total_length, 120);
+  int children = 0;
+  for (const PreviewTrial& t : p->trials) children += t.parent != 0 ? 1 : 0;
+  EXPECT_EQ(children, 2);
 }
 
 }  // namespace
