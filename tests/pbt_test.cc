@@ -134,12 +134,22 @@ TEST(PbtTest, MasterKillMidSearchResumesEverySearcher) {
   // pbt: 3 trials + 1 child at each of the 2 round boundaries; every child has its parent's checkpoint.
   json trials = cluster.Trials(pbt);
   EXPECT_EQ(trials.size(), 5u) << trials.dump();
+  int lr_checked = 0;
   for (const json& t : trials) {
     EXPECT_EQ(t.value("state", ""), "STATE_COMPLETED") << t.dump();
-    if (Int(t.value("parent_trial_id", json(0))) != 0) {
-      EXPECT_FALSE(t.value("parent_checkpoint_uuid", "").empty()) << t.dump();
-    }
+    if (Int(t.value("parent_trial_id", json(0))) == 0) continue;
+    EXPECT_FALSE(t.value("parent_checkpoint_uuid", "").empty()) << t.dump();
+    // Explore took effect: the restored optimizer trains with the child's
+    // own (perturbed) learning rate, not the parent's. (Its first rows
+    // after batch 20 precede the LR scheduler's first step, at 50.)
+    std::map<int64_t, json> train = MetricsByBatch(cluster, Int(t["id"]), "training");
+    ASSERT_FALSE(train.empty());
+    if (train.begin()->first != 30) continue;
+    const double lr = t["hparams"]["learning_rate"].get<double>();
+    EXPECT_NEAR(train.begin()->second["lr"].get<double>(), lr, lr * 1e-9) << t.dump();
+    ++lr_checked;
   }
+  EXPECT_EQ(lr_checked, 1);  // the child of the first round
   EXPECT_EQ(cluster.Trials(tpe).size(), 4u);
 }
 
