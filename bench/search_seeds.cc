@@ -12,9 +12,9 @@
 // checkpoint (model and optimizer state) and continues with its own hparams.
 // Tasks:
 //  - lr (like the Fashion-MNIST example): x = log10(lr) in [-4, 0]; the
-//    plateau a = 0.70 + 0.20 exp(-(x+2.5)^2/0.8) peaks near lr 0.003,
-//    tau = 8 * 10^(-(x+1)/2) batches: a higher lr learns faster, so early
-//    rungs favour rates above the best one.
+//    plateau a = 0.70 + 0.20 exp(-(x+2.5)^2/2) peaks near lr 0.003,
+//    tau = 4 * 10^(-(x+1)/2) batches (lr 0.003: 22; 1e-4: 126): a higher
+//    lr learns faster, so early rungs favour rates above the best one.
 //  - rare: lr, weight decay (log10 in [-6, -1]) and width (int 16..512); only
 //    a small corner of the space plateaus high (a = 0.62 + 0.30 g, g a
 //    narrow Gaussian bump in the three).
@@ -22,9 +22,10 @@
 //    a low rate plateaus higher but learns slowly, so a decaying rate beats
 //    every fixed one; the bench prints PBT's best final quality next to the
 //    best fixed rate's (a scan of 400 rates at 256 batches, no noise).
-// Budget per seed: random search 64 trials x 256 batches on 4 slots; ASHA
-// variants 128 trials (max_rungs 3, divisor 4); tpe 64 trials; pbt
-// population 16 x 256 batches, perturb_period 32.
+// Budget per seed: 64 x 256 = 16384 batches on 4 slots: random search and
+// tpe 64 trials x 256 batches; ASHA variants (max_rungs 3, divisor 4) as
+// many trials as their brackets fit in the budget (preview); pbt population
+// 64 x 256 batches, perturb_period 32.
 //
 //   search_seeds [--seeds 1-12] [--task lr|rare|both] [--tolerance 0.005]
 //                [--searchers random,asha_standard,asha_aggressive,asha_best,tpe,asha_tpe,pbt]
@@ -45,6 +46,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/experiment_config.h"
+#include "master/search/preview.h"
 #include "master/search/searcher.h"
 
 namespace {
@@ -79,9 +81,9 @@ Dynamics DynamicsOf(const std::string& task, const nlohmann::json& hp) {
     d.tau = std::max(1.0, 20 * std::pow(10.0, -0.8 * (x + 1)));
     return d;
   }
-  d.tau = std::max(1.0, 8 * std::pow(10.0, -0.5 * (x + 1)));
+  d.tau = std::max(1.0, 4 * std::pow(10.0, -0.5 * (x + 1)));
   if (task == "lr") {
-    d.a = 0.70 + 0.20 * std::exp(-std::pow(x + 2.5, 2) / 0.8) - 0.3 * std::max(0.0, x + 0.5);
+    d.a = 0.70 + 0.20 * std::exp(-std::pow(x + 2.5, 2) / 2.0) - 0.3 * std::max(0.0, x + 0.5);
     return d;
   }
   double wd = std::log10(hp.at("wd").get<double>());
@@ -106,8 +108,38 @@ det::ExperimentConfig BaseConfig(const std::string& task) {
   return c;
 }
 
+det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const std::string& name, uint32_t seed,
+                                               int64_t asha_trials);
+
+// ASHA variants get as many trials as their brackets fit in random search's
+// budget (64 x 256 batches), by the searcher's own preview (as
+// search_efficiency does).
+int64_t AshaTrialsForBudget(const std::string& task, const std::string& name) {
+  static std::map<std::string, int64_t> cache;
+  auto it = cache.find(task + "/" + name);
+  if (it != cache.end()) return it->second;
+  int64_t lo = 1, hi = 4096;
+  while (lo < hi) {
+    int64_t mid = (lo + hi + 1) / 2;
+    auto p = det::master::PreviewSearch(SearcherConfigWithTrials(task, name, 1, mid), kMaxLength, 1);
+    if (p.ok() && p->total_length <= 64 * kMaxLength) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  cache[task + "/" + name] = lo;
+  return lo;
+}
+
 // The config of a named searcher variant.
 det::ExperimentConfig SearcherConfig(const std::string& task, const std::string& name, uint32_t seed) {
+  bool asha = name.rfind("asha", 0) == 0;
+  return SearcherConfigWithTrials(task, name, seed, asha ? AshaTrialsForBudget(task, name) : 0);
+}
+
+det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const std::string& name, uint32_t seed,
+                                               int64_t asha_trials) {
   det::ExperimentConfig c = BaseConfig(task);
   c.reproducibility.experiment_seed = seed;
   auto& s = c.searcher;
@@ -120,16 +152,22 @@ det::ExperimentConfig SearcherConfig(const std::string& task, const std::string&
     s.max_concurrent_trials = 4;
   } else if (name == "pbt") {
     s.name = det::SearcherName::kPbt;
-    s.options.pbt.population_size = 16;
+    s.options.pbt.population_size = 64;  // 64 x 256 batches: random's budget
     s.options.pbt.perturb_period = 32;
   } else {
     s.name = det::SearcherName::kAdaptiveAsha;
-    s.max_trials = 128;
-    s.mode = name == "asha_aggressive"      ? det::AshaMode::kAggressive
-             : name == "asha_conservative" ? det::AshaMode::kConservative
-                                           : det::AshaMode::kStandard;
-    if (name == "asha_best") s.options.rung_metric = det::RungMetric::kBest;
-    if (name == "asha_tpe") s.options.sampler = det::HParamSampler::kTpe;
+    s.max_trials = asha_trials;
+    s.max_concurrent_trials = 4;  // the slots: proposals (tpe) learn from what finished
+    s.mode = name.find("aggressive") != std::string::npos     ? det::AshaMode::kAggressive
+             : name.find("conservative") != std::string::npos ? det::AshaMode::kConservative
+                                                               : det::AshaMode::kStandard;
+    if (name.find("best") != std::string::npos) s.options.rung_metric = det::RungMetric::kBest;
+    if (name.find("tpe") != std::string::npos) s.options.sampler = det::HParamSampler::kTpe;
+    // Suffixes: _d3 (divisor 3), _r2 / _r4 (max_rungs 2: a first rung of 64
+    // batches, a grace period; 4: 4 batches).
+    if (name.find("_d3") != std::string::npos) s.divisor = 3;
+    if (name.find("_r2") != std::string::npos) s.max_rungs = 2;
+    if (name.find("_r4") != std::string::npos) s.max_rungs = 4;
   }
   return c;
 }
@@ -300,6 +338,9 @@ Args Parse(int argc, char** argv) {
 void RunTask(const Args& a, const std::string& task) {
   std::printf("task %s: random search 64 x %lld batches on %d slots; goal: random's best - %.3f\n", task.c_str(),
               static_cast<long long>(kMaxLength), a.slots, a.tolerance);
+  for (const auto& s : a.searchers) {
+    if (s.rfind("asha", 0) == 0) std::printf("  %s: %lld trials\n", s.c_str(), static_cast<long long>(AshaTrialsForBudget(task, s)));
+  }
   std::map<std::string, std::vector<double>> ratios;
   std::map<std::string, int64_t> sums, nevers;
   int64_t random_sum = 0;
@@ -354,7 +395,7 @@ void RunSchedule(const Args& a) {
       best_x = x;
     }
   }
-  std::printf("task schedule: best fixed lr 10^%.2f reaches %.4f at %lld batches; pbt (16 x %lld, perturb 32):\n",
+  std::printf("task schedule: best fixed lr 10^%.2f reaches %.4f at %lld batches; pbt (64 x %lld, perturb 32):\n",
               best_x, best_fixed, static_cast<long long>(kMaxLength), static_cast<long long>(kMaxLength));
   int wins = 0;
   std::string line;

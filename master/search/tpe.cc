@@ -178,11 +178,22 @@ json TpeSampler::Propose(std::mt19937_64& rng) const {
     if (o.scored) scored.emplace_back(id, &o);
   }
   json point = SampleHParams(space_, rng);
-  if (static_cast<int64_t>(scored.size()) < std::max<int64_t>(options_.n_startup_trials, 2)) return point;
+  const size_t enough = static_cast<size_t>(std::max<int64_t>(options_.n_startup_trials, 2));
+  if (scored.size() < enough) return point;
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
     if (a.second->level != b.second->level) return a.second->level > b.second->level;
     return a.second->value < b.second->value;
   });
+  // As BOHB: the model uses only the trials that reached the highest level
+  // (ASHA rung) that enough trials reached; lower rungs mislead where
+  // learning curves cross.
+  while (scored.size() > enough && scored[enough - 1].second->level > scored.back().second->level) {
+    const int64_t lowest = scored.back().second->level;
+    size_t keep = scored.size();
+    while (keep > 0 && scored[keep - 1].second->level == lowest) --keep;
+    if (keep < enough) break;
+    scored.resize(keep);
+  }
   const size_t n = scored.size();
   size_t n_below = static_cast<size_t>(std::ceil(options_.gamma * static_cast<double>(n)));
   n_below = std::clamp<size_t>(n_below, 1, n - 1);

@@ -34,7 +34,9 @@ class TpeSampler {
 
   // A point of the space. While fewer than n_startup_trials trials have a
   // result: SampleHParams. Afterwards: the results are ranked (a higher
-  // `level` first, then the better metric; non-finite metrics last), the
+  // `level` first, then the better metric; non-finite metrics last); as in
+  // BOHB only the trials at or above the highest level that at least
+  // max(2, n_startup_trials) trials reached are kept; of those n, the
   // best max(1, ceil(gamma * n)) form l(x) and the rest g(x), each a Parzen
   // estimator per search hparam (int, double and log (in the exponent) as
   // truncated Gaussian mixtures with a wide prior component; categorical as

@@ -83,7 +83,7 @@ ExperimentConfig TpeConfig(SearcherName name) {
   config.searcher.name = name;
   config.searcher.metric = "loss";
   config.searcher.max_length = Length{Length::Unit::kBatches, 16};
-  config.searcher.max_trials = 24;
+  config.searcher.max_trials = 40;
   config.searcher.max_concurrent_trials = 2;
   config.searcher.options.tpe.n_startup_trials = 4;
   config.searcher.options.sampler = HParamSampler::kTpe;
@@ -123,8 +123,8 @@ TEST(TpeSearchTest, TheTpeSearcherAndAshaWithTheTpeSamplerConverge) {
     absl::StatusOr<Searcher> s = Searcher::Create(config, 16);
     ASSERT_TRUE(s.ok()) << s.status();
     std::vector<double> xs = Drive(*s);
-    ASSERT_EQ(xs.size(), 24u);
-    EXPECT_LT(MeanDistance(xs, 14, 24, 0.3), MeanDistance(xs, 0, 4, 0.3)) << SearcherNameToString(name);
+    ASSERT_EQ(xs.size(), 40u);
+    EXPECT_LT(MeanDistance(xs, 30, 40, 0.3), MeanDistance(xs, 0, 10, 0.3)) << SearcherNameToString(name);
     absl::StatusOr<Searcher> again = Searcher::Restore(config, 16, s->Snapshot());
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(again->Snapshot(), s->Snapshot());
