@@ -28,7 +28,11 @@
 // 64 x 256 batches, perturb_period 32.
 //
 //   search_seeds [--seeds 1-12] [--task lr|rare|both] [--tolerance 0.005]
-//                [--searchers random,asha_standard,asha_aggressive,asha_best,tpe,asha_tpe,pbt]
+//                [--searchers asha_standard,asha_standard_d3,asha_aggressive,asha_conservative,
+//                             asha_best,tpe,asha_tpe,asha_tpe_d3,pbt]
+// (ASHA names: asha_ + standard/aggressive/conservative (mode), best
+// (rung_metric: best), tpe (sampler: tpe); suffixes _d3 divisor 3, _r2/_r4
+// max_rungs 2/4; the default is standard mode, divisor 4, max_rungs 3.)
 //                [--slots 4] [--verbose]
 #include <algorithm>
 #include <cmath>
@@ -288,8 +292,9 @@ int64_t BatchesToReach(const Run& run, double goal) {
 struct Args {
   std::vector<uint32_t> seeds;
   std::vector<std::string> tasks = {"lr", "rare"};
-  std::vector<std::string> searchers = {"asha_standard", "asha_aggressive", "asha_conservative", "asha_best",
-                                        "tpe",           "asha_tpe",        "pbt"};
+  std::vector<std::string> searchers = {"asha_standard", "asha_standard_d3", "asha_aggressive", "asha_conservative",
+                                        "asha_best",     "tpe",              "asha_tpe",        "asha_tpe_d3",
+                                        "pbt"};
   double tolerance = 0.005;
   int slots = 4;
   bool verbose = false;
