@@ -107,6 +107,14 @@ TEST(PbtTest, ChildrenStartFromTheParentsCheckpointWithItsWholeState) {
     EXPECT_THAT(out, HasSubstr(absl::StrCat("trial ", parent, ", checkpoint ", uuid)));
   }
   EXPECT_EQ(children, 2);
+  // preview-search shows the generations of examples/synthetic/pbt.yaml:
+  // 4 trials + 1 child at each of 3 boundaries, 4 x 160 batches trained.
+  std::string out, err;
+  ASSERT_EQ(cluster.Cli({"preview-search", std::string(DET_SOURCE_DIR) + "/examples/synthetic/pbt.yaml"}, &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(out, HasSubstr("Searcher: pbt"));
+  EXPECT_THAT(out, HasSubstr("Total: 7 trials (3 stopped early), 640 batches")) << out;
 }
 
 // Must show 2b: kill -9 of the master mid-search; the restarted master
