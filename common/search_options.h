@@ -34,7 +34,9 @@ class ConfigMapReader;
 
 inline constexpr int64_t kMaxPopulationSize = 1000;
 inline constexpr size_t kMaxPerturbFactors = 16;
-inline constexpr int64_t kMaxEiCandidates = 10000;
+// TPE's cost per proposal is candidates x hparams x modelled trials, under
+// the master's lock: both are capped (kMaxTpeModelTrials in tpe.h).
+inline constexpr int64_t kMaxEiCandidates = 1000;
 
 struct PbtOptions {
   int64_t population_size = 0;  // required for pbt; 2..kMaxPopulationSize

@@ -194,6 +194,7 @@ json TpeSampler::Propose(std::mt19937_64& rng) const {
     if (keep < enough) break;
     scored.resize(keep);
   }
+  if (scored.size() > kMaxTpeModelTrials) scored.resize(kMaxTpeModelTrials);
   const size_t n = scored.size();
   size_t n_below = static_cast<size_t>(std::ceil(options_.gamma * static_cast<double>(n)));
   n_below = std::clamp<size_t>(n_below, 1, n - 1);

@@ -27,6 +27,10 @@
 namespace det {
 namespace master {
 
+// The most trials a proposal models (the best-ranked ones), so that a
+// proposal costs at most kMaxEiCandidates x hparams x this many kernels.
+inline constexpr size_t kMaxTpeModelTrials = 256;
+
 // Not thread-safe.
 class TpeSampler {
  public:
@@ -37,6 +41,7 @@ class TpeSampler {
   // `level` first, then the better metric; non-finite metrics last); as in
   // BOHB only the trials at or above the highest level that at least
   // max(2, n_startup_trials) trials reached are kept; of those n, the
+  // (at most kMaxTpeModelTrials, the best-ranked)
   // best max(1, ceil(gamma * n)) form l(x) and the rest g(x), each a Parzen
   // estimator per search hparam (int, double and log (in the exponent) as
   // truncated Gaussian mixtures with a wide prior component; categorical as

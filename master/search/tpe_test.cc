@@ -3,6 +3,8 @@
 // the tpe searcher and ASHA with sampler: tpe, and snapshot/restore.
 #include "master/search/tpe.h"
 
+#include "common/experiment_config.h"
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -129,6 +131,40 @@ TEST(TpeSearchTest, TheTpeSearcherAndAshaWithTheTpeSamplerConverge) {
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(again->Snapshot(), s->Snapshot());
   }
+}
+
+// Attack: a config asking for unbounded work under the master's lock is
+// refused, naming the field.
+TEST(TpeSearchTest, ConfigsAskingForUnboundedWorkAreRefused) {
+  const std::string base =
+      "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
+      "  max_length: {batches: 10}\n";
+  auto config = ParseExperimentConfig(base + "  name: tpe\n  max_trials: 10\n  n_ei_candidates: 100000\n", "c.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("searcher.n_ei_candidates"), std::string::npos) << config.status();
+  config = ParseExperimentConfig(base + "  name: pbt\n  population_size: 5000\n  perturb_period: 5\n", "c.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("searcher.population_size"), std::string::npos) << config.status();
+  config = ParseExperimentConfig(base + "  name: pbt\n  population_size: 4\n  perturb_period: 5\n"
+                                 "  perturb_factors: [0.5, -1]\n", "c.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("searcher.perturb_factors"), std::string::npos) << config.status();
+}
+
+// Many results: a proposal models only the best-ranked kMaxTpeModelTrials.
+TEST(TpeSamplerTest, ModelsAtMostTheBestRankedTrials) {
+  HyperparameterSpace space = {{"x", Hyperparameter::Double(0, 1)}};
+  TpeSampler tpe(space, TpeOptions{}, true);
+  std::mt19937_64 rng(3);
+  for (RequestId id = 1; id <= 3000; ++id) {
+    json hp = tpe.Propose(rng);
+    tpe.Record(id, hp);
+    double x = hp["x"].get<double>();
+    tpe.Observe(id, (x - 0.5) * (x - 0.5), 0);
+  }
+  EXPECT_EQ(tpe.observed(), 3000);
+  json hp = tpe.Propose(rng);
+  EXPECT_LT(std::abs(hp["x"].get<double>() - 0.5), 0.2);
 }
 
 }  // namespace
