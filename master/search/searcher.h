@@ -178,7 +178,9 @@ class SearchMethod {
 //    (tpe.h) from the validations so far; max_concurrent_trials 0 means 4
 //    (proposals need results to learn from). async_halving/adaptive_asha
 //    with `sampler: tpe` draw their trials' hparams from a TpeSampler that
-//    ranks results by the rung reached, then the metric.
+//    ranks results by the rung reached, then the metric; with `rung_metric:
+//    best` ASHA records at a rung the trial's best validation so far
+//    (normalized), not its latest.
 //  - pbt: see pbt.h.
 // Each trial draws its hparams (SampleHParams; grid: none) and then a uint32
 // trial seed from the rng.
