@@ -15,6 +15,9 @@
 //                     [--train-limit 16384] [--validation-limit 2000]
 //                     [--tolerance 0.005]
 //                     [--asha-variants promotion,aggressive]  (also stop_once, conservative)
+//                     (--searchers is the same flag; it also takes asha_tpe (adaptive_asha standard
+//                     with sampler: tpe), tpe, pbt (population 64, perturb_period 32) and a _d3
+//                     suffix on the ASHA ones: divisor 3)
 //                     [--full]
 //
 // --lr-min/--lr-max: log10 bounds of Adam's learning rate. Each ASHA variant
@@ -69,8 +72,11 @@ const std::string kTrial = std::string(DET_TRIALS_DIR) + "/fashion_mnist_trial.s
 // rather than promotes.
 struct AshaVariant {
   std::string name;
+  std::string searcher = "adaptive_asha";  // or tpe, pbt
   std::string mode = "standard";
   bool stop_once = false;
+  int divisor = 4;
+  std::string extra;  // more searcher lines (sampler: tpe, ...)
   // As many trials as fit the budget, and the batches the preview plans.
   int trials = 0;
   int64_t planned = 0;
@@ -79,9 +85,16 @@ struct AshaVariant {
 std::optional<AshaVariant> ParseVariant(const std::string& name) {
   AshaVariant v;
   v.name = name;
-  if (name == "stop_once") v.stop_once = true;
-  else if (name == "aggressive" || name == "conservative") v.mode = name;
-  else if (name != "promotion") return std::nullopt;
+  std::string base = name;
+  if (base.size() > 3 && base.compare(base.size() - 3, 3, "_d3") == 0) {  // divisor 3
+    v.divisor = 3;
+    base.resize(base.size() - 3);
+  }
+  if (base == "stop_once") v.stop_once = true;
+  else if (base == "aggressive" || base == "conservative") v.mode = base;
+  else if (base == "asha_tpe") v.extra = "  sampler: tpe\n";
+  else if (base == "tpe" || base == "pbt") v.searcher = base;
+  else if (base != "promotion") return std::nullopt;
   return v;
 }
 
@@ -140,9 +153,12 @@ searcher:
   max_concurrent_trials: 2
 )");
   if (searcher == "adaptive_asha") {
-    absl::StrAppend(&s, "  mode: ", variant.mode, "\n  divisor: 4\n  max_rungs: ", o.max_rungs, "\n");
+    absl::StrAppend(&s, "  mode: ", variant.mode, "\n  divisor: ", variant.divisor, "\n  max_rungs: ", o.max_rungs,
+                    "\n", variant.extra);
     if (variant.stop_once) s += "  stop_once: true\n";
   }
+  // pbt: the same budget as random search (population max_trials x max_length).
+  if (searcher == "pbt") absl::StrAppend(&s, "  population_size: ", max_trials, "\n  perturb_period: 32\n");
   absl::StrAppend(&s, R"(records_per_epoch: 60000
 scheduling_unit: 16
 reproducibility:
@@ -333,7 +349,7 @@ int main(int argc, char** argv) {
         }
         o.seeds.push_back(n);
       }
-    } else if (a == "--asha-variants") {
+    } else if (a == "--asha-variants" || a == "--searchers") {
       variants_given = true;
       o.asha_variants.clear();
       std::stringstream list(v);
@@ -341,7 +357,8 @@ int main(int argc, char** argv) {
         auto variant = ParseVariant(name);
         if (!variant) {
           std::fprintf(stderr,
-                       "--asha-variants: unknown variant '%s' (promotion, stop_once, aggressive, conservative)\n",
+                       "--asha-variants: unknown variant '%s' (promotion, stop_once, aggressive, conservative, "
+                       "asha_tpe, tpe, pbt, and _d3 after an ASHA one)\n",
                        name.c_str());
           return 2;
         }
@@ -407,6 +424,13 @@ int main(int argc, char** argv) {
   // search plans (max_trials x max_length), by the searcher's own preview.
   const int64_t budget = static_cast<int64_t>(o.max_trials) * o.max_length;
   for (AshaVariant& variant : o.asha_variants) {
+    if (variant.searcher != "adaptive_asha") {  // tpe, pbt: random search's trials (population)
+      variant.trials = o.max_trials;
+      variant.planned = budget;
+      std::printf("budget: %lld batches; %s: %d trials x %d batches\n", static_cast<long long>(budget),
+                  variant.name.c_str(), variant.trials, o.max_length);
+      continue;
+    }
     for (int m = o.max_trials; o.asha_trials == 0 || m <= o.asha_trials; ++m) {
       auto config = det::ParseExperimentConfig(
           Config(o, o.seeds[0], "adaptive_asha", dir / "checkpoints", m, variant), "asha.yaml");
@@ -422,9 +446,9 @@ int main(int argc, char** argv) {
       if (m >= 4096) break;
     }
     std::printf("budget: %lld batches; random: %d trials x %d batches; adaptive_asha (%s): %d trials (%s mode, "
-                "divisor 4, max_rungs %d%s), %lld batches planned\n",
+                "divisor %d, max_rungs %d%s), %lld batches planned\n",
                 static_cast<long long>(budget), o.max_trials, o.max_length, variant.name.c_str(), variant.trials,
-                variant.mode.c_str(), o.max_rungs, variant.stop_once ? ", stop_once" : "",
+                variant.mode.c_str(), variant.divisor, o.max_rungs, variant.stop_once ? ", stop_once" : "",
                 static_cast<long long>(variant.planned));
   }
   std::fflush(stdout);
@@ -452,13 +476,13 @@ int main(int argc, char** argv) {
     for (const AshaVariant& v : o.asha_variants) {
       const std::string& variant = v.name;
       const std::string path = dir / absl::StrCat("asha-", variant, "-", seed, ".yaml");
-      WriteFile(path, Config(o, seed, "adaptive_asha", dir / "checkpoints", v.trials, v));
+      WriteFile(path, Config(o, seed, v.searcher, dir / "checkpoints", v.trials, v));
       Outcome asha = Run(*api, path, o.full ? std::nullopt : std::optional<double>(random.best));
       if (asha.stopped_early) {
-        std::printf("adaptive_asha (%s): reached %.4f, killed there, %lld batches, %.0f s\n", variant.c_str(),
+        std::printf("[%s]: reached %.4f, killed there, %lld batches, %.0f s\n", variant.c_str(),
                     asha.best, static_cast<long long>(asha.total_batches), asha.seconds);
       } else {
-        std::printf("adaptive_asha (%s): best accuracy %.4f, %lld batches in all, %.0f s\n", variant.c_str(),
+        std::printf("[%s]: best accuracy %.4f, %lld batches in all, %.0f s\n", variant.c_str(),
                     asha.best, static_cast<long long>(asha.total_batches), asha.seconds);
       }
       std::fflush(stdout);
@@ -476,7 +500,7 @@ int main(int argc, char** argv) {
         sum.random += r;
         sum.asha += a < 0 ? asha.total_batches : a;
         sum.lower_bound |= a < 0;
-        std::printf("  adaptive_asha (%s) %s", variant.c_str(), a < 0 ? "never" : std::to_string(a).c_str());
+        std::printf("  [%s] %s", variant.c_str(), a < 0 ? "never" : std::to_string(a).c_str());
         if (a >= 0) {
           sum.ratios.push_back(static_cast<double>(a) / r);
           std::printf("; ratio asha / random %.3f (goal <= 0.333)", sum.ratios.back());
@@ -498,7 +522,7 @@ int main(int argc, char** argv) {
     const double tol = tolerances[key.first];
     std::vector<std::string> each;
     for (double r : sum.ratios) each.push_back(absl::StrFormat("%.3f", r));
-    std::printf("%s%s: random %lld, adaptive_asha (%s) %s%lld; ratio %s%.3f (goal <= 0.333); per seed %s\n",
+    std::printf("%s%s: random %lld, [%s] %s%lld; ratio %s%.3f (goal <= 0.333); per seed %s\n",
                 tol > 0 ? "within " : "exact", tol > 0 ? absl::StrCat(tol).c_str() : "",
                 static_cast<long long>(sum.random), key.second.c_str(), sum.lower_bound ? ">= " : "",
                 static_cast<long long>(sum.asha), sum.lower_bound ? ">= " : "",

@@ -521,6 +521,10 @@ int TrialDescribe(Client& client, int64_t trial_id, const CommandIo& io) {
   };
   if (!t.error_message().empty()) kv.push_back({"Error", t.error_message()});
   if (!t.preemption().empty()) kv.push_back({"Preempted", t.preemption()});
+  if (t.parent_trial_id() != 0) {
+    const std::string ck = t.parent_checkpoint_uuid().empty() ? "pending" : t.parent_checkpoint_uuid();
+    kv.push_back({"Parent (pbt)", absl::StrCat("trial ", t.parent_trial_id(), ", checkpoint ", ck)});
+  }
   PrintKeyValues(io.out, kv);
   return 0;
 }

@@ -67,7 +67,8 @@ absl::Status ParseOptionalLength(const ConfigMapReader& r, std::string_view key,
 
 absl::StatusOr<SearcherName> ParseSearcherName(std::string_view s) {
   for (SearcherName n : {SearcherName::kSingle, SearcherName::kRandom, SearcherName::kGrid,
-                         SearcherName::kAdaptiveAsha, SearcherName::kAsyncHalving}) {
+                         SearcherName::kAdaptiveAsha, SearcherName::kAsyncHalving, SearcherName::kPbt,
+                         SearcherName::kTpe}) {
     if (SearcherNameToString(n) == s) return n;
   }
   return absl::InvalidArgumentError("unknown searcher");
@@ -127,14 +128,16 @@ absl::Status ParseSearcherLength(const ConfigMapReader& r, SearcherConfig* s) {
 }
 
 absl::Status ParseSearcher(const ConfigMapReader& r, SearcherConfig* s) {
-  DET_RETURN_IF_ERROR(r.CheckKeys({"name", "metric", "smaller_is_better", "max_length", "max_trials",
-                                   "max_concurrent_trials", "divisor", "max_rungs", "mode", "bracket_rungs",
-                                   "stop_once", "time_metric", "max_time", "num_rungs", "source_trial_id",
-                                   "source_checkpoint_uuid"}));
+  std::vector<std::string_view> keys = {"name", "metric", "smaller_is_better", "max_length", "max_trials",
+                                        "max_concurrent_trials", "divisor", "max_rungs", "mode", "bracket_rungs",
+                                        "stop_once", "time_metric", "max_time", "num_rungs", "source_trial_id",
+                                        "source_checkpoint_uuid"};
+  keys.insert(keys.end(), SearchOptionKeys().begin(), SearchOptionKeys().end());
+  DET_RETURN_IF_ERROR(r.CheckKeys(keys));
   if (r.Find("name") == nullptr) return r.Missing("name");
   std::string name;
   DET_RETURN_IF_ERROR(
-      r.GetEnum("name", {"single", "random", "grid", "adaptive_asha", "async_halving"}, &name));
+      r.GetEnum("name", {"single", "random", "grid", "adaptive_asha", "async_halving", "pbt", "tpe"}, &name));
   DET_ASSIGN_OR_RETURN(s->name, ParseSearcherName(name));
 
   if (r.Find("metric") == nullptr) return r.Missing("metric");
@@ -162,6 +165,7 @@ absl::Status ParseSearcher(const ConfigMapReader& r, SearcherConfig* s) {
   DET_RETURN_IF_ERROR(r.GetInt("num_rungs", &s->num_rungs, 1, kInt64Max));
   DET_RETURN_IF_ERROR(r.GetInt("source_trial_id", &s->source_trial_id, 1, kInt64Max));
   DET_RETURN_IF_ERROR(r.GetString("source_checkpoint_uuid", &s->source_checkpoint_uuid));
+  DET_RETURN_IF_ERROR(ParseSearchOptions(r, s->name == SearcherName::kPbt, &s->options));
 
   switch (s->name) {
     case SearcherName::kSingle:
@@ -170,12 +174,14 @@ absl::Status ParseSearcher(const ConfigMapReader& r, SearcherConfig* s) {
     case SearcherName::kRandom:
     case SearcherName::kAdaptiveAsha:
     case SearcherName::kAsyncHalving:
+    case SearcherName::kTpe:
       if (r.Find("max_trials") == nullptr) {
         return r.source().Error("", absl::StrCat("missing required field '", r.PathOf("max_trials"),
                                                  "' (required by searcher '", name, "')"));
       }
       break;
     case SearcherName::kGrid:
+    case SearcherName::kPbt:
       break;
   }
   return absl::OkStatus();
@@ -440,6 +446,10 @@ std::string_view SearcherNameToString(SearcherName name) {
       return "adaptive_asha";
     case SearcherName::kAsyncHalving:
       return "async_halving";
+    case SearcherName::kPbt:
+      return "pbt";
+    case SearcherName::kTpe:
+      return "tpe";
   }
   return "single";
 }
@@ -527,6 +537,24 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher["bracket_rungs"] = s.bracket_rungs;
   }
   if (s.name == SearcherName::kAsyncHalving) searcher["num_rungs"] = s.num_rungs;
+  const SearchOptions& o = s.options;
+  if (s.name == SearcherName::kPbt) {
+    searcher.erase("max_trials");
+    searcher["population_size"] = o.pbt.population_size;
+    searcher["perturb_period"] = o.pbt.perturb_period;
+    searcher["truncate_fraction"] = o.pbt.truncate_fraction;
+    searcher["resample_probability"] = o.pbt.resample_probability;
+    searcher["perturb_factors"] = o.pbt.perturb_factors;
+  }
+  if (s.name == SearcherName::kAdaptiveAsha || s.name == SearcherName::kAsyncHalving) {
+    searcher["sampler"] = o.sampler == HParamSampler::kTpe ? "tpe" : "random";
+    searcher["rung_metric"] = o.rung_metric == RungMetric::kBest ? "best" : "latest";
+  }
+  if (s.name == SearcherName::kTpe || o.sampler == HParamSampler::kTpe) {
+    searcher["n_startup_trials"] = o.tpe.n_startup_trials;
+    searcher["gamma"] = o.tpe.gamma;
+    searcher["n_ei_candidates"] = o.tpe.n_ei_candidates;
+  }
   if (s.name == SearcherName::kGrid && s.max_trials == 0) searcher.erase("max_trials");
 
   json storage = nullptr;

@@ -24,15 +24,16 @@
 #include "absl/status/statusor.h"
 #include "common/hparams.h"
 #include "common/length.h"
+#include "common/search_options.h"
 #include "nlohmann/json.hpp"
 
 namespace det {
 
-enum class SearcherName { kSingle, kRandom, kGrid, kAdaptiveAsha, kAsyncHalving };
+enum class SearcherName { kSingle, kRandom, kGrid, kAdaptiveAsha, kAsyncHalving, kPbt, kTpe };
 enum class AshaMode { kAggressive, kStandard, kConservative };
 enum class CheckpointPolicy { kBest, kAll, kNone };
 
-// "single", "random", "grid", "adaptive_asha", "async_halving".
+// "single", "random", "grid", "adaptive_asha", "async_halving", "pbt", "tpe".
 std::string_view SearcherNameToString(SearcherName name);
 // "aggressive", "standard", "conservative".
 std::string_view AshaModeToString(AshaMode mode);
@@ -75,6 +76,8 @@ struct SearcherConfig {
   int64_t num_rungs = 5;            // async_halving; >= 1
   std::optional<int64_t> source_trial_id;
   std::optional<std::string> source_checkpoint_uuid;
+  // pbt, tpe, ASHA's sampler and rung_metric (common/search_options.h).
+  SearchOptions options;
 };
 
 // checkpoint_storage; only type shared_fs is supported.

@@ -297,9 +297,11 @@ TEST(ExperimentConfigErrorTest, WrongType) {
             "config.yaml:8: field 'labels' must be a list of strings, got a map");
   EXPECT_EQ(ErrorOf(std::string(kMinimal) + "checkpoint_policy: some\n"),
             "config.yaml:8: field 'checkpoint_policy' must be one of best, all, none, got 'some'");
-  EXPECT_EQ(ErrorOf(Replace(kMinimal, "  name: single", "  name: pbt")),
+  EXPECT_EQ(ErrorOf(Replace(kMinimal, "  name: single", "  name: hyperband")),
             "config.yaml:4: field 'searcher.name' must be one of single, random, grid, adaptive_asha, "
-            "async_halving, got 'pbt'");
+            "async_halving, pbt, tpe, got 'hyperband'");
+  EXPECT_EQ(ErrorOf(Replace(kMinimal, "  name: single", "  name: pbt")),
+            "config.yaml: missing required field 'searcher.population_size'");
 }
 
 TEST(ExperimentConfigErrorTest, OutOfRange) {

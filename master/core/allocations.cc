@@ -67,6 +67,8 @@ void MasterCore::RequestAllocation(ExperimentRuntime& exp, TrialRuntime& trial) 
   if (trial.searcher_target == 0 && !trial.close_requested) return;
   // Paused on its own (PauseTrial): waits for ActivateTrial.
   if (trial.row.state == kPaused) return;
+  // pbt: a child waits for its parent's checkpoint (pbt_lineage.cc).
+  if (AwaitsParentCheckpointLocked(trial)) return;
   if (pending_trials_.count(trial.row.id) != 0) return;
   SchedRequest req;
   req.allocation_id = absl::StrCat("trial-", trial.row.id, ".", trial.row.run_id + 1, ".", RandomHex(4));

@@ -69,6 +69,8 @@ struct TrialRuntime {
   // checkpoint_policy asked for a checkpoint after the validation at these
   // batches (-1: none); validation_policy.h.
   int64_t policy_checkpoint_at = -1;
+  // pbt: the parent ended without the checkpoint this trial waited for.
+  bool pbt_parent_gone = false;
 };
 
 struct ExperimentRuntime {

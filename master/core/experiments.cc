@@ -439,6 +439,7 @@ absl::Status MasterCore::CreateTrialLocked(ExperimentRuntime& exp, const CreateT
   row.hparams_json = create.hparams.dump();
   row.seed = create.trial_seed;
   row.created_ms = WallMs();
+  if (create.parent != 0) row.parent_trial_id = PbtParentTrialIdLocked(exp, create.parent);
   DET_ASSIGN_OR_RETURN(row.id, store_->InsertTrial(row));
   auto trial = std::make_unique<TrialRuntime>();
   trial->row = row;
@@ -447,6 +448,7 @@ absl::Status MasterCore::CreateTrialLocked(ExperimentRuntime& exp, const CreateT
   absl::Status lengths = InitTrialLengths(exp, t);  // a bad sample fails at its first ValidateAfter
   if (!lengths.ok()) spdlog::warn("experiment {}: {}", exp.row.id, lengths.ToString());
   trials_[row.id] = std::move(trial);
+  if (row.parent_trial_id != 0) ResolvePbtChildrenLocked(exp);  // binds the parent's checkpoint if ready
   spdlog::info("experiment {}: created trial {} with hparams {}", exp.row.id, row.id, row.hparams_json);
   *more = exp.searcher->TrialCreated(create.request_id);
   if (Stopping(exp.row.state) || Terminal(exp.row.state)) {
@@ -507,6 +509,7 @@ absl::Status MasterCore::ApplySearcherOps(ExperimentRuntime& exp, std::vector<Se
     for (auto& next : more) queue.push_back(std::move(next));
   }
   DET_RETURN_IF_ERROR(SaveSearcher(exp));
+  ResolvePbtChildrenLocked(exp);
   MaybeFinishExperiment(exp);
   ScheduleLocked();
   return absl::OkStatus();

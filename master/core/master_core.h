@@ -457,6 +457,17 @@ class MasterCore {
   // DeleteExperiment keep such a checkpoint.
   int64_t WarmStartUserLocked(const std::string& uuid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // ---- pbt_lineage.cc (searcher pbt: children start from a parent's checkpoint)
+  // The trial id of request `parent_request` of exp's searcher (0: unknown).
+  int64_t PbtParentTrialIdLocked(const ExperimentRuntime& exp, int64_t parent_request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `trial` waits for its parent's checkpoint (no allocation yet).
+  bool AwaitsParentCheckpointLocked(const TrialRuntime& trial) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Binds every waiting child of exp whose parent's checkpoint at (or after)
+  // the parent's last validation exists, or whose parent ended, and asks
+  // for its allocation.
+  void ResolvePbtChildrenLocked(ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // ---- trials.cc
   apiv1::Trial TrialProto(const TrialRuntime& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checkpoints of an experiment and/or a trial (NotFound for unknown ids).

@@ -195,6 +195,7 @@ void MasterCore::ResumeTrialsLocked() {
         if (!CompleteIfCheckpointedLocked(*exp, t, &ops)) RequestAllocation(*exp, t);
       }
     }
+    ResolvePbtChildrenLocked(*exp);  // children whose parent checkpointed before the restart
     if (!ops.empty()) {
       absl::Status st = ApplySearcherOps(*exp, std::move(ops));
       if (!st.ok()) spdlog::error("experiment {}: {}", id, st.ToString());

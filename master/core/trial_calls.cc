@@ -58,6 +58,8 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
     }
   }
   FillWarmStartLocked(exp, trial, &resp);
+  resp.set_keep_optimizer_options(!trial.row.parent_checkpoint_uuid.empty() &&
+                                  trial.row.latest_checkpoint_uuid == trial.row.parent_checkpoint_uuid);
   if (req.rank() == 0 && trial.row.run_id > 1) RewindTrialLocked(trial, restored_batches);
   return Committed(w, resp);
 }
@@ -243,6 +245,8 @@ absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValid
     std::optional<double> metric;
     if (it != r.metrics().end()) metric = it->second;
     if (CheckpointAfterValidation(exp.config, metric, experiment_best)) trial.policy_checkpoint_at = r.total_batches();
+    // pbt: a child may start from this trial's state at this validation.
+    if (exp.config.searcher.name == SearcherName::kPbt) trial.policy_checkpoint_at = r.total_batches();
     if (metric && IsBetterMetric(smaller, *metric, experiment_best)) experiment_best = metric;
     if (it != r.metrics().end()) {
       double v = it->second;
@@ -302,6 +306,10 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
   trial.row.latest_checkpoint_uuid = row.uuid;
   trial.last_checkpoint = req.total_batches();
   SetTrialState(trial, trial.row.state);
+  if (exp.config.searcher.name == SearcherName::kPbt) {
+    ResolvePbtChildrenLocked(exp);  // children waiting for this checkpoint
+    ScheduleLocked();
+  }
   return Committed(w, trialv1::ReportCheckpointResponse());
 }
 

@@ -43,6 +43,8 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   t.set_searcher_target_batches(trial.target_batches);
   t.set_error_message(trial.error_message);
   if (!Terminal(trial.row.state)) t.set_preemption(trial.preemption);
+  t.set_parent_trial_id(trial.row.parent_trial_id);
+  t.set_parent_checkpoint_uuid(trial.row.parent_checkpoint_uuid);
   return t;
 }
 

@@ -5,11 +5,13 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/hparams.h"
+#include "master/search/tpe.h"
 
 namespace det {
 namespace master {
@@ -90,8 +92,10 @@ bool ParseState(const std::string& s, TrialState* out) {
 
 class AshaSearch final : public SearchMethod {
  public:
-  AshaSearch(std::string name, HyperparameterSpace space, AshaLayout layout)
-      : name_(std::move(name)), space_(std::move(space)), layout_(std::move(layout)) {
+  AshaSearch(std::string name, HyperparameterSpace space, AshaLayout layout, const SearchOptions& options)
+      : name_(std::move(name)), space_(std::move(space)), layout_(std::move(layout)),
+        best_so_far_(options.rung_metric == RungMetric::kBest) {
+    if (options.sampler == HParamSampler::kTpe) tpe_.emplace(space_, options.tpe, layout_.smaller_is_better);
     brackets_.resize(layout_.brackets.size());
     for (size_t b = 0; b < brackets_.size(); ++b) {
       brackets_[b].rungs.resize(static_cast<size_t>(layout_.brackets[b].num_rungs));
@@ -132,10 +136,16 @@ class AshaSearch final : public SearchMethod {
     if (it == trials_.end() || it->second.state != TrialState::kTraining) return ops;
     Trial& t = it->second;
     size_t b = t.bracket;
-    if (length < RungLength(b, t.rung)) return ops;
     double value = layout_.smaller_is_better ? metric : -metric;
     bool worst = !std::isfinite(value);
     if (worst) value = 0;
+    if (best_so_far_ && !worst) {  // rung_metric: best: the trial's best validation so far
+      if (t.has_best) value = std::min(value, t.best);
+      t.best = value;
+      t.has_best = true;
+    }
+    if (length < RungLength(b, t.rung)) return ops;
+    if (tpe_) tpe_->Observe(id, layout_.smaller_is_better ? value : -value, worst ? -1 : t.rung);
     if (layout_.stop_once) {
       StopOnceReport(id, length, value, worst, &ops);
     } else {
@@ -168,6 +178,7 @@ class AshaSearch final : public SearchMethod {
     TrialState was = t.state;
     SetTrial(t, TrialState::kEnded, t.rung);
     if (reason == ExitedReason::kInvalidHp) {
+      if (tpe_) tpe_->Forget(id);
       t.invalid = true;
       --brackets_[b].created;  // does not count: a fresh sample takes its place
       std::vector<int64_t> touched;
@@ -232,7 +243,8 @@ class AshaSearch final : public SearchMethod {
     }
     json trials = json::array();
     for (const auto& [id, t] : trials_) {
-      trials.push_back(json::array({id, t.bracket, t.rung, StateName(t.state), t.invalid}));
+      trials.push_back(json::array(
+          {id, t.bracket, t.rung, StateName(t.state), t.invalid, t.has_best ? json(t.best) : json(nullptr)}));
     }
     return json{{"searcher", name_},
                 {"stop_once", layout_.stop_once},
@@ -243,7 +255,8 @@ class AshaSearch final : public SearchMethod {
                 {"errored", errored_},
                 {"done_batches", done_batches_},
                 {"initialized", initialized_},
-                {"shutdown", shutdown_sent_}};
+                {"shutdown", shutdown_sent_},
+                {"tpe", tpe_ ? tpe_->Snapshot() : json(nullptr)}};
   }
 
   absl::Status Restore(const json& snapshot) override {
@@ -270,6 +283,10 @@ class AshaSearch final : public SearchMethod {
         int64_t bracket = t.at(1).get<int64_t>();
         trial.rung = t.at(2).get<int64_t>();
         trial.invalid = t.at(4).get<bool>();
+        if (t.size() > 5 && t.at(5).is_number()) {
+          trial.best = t.at(5).get<double>();
+          trial.has_best = true;
+        }
         if (bracket < 0 || bracket >= static_cast<int64_t>(brackets_.size()) || trial.rung < 0 ||
             trial.rung >= layout_.brackets[static_cast<size_t>(bracket)].num_rungs ||
             !ParseState(t.at(3).get<std::string>(), &trial.state) || s.trials_.count(id) != 0) {
@@ -320,6 +337,9 @@ class AshaSearch final : public SearchMethod {
           (!s.trials_.empty() && s.trials_.rbegin()->first >= s.next_request_id_)) {
         return absl::InvalidArgumentError("searcher snapshot has inconsistent counters");
       }
+      if (s.tpe_ && snapshot.contains("tpe")) {
+        if (absl::Status st = s.tpe_->Restore(snapshot.at("tpe")); !st.ok()) return st;
+      }
       s.Recount();
       *this = std::move(s);
       return absl::OkStatus();
@@ -334,6 +354,8 @@ class AshaSearch final : public SearchMethod {
     int64_t rung = 0;  // training toward, waiting at, or last recorded at
     TrialState state = TrialState::kTraining;
     bool invalid = false;  // exited with kInvalidHp (does not count)
+    bool has_best = false;  // rung_metric best: the best normalized validation so far
+    double best = 0;
   };
   struct Rung {
     std::vector<Entry> entries;  // best first
@@ -395,7 +417,8 @@ class AshaSearch final : public SearchMethod {
   void Create(size_t b, std::mt19937_64& rng, std::vector<SearcherOp>* ops) {
     CreateTrialOp create;
     create.request_id = next_request_id_++;
-    create.hparams = SampleHParams(space_, rng);
+    create.hparams = tpe_ ? tpe_->Propose(rng) : SampleHParams(space_, rng);
+    if (tpe_) tpe_->Record(create.request_id, create.hparams);
     create.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
     ++brackets_[b].created;
     Trial t;
@@ -535,6 +558,8 @@ class AshaSearch final : public SearchMethod {
   std::string name_;
   HyperparameterSpace space_;
   AshaLayout layout_;
+  bool best_so_far_ = false;        // rung_metric: best
+  std::optional<TpeSampler> tpe_;   // sampler: tpe
   double planned_batches_ = 0;
 
   std::vector<BracketState> brackets_;
@@ -737,7 +762,7 @@ absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t
 
 std::unique_ptr<SearchMethod> NewAshaSearch(const ExperimentConfig& config, AshaLayout layout) {
   return std::make_unique<AshaSearch>(std::string(SearcherNameToString(config.searcher.name)),
-                                      config.hyperparameters, std::move(layout));
+                                      config.hyperparameters, std::move(layout), config.searcher.options);
 }
 
 }  // namespace master

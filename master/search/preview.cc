@@ -33,6 +33,13 @@ absl::StatusOr<SearchPreview> PreviewSearch(const ExperimentConfig& config, int6
     absl::StatusOr<AshaLayout> layout = AshaLayoutFor(config, max_length);
     if (!layout.ok()) return layout.status();
     for (const AshaBracket& b : layout->brackets) bracket_rungs.push_back(b.rung_lengths);
+  } else if (config.searcher.name == SearcherName::kPbt && config.searcher.options.pbt.perturb_period > 0) {
+    std::vector<int64_t> generations;
+    for (int64_t l = config.searcher.options.pbt.perturb_period;; l += config.searcher.options.pbt.perturb_period) {
+      generations.push_back(std::min(l, max_length));
+      if (l >= max_length || generations.size() > 100000) break;
+    }
+    bracket_rungs.push_back(std::move(generations));
   } else {
     bracket_rungs.push_back({max_length});
   }
@@ -75,6 +82,10 @@ absl::StatusOr<SearchPreview> PreviewSearch(const ExperimentConfig& config, int6
       t.request_id = c->request_id;
       t.hparams = c->hparams;
       t.bracket = searcher->TrialBracket(c->request_id);
+      if (c->parent != 0) {
+        t.parent = c->parent;
+        t.start_length = trials[c->parent].total_length;
+      }
       push(searcher->TrialCreated(c->request_id));
     } else if (auto* v = std::get_if<ValidateAfterOp>(&op)) {
       PreviewTrial& t = trials[v->request_id];
@@ -95,8 +106,21 @@ absl::StatusOr<SearchPreview> PreviewSearch(const ExperimentConfig& config, int6
     }
     preview.brackets.push_back(std::move(pb));
   }
+  const bool pbt = config.searcher.name == SearcherName::kPbt;
   for (auto& [id, t] : trials) {
     t.stopped_early = t.total_length < max_length;
+    if (pbt) {
+      for (PreviewRung& r : preview.brackets[0].rungs) {
+        if (std::count(t.validation_points.begin(), t.validation_points.end(), r.length_per_trial)) ++r.num_trials;
+      }
+      ++preview.brackets[0].num_trials;
+      t.total_length -= t.start_length;
+      t.total_batches = batches(t.total_length);
+      preview.total_length += t.total_length;
+      preview.total_batches += t.total_batches;
+      preview.trials.push_back(std::move(t));
+      continue;
+    }
     t.total_batches = batches(t.total_length);
     preview.total_length += t.total_length;
     preview.total_batches += t.total_batches;

@@ -31,6 +31,10 @@ struct PreviewTrial {
   int64_t total_length = 0;    // what the trial trains, in searcher units
   int64_t total_batches = 0;   // the same in batches; 0 when not constant (below)
   bool stopped_early = false;  // stopped before max_length
+  // pbt: the trial it was copied from (0: none) and the length it started
+  // at (its parent's); total_length counts only what it trains itself.
+  RequestId parent = 0;
+  int64_t start_length = 0;
   int64_t bracket = 0;         // index into SearchPreview::brackets
 };
 
@@ -58,6 +62,8 @@ struct SearchPreview {
   int64_t max_length_batches = 0;
   std::vector<PreviewTrial> trials;  // by request_id
   // single, random and grid: one bracket with one rung at max_length.
+  // pbt: one bracket whose rungs are the generations (perturb_period, 2x,
+  // ..., max_length); a rung counts the trials that validated there.
   std::vector<PreviewBracket> brackets;
   int64_t total_length = 0;   // sum of the trials' total_length
   int64_t total_batches = 0;  // sum of the trials' total_batches

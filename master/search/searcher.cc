@@ -1,6 +1,7 @@
 #include "master/search/searcher.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -8,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/hparams.h"
 #include "master/search/asha.h"
+#include "master/search/pbt.h"
+#include "master/search/tpe.h"
 
 namespace det {
 namespace master {
@@ -23,14 +26,16 @@ class FixedPoolSearch final : public SearchMethod {
  public:
   // `grid`: the points for grid search (empty: sample with the rng).
   FixedPoolSearch(std::string name, HyperparameterSpace space, int64_t max_length, int64_t total,
-                  int64_t concurrency, std::vector<json> grid, bool replace_invalid)
+                  int64_t concurrency, std::vector<json> grid, bool replace_invalid,
+                  std::optional<TpeSampler> tpe = std::nullopt)
       : name_(std::move(name)),
         space_(std::move(space)),
         max_length_(max_length),
         total_(total),
         concurrency_(concurrency),
         grid_(std::move(grid)),
-        replace_invalid_(replace_invalid) {}
+        replace_invalid_(replace_invalid),
+        tpe_(std::move(tpe)) {}
 
   std::vector<SearcherOp> InitialOperations(std::mt19937_64& rng) override {
     std::vector<SearcherOp> ops;
@@ -43,9 +48,11 @@ class FixedPoolSearch final : public SearchMethod {
 
   std::vector<SearcherOp> TrialCreated(RequestId, std::mt19937_64&) override { return {}; }
 
-  std::vector<SearcherOp> ValidationCompleted(RequestId id, double, int64_t length, std::mt19937_64&) override {
+  std::vector<SearcherOp> ValidationCompleted(RequestId id, double metric, int64_t length,
+                                              std::mt19937_64&) override {
     std::vector<SearcherOp> ops;
     if (open_.count(id) == 0 || close_requested_.count(id) != 0 || length < max_length_) return ops;
+    if (tpe_) tpe_->Observe(id, metric, 0);
     close_requested_.insert(id);
     ops.push_back(CloseTrialOp{id});
     return ops;
@@ -65,6 +72,7 @@ class FixedPoolSearch final : public SearchMethod {
     std::vector<SearcherOp> ops;
     if (open_.erase(id) == 0) return ops;
     close_requested_.erase(id);
+    if (tpe_) tpe_->Forget(id);
     if (reason == ExitedReason::kInvalidHp && replace_invalid_) {
       --created_;  // does not count: a fresh sample takes its place
     } else {
@@ -92,7 +100,8 @@ class FixedPoolSearch final : public SearchMethod {
                 {"open", std::vector<RequestId>(open_.begin(), open_.end())},
                 {"close_requested", std::vector<RequestId>(close_requested_.begin(), close_requested_.end())},
                 {"initialized", initialized_},
-                {"shutdown", shutdown_sent_}};
+                {"shutdown", shutdown_sent_},
+                {"tpe", tpe_ ? tpe_->Snapshot() : json(nullptr)}};
   }
 
   absl::Status Restore(const json& snapshot) override {
@@ -124,6 +133,9 @@ class FixedPoolSearch final : public SearchMethod {
           s.next_point_ < 0 || (!grid_.empty() && s.next_point_ > static_cast<int64_t>(grid_.size()))) {
         return absl::InvalidArgumentError("searcher snapshot has inconsistent counters");
       }
+      if (s.tpe_ && snapshot.contains("tpe")) {
+        if (absl::Status st = s.tpe_->Restore(snapshot.at("tpe")); !st.ok()) return st;
+      }
       for (RequestId id : s.close_requested_) {
         if (s.open_.count(id) == 0) {
           return absl::InvalidArgumentError(absl::StrCat("searcher snapshot closes trial ", id, " that is not open"));
@@ -145,7 +157,10 @@ class FixedPoolSearch final : public SearchMethod {
     while (created_ < total_ && (concurrency_ <= 0 || static_cast<int64_t>(open_.size()) < concurrency_)) {
       CreateTrialOp create;
       create.request_id = next_request_id_++;
-      if (grid_.empty()) {
+      if (tpe_) {
+        create.hparams = tpe_->Propose(rng);
+        tpe_->Record(create.request_id, create.hparams);
+      } else if (grid_.empty()) {
         create.hparams = SampleHParams(space_, rng);
       } else {
         create.hparams = grid_[static_cast<size_t>(next_point_++)];
@@ -172,6 +187,7 @@ class FixedPoolSearch final : public SearchMethod {
   int64_t concurrency_;  // <= 0: no limit
   std::vector<json> grid_;
   bool replace_invalid_;
+  std::optional<TpeSampler> tpe_;  // tpe: proposals instead of random samples
 
   RequestId next_request_id_ = 1;
   int64_t created_ = 0;     // trials created that count toward total_
@@ -209,7 +225,8 @@ absl::StatusOr<Searcher::TrialState> ParseState(const std::string& s) {
 }  // namespace
 
 bool operator==(const CreateTrialOp& a, const CreateTrialOp& b) {
-  return a.request_id == b.request_id && a.hparams == b.hparams && a.trial_seed == b.trial_seed;
+  return a.request_id == b.request_id && a.hparams == b.hparams && a.trial_seed == b.trial_seed &&
+         a.parent == b.parent;
 }
 bool operator==(const ValidateAfterOp& a, const ValidateAfterOp& b) {
   return a.request_id == b.request_id && a.length == b.length;
@@ -219,7 +236,8 @@ bool operator==(const ShutdownOp& a, const ShutdownOp& b) { return a.failure == 
 
 std::string ToString(const SearcherOp& op) {
   if (const auto* c = std::get_if<CreateTrialOp>(&op)) {
-    return absl::StrCat("Create(", c->request_id, ", seed=", c->trial_seed, ", ", c->hparams.dump(), ")");
+    return absl::StrCat("Create(", c->request_id, ", seed=", c->trial_seed, ", ", c->hparams.dump(),
+                        c->parent != 0 ? absl::StrCat(", parent=", c->parent) : "", ")");
   }
   if (const auto* v = std::get_if<ValidateAfterOp>(&op)) {
     return absl::StrCat("ValidateAfter(", v->request_id, ", ", v->length, ")");
@@ -267,6 +285,18 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewSearchMethod(const ExperimentCo
           name, config.hyperparameters, max_length, total, sc.max_concurrent_trials, std::move(*points),
           false));
     }
+    case SearcherName::kTpe: {
+      if (sc.max_trials < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("searcher.max_trials must be at least 1 for tpe, got ", sc.max_trials));
+      }
+      int64_t concurrency = sc.max_concurrent_trials > 0 ? sc.max_concurrent_trials : 4;
+      return std::unique_ptr<SearchMethod>(std::make_unique<FixedPoolSearch>(
+          name, config.hyperparameters, max_length, sc.max_trials, concurrency, std::vector<json>{}, true,
+          TpeSampler(config.hyperparameters, sc.options.tpe, sc.smaller_is_better)));
+    }
+    case SearcherName::kPbt:
+      return NewPbtSearch(config, max_length);
     case SearcherName::kAdaptiveAsha:
     case SearcherName::kAsyncHalving: {
       absl::StatusOr<AshaLayout> layout = AshaLayoutFor(config, max_length);

@@ -12,8 +12,9 @@
 //   ... s->ValidationCompleted(request_id, metric, length) ...
 //
 // Supported: single, random, grid, async_halving and adaptive_asha (both
-// variants: promotion, and stop_once). asha.h holds the successive-halving
-// layout; preview.h simulates a whole search (PreviewSearch).
+// variants: promotion, and stop_once), tpe (tpe.h; also ASHA's sampler) and
+// pbt (pbt.h). asha.h holds the successive-halving layout; preview.h
+// simulates a whole search (PreviewSearch).
 #ifndef DET_MASTER_SEARCH_SEARCHER_H_
 #define DET_MASTER_SEARCH_SEARCHER_H_
 
@@ -37,10 +38,14 @@ namespace master {
 using RequestId = int64_t;
 
 // Create a trial with these hparams and this seed.
+// `parent` (pbt): a trial of this search whose latest checkpoint the new
+// trial starts from, with its whole state (model, optimizer, batch counters;
+// the optimizer's options come from the new hparams); 0: from scratch.
 struct CreateTrialOp {
   RequestId request_id = 0;
   nlohmann::json hparams;
   uint32_t trial_seed = 0;
+  RequestId parent = 0;
 };
 // Train the trial until `length` in the searcher's unit (SearcherLength in
 // common/batch_lengths.h: batches, records, epochs or a training metric such
@@ -169,6 +174,14 @@ class SearchMethod {
 //    (real or worst) credits len_k - len_(k-1) and the plan is, per bracket,
 //    sum_k c_k (len_k - len_(k-1)) with c_0 = max_trials, c_(k+1) =
 //    floor(c_k / divisor); clamped to 1, and 1 after Shutdown.
+//  - tpe: as random, but each trial's hparams are TpeSampler proposals
+//    (tpe.h) from the validations so far; max_concurrent_trials 0 means 4
+//    (proposals need results to learn from). async_halving/adaptive_asha
+//    with `sampler: tpe` draw their trials' hparams from a TpeSampler that
+//    ranks results by the rung reached, then the metric; with `rung_metric:
+//    best` ASHA records at a rung the trial's best validation so far
+//    (normalized), not its latest.
+//  - pbt: see pbt.h.
 // Each trial draws its hparams (SampleHParams; grid: none) and then a uint32
 // trial seed from the rng.
 // Errors: InvalidArgument (max_length < 1, max_trials < 1 for random,

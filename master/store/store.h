@@ -99,6 +99,10 @@ struct TrialRow {
   std::string sequencer_state_json;
   int64_t created_ms = 0;
   int64_t ended_ms = 0;  // 0 = not ended
+  // PBT lineage: the trial whose checkpoint this one started from (0: none)
+  // and that checkpoint ('' until it is known).
+  int64_t parent_trial_id = 0;
+  std::string parent_checkpoint_uuid;
 };
 
 struct MetricRow {

@@ -233,11 +233,18 @@ constexpr char kMigration9[] = R"sql(
 CREATE INDEX metrics_trial_group_batches ON metrics(trial_id, metric_group, total_batches);
 )sql";
 
+// 10: PBT lineage (searcher pbt): the trial a trial was copied from and the
+// checkpoint it started from.
+constexpr char kMigration10[] = R"sql(
+ALTER TABLE trials ADD COLUMN parent_trial_id INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN parent_checkpoint_uuid TEXT NOT NULL DEFAULT '';
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
       new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6,
-                                   kMigration7, kMigration8, kMigration9};
+                                   kMigration7, kMigration8, kMigration9, kMigration10};
   return *kMigrations;
 }
 

@@ -23,16 +23,17 @@ using store_internal::Placeholders;
 #define DET_TRIAL_COLUMNS                                                                      \
   "id, experiment_id, request_id, state, hparams_json, seed, restarts, run_id, total_batches, " \
   "latest_checkpoint_uuid, best_validation, latest_validation, sequencer_state_json, "          \
-  "created_ms, ended_ms"
+  "created_ms, ended_ms, parent_trial_id, parent_checkpoint_uuid"
 
 constexpr char kInsertTrial[] =
     "INSERT INTO trials(experiment_id, request_id, state, hparams_json, seed, restarts, run_id, "
     "total_batches, latest_checkpoint_uuid, best_validation, latest_validation, "
-    "sequencer_state_json, created_ms, ended_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    "sequencer_state_json, created_ms, ended_ms, parent_trial_id, parent_checkpoint_uuid) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 constexpr char kUpdateTrial[] =
     "UPDATE trials SET state = ?, hparams_json = ?, seed = ?, restarts = ?, run_id = ?, "
     "total_batches = ?, latest_checkpoint_uuid = ?, best_validation = ?, latest_validation = ?, "
-    "sequencer_state_json = ?, ended_ms = ? WHERE id = ?";
+    "sequencer_state_json = ?, ended_ms = ?, parent_checkpoint_uuid = ? WHERE id = ?";
 constexpr char kGetTrial[] = "SELECT " DET_TRIAL_COLUMNS " FROM trials WHERE id = ?";
 constexpr char kListTrials[] = "SELECT " DET_TRIAL_COLUMNS " FROM trials WHERE experiment_id = ? ORDER BY id";
 
@@ -53,6 +54,8 @@ TrialRow ReadTrial(sqlite3_stmt* s) {
   r.sequencer_state_json = ColText(s, 12);
   r.created_ms = ColInt(s, 13);
   r.ended_ms = ColInt(s, 14);
+  r.parent_trial_id = ColInt(s, 15);
+  r.parent_checkpoint_uuid = ColText(s, 16);
   return r;
 }
 
@@ -77,7 +80,9 @@ absl::StatusOr<int64_t> Store::InsertTrial(const TrialRow& row) {
         .OptDouble(row.latest_validation)
         .Text(row.sequencer_state_json)
         .Int(row.created_ms)
-        .Int(row.ended_ms);
+        .Int(row.ended_ms)
+        .Int(row.parent_trial_id)
+        .Text(row.parent_checkpoint_uuid);
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind trial");
     int rc = sqlite3_step(st.get());
     if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
@@ -104,6 +109,7 @@ absl::Status Store::UpdateTrial(const TrialRow& row) {
         .OptDouble(row.latest_validation)
         .Text(row.sequencer_state_json)
         .Int(row.ended_ms)
+        .Text(row.parent_checkpoint_uuid)
         .Int(row.id);
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind trial");
     int rc = sqlite3_step(st.get());

@@ -521,8 +521,18 @@ std::optional<int> ManagedRank::RestoreLatestCheckpoint() {
     return std::nullopt;
   }
   std::string dir = tc_.latest_checkpoint().storage_path();
+  // pbt: the parent's state, this trial's (explored) optimizer options.
+  std::optional<OptimizerOptionsSnapshot> own_options;
+  if (tc_.keep_optimizer_options()) own_options = OptimizerOptionsSnapshot::Capture(*context_);
   absl::Status st = controller_->Restore(dir);
   if (!st.ok()) return Fail(kExitTrialError, reporting_client_, st, false);
+  if (own_options) {
+    own_options->Apply(*context_);
+    if (chief_) {
+      std::printf("[det-trial] pbt: started from parent checkpoint %s with this trial's hparams\n", dir.c_str());
+      std::fflush(stdout);
+    }
+  }
   if (chief_) {
     std::printf("[det-trial] resumed from checkpoint %s at batch %lld\n", dir.c_str(),
                 static_cast<long long>(controller_->batches_trained()));

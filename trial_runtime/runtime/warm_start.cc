@@ -33,4 +33,24 @@ absl::Status LoadModelWeights(const std::string& dir, TrialContext& context) {
   return absl::OkStatus();
 }
 
+OptimizerOptionsSnapshot OptimizerOptionsSnapshot::Capture(TrialContext& context) {
+  OptimizerOptionsSnapshot s;
+  for (const auto& opt : context.optimizers()) {
+    std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> groups;
+    for (auto& g : opt->param_groups()) groups.push_back(g.options().clone());
+    s.options_.push_back(std::move(groups));
+  }
+  return s;
+}
+
+void OptimizerOptionsSnapshot::Apply(TrialContext& context) const {
+  const auto& opts = context.optimizers();
+  for (size_t i = 0; i < opts.size() && i < options_.size(); ++i) {
+    auto& groups = opts[i]->param_groups();
+    for (size_t g = 0; g < groups.size() && g < options_[i].size(); ++g) {
+      groups[g].set_options(options_[i][g]->clone());
+    }
+  }
+}
+
 }  // namespace det::runtime

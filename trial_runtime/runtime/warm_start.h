@@ -3,7 +3,11 @@
 #ifndef DET_TRIAL_RUNTIME_RUNTIME_WARM_START_H_
 #define DET_TRIAL_RUNTIME_RUNTIME_WARM_START_H_
 
+#include <memory>
 #include <string>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
 
 #include "absl/status/status.h"
 #include "trial_runtime/runtime/trial_loader.h"
@@ -18,6 +22,20 @@ namespace det::runtime {
 // models differs, Internal when LibTorch cannot load a file (e.g. another
 // architecture); each names `dir`. Not thread-safe with training.
 absl::Status LoadModelWeights(const std::string& dir, TrialContext& context);
+
+// PBT (searcher pbt): a child restores its parent's whole checkpoint but
+// trains with its own hparams. Capture() copies the options of every param
+// group of the context's optimizers (learning rate, weight decay, ... as the
+// trial built them from this trial's hparams); Apply() puts them back after
+// a restore overwrote them. Apply requires the same optimizers and groups.
+class OptimizerOptionsSnapshot {
+ public:
+  static OptimizerOptionsSnapshot Capture(TrialContext& context);
+  void Apply(TrialContext& context) const;
+
+ private:
+  std::vector<std::vector<std::unique_ptr<torch::optim::OptimizerOptions>>> options_;
+};
 
 }  // namespace det::runtime
 

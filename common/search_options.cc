@@ -1,0 +1,66 @@
+#include "common/search_options.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/config_reader.h"
+#include "common/status_macros.h"
+
+namespace det {
+namespace {
+
+absl::Status GetFraction(const ConfigMapReader& r, std::string_view key, double lo, bool lo_open, double hi,
+                         double* out) {
+  DET_RETURN_IF_ERROR(r.GetDouble(key, out));
+  bool ok = (lo_open ? *out > lo : *out >= lo) && *out <= hi;
+  if (!ok) {
+    return r.TypeError(key, absl::StrCat("a number in ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& SearchOptionKeys() {
+  static const std::vector<std::string_view> keys = {
+      "population_size", "perturb_period", "truncate_fraction", "resample_probability", "perturb_factors",
+      "sampler",         "n_startup_trials", "gamma",           "n_ei_candidates",      "rung_metric"};
+  return keys;
+}
+
+absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOptions* out) {
+  PbtOptions& p = out->pbt;
+  if (is_pbt && r.Find("population_size") == nullptr) return r.Missing("population_size");
+  if (is_pbt && r.Find("perturb_period") == nullptr) return r.Missing("perturb_period");
+  DET_RETURN_IF_ERROR(r.GetInt("population_size", &p.population_size, 2, kMaxPopulationSize));
+  DET_RETURN_IF_ERROR(r.GetInt("perturb_period", &p.perturb_period, 1));
+  DET_RETURN_IF_ERROR(GetFraction(r, "truncate_fraction", 0, true, 0.5, &p.truncate_fraction));
+  DET_RETURN_IF_ERROR(GetFraction(r, "resample_probability", 0, false, 1, &p.resample_probability));
+  if (const nlohmann::json* f = r.Find("perturb_factors"); f != nullptr && !f->is_null()) {
+    if (!f->is_array() || f->empty() || f->size() > kMaxPerturbFactors) {
+      return r.TypeError("perturb_factors", absl::StrCat("a list of 1 to ", kMaxPerturbFactors, " positive numbers"));
+    }
+    p.perturb_factors.clear();
+    for (size_t i = 0; i < f->size(); ++i) {
+      DET_ASSIGN_OR_RETURN(double v, ConfigMapReader::CheckDouble(r.source(), (*f)[i],
+                                                                  absl::StrCat(r.PathOf("perturb_factors"), "[", i, "]")));
+      if (!(v > 0) || v > 1e6) {
+        return r.TypeError("perturb_factors", absl::StrCat("a list of positive numbers (entry ", i, " is ", v, ")"));
+      }
+      p.perturb_factors.push_back(v);
+    }
+  }
+  std::string sampler;
+  DET_RETURN_IF_ERROR(r.GetEnum("sampler", {"random", "tpe"}, &sampler));
+  if (sampler == "tpe") out->sampler = HParamSampler::kTpe;
+  TpeOptions& t = out->tpe;
+  DET_RETURN_IF_ERROR(r.GetInt("n_startup_trials", &t.n_startup_trials, 1, 1000000));
+  DET_RETURN_IF_ERROR(GetFraction(r, "gamma", 0, true, 0.99, &t.gamma));
+  DET_RETURN_IF_ERROR(r.GetInt("n_ei_candidates", &t.n_ei_candidates, 1, kMaxEiCandidates));
+  std::string rung_metric;
+  DET_RETURN_IF_ERROR(r.GetEnum("rung_metric", {"latest", "best"}, &rung_metric));
+  if (rung_metric == "best") out->rung_metric = RungMetric::kBest;
+  return absl::OkStatus();
+}
+
+}  // namespace det

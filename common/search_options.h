@@ -1,0 +1,77 @@
+// Options of the searchers added after Determined's set: population-based
+// training (`searcher.name: pbt`), the tree-structured Parzen estimator
+// (`searcher.name: tpe`, or `sampler: tpe` under async_halving /
+// adaptive_asha) and ASHA's robustness options. Parsed from the `searcher`
+// map by ParseSearchOptions (common/search_options.cc), called by the
+// experiment config parser.
+//
+//   searcher:
+//     name: pbt
+//     population_size: 8          # trials alive at once (required, 2..1000)
+//     perturb_period: 50          # searcher units between exploit/explore (required)
+//     truncate_fraction: 0.25     # bottom fraction replaced each round (0, 0.5]
+//     resample_probability: 0.25  # per hparam: resample instead of perturb
+//     perturb_factors: [0.8, 1.2] # a perturbed number is multiplied by one
+//
+//     name: tpe                   # or adaptive_asha / async_halving + sampler: tpe
+//     n_startup_trials: 10        # random trials before the model is used
+//     gamma: 0.25                 # fraction of observations that are "good"
+//     n_ei_candidates: 24         # candidates drawn from l(x) per proposal
+//
+//     rung_metric: latest         # adaptive_asha/async_halving: latest | best
+#ifndef DET_COMMON_SEARCH_OPTIONS_H_
+#define DET_COMMON_SEARCH_OPTIONS_H_
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace det {
+
+class ConfigMapReader;
+
+inline constexpr int64_t kMaxPopulationSize = 1000;
+inline constexpr size_t kMaxPerturbFactors = 16;
+// TPE's cost per proposal is candidates x hparams x modelled trials, under
+// the master's lock: both are capped (kMaxTpeModelTrials in tpe.h).
+inline constexpr int64_t kMaxEiCandidates = 1000;
+
+struct PbtOptions {
+  int64_t population_size = 0;  // required for pbt; 2..kMaxPopulationSize
+  int64_t perturb_period = 0;   // required for pbt; >= 1, searcher units
+  double truncate_fraction = 0.25;
+  double resample_probability = 0.25;
+  std::vector<double> perturb_factors = {0.8, 1.2};  // each > 0, 1..16 entries
+};
+
+struct TpeOptions {
+  int64_t n_startup_trials = 10;  // >= 1
+  double gamma = 0.25;            // (0, 1)
+  int64_t n_ei_candidates = 24;   // 1..kMaxEiCandidates
+};
+
+enum class HParamSampler { kRandom, kTpe };
+// How ASHA ranks a trial at a rung: its latest validation, or the best it
+// has reported so far (smooths noisy early rungs).
+enum class RungMetric { kLatest, kBest };
+
+struct SearchOptions {
+  PbtOptions pbt;
+  TpeOptions tpe;
+  HParamSampler sampler = HParamSampler::kRandom;  // async_halving, adaptive_asha
+  RungMetric rung_metric = RungMetric::kLatest;    // async_halving, adaptive_asha
+};
+
+// The keys ParseSearchOptions reads (for the searcher map's CheckKeys).
+const std::vector<std::string_view>& SearchOptionKeys();
+
+// Reads the keys above from `r` (the searcher map) into `out`; range errors
+// are InvalidArgument naming the field. `is_pbt`: population_size and
+// perturb_period are required.
+absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOptions* out);
+
+}  // namespace det
+
+#endif  // DET_COMMON_SEARCH_OPTIONS_H_

@@ -1,0 +1,195 @@
+// Replays scripted validations through the pbt searcher: exploit (the bottom
+// fraction closed, children of the top ones created with parent set),
+// explore (perturbed or resampled hparams), lineage, the last round, exits
+// and snapshot/restore.
+#include "master/search/pbt.h"
+
+#include "master/search/preview.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace det {
+namespace master {
+namespace {
+
+using json = nlohmann::json;
+
+ExperimentConfig PbtConfig(int64_t population, int64_t period, std::vector<double> factors, double resample) {
+  ExperimentConfig config;
+  config.hyperparameters = {
+      {"global_batch_size", Hyperparameter::Const(32)},
+      {"lr", Hyperparameter::Log(-4, -1)},
+      {"width", Hyperparameter::Int(8, 64)},
+      {"act", Hyperparameter::Categorical({"relu", "tanh", "gelu"})},
+      {"opt", Hyperparameter::Object({{"momentum", Hyperparameter::Double(0.5, 0.99)}})},
+  };
+  config.searcher.name = SearcherName::kPbt;
+  config.searcher.metric = "loss";
+  config.searcher.max_length = Length{Length::Unit::kBatches, 30};
+  config.searcher.options.pbt.population_size = population;
+  config.searcher.options.pbt.perturb_period = period;
+  config.searcher.options.pbt.perturb_factors = std::move(factors);
+  config.searcher.options.pbt.resample_probability = resample;
+  config.reproducibility.experiment_seed = 7;
+  return config;
+}
+
+struct Ops {
+  std::vector<CreateTrialOp> creates;
+  std::vector<ValidateAfterOp> validates;
+  std::vector<RequestId> closes;
+  bool shutdown = false;
+};
+
+Ops Split(const std::vector<SearcherOp>& ops) {
+  Ops out;
+  for (const SearcherOp& op : ops) {
+    if (auto* c = std::get_if<CreateTrialOp>(&op)) out.creates.push_back(*c);
+    if (auto* v = std::get_if<ValidateAfterOp>(&op)) out.validates.push_back(*v);
+    if (auto* c = std::get_if<CloseTrialOp>(&op)) out.closes.push_back(c->request_id);
+    if (std::holds_alternative<ShutdownOp>(op)) out.shutdown = true;
+  }
+  return out;
+}
+
+TEST(PbtSearchTest, ExploitsTheBottomAndExploresTheTop) {
+  ExperimentConfig config = PbtConfig(4, 10, {2.0}, 0.0);
+  absl::StatusOr<Searcher> s = Searcher::Create(config, 30);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Ops init = Split(s->InitialOperations());
+  ASSERT_EQ(init.creates.size(), 4u);
+  for (const CreateTrialOp& c : init.creates) EXPECT_EQ(c.parent, 0);
+  ASSERT_EQ(init.validates.size(), 4u);
+  for (const ValidateAfterOp& v : init.validates) EXPECT_EQ(v.length, 10);
+  std::map<RequestId, json> hp;
+  for (const CreateTrialOp& c : init.creates) hp[c.request_id] = c.hparams;
+
+  // Round 1: nothing happens until the whole population validated.
+  EXPECT_TRUE(s->ValidationCompleted(1, 0.4, 10).empty());
+  EXPECT_TRUE(s->ValidationCompleted(2, 0.1, 10).empty());
+  EXPECT_TRUE(s->ValidationCompleted(3, 0.3, 5).empty());  // short: ignored
+  EXPECT_TRUE(s->ValidationCompleted(3, 0.3, 10).empty());
+  Ops r1 = Split(s->ValidationCompleted(4, 0.2, 10));
+  // k = floor(4 * 0.25) = 1: trial 1 (worst) is closed, trial 2 (best) begets trial 5.
+  EXPECT_EQ(r1.closes, std::vector<RequestId>({1}));
+  ASSERT_EQ(r1.creates.size(), 1u);
+  const CreateTrialOp& child = r1.creates[0];
+  EXPECT_EQ(child.request_id, 5);
+  EXPECT_EQ(child.parent, 2);
+  // Explore: every number doubled (clamped), the categorical moved to a neighbour, the const kept.
+  const json& p = hp[2];
+  EXPECT_DOUBLE_EQ(child.hparams["lr"].get<double>(), std::min(0.1, 2 * p["lr"].get<double>()));
+  EXPECT_EQ(child.hparams["width"].get<int64_t>(), std::min<int64_t>(64, 2 * p["width"].get<int64_t>()));
+  EXPECT_DOUBLE_EQ(child.hparams["opt"]["momentum"].get<double>(),
+                   std::min(0.99, 2 * p["opt"]["momentum"].get<double>()));
+  EXPECT_EQ(child.hparams["global_batch_size"], 32);
+  std::vector<std::string> acts = {"relu", "tanh", "gelu"};
+  int parent_act = std::find(acts.begin(), acts.end(), p["act"]) - acts.begin();
+  int child_act = std::find(acts.begin(), acts.end(), child.hparams["act"]) - acts.begin();
+  EXPECT_EQ(std::abs(parent_act - child_act) <= 1, true);
+  // The child first (it copies its parent's state at this round's end),
+  // then the survivors in rank order: all to round 2's length.
+  std::vector<std::pair<RequestId, int64_t>> v;
+  for (const ValidateAfterOp& x : r1.validates) v.emplace_back(x.request_id, x.length);
+  EXPECT_EQ(v, (std::vector<std::pair<RequestId, int64_t>>{{5, 20}, {2, 20}, {4, 20}, {3, 20}}));
+  EXPECT_TRUE(s->TrialClosed(1).empty());
+
+  // Lineage survives a snapshot; the restored searcher makes the same decisions.
+  absl::StatusOr<Searcher> restored = Searcher::Restore(config, 30, s->Snapshot());
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->Snapshot(), s->Snapshot());
+  for (Searcher* x : {&*s, &*restored}) {
+    x->ValidationCompleted(2, 0.09, 20);
+    x->ValidationCompleted(4, 0.3, 20);
+    x->ValidationCompleted(3, 0.2, 20);
+  }
+  std::vector<SearcherOp> a = s->ValidationCompleted(5, 0.05, 20);
+  std::vector<SearcherOp> b = restored->ValidationCompleted(5, 0.05, 20);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(ToString(a[i]), ToString(b[i]));
+  // Round 2: 4 (worst) closed; 5 (a child, now best) begets 6.
+  Ops r2 = Split(a);
+  EXPECT_EQ(r2.closes, std::vector<RequestId>({4}));
+  ASSERT_EQ(r2.creates.size(), 1u);
+  EXPECT_EQ(r2.creates[0].parent, 5);
+  EXPECT_EQ(s->Snapshot()["method"]["members"][5]["parent"], 5);  // trial 6's parent
+
+  // The last round (30 = max_length): everyone is closed, then Shutdown.
+  s->TrialClosed(4);
+  for (RequestId id : {5, 2, 3}) EXPECT_TRUE(s->ValidationCompleted(id, 0.1, 30).empty());
+  Ops last = Split(s->ValidationCompleted(6, 0.1, 30));
+  EXPECT_EQ(last.closes.size(), 4u);
+  EXPECT_TRUE(last.creates.empty());
+  for (RequestId id : {5, 2, 3}) EXPECT_FALSE(Split(s->TrialClosed(id)).shutdown);
+  EXPECT_TRUE(Split(s->TrialClosed(6)).shutdown);
+  EXPECT_DOUBLE_EQ(s->Progress(), 1.0);
+}
+
+TEST(PbtSearchTest, ResampleProbabilityOneDrawsFromTheSpace) {
+  ExperimentConfig config = PbtConfig(2, 10, {1.0}, 1.0);
+  std::mt19937_64 rng(3);
+  json parent = {{"global_batch_size", 32}, {"lr", 0.001}, {"width", 8}, {"act", "relu"}, {"opt", {{"momentum", 0.5}}}};
+  int changed = 0;
+  for (int i = 0; i < 20; ++i) {
+    json child = ExploreHParams(config.hyperparameters, config.searcher.options.pbt, parent, rng);
+    EXPECT_EQ(child["global_batch_size"], 32);
+    EXPECT_GE(child["lr"].get<double>(), 1e-4);
+    EXPECT_LE(child["lr"].get<double>(), 0.1);
+    if (child["lr"] != parent["lr"]) ++changed;
+  }
+  EXPECT_EQ(changed, 20);
+  // Factor 1 and no resampling: numbers unchanged.
+  config = PbtConfig(2, 10, {1.0}, 0.0);
+  json same = ExploreHParams(config.hyperparameters, config.searcher.options.pbt, parent, rng);
+  EXPECT_EQ(same["lr"], parent["lr"]);
+  EXPECT_EQ(same["width"], parent["width"]);
+}
+
+TEST(PbtSearchTest, AnExitedTrialLeavesThePopulation) {
+  ExperimentConfig config = PbtConfig(3, 10, {1.2}, 0.0);
+  absl::StatusOr<Searcher> s = Searcher::Create(config, 30);
+  ASSERT_TRUE(s.ok());
+  s->InitialOperations();
+  s->ValidationCompleted(1, 0.5, 10);
+  s->ValidationCompleted(2, 0.4, 10);
+  // Trial 3 errors: the round ends with the two left (k = 1: 1 closed, 2 begets 4).
+  Ops r = Split(s->TrialExitedEarly(3, ExitedReason::kErrored));
+  EXPECT_EQ(r.closes, std::vector<RequestId>({1}));
+  ASSERT_EQ(r.creates.size(), 1u);
+  EXPECT_EQ(r.creates[0].parent, 2);
+}
+
+TEST(PbtSearchTest, RejectsABadConfig) {
+  ExperimentConfig config = PbtConfig(1, 10, {1.2}, 0.0);
+  EXPECT_FALSE(Searcher::Create(config, 30).ok());
+  config = PbtConfig(4, 0, {1.2}, 0.0);
+  EXPECT_FALSE(Searcher::Create(config, 30).ok());
+  absl::StatusOr<Searcher> s = Searcher::Create(PbtConfig(4, 10, {1.2}, 0.0), 30);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(Searcher::Restore(PbtConfig(4, 10, {1.2}, 0.0), 30, json{{"rng", "x"}}).ok());
+}
+
+TEST(PbtSearchTest, PreviewShowsGenerationsAndCountsOnlyWhatEachTrialTrains) {
+  ExperimentConfig config = PbtConfig(4, 10, {0.8, 1.2}, 0.25);
+  absl::StatusOr<SearchPreview> p = PreviewSearch(config, 30, 1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  // 4 trials and one child per generation boundary (10, 20).
+  EXPECT_EQ(p->trials.size(), 6u);
+  ASSERT_EQ(p->brackets.size(), 1u);
+  ASSERT_EQ(p->brackets[0].rungs.size(), 3u);
+  for (const PreviewRung& r : p->brackets[0].rungs) EXPECT_EQ(r.num_trials, 4) << r.length_per_trial;
+  // 4 trials train 10 per generation: a child starts at its parent's length.
+  EXPECT_EQ(p->total_length, 120);
+  int children = 0;
+  for (const PreviewTrial& t : p->trials) children += t.parent != 0 ? 1 : 0;
+  EXPECT_EQ(children, 2);
+}
+
+}  // namespace
+}  // namespace master
+}  // namespace det

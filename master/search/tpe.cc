@@ -1,0 +1,286 @@
+#include "master/search/tpe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace det {
+namespace master {
+namespace {
+
+using json = nlohmann::json;
+constexpr double kPi = 3.14159265358979323846;
+
+double Uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+double Normal(std::mt19937_64& rng) {
+  double u1 = std::max(Uniform01(rng), 1e-300);
+  double u2 = Uniform01(rng);
+  return std::sqrt(-2 * std::log(u1)) * std::cos(2 * kPi * u2);
+}
+
+double Phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+
+// A search hparam at `path` (nested keys).
+struct Leaf {
+  std::vector<std::string> path;
+  const Hyperparameter* hp = nullptr;
+};
+
+void Leaves(const HyperparameterSpace& space, std::vector<std::string>* prefix, std::vector<Leaf>* out) {
+  for (const auto& [name, hp] : space) {
+    prefix->push_back(name);
+    if (hp.type == Hyperparameter::Type::kObject) {
+      Leaves(hp.nested, prefix, out);
+    } else if (hp.type != Hyperparameter::Type::kConst) {
+      out->push_back(Leaf{*prefix, &hp});
+    }
+    prefix->pop_back();
+  }
+}
+
+const json* At(const json& point, const std::vector<std::string>& path) {
+  const json* p = &point;
+  for (const std::string& k : path) {
+    if (!p->is_object()) return nullptr;
+    auto it = p->find(k);
+    if (it == p->end()) return nullptr;
+    p = &*it;
+  }
+  return p;
+}
+
+void Set(json* point, const std::vector<std::string>& path, json value) {
+  json* p = point;
+  for (const std::string& k : path) p = &(*p)[k];
+  *p = std::move(value);
+}
+
+// The bounds of a numeric leaf in the space the estimator works in.
+std::pair<double, double> Bounds(const Hyperparameter& hp) {
+  if (hp.type == Hyperparameter::Type::kInt) return {hp.minval - 0.5, hp.maxval + 0.5};
+  return {hp.minval, hp.maxval};
+}
+
+// A leaf's value of `v` in estimator space: exponent for log, index for
+// categorical. nullopt when it does not fit.
+std::optional<double> Encode(const Hyperparameter& hp, const json& v) {
+  if (hp.type == Hyperparameter::Type::kCategorical) {
+    for (size_t i = 0; i < hp.vals.size(); ++i) {
+      if (hp.vals[i] == v) return static_cast<double>(i);
+    }
+    return std::nullopt;
+  }
+  if (!v.is_number()) return std::nullopt;
+  double x = v.get<double>();
+  if (hp.type == Hyperparameter::Type::kLog) {
+    if (!(x > 0)) return std::nullopt;
+    x = std::log(x) / std::log(hp.base);
+  }
+  return x;
+}
+
+json Decode(const Hyperparameter& hp, double x) {
+  switch (hp.type) {
+    case Hyperparameter::Type::kCategorical:
+      return hp.vals[static_cast<size_t>(x)];
+    case Hyperparameter::Type::kInt:
+      return static_cast<int64_t>(std::clamp(std::llround(x), static_cast<long long>(hp.minval),
+                                             static_cast<long long>(hp.maxval)));
+    case Hyperparameter::Type::kLog:
+      return std::pow(hp.base, std::clamp(x, hp.minval, hp.maxval));
+    default:
+      return std::clamp(x, hp.minval, hp.maxval);
+  }
+}
+
+// A Parzen estimator of one leaf from encoded observations.
+class Parzen {
+ public:
+  Parzen(const Hyperparameter& hp, std::vector<double> xs) : hp_(hp) {
+    if (hp.type == Hyperparameter::Type::kCategorical) {
+      weights_.assign(hp.vals.size(), 1.0 / static_cast<double>(hp.vals.size()));  // prior
+      for (double x : xs) weights_[static_cast<size_t>(x)] += 1;
+      double sum = 0;
+      for (double w : weights_) sum += w;
+      for (double& w : weights_) w /= sum;
+      return;
+    }
+    auto [lo, hi] = Bounds(hp);
+    lo_ = lo;
+    hi_ = hi;
+    double range = std::max(hi - lo, 1e-12);
+    mus_ = std::move(xs);
+    mus_.push_back((lo + hi) / 2);  // the prior
+    std::sort(mus_.begin(), mus_.end());
+    const double min_sigma = range / std::min(100.0, 1.0 + static_cast<double>(mus_.size()));
+    for (size_t i = 0; i < mus_.size(); ++i) {
+      double left = mus_[i] - (i > 0 ? mus_[i - 1] : lo);
+      double right = (i + 1 < mus_.size() ? mus_[i + 1] : hi) - mus_[i];
+      sigmas_.push_back(std::clamp(std::max(left, right), min_sigma, range));
+    }
+    // The prior component is wide.
+    for (size_t i = 0; i < mus_.size(); ++i) {
+      if (mus_[i] == (lo + hi) / 2) {
+        sigmas_[i] = range;
+        break;
+      }
+    }
+  }
+
+  double Sample(std::mt19937_64& rng) const {
+    if (!weights_.empty()) {
+      double u = Uniform01(rng), acc = 0;
+      for (size_t i = 0; i < weights_.size(); ++i) {
+        acc += weights_[i];
+        if (u < acc) return static_cast<double>(i);
+      }
+      return static_cast<double>(weights_.size() - 1);
+    }
+    size_t c = std::min(mus_.size() - 1, static_cast<size_t>(Uniform01(rng) * static_cast<double>(mus_.size())));
+    for (int attempt = 0; attempt < 32; ++attempt) {
+      double x = mus_[c] + sigmas_[c] * Normal(rng);
+      if (x >= lo_ && x <= hi_) return x;
+    }
+    return std::clamp(mus_[c], lo_, hi_);
+  }
+
+  double LogPdf(double x) const {
+    if (!weights_.empty()) return std::log(weights_[static_cast<size_t>(x)]);
+    double p = 0;
+    for (size_t i = 0; i < mus_.size(); ++i) {
+      double s = sigmas_[i];
+      double z = Phi((hi_ - mus_[i]) / s) - Phi((lo_ - mus_[i]) / s);
+      double d = (x - mus_[i]) / s;
+      p += std::exp(-0.5 * d * d) / (s * std::sqrt(2 * kPi) * std::max(z, 1e-12));
+    }
+    return std::log(std::max(p / static_cast<double>(mus_.size()), 1e-300));
+  }
+
+ private:
+  const Hyperparameter& hp_;
+  std::vector<double> weights_;  // categorical
+  std::vector<double> mus_, sigmas_;
+  double lo_ = 0, hi_ = 0;
+};
+
+}  // namespace
+
+TpeSampler::TpeSampler(HyperparameterSpace space, TpeOptions options, bool smaller_is_better)
+    : space_(std::move(space)), options_(options), smaller_is_better_(smaller_is_better) {}
+
+json TpeSampler::Propose(std::mt19937_64& rng) const {
+  std::vector<std::pair<RequestId, const Obs*>> scored;
+  for (const auto& [id, o] : obs_) {
+    if (o.scored) scored.emplace_back(id, &o);
+  }
+  json point = SampleHParams(space_, rng);
+  const size_t enough = static_cast<size_t>(std::max<int64_t>(options_.n_startup_trials, 2));
+  if (scored.size() < enough) return point;
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+    if (a.second->level != b.second->level) return a.second->level > b.second->level;
+    return a.second->value < b.second->value;
+  });
+  // As BOHB: the model uses only the trials that reached the highest level
+  // (ASHA rung) that enough trials reached; lower rungs mislead where
+  // learning curves cross.
+  while (scored.size() > enough && scored[enough - 1].second->level > scored.back().second->level) {
+    const int64_t lowest = scored.back().second->level;
+    size_t keep = scored.size();
+    while (keep > 0 && scored[keep - 1].second->level == lowest) --keep;
+    if (keep < enough) break;
+    scored.resize(keep);
+  }
+  if (scored.size() > kMaxTpeModelTrials) scored.resize(kMaxTpeModelTrials);
+  const size_t n = scored.size();
+  size_t n_below = static_cast<size_t>(std::ceil(options_.gamma * static_cast<double>(n)));
+  n_below = std::clamp<size_t>(n_below, 1, n - 1);
+  std::vector<Leaf> leaves;
+  std::vector<std::string> prefix;
+  Leaves(space_, &prefix, &leaves);
+  std::vector<Parzen> below, above;
+  for (const Leaf& leaf : leaves) {
+    std::vector<double> xb, xa;
+    for (size_t i = 0; i < n; ++i) {
+      const json* v = At(scored[i].second->hparams, leaf.path);
+      std::optional<double> x = v ? Encode(*leaf.hp, *v) : std::nullopt;
+      if (x) (i < n_below ? xb : xa).push_back(*x);
+    }
+    below.emplace_back(*leaf.hp, std::move(xb));
+    above.emplace_back(*leaf.hp, std::move(xa));
+  }
+  double best_score = -std::numeric_limits<double>::infinity();
+  std::vector<double> best;
+  for (int64_t c = 0; c < options_.n_ei_candidates; ++c) {
+    std::vector<double> xs;
+    double score = 0;
+    for (size_t j = 0; j < leaves.size(); ++j) {
+      double x = below[j].Sample(rng);
+      score += below[j].LogPdf(x) - above[j].LogPdf(x);
+      xs.push_back(x);
+    }
+    if (score > best_score) {
+      best_score = score;
+      best = std::move(xs);
+    }
+  }
+  for (size_t j = 0; j < leaves.size() && j < best.size(); ++j) Set(&point, leaves[j].path, Decode(*leaves[j].hp, best[j]));
+  return point;
+}
+
+void TpeSampler::Record(RequestId id, const json& hparams) {
+  Obs o;
+  o.hparams = hparams;
+  obs_[id] = std::move(o);
+}
+
+void TpeSampler::Observe(RequestId id, double metric, int64_t level) {
+  auto it = obs_.find(id);
+  if (it == obs_.end()) return;
+  Obs& o = it->second;
+  if (o.scored && level < o.level) return;
+  double v = smaller_is_better_ ? metric : -metric;
+  o.value = std::isfinite(v) ? v : std::numeric_limits<double>::infinity();
+  o.level = level;
+  o.scored = true;
+}
+
+void TpeSampler::Forget(RequestId id) { obs_.erase(id); }
+
+int64_t TpeSampler::observed() const {
+  return std::count_if(obs_.begin(), obs_.end(), [](const auto& o) { return o.second.scored; });
+}
+
+json TpeSampler::Snapshot() const {
+  json list = json::array();
+  for (const auto& [id, o] : obs_) {
+    json v = std::isfinite(o.value) ? json(o.value) : json(nullptr);
+    list.push_back(json{{"id", id}, {"hparams", o.hparams}, {"scored", o.scored}, {"value", v}, {"level", o.level}});
+  }
+  return list;
+}
+
+absl::Status TpeSampler::Restore(const json& snapshot) {
+  if (!snapshot.is_array()) return absl::InvalidArgumentError("tpe snapshot must be a list");
+  std::map<RequestId, Obs> obs;
+  try {
+    for (const json& e : snapshot) {
+      Obs o;
+      o.hparams = e.at("hparams");
+      o.scored = e.at("scored").get<bool>();
+      o.value = e.at("value").is_null() ? std::numeric_limits<double>::infinity() : e.at("value").get<double>();
+      o.level = e.at("level").get<int64_t>();
+      obs[e.at("id").get<RequestId>()] = std::move(o);
+    }
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed tpe snapshot: ", e.what()));
+  }
+  obs_ = std::move(obs);
+  return absl::OkStatus();
+}
+
+}  // namespace master
+}  // namespace det

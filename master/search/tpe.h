@@ -1,0 +1,83 @@
+// The tree-structured Parzen estimator (Bergstra et al., 2011): proposes
+// hyperparameters from the results so far. Used by `searcher.name: tpe` (a
+// fixed pool of trials like random search) and by async_halving /
+// adaptive_asha with `sampler: tpe` (TPE proposals, ASHA early stopping).
+//
+// Pure decision code (see searcher.h): no I/O, randomness only through the
+// rng it is given, so the same events give the same proposals.
+//
+//   TpeSampler tpe(config.hyperparameters, config.searcher.options.tpe, smaller_is_better);
+//   json hp = tpe.Propose(rng);  tpe.Record(id, hp);
+//   tpe.Observe(id, metric, /*level=*/rung);
+#ifndef DET_MASTER_SEARCH_TPE_H_
+#define DET_MASTER_SEARCH_TPE_H_
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/hparams.h"
+#include "common/search_options.h"
+#include "master/search/searcher.h"
+#include "nlohmann/json.hpp"
+
+namespace det {
+namespace master {
+
+// The most trials a proposal models (the best-ranked ones), so that a
+// proposal costs at most kMaxEiCandidates x hparams x this many kernels.
+inline constexpr size_t kMaxTpeModelTrials = 256;
+
+// Not thread-safe.
+class TpeSampler {
+ public:
+  TpeSampler(HyperparameterSpace space, TpeOptions options, bool smaller_is_better);
+
+  // A point of the space. While fewer than n_startup_trials trials have a
+  // result: SampleHParams. Afterwards: the results are ranked (a higher
+  // `level` first, then the better metric; non-finite metrics last); as in
+  // BOHB only the trials at or above the highest level that at least
+  // max(2, n_startup_trials) trials reached are kept; of those n, the
+  // (at most kMaxTpeModelTrials, the best-ranked)
+  // best max(1, ceil(gamma * n)) form l(x) and the rest g(x), each a Parzen
+  // estimator per search hparam (int, double and log (in the exponent) as
+  // truncated Gaussian mixtures with a wide prior component; categorical as
+  // smoothed frequencies; const and nested structure kept); n_ei_candidates
+  // points are drawn from l and the one with the largest sum of
+  // log l(x) - log g(x) over the hparams is returned.
+  nlohmann::json Propose(std::mt19937_64& rng) const;
+  // Remembers the hparams of trial `id` (replacing earlier ones).
+  void Record(RequestId id, const nlohmann::json& hparams);
+  // Trial `id`'s result at `level` (0 for a full-length search, the rung for
+  // ASHA); a result at a higher level replaces a lower one, at the same level
+  // the latest counts. Unknown ids are ignored.
+  void Observe(RequestId id, double metric, int64_t level);
+  // Drops trial `id` (invalid hparams).
+  void Forget(RequestId id);
+  // The number of trials with a result.
+  int64_t observed() const;
+
+  nlohmann::json Snapshot() const;
+  // InvalidArgument for a malformed snapshot (state unchanged then).
+  absl::Status Restore(const nlohmann::json& snapshot);
+
+ private:
+  struct Obs {
+    nlohmann::json hparams;
+    bool scored = false;
+    double value = 0;  // smaller is better; +inf for non-finite
+    int64_t level = 0;
+  };
+  HyperparameterSpace space_;
+  TpeOptions options_;
+  bool smaller_is_better_;
+  std::map<RequestId, Obs> obs_;
+};
+
+}  // namespace master
+}  // namespace det
+
+#endif  // DET_MASTER_SEARCH_TPE_H_
