@@ -114,13 +114,14 @@ const std::set<std::string> kMutatingRpcs = {
     "ActivateExperiment", "PauseExperiment", "CancelExperiment", "KillExperiment", "ArchiveExperiment",
     "UnarchiveExperiment", "DeleteExperiment", "PatchExperiment", "KillTrial", "PauseTrial", "ActivateTrial",
     "DeleteCheckpoints", "PatchCheckpoint", "ContinueExperiment", "EnableAgent", "DisableAgent", "EnableSlot", "DisableSlot", "UpdateJob", "PostUser",
-    "PatchUser"};
+    "PatchUser", "ArchiveWorkspace", "UnarchiveWorkspace", "ArchiveProject", "UnarchiveProject"};
 bool IsReadOrOwnSession(const std::string& rpc) {
   for (const char* prefix : {"Get", "Preview", "Stream", "Download", "TrialLogs", "MasterLogs"}) {
     if (rpc.rfind(prefix, 0) == 0) return true;
   }
   // Creating is open to every user (they own what they create).
-  return rpc == "Login" || rpc == "Logout" || rpc == "CreateExperiment" || rpc == "UploadArtifact";
+  return rpc == "Login" || rpc == "Logout" || rpc == "CreateExperiment" || rpc == "UploadArtifact" ||
+         rpc == "PostWorkspace" || rpc == "PostProject";
 }
 
 // One trial that keeps training slowly (and checkpoints every 5 batches)
@@ -177,6 +178,11 @@ TEST(SecurityTest, AuthorizationSweepAnotherUserCannotChangeAnything) {
       120s))
       << cluster.MasterLog() << cluster.AgentLogs();
   const int64_t trial = cluster.Trials(exp)[0]["id"];
+  // determined's workspace and project: both id 2 (1 is Uncategorized).
+  std::string out, err;
+  ASSERT_EQ(cluster.Cli({"workspace", "create", "team"}, &out, &err), 0) << err;
+  ASSERT_EQ(cluster.Cli({"project", "create", "team", "models"}, &out, &err), 0) << err;
+  const int64_t owned_workspace_and_project = 2;
 
   const std::string admin = RestLogin(cluster.http_port(), "admin", "");
   ASSERT_FALSE(admin.empty());
@@ -195,7 +201,7 @@ TEST(SecurityTest, AuthorizationSweepAnotherUserCannotChangeAnything) {
                                {"slot_id", "0"},              {"name", "pwned"},
                                {"password", "pwned-pw-1"},    {"admin", true},
                                {"user", {{"username", "mallory2"}, {"admin", true}}},
-                               {"priority", 1}};
+                               {"priority", 1},               {"id", owned_workspace_and_project}};
 
   // gRPC: every method of the service, typed requests filled from `body`.
   auto channel = grpc::CreateChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials());
@@ -230,7 +236,8 @@ TEST(SecurityTest, AuthorizationSweepAnotherUserCannotChangeAnything) {
     for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
              {"{experiment_id}", std::to_string(exp)}, {"{trial_id}", std::to_string(trial)},
              {"{checkpoint_uuid}", uuid}, {"{job_id}", absl::StrCat("exp-", exp)},
-             {"{user_id}", std::to_string(determined_id)}, {"{agent_id}", "a1"}, {"{slot_id}", "0"}}) {
+             {"{user_id}", std::to_string(determined_id)}, {"{agent_id}", "a1"}, {"{slot_id}", "0"},
+             {"{id}", std::to_string(owned_workspace_and_project)}}) {
       for (size_t at; (at = path.find(field)) != std::string::npos;) path.replace(at, field.size(), value);
     }
     SCOPED_TRACE(route["method"].get<std::string>() + " " + path);
@@ -255,6 +262,8 @@ TEST(SecurityTest, AuthorizationSweepAnotherUserCannotChangeAnything) {
   EXPECT_TRUE(RestLogin(cluster.http_port(), "mallory", "mallory-pw-1").size() > 0);
   EXPECT_EQ(cluster.Get("/api/v1/users")["users"].size(), 3u);  // no mallory2
   EXPECT_TRUE(RestLogin(cluster.http_port(), "determined", "").size() > 0);  // password unchanged
+  EXPECT_EQ(cluster.Get("/api/v1/workspaces/2")["workspace"].value("archived", false), false);
+  EXPECT_EQ(cluster.Get("/api/v1/projects/2")["project"].value("archived", false), false);
 
   // The owner may, and so may an admin.
   EXPECT_EQ(cluster.Cli({"experiment", "pause", std::to_string(exp)}), 0);
