@@ -49,6 +49,7 @@ int PickChiefPort(const SlurmConfig& c, const std::map<std::string, std::unique_
 void MasterCore::StartSlurmAllocationsLocked() {
   std::vector<SchedRequest> pending;
   pending.swap(pending_);
+  pending_trials_.clear();  // every request leaves the queue (ErasePendingIf's index)
   for (const SchedRequest& r : pending) {
     int64_t trial_id = 0;
     std::sscanf(r.allocation_id.c_str(), "trial-%ld.", &trial_id);
