@@ -279,6 +279,12 @@ class MasterCore {
                                                                      const std::string& token);
   absl::StatusOr<trialv1::ReportTrainingMetricsResponse> ReportTrainingMetrics(
       const trialv1::ReportTrainingMetricsRequest& req, const std::string& token);
+  // ReportTrainingMetrics for the callback API: `done` gets its status once
+  // the rows are committed, on the store's metric writer thread (a group
+  // commit with every other trial's rows queued meanwhile), or at once when
+  // the call is refused. `done` must not call back into MasterCore's writes.
+  void ReportTrainingMetricsAsync(const trialv1::ReportTrainingMetricsRequest& req, const std::string& token,
+                                  std::function<void(absl::Status)> done);
   absl::StatusOr<trialv1::ReportValidationMetricsResponse> ReportValidationMetrics(
       const trialv1::ReportValidationMetricsRequest& req, const std::string& token);
   absl::StatusOr<trialv1::ReportCheckpointResponse> ReportCheckpoint(const trialv1::ReportCheckpointRequest& req,
@@ -410,6 +416,11 @@ class MasterCore {
   MasterCore(MasterOptions options, std::unique_ptr<Store> store);
   int64_t MonoMs() const { return clock_->MonotonicMs(); }
   int64_t WallMs() const { return clock_->WallMs(); }
+
+  // trial_calls.cc: a training report's rows, once its allocation token is
+  // checked (takes mu_; the rows are inserted without it).
+  absl::StatusOr<std::vector<MetricRow>> TrainingRows(const trialv1::ReportTrainingMetricsRequest& req,
+                                                      const std::string& token);
 
   // All below require mu_.
   // ---- master_core.cc: lookups and state changes shared by all

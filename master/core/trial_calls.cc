@@ -204,8 +204,8 @@ MetricRow ToMetricRow(const trialv1::MetricsRow& r, int64_t trial_id, int64_t ru
 
 }  // namespace
 
-absl::StatusOr<trialv1::ReportTrainingMetricsResponse> MasterCore::ReportTrainingMetrics(
-    const trialv1::ReportTrainingMetricsRequest& req, const std::string& token) {
+absl::StatusOr<std::vector<MetricRow>> MasterCore::TrainingRows(const trialv1::ReportTrainingMetricsRequest& req,
+                                                               const std::string& token) {
   int64_t trial_id, run_id;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -220,8 +220,24 @@ absl::StatusOr<trialv1::ReportTrainingMetricsResponse> MasterCore::ReportTrainin
   rows.reserve(req.rows_size());
   const int64_t now_ms = WallMs();
   for (const auto& r : req.rows()) rows.push_back(ToMetricRow(r, trial_id, run_id, "training", now_ms));
-  DET_RETURN_IF_ERROR(store_->InsertMetrics(rows));
+  return rows;
+}
+
+absl::StatusOr<trialv1::ReportTrainingMetricsResponse> MasterCore::ReportTrainingMetrics(
+    const trialv1::ReportTrainingMetricsRequest& req, const std::string& token) {
+  DET_ASSIGN_OR_RETURN(std::vector<MetricRow> rows, TrainingRows(req, token));
+  DET_RETURN_IF_ERROR(store_->InsertMetricsGrouped(rows));
   return trialv1::ReportTrainingMetricsResponse();
+}
+
+void MasterCore::ReportTrainingMetricsAsync(const trialv1::ReportTrainingMetricsRequest& req,
+                                            const std::string& token, std::function<void(absl::Status)> done) {
+  absl::StatusOr<std::vector<MetricRow>> rows = TrainingRows(req, token);
+  if (!rows.ok()) {
+    done(rows.status());
+    return;
+  }
+  store_->InsertMetricsAsync(*std::move(rows), std::move(done));
 }
 
 absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValidationMetrics(

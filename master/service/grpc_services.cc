@@ -385,7 +385,6 @@ grpc::ServerUnaryReactor* TrialServiceImpl::Unary(grpc::CallbackServerContext* c
 
 DET_TRIAL_UNARY(GetTrialContext)
 DET_TRIAL_UNARY(GetNextOperation)
-DET_TRIAL_UNARY(ReportTrainingMetrics)
 DET_TRIAL_UNARY(ReportValidationMetrics)
 DET_TRIAL_UNARY(ReportMetrics)
 DET_TRIAL_UNARY(ReportCheckpoint)
@@ -395,6 +394,25 @@ DET_TRIAL_UNARY(AckPreemption)
 DET_TRIAL_UNARY(ReportEarlyExit)
 DET_TRIAL_UNARY(ReportTrialLogs)
 #undef DET_TRIAL_UNARY
+
+// Answered once the rows are committed, by the store's metric writer, which
+// writes every trial's reports queued meanwhile in one transaction: the gRPC
+// threads are not held while a group is written.
+grpc::ServerUnaryReactor* TrialServiceImpl::ReportTrainingMetrics(grpc::CallbackServerContext* ctx,
+                                                                  const trialv1::ReportTrainingMetricsRequest* req,
+                                                                  trialv1::ReportTrainingMetricsResponse*) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::string token = AllocationToken(ctx);
+  absl::Status present = RequireAllocationToken(token);
+  if (!present.ok()) {
+    reactor->Finish(ToGrpcStatus(present));
+    return reactor;
+  }
+  core_->ReportTrainingMetricsAsync(*req, token, [reactor](absl::Status s) {
+    reactor->Finish(s.ok() ? grpc::Status::OK : ToGrpcStatus(s));
+  });
+  return reactor;
+}
 
 grpc::ServerUnaryReactor* TrialServiceImpl::LongPoll(
     grpc::CallbackServerContext* ctx, const char* method, const std::string& allocation_id,

@@ -146,6 +146,7 @@ absl::Status Store::Transaction::End(bool commit) {
 Store::Store(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 
 Store::~Store() {
+  StopMetricWriter();
   std::lock_guard<std::recursive_mutex> lock(mu_);
   for (auto& [sql, stmt] : stmts_) sqlite3_finalize(stmt);
   stmts_.clear();

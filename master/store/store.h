@@ -27,12 +27,15 @@
 #ifndef DET_MASTER_STORE_STORE_H_
 #define DET_MASTER_STORE_STORE_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -404,6 +407,24 @@ class Store {
   // retried report and is skipped.
   absl::Status InsertMetrics(const std::vector<MetricRow>& rows);
 
+  // InsertMetrics with group commit, for the training-metric path: rows are
+  // written by the store's metric writer thread, which commits everything
+  // queued at that moment in one SQLite transaction (at most kMaxGroupRows
+  // rows; one call's rows are never split), each call's rows in a savepoint
+  // of their own, so each call is still all or nothing and fails alone.
+  // `done` runs on the writer thread once the rows are committed (or failed),
+  // never under the store's locks; it must not call InsertMetricsGrouped or
+  // wait for the writer. The destructor writes whatever is queued first.
+  void InsertMetricsAsync(std::vector<MetricRow> rows, std::function<void(absl::Status)> done);
+  // InsertMetricsAsync, returning its status once committed. Must not be
+  // called while this thread holds a Store::Transaction (the writer would
+  // wait for it).
+  absl::Status InsertMetricsGrouped(const std::vector<MetricRow>& rows);
+  static constexpr size_t kMaxGroupRows = 20000;
+  // Calls queued for the metric writer, plus one while it writes a group (for
+  // tests).
+  size_t MetricCallersWaiting();
+
   // The metrics of `trial_id` in `group` ("" = every group) with
   // total_batches > after_batches (-1 = all), archived ones only when
   // `include_archived`, ordered by total_batches then id, at most `limit`
@@ -484,6 +505,11 @@ class Store {
   // Metric rows of any of `trial_ids` (at most 1000) in `group` ("" = all)
   // with id > after_id, in id order, at most `limit` (0 = all). Archived
   // rows are included (they were stored; a stream resumes by id).
+  // Each trial's rows are found by a seek on metrics(trial_id, id) (migration
+  // 11), so a poll costs one seek per trial plus the rows it returns,
+  // whatever the trials' history.
+  // The SQL of ListMetricsAfterId for `trials` trials (for its plan test).
+  static std::string MetricsAfterIdSql(size_t trials, bool by_group);
   absl::StatusOr<std::vector<MetricRow>> ListMetricsAfterId(const std::vector<int64_t>& trial_ids,
                                                             const std::string& group, int64_t after_id,
                                                             int64_t limit);
@@ -654,6 +680,33 @@ class Store {
   absl::Status txn_error_ ABSL_GUARDED_BY(mu_);
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
+
+  // ---- metric ingestion (store_metric_ingest.cc)
+  // One call's rows waiting for the metric writer.
+  struct PendingMetrics {
+    std::vector<MetricRow> rows;
+    std::vector<std::string> encoded;
+    std::function<void(absl::Status)> done;
+    absl::Status status;
+  };
+  // Inserts `rows` (their JSON in `encoded`) with the open transaction or
+  // savepoint; FailedPrecondition naming the trial that does not exist.
+  absl::Status InsertMetricRowsLocked(const std::vector<MetricRow>& rows, const std::vector<std::string>& encoded)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes `group` in one transaction, a savepoint per call; sets each call's
+  // status.
+  void CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>& group);
+  // The metric writer thread: takes groups off group_queue_ until stopping
+  // and drained.
+  void MetricWriterLoop();
+  // Stops the metric writer after it has written what is queued.
+  void StopMetricWriter();
+  std::mutex group_mu_;
+  std::condition_variable group_cv_;
+  std::vector<std::unique_ptr<PendingMetrics>> group_queue_ ABSL_GUARDED_BY(group_mu_);
+  bool group_writing_ ABSL_GUARDED_BY(group_mu_) = false;
+  bool group_stopping_ ABSL_GUARDED_BY(group_mu_) = false;
+  std::thread group_writer_ ABSL_GUARDED_BY(group_mu_);
 
   // ---- task log bounds (store_metrics_logs.cc)
   // Deletes trial `trial_id`'s oldest lines down to 3/4 of the limit, keeping

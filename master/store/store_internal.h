@@ -179,6 +179,11 @@ std::string Dump(const nlohmann::json& j);
 // Parses a stored JSON column; DataLoss naming `what` if it does not parse.
 absl::StatusOr<nlohmann::json> ParseJson(const std::string& text, absl::string_view what);
 
+// A metric row's values as the stored JSON text: {"name":value,...} in name
+// order, each value the shortest text that reads back as the same double,
+// NaN and the infinities as strings (store_metrics_logs.cc).
+std::string EncodeMetrics(const std::map<std::string, double>& metrics);
+
 }  // namespace store_internal
 }  // namespace master
 }  // namespace det

@@ -35,9 +35,6 @@ using store_internal::SqlLimit;
   "id, trial_id, trial_run_id, metric_group, total_batches, total_epochs, metrics, time_ms, archived"
 #define DET_TASK_LOG_COLUMNS "id, trial_id, allocation_id, rank, time_ms, level, stream, message"
 
-constexpr char kInsertMetric[] =
-    "INSERT OR IGNORE INTO metrics(trial_id, trial_run_id, metric_group, total_batches, total_epochs, "
-    "metrics, time_ms, archived) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
 // After the cursor (total_batches ?4, id ?6) in (total_batches, id) order; ?6
 // is the largest id when the cursor has no id. One statement per case so
 // each uses its index: (trial_id, total_batches, ...) for every group,
@@ -97,11 +94,13 @@ void AppendJsonName(const std::string& name, std::string* out) {
   out->push_back('"');
 }
 
+}  // namespace
+
 // {"name":value,...} in name order, each value the shortest text that reads
 // back as the same double; NaN and the infinities as strings (JSON has none).
 // Written directly rather than through nlohmann::json: this runs for every
 // metric row the master ingests.
-std::string EncodeMetrics(const std::map<std::string, double>& metrics) {
+std::string store_internal::EncodeMetrics(const std::map<std::string, double>& metrics) {
   std::string out = "{";
   char num[32];
   for (const auto& [name, v] : metrics) {
@@ -120,6 +119,8 @@ std::string EncodeMetrics(const std::map<std::string, double>& metrics) {
   out.push_back('}');
   return out;
 }
+
+namespace {
 
 absl::StatusOr<std::map<std::string, double>> DecodeMetrics(const std::string& text) {
   DET_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, "metrics"));
@@ -171,42 +172,6 @@ TaskLogRow ReadTaskLog(sqlite3_stmt* s) {
 }  // namespace
 
 // ---- Metrics ----
-
-absl::Status Store::InsertMetrics(const std::vector<MetricRow>& rows) {
-  if (rows.empty()) return absl::OkStatus();
-  // Encode outside the lock.
-  std::vector<std::string> encoded;
-  encoded.reserve(rows.size());
-  for (const auto& r : rows) encoded.push_back(EncodeMetrics(r.metrics));
-
-  return Write([&]() -> absl::Status {
-    Txn txn(this);
-    DET_RETURN_IF_ERROR(txn.Begin());
-    {
-      DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertMetric));
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const MetricRow& r = rows[i];
-        Binder b(st.get());
-        b.Int(r.trial_id)
-            .Int(r.trial_run_id)
-            .Text(r.group)
-            .Int(r.total_batches)
-            .Double(r.total_epochs)
-            .Text(encoded[i])
-            .Int(r.time_ms)
-            .Int(r.archived ? 1 : 0);
-        if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind metrics");
-        int rc = sqlite3_step(st.get());
-        if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
-          return absl::FailedPreconditionError(absl::StrCat("cannot insert metrics: trial ", r.trial_id, " not found"));
-        }
-        if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert metrics of trial ", r.trial_id));
-        sqlite3_reset(st.get());
-      }
-    }
-    return txn.Commit();
-  });
-}
 
 absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, const std::string& group,
                                                           bool include_archived, int64_t after_batches,
@@ -450,6 +415,11 @@ absl::Status CheckLogFilter(const TaskLogFilter& f) {
 
 }  // namespace
 
+std::string Store::MetricsAfterIdSql(size_t trials, bool by_group) {
+  return absl::StrCat("SELECT " DET_METRIC_COLUMNS " FROM metrics INDEXED BY metrics_trial_id_id WHERE id > ?",
+                      InClause("trial_id", trials), by_group ? " AND metric_group = ?" : "", " ORDER BY id LIMIT ?");
+}
+
 absl::StatusOr<std::vector<MetricRow>> Store::ListMetricsAfterId(const std::vector<int64_t>& trial_ids,
                                                                  const std::string& group, int64_t after_id,
                                                                  int64_t limit) {
@@ -459,10 +429,7 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetricsAfterId(const std::vect
         absl::StrCat("trial_ids: ", trial_ids.size(), " trials; at most ", kMaxStreamTrials));
   }
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  const std::string sql = absl::StrCat("SELECT " DET_METRIC_COLUMNS " FROM metrics WHERE id > ?",
-                                       InClause("trial_id", trial_ids.size()),
-                                       group.empty() ? "" : " AND metric_group = ?", " ORDER BY id LIMIT ?");
-  DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
+  DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(MetricsAfterIdSql(trial_ids.size(), !group.empty())));
   Binder b(st.get());
   b.Int(after_id);
   for (int64_t id : trial_ids) b.Int(id);

@@ -772,6 +772,103 @@ TEST_F(StoreTest, KeyValue) {
   EXPECT_EQ(store_->GetValue("binary").value().value_or(""), binary);
 }
 
+// A metric stream's poll seeks each trial's rows after its cursor: its plan
+// never reads a trial's whole history (before migration 11 it did, then
+// sorted it, on every poll of every open stream).
+TEST_F(StoreTest, MetricStreamPollSeeksEachTrialsRowsAfterTheCursor) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  for (bool by_group : {false, true}) {
+    const std::string sql = "EXPLAIN QUERY PLAN " + Store::MetricsAfterIdSql(1000, by_group);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    std::string plan;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      plan += std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 3))) + "\n";
+    }
+    sqlite3_finalize(st);
+    EXPECT_NE(plan.find("USING INDEX metrics_trial_id_id (trial_id=? AND id>?)"), std::string::npos) << plan;
+  }
+  sqlite3_close(db);
+  // And it returns the rows after the cursor, of those trials only, in id order.
+  const int64_t exp = AddExperiment("stream");
+  const int64_t a = AddTrial(exp), b = AddTrial(exp), c = AddTrial(exp);
+  std::vector<MetricRow> rows;
+  for (int i = 1; i <= 30; ++i) {
+    MetricRow m;
+    m.trial_id = i % 3 == 0 ? a : i % 3 == 1 ? b : c;
+    m.group = "training";
+    m.total_batches = i;
+    m.metrics = {{"loss", 1.0 / i}};
+    rows.push_back(m);
+  }
+  ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+  auto all = store_->ListMetricsAfterId({a, b}, "", 0, 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 20u);
+  auto after = store_->ListMetricsAfterId({a, b}, "training", (*all)[9].id, 4);
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->size(), 4u);
+  for (size_t i = 0; i < after->size(); ++i) EXPECT_EQ((*after)[i].id, (*all)[10 + i].id);
+}
+
+// Group commit: callers waiting while a group is written share the next
+// transaction, and a caller whose rows fail (no such trial) fails alone: the
+// others' rows in that transaction are stored, none of its own.
+TEST_F(StoreTest, GroupedMetricInsertsShareATransactionAndFailAlone) {
+  const int64_t exp = AddExperiment();
+  const int64_t a = AddTrial(exp), c = AddTrial(exp);
+  auto rows_of = [](int64_t trial) {
+    std::vector<MetricRow> rows;
+    for (int i = 1; i <= 5; ++i) {
+      MetricRow m;
+      m.trial_id = trial;
+      m.group = "training";
+      m.total_batches = i;
+      m.metrics = {{"loss", 1.0 / i}};
+      rows.push_back(m);
+    }
+    return rows;
+  };
+  const std::vector<MetricRow> rows_a = rows_of(a), rows_c = rows_of(c);
+  // b: rows of trial a at later batches, then one of a trial that does not
+  // exist: none of them may stay.
+  std::vector<MetricRow> rows_b = rows_of(a);
+  for (MetricRow& m : rows_b) m.total_batches += 10;
+  rows_b.back().trial_id = 9999;
+  absl::Status status_a, status_b, status_c;
+  auto wait_for = [&](size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (store_->MetricCallersWaiting() != n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    return store_->MetricCallersWaiting() == n;
+  };
+  std::vector<std::thread> threads;
+  {
+    // Holding the store: a's group (a alone) waits for it, b and c queue.
+    Store::Transaction hold(store_.get());
+    threads.emplace_back([&] { status_a = store_->InsertMetricsGrouped(rows_a); });
+    ASSERT_TRUE(wait_for(1));
+    threads.emplace_back([&] { status_b = store_->InsertMetricsGrouped(rows_b); });
+    ASSERT_TRUE(wait_for(2));
+    threads.emplace_back([&] { status_c = store_->InsertMetricsGrouped(rows_c); });
+    ASSERT_TRUE(wait_for(3));
+    ASSERT_TRUE(hold.Commit().ok());
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(status_a.ok()) << status_a;
+  EXPECT_EQ(status_b.code(), absl::StatusCode::kFailedPrecondition) << status_b;
+  EXPECT_NE(status_b.message().find("trial 9999"), std::string::npos) << status_b;
+  EXPECT_TRUE(status_c.ok()) << status_c;
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics WHERE trial_id = " + std::to_string(a)), 5);
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics WHERE trial_id = " + std::to_string(c)), 5);
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics"), 10);
+  // Retried reports (the same rows again) are skipped, not doubled.
+  EXPECT_TRUE(store_->InsertMetricsGrouped(rows_c).ok());
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics"), 10);
+}
+
 TEST_F(StoreTest, ConcurrentInsertMetricsLosesNothing) {
   int64_t exp = AddExperiment();
   std::vector<int64_t> trials;
