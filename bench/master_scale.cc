@@ -2,7 +2,7 @@
 //
 //   master_scale [--agents 500] [--slots 8] [--trials 4000] [--experiments 8]
 //                [--seconds 60] [--rate 40000] [--rows-per-request 10]
-//                [--workers 16] [--readers 4] [--streams 4] [--grid 10000]
+//                [--workers 64] [--readers 4] [--streams 4] [--grid 10000]
 //                [--prefill-rows 10000000] [--chart-rows 1000000]
 //                [--sched-sizes 1000,10000,100000] [--validation-period 200]
 //                [--checkpoint-period 500] [--reader-interval-ms 500] [--check]
@@ -61,7 +61,7 @@ using det::testing::TempDir;
 const std::string kBin = DET_BIN_DIR;
 
 struct Options {
-  int agents = 500, slots = 8, trials = 4000, experiments = 8, workers = 16, readers = 4, streams = 4;
+  int agents = 500, slots = 8, trials = 4000, experiments = 8, workers = 64, readers = 4, streams = 4;
   int reader_interval_ms = 500;
   int rows_per_request = 10, grid = 10000, validation_period = 200, checkpoint_period = 500;
   double seconds = 60, rate = 40000;

@@ -22,6 +22,7 @@ absl::StatusOr<StreamStep<apiv1::StreamTrialMetricsResponse>> TrialMetricCursor:
       step.batch = std::move(read.metrics);
       step.has_batch = true;
       step.done = !full && (!request_.follow() || read.trials_ended);
+      step.caught_up = !full;
       return step;
     }
     if (full) continue;  // every row read was filtered out: read on

@@ -19,12 +19,16 @@ namespace det::master {
 
 // One step of a stream cursor: a batch to send (maybe empty), then either
 // the end (done) or, when following, a short wait before the next step.
+// caught_up: the batch held everything there was, so the next step also
+// waits (a stream that keeps up with many reporting trials then reads every
+// poll interval, not again after each small batch).
 template <typename Resp>
 struct StreamStep {
   Resp batch;
   bool has_batch = false;
   bool done = false;
   bool wait = false;
+  bool caught_up = false;
 };
 
 // Not thread-safe: one caller at a time (a stream's own sequence of calls).

@@ -150,6 +150,8 @@ Store::~Store() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   for (auto& [sql, stmt] : stmts_) sqlite3_finalize(stmt);
   stmts_.clear();
+  for (auto& [sql, stmt] : dynamic_stmts_) sqlite3_finalize(stmt);
+  dynamic_stmts_.clear();
   sqlite3_close_v2(db_);
 }
 
@@ -217,6 +219,21 @@ absl::StatusOr<Store::Stmt> Store::Cached(const char* sql) {
   int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
   if (rc != SQLITE_OK) return Error(rc, absl::StrCat("prepare \"", sql, "\""));
   stmts_.emplace(sql, stmt);
+  return Stmt(stmt, /*owned=*/false);
+}
+
+absl::StatusOr<Store::Stmt> Store::CachedDynamic(const std::string& sql) {
+  auto it = dynamic_stmts_.find(sql);
+  if (it != dynamic_stmts_.end()) return Stmt(it->second, /*owned=*/false);
+  if (dynamic_stmts_.size() >= kMaxDynamicStmts) {
+    for (auto& [text, stmt] : dynamic_stmts_) sqlite3_finalize(stmt);
+    dynamic_stmts_.clear();
+  }
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v3(db_, sql.c_str(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &stmt,
+                              nullptr);
+  if (rc != SQLITE_OK) return Error(rc, absl::StrCat("prepare \"", sql.substr(0, 200), "\""));
+  dynamic_stmts_.emplace(sql, stmt);
   return Stmt(stmt, /*owned=*/false);
 }
 

@@ -660,6 +660,11 @@ class Store {
   absl::StatusOr<Stmt> Cached(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A statement for dynamically built SQL, finalized when the Stmt goes away.
   absl::StatusOr<Stmt> PrepareOnce(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A statement for dynamically built SQL that is run again and again (a
+  // metric stream's poll), kept prepared: at most kMaxDynamicStmts texts, all
+  // finalized when one more would not fit.
+  absl::StatusOr<Stmt> CachedDynamic(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr size_t kMaxDynamicStmts = 32;
   absl::Status Error(int rc, absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Locks mu_ and returns body() (an absl::Status or absl::StatusOr). Inside
   // a Transaction: returns Aborted without calling body() when the
@@ -680,6 +685,7 @@ class Store {
   absl::Status txn_error_ ABSL_GUARDED_BY(mu_);
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, sqlite3_stmt*> dynamic_stmts_ ABSL_GUARDED_BY(mu_);
 
   // ---- metric ingestion (store_metric_ingest.cc)
   // One call's rows waiting for the metric writer.

@@ -429,7 +429,7 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetricsAfterId(const std::vect
         absl::StrCat("trial_ids: ", trial_ids.size(), " trials; at most ", kMaxStreamTrials));
   }
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(MetricsAfterIdSql(trial_ids.size(), !group.empty())));
+  DET_ASSIGN_OR_RETURN(Stmt st, CachedDynamic(MetricsAfterIdSql(trial_ids.size(), !group.empty())));
   Binder b(st.get());
   b.Int(after_id);
   for (int64_t id : trial_ids) b.Int(id);
