@@ -420,7 +420,10 @@ class Store {
   // called while this thread holds a Store::Transaction (the writer would
   // wait for it).
   absl::Status InsertMetricsGrouped(const std::vector<MetricRow>& rows);
-  static constexpr size_t kMaxGroupRows = 20000;
+  // Small enough that a reader waits for at most a few ms of writing (the
+  // store's lock is held for the whole group), large enough to amortize a
+  // commit over hundreds of reports.
+  static constexpr size_t kMaxGroupRows = 2000;
   // Calls queued for the metric writer, plus one while it writes a group (for
   // tests).
   size_t MetricCallersWaiting();
