@@ -279,18 +279,19 @@ double RawInserts(const std::string& db_path, const std::vector<int64_t>& trial_
 }
 
 struct ChartResult {
-  double median_ms = 0, max_ms = 0;
+  double first_ms = 0, median_ms = 0, max_ms = 0;  // median and max of the asks after the first
   int points = 0;
   bool ok = true;
 };
 
-// GetTrialMetrics of `trial` (training, downsampled) 7 times; checks that
+// GetTrialMetrics of `trial` (training, downsampled) 8 times: the first
+// scans every row (cold), the next 7 find the master's cached scan; checks that
 // each series has at most 1,000 points and keeps the first and last rows
 // (batches 1 and `rows`) and the spike at batch 777.
 ChartResult Chart(Master& m, int64_t trial, int64_t rows) {
   ChartResult r;
   std::vector<double> times;
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < 8; ++i) {
     apiv1::GetTrialMetricsRequest req;
     req.set_trial_id(trial);
     req.set_group("training");
@@ -321,6 +322,8 @@ ChartResult Chart(Master& m, int64_t trial, int64_t rows) {
       r.ok = false;
     }
   }
+  r.first_ms = times.front();
+  times.erase(times.begin());
   std::sort(times.begin(), times.end());
   r.median_ms = times[times.size() / 2];
   r.max_ms = times.back();
@@ -476,9 +479,10 @@ int RunLoadPhases(const Options& o) {
               StatusMiB(m.proc->pid(), "VmRSS"));
   ChartResult chart = Chart(m, chart_trial, o.chart_rows);
   ok = ok && chart.ok;
-  std::printf("  trial with %lld rows charted (GetTrialMetrics, downsampled): median %.1f ms, max %.1f ms of 7, %d "
-              "points per series (goal < 50 ms); correct: %s\n",
-              static_cast<long long>(o.chart_rows), chart.median_ms, chart.max_ms, chart.points,
+  std::printf("  trial with %lld rows charted (GetTrialMetrics, downsampled): first ask (every row scanned) %.1f "
+              "ms; asked again (cached scan): median %.1f ms, max %.1f ms of 7; %d points per series (goal < 50 ms); "
+              "correct: %s\n",
+              static_cast<long long>(o.chart_rows), chart.first_ms, chart.median_ms, chart.max_ms, chart.points,
               chart.ok ? "yes" : "NO");
   std::printf("  master RSS after charting: %.0f MiB (goal < 1024 MiB with 10 million rows)\n",
               StatusMiB(m.proc->pid(), "VmRSS"));

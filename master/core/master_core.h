@@ -46,6 +46,7 @@
 #include "det/trial/v1/trial.pb.h"
 #include "master/core/agent_session.h"
 #include "master/core/artifact_store.h"
+#include "master/core/chart_cache.h"
 #include "master/core/checkpoint_files.h"
 #include "master/core/checkpoint_roots.h"
 #include "master/core/clock.h"
@@ -612,6 +613,8 @@ class MasterCore {
   const MasterOptions options_;
   const std::shared_ptr<const Clock> clock_;
   std::unique_ptr<Store> store_;
+  // Scans of recent downsampled charts (metric_queries.cc); its own lock.
+  ChartCache chart_cache_{256 << 20};
   ArtifactStore artifacts_;
   CheckpointRoots checkpoint_roots_;  // set once by Create
   const int64_t started_mono_ms_;

@@ -42,39 +42,53 @@ std::vector<ScanPick> DownsampleScan(const Store::MetricScan& scan, const std::v
                                      size_t max_points, bool* downsampled) {
   if (downsampled != nullptr) *downsampled = false;
   auto kept = [&](int32_t name) { return keep_name.empty() || keep_name[static_cast<size_t>(name)]; };
-  // Series by (group, name) index; std::map keeps the pass deterministic.
+  // Series by (group, name), found through a dense (group x name) table:
+  // this loop runs once per stored value (millions for a long trial).
   struct Series {
+    int32_t group = 0, name = 0;
     std::vector<uint32_t> rows;
     std::vector<double> ys;
   };
-  std::map<std::pair<int32_t, int32_t>, Series> series;
+  const size_t names = scan.names.size();
+  std::vector<int32_t> slot(scan.groups.size() * names, -1);
+  std::vector<Series> series;
   for (size_t i = 0; i < scan.rows(); ++i) {
+    const size_t group = static_cast<size_t>(scan.group_of[i]);
     for (uint32_t k = scan.offsets[i]; k < scan.offsets[i + 1]; ++k) {
       const auto& [name, value] = scan.values[k];
       if (!kept(name)) continue;
-      Series& s = series[{scan.group_of[i], name}];
+      int32_t& index = slot[group * names + static_cast<size_t>(name)];
+      if (index < 0) {
+        index = static_cast<int32_t>(series.size());
+        series.push_back(Series{scan.group_of[i], name, {}, {}});
+      }
+      Series& s = series[static_cast<size_t>(index)];
       s.rows.push_back(static_cast<uint32_t>(i));
       s.ys.push_back(value);
     }
   }
   std::vector<bool> group_sampled(scan.groups.size(), false);
-  for (const auto& [key, s] : series) {
-    if (s.rows.size() > max_points) group_sampled[static_cast<size_t>(key.first)] = true;
+  for (const Series& s : series) {
+    if (s.rows.size() > max_points) group_sampled[static_cast<size_t>(s.group)] = true;
   }
-  std::vector<std::vector<int32_t>> chosen(scan.rows());
-  for (const auto& [key, s] : series) {
-    if (!group_sampled[static_cast<size_t>(key.first)]) continue;
-    for (size_t j : MinMaxBucketIndices(s.ys, max_points)) chosen[s.rows[j]].push_back(key.second);
+  // (row, name) of every chosen point, then grouped by row.
+  std::vector<std::pair<uint32_t, int32_t>> chosen;
+  for (const Series& s : series) {
+    if (!group_sampled[static_cast<size_t>(s.group)]) continue;
+    for (size_t j : MinMaxBucketIndices(s.ys, max_points)) chosen.emplace_back(s.rows[j], s.name);
   }
+  std::sort(chosen.begin(), chosen.end());
   std::vector<ScanPick> out;
+  size_t c = 0;
   for (size_t i = 0; i < scan.rows(); ++i) {
     if (!group_sampled[static_cast<size_t>(scan.group_of[i])]) {
       out.push_back(ScanPick{i, true, {}});
       continue;
     }
-    if (chosen[i].empty()) continue;
-    std::sort(chosen[i].begin(), chosen[i].end());
-    out.push_back(ScanPick{i, false, std::move(chosen[i])});
+    if (c == chosen.size() || chosen[c].first != i) continue;
+    ScanPick pick{i, false, {}};
+    for (; c < chosen.size() && chosen[c].first == i; ++c) pick.names.push_back(chosen[c].second);
+    out.push_back(std::move(pick));
     if (downsampled != nullptr) *downsampled = true;
   }
   for (bool sampled : group_sampled) {

@@ -2,14 +2,17 @@
 // charts by default (metric_downsample.h) or at full resolution in bounded
 // pages. The store is read in pages so that a trial with millions of
 // reports never holds the store's lock (and the writers behind it) for
-// long; the downsampled path scans the values compactly (Store::ScanMetrics)
-// and reads whole rows only for the points it keeps.
+// long; the downsampled path scans the values compactly (Store::ScanMetrics),
+// keeps the scan of a whole chart for the next ask (chart_cache.h) and reads
+// whole rows only for the points it keeps.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "master/core/chart_cache.h"
 #include "master/core/master_core.h"
 #include "master/core/metric_downsample.h"
 #include "master/core/metrics_logs.h"
@@ -75,30 +78,72 @@ absl::Status ValidateMetricsRequest(const apiv1::GetTrialMetricsRequest& req) {
   return absl::OkStatus();
 }
 
-// The downsampled answer: scan, choose, then read the chosen rows whole.
-absl::Status Downsampled(Store& store, const apiv1::GetTrialMetricsRequest& req, int64_t after,
-                         apiv1::GetTrialMetricsResponse* resp) {
-  Store::MetricScan scan;
-  std::vector<bool> keep_name;
-  int64_t cursor_batches = after, cursor_id = req.after_id();
+// Appends to *scan the rows after (cursor_batches, cursor_id) in pages,
+// dropping names the request did not ask for; raises *max_id to the largest
+// id read.
+absl::Status ScanPages(Store& store, const apiv1::GetTrialMetricsRequest& req, int64_t cursor_batches,
+                       int64_t cursor_id, Store::MetricScan* scan, std::vector<bool>* keep_name, int64_t* max_id) {
   for (;;) {
-    const size_t first = scan.rows(), values_before = scan.values.size();
+    const size_t first = scan->rows(), values_before = scan->values.size();
     DET_ASSIGN_OR_RETURN(int64_t n, store.ScanMetrics(req.trial_id(), req.group(), req.include_archived(),
-                                                      cursor_batches, cursor_id, kScanPage, &scan,
-                                                      kMaxScanValues));
+                                                      cursor_batches, cursor_id, kScanPage, scan, kMaxScanValues));
     if (n == 0) break;
     // The store stopped early (not at the end) when this page had that many.
-    const bool stopped_early = scan.values.size() - values_before > kMaxScanValues;
-    KeepNames(req.metric_names(), first, &scan, &keep_name);
-    cursor_batches = scan.batches.back();
-    cursor_id = scan.ids.back();
-    if (scan.values.size() > kMaxScanValues) {
+    const bool stopped_early = scan->values.size() - values_before > kMaxScanValues;
+    KeepNames(req.metric_names(), first, scan, keep_name);
+    for (size_t r = first; r < scan->rows(); ++r) *max_id = std::max(*max_id, scan->ids[r]);
+    cursor_batches = scan->batches.back();
+    cursor_id = scan->ids.back();
+    if (scan->values.size() > kMaxScanValues) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "trial ", req.trial_id(), " has too many metric values to downsample in one query; ask for fewer "
           "metric_names, one group, or full_resolution pages"));
     }
     if (n < kScanPage && !stopped_early) break;
   }
+  return absl::OkStatus();
+}
+
+// The scan for a downsampled answer. A chart from the first report, without
+// archived reports, of every name, starts from the cached scan of that
+// trial and group when nothing was archived or deleted since it was built
+// and no report arrived out of order, and reads only the rows after it.
+absl::StatusOr<ChartCache::Entry> ChartScan(Store& store, ChartCache* cache, const apiv1::GetTrialMetricsRequest& req,
+                                            int64_t after, bool cacheable, std::vector<bool>* keep_name) {
+  ChartCache::Entry entry;
+  std::optional<ChartCache::Entry> cached;
+  if (cacheable) cached = cache->Take(req.trial_id(), req.group());
+  bool fresh = true;
+  if (cached && cached->rewrites == store.MetricRewrites()) {
+    bool out_of_order = false;
+    if (cached->scan.rows() > 0) {
+      DET_ASSIGN_OR_RETURN(out_of_order,
+                           store.MetricsReportedOutOfOrder(req.trial_id(), req.group(), cached->max_id,
+                                                           cached->scan.batches.back(), cached->scan.ids.back()));
+    }
+    fresh = out_of_order;
+  }
+  if (fresh) {
+    entry.rewrites = store.MetricRewrites();  // read before the scan: a rewrite meanwhile makes it stale
+  } else {
+    entry = *std::move(cached);
+  }
+  int64_t cursor_batches = after, cursor_id = req.after_id();
+  if (entry.scan.rows() > 0) {
+    cursor_batches = entry.scan.batches.back();
+    cursor_id = entry.scan.ids.back();
+  }
+  DET_RETURN_IF_ERROR(ScanPages(store, req, cursor_batches, cursor_id, &entry.scan, keep_name, &entry.max_id));
+  return entry;
+}
+
+// The downsampled answer: scan, choose, then read the chosen rows whole.
+absl::Status Downsampled(Store& store, ChartCache* cache, const apiv1::GetTrialMetricsRequest& req, int64_t after,
+                         apiv1::GetTrialMetricsResponse* resp) {
+  const bool cacheable = !req.include_archived() && after < 0 && req.metric_names_size() == 0;
+  std::vector<bool> keep_name;
+  DET_ASSIGN_OR_RETURN(ChartCache::Entry entry, ChartScan(store, cache, req, after, cacheable, &keep_name));
+  const Store::MetricScan& scan = entry.scan;
   bool downsampled = false;
   const size_t points = req.limit() > 0 ? static_cast<size_t>(req.limit()) : kDefaultChartPoints;
   std::vector<ScanPick> picks = DownsampleScan(scan, keep_name, points, &downsampled);
@@ -124,6 +169,7 @@ absl::Status Downsampled(Store& store, const apiv1::GetTrialMetricsRequest& req,
       *resp->add_metrics() = MetricProto(r);
     }
   }
+  if (cacheable) cache->Put(req.trial_id(), req.group(), std::move(entry));
   return absl::OkStatus();
 }
 
@@ -139,7 +185,7 @@ absl::StatusOr<apiv1::GetTrialMetricsResponse> MasterCore::GetTrialMetrics(const
   const int64_t after = req.after_total_batches() > 0 || req.after_id() > 0 ? req.after_total_batches() : -1;
   apiv1::GetTrialMetricsResponse resp;
   if (!req.full_resolution()) {
-    DET_RETURN_IF_ERROR(Downsampled(*store_, req, after, &resp));
+    DET_RETURN_IF_ERROR(Downsampled(*store_, &chart_cache_, req, after, &resp));
     return resp;
   }
   const int64_t page = req.limit() > 0 ? req.limit() : kMaxMetricsPage;

@@ -171,6 +171,49 @@ TEST_F(MetricQueryTest, DefaultIsDownsampledToAThousandPointsPerSeries) {
   EXPECT_EQ(resp.metrics_size(), 2000);
 }
 
+// A chart asked for again extends its cached scan with the rows reported
+// since; every answer equals a fresh scan's (asking for metric_names skips
+// the cache): after new reports, after a report that arrived out of order,
+// and after the master archived reports (a trial resumed from a checkpoint).
+TEST_F(MetricQueryTest, CachedChartsMatchAFreshScan) {
+  apiv1::GetTrialMetricsRequest cached;
+  cached.set_group("training");
+  apiv1::GetTrialMetricsRequest fresh = cached;
+  fresh.add_metric_names("loss");
+  auto expect_same = [&](const char* when) {
+    const std::string a = Get(cached).SerializeAsString(), b = Get(fresh).SerializeAsString();
+    EXPECT_FALSE(b.empty()) << when;
+    EXPECT_EQ(a, b) << when;
+  };
+  auto add = [&](int64_t from, int64_t to, int64_t run, double value) {
+    std::vector<MetricRow> rows;
+    for (int64_t b = from; b <= to; ++b) {
+      MetricRow r = Row(0, "training", b, {{"loss", value + std::sin(b / 30.0)}});
+      r.trial_id = trial_;
+      r.trial_run_id = run;
+      rows.push_back(r);
+    }
+    ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+  };
+  add(1, 5000, 0, 1.0);
+  expect_same("first chart");
+  add(5001, 8000, 0, 2.0);
+  expect_same("after more reports");
+  add(10, 10, 1, 500.0);  // a late report that sorts near the start
+  expect_same("after a report out of order");
+  bool late = false;
+  const apiv1::GetTrialMetricsResponse with_late = Get(cached);
+  for (const auto& m : with_late.metrics()) late = late || m.metrics().at("loss") > 400;
+  EXPECT_TRUE(late) << "the late maximum is charted";
+  ASSERT_TRUE(core_->store()->ArchiveMetricsAfter(trial_, 3000).ok());
+  expect_same("after an archive");
+  auto resp = Get(cached);
+  ASSERT_GT(resp.metrics_size(), 0);
+  EXPECT_EQ(resp.metrics(resp.metrics_size() - 1).total_batches(), 3000);
+  add(3001, 4000, 2, 3.0);  // the resumed run reports again
+  expect_same("after the resumed run's reports");
+}
+
 TEST_F(MetricQueryTest, FullResolutionPagesEveryReportOnce) {
   Insert(2500);  // 2,750 reports, several per total_batches
   apiv1::GetTrialMetricsRequest req;

@@ -27,6 +27,7 @@
 #ifndef DET_MASTER_STORE_STORE_H_
 #define DET_MASTER_STORE_STORE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -443,6 +444,18 @@ class Store {
   // report again). OK even if no row matches.
   absl::Status ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches);
 
+  // How many times this Store has archived or deleted metric rows (never
+  // less): a cache of metric scans built at one value is stale at another.
+  // Counts this Store's own writes only; the master is its database's only
+  // writer.
+  uint64_t MetricRewrites() const { return metric_rewrites_.load(); }
+  // Whether trial `trial_id` has a row in `group` ("" = any) that is not
+  // archived, has id > above_id, and sorts at or before (after_batches,
+  // after_id) in (total_batches, id) order: a report that arrived after
+  // rows it sorts before (ScanMetrics from that cursor would miss it).
+  absl::StatusOr<bool> MetricsReportedOutOfOrder(int64_t trial_id, const std::string& group, int64_t above_id,
+                                                 int64_t after_batches, int64_t after_id);
+
   // ---- Chart scans (store_metric_series.cc; thread-safe)
 
   // The metric values of many rows in a compact form, for downsampling:
@@ -689,6 +702,7 @@ class Store {
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, sqlite3_stmt*> dynamic_stmts_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> metric_rewrites_{0};
 
   // ---- metric ingestion (store_metric_ingest.cc)
   // One call's rows waiting for the metric writer.

@@ -50,6 +50,7 @@ absl::StatusOr<int64_t> Store::DeleteExperimentDataBatch(int64_t experiment_id, 
       int rc = sqlite3_step(st.get());
       if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("delete rows of experiment ", experiment_id));
       const int64_t n = sqlite3_changes(db_);
+      if (n > 0) metric_rewrites_.fetch_add(1);  // metrics, or trials whose ids may come back
       if (n > 0) return n;  // one table per batch: its rows go first
     }
     return int64_t{0};

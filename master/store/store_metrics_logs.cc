@@ -39,6 +39,11 @@ using store_internal::SqlLimit;
 // is the largest id when the cursor has no id. One statement per case so
 // each uses its index: (trial_id, total_batches, ...) for every group,
 // (trial_id, metric_group, total_batches) for one group (migration 9).
+// Rows newer than ?2 that sort at or before the cursor (?4, ?5); seeks
+// metrics(trial_id, id) to the rows newer than ?2 only.
+constexpr char kMetricsOutOfOrder[] =
+    "SELECT 1 FROM metrics INDEXED BY metrics_trial_id_id WHERE trial_id = ?1 AND id > ?2 AND archived = 0 "
+    "AND (?3 = '' OR metric_group = ?3) AND (total_batches < ?4 OR (total_batches = ?4 AND id <= ?5)) LIMIT 1";
 constexpr char kListMetrics[] =
     "SELECT " DET_METRIC_COLUMNS
     " FROM metrics WHERE trial_id = ?1 AND ?2 = '' AND (?3 OR archived = 0) "
@@ -224,8 +229,22 @@ absl::Status Store::ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches)
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind archive metrics");
     int rc = sqlite3_step(st.get());
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("archive metrics of trial ", trial_id));
+    metric_rewrites_.fetch_add(1);
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<bool> Store::MetricsReportedOutOfOrder(int64_t trial_id, const std::string& group, int64_t above_id,
+                                                      int64_t after_batches, int64_t after_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kMetricsOutOfOrder));
+  Binder b(st.get());
+  b.Int(trial_id).Int(above_id).Text(group).Int(after_batches).Int(after_id);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind out-of-order metrics query");
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_ROW) return true;
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("out-of-order metrics of trial ", trial_id));
+  return false;
 }
 
 // ---- Task logs ----
