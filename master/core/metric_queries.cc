@@ -108,8 +108,11 @@ absl::Status ScanPages(Store& store, const apiv1::GetTrialMetricsRequest& req, i
 // archived reports, of every name, starts from the cached scan of that
 // trial and group when nothing was archived or deleted since it was built
 // and no report arrived out of order, and reads only the rows after it.
+// *complete: the scan holds every row up to its largest id (false when a
+// report landed behind the scan while it read; then it is not cached).
 absl::StatusOr<ChartCache::Entry> ChartScan(Store& store, ChartCache* cache, const apiv1::GetTrialMetricsRequest& req,
-                                            int64_t after, bool cacheable, std::vector<bool>* keep_name) {
+                                            int64_t after, bool cacheable, std::vector<bool>* keep_name,
+                                            bool* complete) {
   ChartCache::Entry entry;
   std::optional<ChartCache::Entry> cached;
   if (cacheable) cached = cache->Take(req.trial_id(), req.group());
@@ -133,7 +136,15 @@ absl::StatusOr<ChartCache::Entry> ChartScan(Store& store, ChartCache* cache, con
     cursor_batches = entry.scan.batches.back();
     cursor_id = entry.scan.ids.back();
   }
+  const size_t rows_before = entry.scan.rows();
+  const int64_t max_id_before = entry.max_id;
   DET_RETURN_IF_ERROR(ScanPages(store, req, cursor_batches, cursor_id, &entry.scan, keep_name, &entry.max_id));
+  *complete = true;
+  if (cacheable && entry.max_id > max_id_before) {
+    DET_ASSIGN_OR_RETURN(int64_t stored,
+                         store.CountMetricsInIdRange(req.trial_id(), req.group(), max_id_before, entry.max_id));
+    *complete = stored == static_cast<int64_t>(entry.scan.rows() - rows_before);
+  }
   return entry;
 }
 
@@ -142,7 +153,9 @@ absl::Status Downsampled(Store& store, ChartCache* cache, const apiv1::GetTrialM
                          apiv1::GetTrialMetricsResponse* resp) {
   const bool cacheable = !req.include_archived() && after < 0 && req.metric_names_size() == 0;
   std::vector<bool> keep_name;
-  DET_ASSIGN_OR_RETURN(ChartCache::Entry entry, ChartScan(store, cache, req, after, cacheable, &keep_name));
+  bool complete = false;
+  DET_ASSIGN_OR_RETURN(ChartCache::Entry entry,
+                       ChartScan(store, cache, req, after, cacheable, &keep_name, &complete));
   const Store::MetricScan& scan = entry.scan;
   bool downsampled = false;
   const size_t points = req.limit() > 0 ? static_cast<size_t>(req.limit()) : kDefaultChartPoints;
@@ -169,7 +182,7 @@ absl::Status Downsampled(Store& store, ChartCache* cache, const apiv1::GetTrialM
       *resp->add_metrics() = MetricProto(r);
     }
   }
-  if (cacheable) cache->Put(req.trial_id(), req.group(), std::move(entry));
+  if (cacheable && complete) cache->Put(req.trial_id(), req.group(), std::move(entry));
   return absl::OkStatus();
 }
 

@@ -455,6 +455,10 @@ class Store {
   // rows it sorts before (ScanMetrics from that cursor would miss it).
   absl::StatusOr<bool> MetricsReportedOutOfOrder(int64_t trial_id, const std::string& group, int64_t above_id,
                                                  int64_t after_batches, int64_t after_id);
+  // How many rows of trial `trial_id` in `group` ("" = any) that are not
+  // archived have above_id < id <= up_to_id.
+  absl::StatusOr<int64_t> CountMetricsInIdRange(int64_t trial_id, const std::string& group, int64_t above_id,
+                                                int64_t up_to_id);
 
   // ---- Chart scans (store_metric_series.cc; thread-safe)
 

@@ -44,6 +44,9 @@ using store_internal::SqlLimit;
 constexpr char kMetricsOutOfOrder[] =
     "SELECT 1 FROM metrics INDEXED BY metrics_trial_id_id WHERE trial_id = ?1 AND id > ?2 AND archived = 0 "
     "AND (?3 = '' OR metric_group = ?3) AND (total_batches < ?4 OR (total_batches = ?4 AND id <= ?5)) LIMIT 1";
+constexpr char kCountMetricsInIdRange[] =
+    "SELECT COUNT(*) FROM metrics INDEXED BY metrics_trial_id_id WHERE trial_id = ?1 AND id > ?2 AND id <= ?3 "
+    "AND archived = 0 AND (?4 = '' OR metric_group = ?4)";
 constexpr char kListMetrics[] =
     "SELECT " DET_METRIC_COLUMNS
     " FROM metrics WHERE trial_id = ?1 AND ?2 = '' AND (?3 OR archived = 0) "
@@ -232,6 +235,18 @@ absl::Status Store::ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches)
     metric_rewrites_.fetch_add(1);
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<int64_t> Store::CountMetricsInIdRange(int64_t trial_id, const std::string& group, int64_t above_id,
+                                                     int64_t up_to_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kCountMetricsInIdRange));
+  Binder b(st.get());
+  b.Int(trial_id).Int(above_id).Int(up_to_id).Text(group);
+  if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind metric count");
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("count metrics of trial ", trial_id));
+  return ColInt(st.get(), 0);
 }
 
 absl::StatusOr<bool> Store::MetricsReportedOutOfOrder(int64_t trial_id, const std::string& group, int64_t above_id,
