@@ -109,13 +109,19 @@ absl::Status ScanPages(Store& store, const apiv1::GetTrialMetricsRequest& req, i
 // trial and group when nothing was archived or deleted since it was built
 // and no report arrived out of order, and reads only the rows after it.
 // *complete: the scan holds every row up to its largest id (false when a
-// report landed behind the scan while it read; then it is not cached).
+// report stored while it read landed behind it; then it is not cached).
 absl::StatusOr<ChartCache::Entry> ChartScan(Store& store, ChartCache* cache, const apiv1::GetTrialMetricsRequest& req,
                                             int64_t after, bool cacheable, std::vector<bool>* keep_name,
                                             bool* complete) {
   ChartCache::Entry entry;
   std::optional<ChartCache::Entry> cached;
-  if (cacheable) cached = cache->Take(req.trial_id(), req.group());
+  // Rows up to this id were stored before anything below looked: the scan
+  // sees them. Only rows stored after could land behind it.
+  int64_t stored_before = 0;
+  if (cacheable) {
+    DET_ASSIGN_OR_RETURN(stored_before, store.MaxMetricId());
+    cached = cache->Take(req.trial_id(), req.group());
+  }
   bool fresh = true;
   if (cached && cached->rewrites == store.MetricRewrites()) {
     bool out_of_order = false;
@@ -137,13 +143,14 @@ absl::StatusOr<ChartCache::Entry> ChartScan(Store& store, ChartCache* cache, con
     cursor_id = entry.scan.ids.back();
   }
   const size_t rows_before = entry.scan.rows();
-  const int64_t max_id_before = entry.max_id;
   DET_RETURN_IF_ERROR(ScanPages(store, req, cursor_batches, cursor_id, &entry.scan, keep_name, &entry.max_id));
   *complete = true;
-  if (cacheable && entry.max_id > max_id_before) {
+  if (cacheable && entry.max_id > stored_before) {
+    int64_t scanned = 0;
+    for (size_t r = rows_before; r < entry.scan.rows(); ++r) scanned += entry.scan.ids[r] > stored_before ? 1 : 0;
     DET_ASSIGN_OR_RETURN(int64_t stored,
-                         store.CountMetricsInIdRange(req.trial_id(), req.group(), max_id_before, entry.max_id));
-    *complete = stored == static_cast<int64_t>(entry.scan.rows() - rows_before);
+                         store.CountMetricsInIdRange(req.trial_id(), req.group(), stored_before, entry.max_id));
+    *complete = stored == scanned;
   }
   return entry;
 }

@@ -455,6 +455,8 @@ class Store {
   // rows it sorts before (ScanMetrics from that cursor would miss it).
   absl::StatusOr<bool> MetricsReportedOutOfOrder(int64_t trial_id, const std::string& group, int64_t above_id,
                                                  int64_t after_batches, int64_t after_id);
+  // The largest metric row id stored (0 when none).
+  absl::StatusOr<int64_t> MaxMetricId();
   // How many rows of trial `trial_id` in `group` ("" = any) that are not
   // archived have above_id < id <= up_to_id.
   absl::StatusOr<int64_t> CountMetricsInIdRange(int64_t trial_id, const std::string& group, int64_t above_id,

@@ -237,6 +237,14 @@ absl::Status Store::ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches)
   });
 }
 
+absl::StatusOr<int64_t> Store::MaxMetricId() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached("SELECT COALESCE(MAX(id), 0) FROM metrics"));
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_ROW) return Error(rc, "largest metric id");
+  return ColInt(st.get(), 0);
+}
+
 absl::StatusOr<int64_t> Store::CountMetricsInIdRange(int64_t trial_id, const std::string& group, int64_t above_id,
                                                      int64_t up_to_id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
