@@ -11,14 +11,18 @@ size_t ChartCache::Bytes(const Store::MetricScan& scan) {
   return n;
 }
 
+void ChartCache::Erase(std::map<Key, Slot>::iterator it) {
+  bytes_ -= it->second.bytes;
+  uses_.erase(it->second.use);
+  slots_.erase(it);
+}
+
 std::optional<ChartCache::Entry> ChartCache::Take(int64_t trial_id, const std::string& group) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = slots_.find(Key(trial_id, group));
   if (it == slots_.end()) return std::nullopt;
   Entry entry = std::move(it->second.entry);
-  bytes_ -= it->second.bytes;
-  uses_.erase(it->second.use);
-  slots_.erase(it);
+  Erase(it);
   return entry;
 }
 
@@ -26,21 +30,12 @@ void ChartCache::Put(int64_t trial_id, const std::string& group, Entry entry) {
   const size_t bytes = Bytes(entry.scan);
   std::lock_guard<std::mutex> l(mu_);
   Key key(trial_id, group);
-  if (auto it = slots_.find(key); it != slots_.end()) {
-    bytes_ -= it->second.bytes;
-    uses_.erase(it->second.use);
-    slots_.erase(it);
-  }
+  if (auto it = slots_.find(key); it != slots_.end()) Erase(it);
   if (bytes > max_bytes_) return;
   uses_.push_front(key);
   slots_[key] = Slot{std::move(entry), bytes, uses_.begin()};
   bytes_ += bytes;
-  while (bytes_ > max_bytes_) {
-    auto last = slots_.find(uses_.back());
-    bytes_ -= last->second.bytes;
-    slots_.erase(last);
-    uses_.pop_back();
-  }
+  while (bytes_ > max_bytes_) Erase(slots_.find(uses_.back()));
 }
 
 size_t ChartCache::bytes() const {

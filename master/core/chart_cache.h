@@ -51,6 +51,9 @@ class ChartCache {
     size_t bytes = 0;
     std::list<Key>::iterator use;
   };
+  // Drops the slot at `it` and its place in uses_; requires mu_.
+  void Erase(std::map<Key, Slot>::iterator it);
+
   const size_t max_bytes_;
   mutable std::mutex mu_;
   std::map<Key, Slot> slots_;  // guarded by mu_

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "master/core/chart_cache.h"
 #include "master/core/master_core.h"
 #include "master/store/store.h"
 #include "tests/test_util.h"
@@ -52,6 +53,41 @@ TEST(MinMaxBucketIndicesTest, NanIsNeverPreferredToANumber) {
   ys[50] = 7;
   auto idx = MinMaxBucketIndices(ys, 4);  // one bucket over 1..98
   EXPECT_EQ(idx, (std::vector<size_t>{0, 50, 99}));
+}
+
+// The chart cache stays within its byte bound: the least recently used
+// scan goes first, and a scan larger than the whole bound is not kept.
+TEST(ChartCacheTest, BoundedLeastRecentlyUsedFirst) {
+  auto entry = [](size_t rows) {
+    ChartCache::Entry e;
+    for (size_t i = 0; i < rows; ++i) {
+      e.scan.ids.push_back(static_cast<int64_t>(i + 1));
+      e.scan.batches.push_back(static_cast<int64_t>(i + 1));
+      e.scan.group_of.push_back(0);
+      e.scan.values.emplace_back(0, 1.0);
+      e.scan.offsets.push_back(static_cast<uint32_t>(i + 1));
+    }
+    e.max_id = static_cast<int64_t>(rows);
+    return e;
+  };
+  const size_t one = ChartCache::Bytes(entry(1000).scan);
+  ChartCache cache(3 * one);
+  cache.Put(1, "training", entry(1000));
+  cache.Put(2, "training", entry(1000));
+  cache.Put(3, "training", entry(1000));
+  EXPECT_LE(cache.bytes(), 3 * one);
+  auto taken = cache.Take(1, "training");  // trial 1 becomes the most recent
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->max_id, 1000);
+  cache.Put(1, "training", *std::move(taken));
+  cache.Put(4, "training", entry(1000));  // over the bound: trial 2 goes
+  EXPECT_LE(cache.bytes(), 3 * one);
+  EXPECT_FALSE(cache.Take(2, "training").has_value());
+  EXPECT_TRUE(cache.Take(3, "training").has_value());
+  EXPECT_FALSE(cache.Take(3, "training").has_value()) << "Take removes";
+  cache.Put(5, "validation", entry(10000));  // larger than the whole bound
+  EXPECT_FALSE(cache.Take(5, "validation").has_value());
+  EXPECT_LE(cache.bytes(), 3 * one);
 }
 
 MetricRow Row(int64_t id, const std::string& group, int64_t batches, std::map<std::string, double> m) {

@@ -530,11 +530,11 @@ class Store {
   // Each trial's rows are found by a seek on metrics(trial_id, id) (migration
   // 11), so a poll costs one seek per trial plus the rows it returns,
   // whatever the trials' history.
-  // The SQL of ListMetricsAfterId for `trials` trials (for its plan test).
-  static std::string MetricsAfterIdSql(size_t trials, bool by_group);
   absl::StatusOr<std::vector<MetricRow>> ListMetricsAfterId(const std::vector<int64_t>& trial_ids,
                                                             const std::string& group, int64_t after_id,
                                                             int64_t limit);
+  // The SQL of ListMetricsAfterId for `trials` trials (for its plan test).
+  static std::string MetricsAfterIdSql(size_t trials, bool by_group);
 
   // The unarchived "validation" rows of every trial of `experiment_id`,
   // ordered by time_ms then id.

@@ -35,10 +35,6 @@ using store_internal::SqlLimit;
   "id, trial_id, trial_run_id, metric_group, total_batches, total_epochs, metrics, time_ms, archived"
 #define DET_TASK_LOG_COLUMNS "id, trial_id, allocation_id, rank, time_ms, level, stream, message"
 
-// After the cursor (total_batches ?4, id ?6) in (total_batches, id) order; ?6
-// is the largest id when the cursor has no id. One statement per case so
-// each uses its index: (trial_id, total_batches, ...) for every group,
-// (trial_id, metric_group, total_batches) for one group (migration 9).
 // Rows newer than ?2 that sort at or before the cursor (?4, ?5); seeks
 // metrics(trial_id, id) to the rows newer than ?2 only.
 constexpr char kMetricsOutOfOrder[] =
@@ -47,6 +43,11 @@ constexpr char kMetricsOutOfOrder[] =
 constexpr char kCountMetricsInIdRange[] =
     "SELECT COUNT(*) FROM metrics INDEXED BY metrics_trial_id_id WHERE trial_id = ?1 AND id > ?2 AND id <= ?3 "
     "AND archived = 0 AND (?4 = '' OR metric_group = ?4)";
+
+// After the cursor (total_batches ?4, id ?6) in (total_batches, id) order; ?6
+// is the largest id when the cursor has no id. One statement per case so
+// each uses its index: (trial_id, total_batches, ...) for every group,
+// (trial_id, metric_group, total_batches) for one group (migration 9).
 constexpr char kListMetrics[] =
     "SELECT " DET_METRIC_COLUMNS
     " FROM metrics WHERE trial_id = ?1 AND ?2 = '' AND (?3 OR archived = 0) "
