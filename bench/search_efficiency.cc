@@ -250,9 +250,27 @@ int64_t Create(v1::Determined::Stub& api, const Task& task, const std::string& c
   return created.experiment().id();
 }
 
+// Batches a trial started from: a PBT child continues at its parent's
+// checkpoint, and those batches were trained (and counted) by the parent.
+int64_t InheritedBatches(v1::Determined::Stub& api, const v1::Trial& t) {
+  if (t.parent_checkpoint_uuid().empty()) return 0;
+  grpc::ClientContext ctx;
+  Authorize(&ctx);
+  v1::GetCheckpointRequest r;
+  r.set_checkpoint_uuid(t.parent_checkpoint_uuid());
+  v1::GetCheckpointResponse c;
+  auto s = api.GetCheckpoint(&ctx, r, &c);
+  if (!s.ok()) {
+    std::fprintf(stderr, "GetCheckpoint %s (parent of trial %lld): %s\n", t.parent_checkpoint_uuid().c_str(),
+                 static_cast<long long>(t.id()), s.error_message().c_str());
+    std::exit(1);
+  }
+  return c.checkpoint().total_batches();
+}
+
 // The outcome of a finished experiment from its trials' metrics: a training
-// report moves its trial's batch count; a validation is a point on the
-// (batches trained so far, score) curve.
+// report moves its trial's batch count (from the batches it inherited); a
+// validation is a point on the (batches trained so far, score) curve.
 Outcome Collect(v1::Determined::Stub& api, const Task& task, int64_t id) {
   grpc::ClientContext ctx;
   Authorize(&ctx);
@@ -269,7 +287,9 @@ Outcome Collect(v1::Determined::Stub& api, const Task& task, int64_t id) {
     double value;
   };
   std::vector<Event> events;
+  std::map<int64_t, int64_t> trained;  // per trial
   for (const auto& t : trials.trials()) {
+    trained[t.id()] = InheritedBatches(api, t);
     grpc::ClientContext mctx;
     Authorize(&mctx);
     v1::GetTrialMetricsRequest mr;
@@ -285,7 +305,6 @@ Outcome Collect(v1::Determined::Stub& api, const Task& task, int64_t id) {
   }
   std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.time_ms < b.time_ms; });
   Outcome out;
-  std::map<int64_t, int64_t> trained;
   int64_t sum = 0;
   for (const auto& e : events) {
     int64_t& b = trained[e.trial];

@@ -26,137 +26,22 @@
 // Env: DET_BUILD_DIR (default <repo>/build), DET_CHROMIUM (default
 // /usr/bin/chromium), DET_SCREENSHOT_DIR, DET_KEEP_TMP=1 (keep everything).
 // Exit status: 0 pass, 1 fail, 77 skipped (no chromium / playwright-core).
-import {spawn, execFile} from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import {fileURLToPath} from 'node:url';
+import {
+  api, apiToken, byId, check, createExperiment, log, runTest, setup, sourceDir, startAgent, startMaster, waitFor,
+  withDashboardPage,
+} from './harness.mjs';
 
-const SKIP = 77;
-const started = Date.now();
-const here = path.dirname(fileURLToPath(import.meta.url));
-const sourceDir = path.resolve(here, '../..');
-const buildDir = path.resolve(process.env.DET_BUILD_DIR || path.join(sourceDir, 'build'));
-const chromiumPath = process.env.DET_CHROMIUM || '/usr/bin/chromium';
-const bin = (name) => path.join(buildDir, 'bin', name);
-const trialSo = path.join(buildDir, 'trials', 'synthetic_trial.so');
-
-const log = (...a) => console.log(`[dashboard-test +${((Date.now() - started) / 1000).toFixed(1)}s]`, ...a);
-
-if (!fs.existsSync(chromiumPath)) {
-  console.log(`SKIP: no Chromium at ${chromiumPath} (apt-get install chromium, or set DET_CHROMIUM)`);
-  process.exit(SKIP);
-}
-let chromium;
-try {
-  ({chromium} = await import('playwright-core'));
-} catch (e) {
-  console.log(`SKIP: playwright-core is not installed (run tests/browser/setup.sh): ${e.message}`);
-  process.exit(SKIP);
-}
-for (const f of [bin('det-master'), bin('det-agent'), bin('det-cli'), trialSo]) {
-  if (!fs.existsSync(f)) {
-    console.error(`FAIL: ${f} is missing; build det-master det-agent det-cli synthetic_trial first`);
-    process.exit(1);
-  }
-}
-
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'det-dashboard-test-'));
+const tmp = await setup({name: 'dashboard', verbose: true, retryErrors: true});
 const shotDir = process.env.DET_SCREENSHOT_DIR ? path.resolve(process.env.DET_SCREENSHOT_DIR) : tmp;
 fs.mkdirSync(shotDir, {recursive: true});
-// det-cli logs in as `determined` by itself; keep its token file here.
-process.env.DET_AUTH_FILE = path.join(tmp, 'det-auth.json');
-
-// ---- helpers --------------------------------------------------------------
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-class TestFailure extends Error {}
-function check(cond, message) {
-  if (!cond) throw new TestFailure(message);
-}
-
-// Polls fn() until it returns a truthy value (returned) or the deadline passes.
-async function waitFor(what, fn, timeoutMs, intervalMs = 100) {
-  const end = Date.now() + timeoutMs;
-  let last = null;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-      last = null;
-    } catch (e) {
-      if (e instanceof TestFailure) throw e;
-      last = e;
-    }
-    if (Date.now() > end) {
-      throw new TestFailure(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${last.message})` : ''}`);
-    }
-    await sleep(intervalMs);
-  }
-}
-
-const children = [];
-function startProcess(name, argv) {
-  const out = fs.openSync(path.join(tmp, `${name}.log`), 'w');
-  const p = spawn(argv[0], argv.slice(1), {stdio: ['ignore', out, out]});
-  fs.closeSync(out);
-  p.exited = new Promise((resolve) => p.on('exit', (code, sig) => resolve(sig || code)));
-  children.push({name, p});
-  return p;
-}
-
-async function stopProcesses() {
-  for (const {name, p} of children.slice().reverse()) {
-    if (p.exitCode !== null || p.signalCode !== null) continue;
-    p.kill('SIGTERM');
-    const r = await Promise.race([p.exited, sleep(15000).then(() => 'timeout')]);
-    if (r === 'timeout') {
-      log(`${name} did not exit on SIGTERM; SIGKILL`);
-      p.kill('SIGKILL');
-      await p.exited;
-    }
-  }
-}
-process.on('exit', () => {
-  for (const {p} of children) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
-});
-
-function run(argv, timeoutMs = 120000) {
-  return new Promise((resolve, reject) => {
-    execFile(argv[0], argv.slice(1), {timeout: timeoutMs}, (err, stdout, stderr) => {
-      if (err) reject(new Error(`${argv.join(' ')} failed: ${err.message}\n${stdout}\n${stderr}`));
-      else resolve(stdout);
-    });
-  });
-}
-
-let httpBase = '';
-// Every API route needs a token: log in once as `determined` (empty password,
-// bootstrapped by the master).
-let apiToken = '';
-async function login() {
-  const res = await fetch(`${httpBase}/api/v1/auth/login`, {
-    method: 'POST', headers: {'Content-Type': 'application/json'},
-    body: JSON.stringify({username: 'determined', password: ''}),
-  });
-  const body = await res.json();
-  check(res.ok && body.token, `POST /api/v1/auth/login: ${res.status} ${JSON.stringify(body)}`);
-  return body.token;
-}
-async function api(p, method = 'GET') {
-  if (!apiToken) apiToken = await login();
-  const res = await fetch(`${httpBase}${p}`, {method, headers: {Authorization: `Bearer ${apiToken}`}});
-  const body = await res.json();
-  if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${JSON.stringify(body)}`);
-  return body;
-}
 
 const closeTo = (a, b) => Math.abs(a - b) <= 1e-3 * Math.max(1, Math.abs(b));
 
 // ---- the test -------------------------------------------------------------
 
-let grpc = '';
+let httpBase = '';
 const COMPLETED_YAML = `name: dashboard-finished
 hyperparameters:
   global_batch_size: 32
@@ -205,31 +90,10 @@ data:
   val_size: 128
 `;
 
-async function createExperiment(name, yaml) {
-  const cfg = path.join(tmp, `${name}.yaml`);
-  fs.writeFileSync(cfg, yaml);
-  const out = await run([bin('det-cli'), '-m', grpc, 'experiment', 'create', cfg, trialSo]);
-  const m = out.match(/Created experiment (\d+)/);
-  check(m, `det-cli experiment create printed no experiment id: ${out}`);
-  return Number(m[1]);
-}
-
 async function startCluster() {
-  const portsFile = path.join(tmp, 'ports.json');
-  startProcess('master', [bin('det-master'), '--data-dir', path.join(tmp, 'master'), '--grpc-port', '0',
-    '--http-port', '0', '--ports-file', portsFile]);
-  const ports = await waitFor('the master ports file', () => {
-    const text = fs.existsSync(portsFile) ? fs.readFileSync(portsFile, 'utf8') : '';
-    return text.trim() ? JSON.parse(text) : null;
-  }, 30000);
-  grpc = `127.0.0.1:${ports.grpc}`;
-  httpBase = `http://127.0.0.1:${ports.http}`;
-  startProcess('agent', [bin('det-agent'), '--master', grpc, '--id', 'a', '--slots', '1', '--work-dir',
-    path.join(tmp, 'agent')]);
-  await waitFor('agent a to connect', async () => {
-    const r = await api('/api/v1/agents');
-    return (r.agents || []).some((a) => a.id === 'a' && a.connected);
-  }, 30000);
+  let grpc;
+  ({grpc, httpBase} = await startMaster());
+  await startAgent();
   log(`cluster up: gRPC ${grpc}, REST ${httpBase}`);
 }
 
@@ -297,9 +161,8 @@ async function checkLogin(browser, base, expId) {
       }
       authorized++;
       // The page sent the mock's token; the real master wants a real one.
-      return route.continue({headers: {...req.headers(), authorization: `Bearer ${apiToken}`}});
+      return route.continue({headers: {...req.headers(), authorization: `Bearer ${await apiToken()}`}});
     });
-    const byId = (id) => `[data-testid="${id}"]`;
     await page.goto(`${base}/#/experiments`);
     await page.waitForSelector(byId('login-form'));
     await page.fill(byId('login-username'), 'determined');
@@ -325,7 +188,7 @@ async function checkLogin(browser, base, expId) {
 async function main() {
   await startCluster();
 
-  const finished = await createExperiment('finished', COMPLETED_YAML);
+  const finished = Number(await createExperiment('finished', COMPLETED_YAML));
   log(`experiment ${finished} created; waiting for COMPLETED`);
   const exp = await waitExperimentState(finished, 'STATE_COMPLETED', 150000);
   const metric = exp.searcher_metric;
@@ -344,7 +207,7 @@ async function main() {
       trials.map((t) => `${t.id} (${stored[t.id].validation.length} validation, ` +
                         `${stored[t.id].training.length} training rows)`).join(', '));
 
-  const running = await createExperiment('running', SLOW_YAML);
+  const running = Number(await createExperiment('running', SLOW_YAML));
   await waitFor(`experiment ${running} to train`, async () => {
     const ts = (await api(`/api/v1/experiments/${running}/trials`)).trials || [];
     return ts.length > 0 && ts[0].state === 'STATE_ACTIVE' && Number(ts[0].total_batches_processed) > 0;
@@ -352,37 +215,13 @@ async function main() {
   log(`experiment ${running} is running`);
 
   const base = await dashboardUrl();
-  const browser = await chromium.launch({
-    executablePath: chromiumPath, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'],
-  });
-  const pageErrors = [];
-  try {
-    const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
-    page.setDefaultTimeout(30000);
-    page.on('pageerror', (e) => pageErrors.push(`pageerror: ${e.message}`));
-    // Until the login below, the API's 401s are expected (Chromium logs each
-    // as "Failed to load resource"); afterwards every console error counts.
-    let loggedIn = false;
-    page.on('console', (m) => {
-      if (m.type() !== 'error') return;
-      if (!loggedIn && /status of 401/.test(m.text())) return;
-      pageErrors.push(`console: ${m.text()}`);
-    });
-    const byId = (id) => `[data-testid="${id}"]`;
+  // The master answers 401 until the page logs in: as `determined`, with
+  // the empty password the master bootstraps.
+  await withDashboardPage(1000, async ({browser, page, pageErrors}) => {
+    log('logged in through the dashboard as determined');
     const text = async (id) => (await page.textContent(byId(id)))?.trim();
     const waitText = (id, want, timeout = 30000) => page.waitForFunction(
       ([sel, w]) => document.querySelector(sel)?.textContent.trim() === w, [byId(id), want], {timeout});
-
-    // The master answers 401 until the page logs in: as `determined`, with
-    // the empty password the master bootstraps.
-    await page.goto(`${base}/#/experiments`);
-    await page.waitForSelector(byId('login-form'));
-    await page.fill(byId('login-username'), 'determined');
-    await page.fill(byId('login-password'), '');
-    await page.click(byId('login-submit'));
-    await page.waitForSelector(byId('login-form'), {state: 'detached'});
-    loggedIn = true;
-    log('logged in through the dashboard as determined');
 
     // Experiment list.
     await waitText(`exp-state-${finished}`, 'COMPLETED');
@@ -548,7 +387,7 @@ async function main() {
     await page.waitForSelector(byId('experiments-view'));
     await waitFor(`experiment ${running} to be deleted`, async () => {
       const res = await fetch(`${httpBase}/api/v1/experiments/${running}`,
-        {headers: {Authorization: `Bearer ${apiToken}`}});
+        {headers: {Authorization: `Bearer ${await apiToken()}`}});
       return res.status === 404;
     }, 30000, 200);
     await page.uncheck(byId('show-archived'));
@@ -563,40 +402,8 @@ async function main() {
         `screenshot ${f} is not a PNG`);
     }
     log(`screenshots: ${expShot} ${trialShot} ${listShot}`);
-  } finally {
-    await browser.close();
-  }
+  });
   await api(`/api/v1/experiments/${running}/kill`, 'POST').catch(() => {});
 }
 
-const timer = setTimeout(async () => {
-  console.error('FAIL: the test took longer than 240 s');
-  await stopProcesses();
-  console.error(`logs in ${tmp}`);
-  process.exit(1);
-}, 240000);
-
-let ok = false;
-try {
-  await main();
-  ok = true;
-} catch (e) {
-  console.error(`FAIL: ${e instanceof TestFailure ? e.message : e.stack}`);
-} finally {
-  clearTimeout(timer);
-  await stopProcesses();
-}
-if (ok) {
-  if (!process.env.DET_KEEP_TMP) {
-    for (const d of ['master', 'agent']) fs.rmSync(path.join(tmp, d), {recursive: true, force: true});
-  }
-  log(`PASS in ${((Date.now() - started) / 1000).toFixed(1)} s (logs and screenshots in ${tmp})`);
-  process.exit(0);
-}
-for (const {name} of children) {
-  const f = path.join(tmp, `${name}.log`);
-  const tail = fs.existsSync(f) ? fs.readFileSync(f, 'utf8').split('\n').slice(-15).join('\n') : '';
-  console.error(`--- ${name}.log (tail) ---\n${tail}`);
-}
-console.error(`logs in ${tmp}`);
-process.exit(1);
+await runTest(main, {kept: 'logs and screenshots'});
