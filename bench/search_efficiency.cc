@@ -21,9 +21,9 @@
 //                     [--tolerance 0.005 (fmnist) | 0.01 (synthetic)]
 //                     [--searchers promotion,aggressive]
 //                     (promotion, stop_once, aggressive, conservative: adaptive_asha modes;
-//                     asha_tpe: adaptive_asha standard with sampler: tpe; a _d3 suffix on the
-//                     ASHA ones: divisor 3; tpe; pbt: population 64, perturb_period 32;
-//                     --asha-variants is the same flag)
+//                     best: standard with rung_metric: best; asha_tpe: standard with sampler:
+//                     tpe; suffixes on the ASHA ones: _d3 divisor 3, _r2/_r4 max_rungs 2/4;
+//                     tpe; pbt: population 64, perturb_period 32; --asha-variants is the same flag)
 //                     [--results FILE] [--report] [--full]
 //
 // --results FILE appends each search's outcome to FILE (JSON lines) as soon
@@ -48,6 +48,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -86,24 +87,38 @@ struct AshaVariant {
   std::string mode = "standard";
   bool stop_once = false;
   int divisor = 4;
-  std::string extra;  // more searcher lines (sampler: tpe, ...)
+  int max_rungs = 0;  // 0: --max-rungs
+  std::string extra;  // more searcher lines (sampler: tpe, rung_metric: best)
   // As many trials as fit the budget, and the batches the preview plans.
   int trials = 0;
   int64_t planned = 0;
 };
 
+// A name is a base (promotion, stop_once, aggressive, conservative, best,
+// asha_tpe, tpe, pbt) and, on an ASHA one, suffixes: _d3 (divisor 3), _r2 /
+// _r4 (max_rungs 2: a first rung of max_length/4, a grace period; 4).
 std::optional<AshaVariant> ParseVariant(const std::string& name) {
   AshaVariant v;
   v.name = name;
   std::string base = name;
-  if (base.size() > 3 && base.compare(base.size() - 3, 3, "_d3") == 0) {  // divisor 3
-    v.divisor = 3;
-    base.resize(base.size() - 3);
+  auto suffix = [&](const char* s) {
+    const size_t n = std::strlen(s);
+    if (base.size() <= n || base.compare(base.size() - n, n, s) != 0) return false;
+    base.resize(base.size() - n);
+    return true;
+  };
+  for (bool more = true; more;) {
+    more = false;
+    if (suffix("_d3")) v.divisor = 3, more = true;
+    if (suffix("_r2")) v.max_rungs = 2, more = true;
+    if (suffix("_r4")) v.max_rungs = 4, more = true;
   }
+  const bool plain = v.divisor == 4 && v.max_rungs == 0;
   if (base == "stop_once") v.stop_once = true;
   else if (base == "aggressive" || base == "conservative") v.mode = base;
   else if (base == "asha_tpe") v.extra = "  sampler: tpe\n";
-  else if ((base == "tpe" || base == "pbt") && v.divisor == 4) v.searcher = base;
+  else if (base == "best") v.extra = "  rung_metric: best\n";
+  else if ((base == "tpe" || base == "pbt") && plain) v.searcher = base;
   else if (base != "promotion") return std::nullopt;
   return v;
 }
@@ -204,8 +219,8 @@ std::string Config(const Options& o, int64_t seed, const std::string& searcher, 
                                "\n  max_length:\n    batches: ", o.max_length, "\n  max_trials: ", max_trials,
                                "\n  max_concurrent_trials: 2\n");
   if (searcher == "adaptive_asha") {
-    absl::StrAppend(&s, "  mode: ", variant.mode, "\n  divisor: ", variant.divisor, "\n  max_rungs: ", o.max_rungs,
-                    "\n", variant.extra);
+    absl::StrAppend(&s, "  mode: ", variant.mode, "\n  divisor: ", variant.divisor, "\n  max_rungs: ",
+                    variant.max_rungs > 0 ? variant.max_rungs : o.max_rungs, "\n", variant.extra);
     if (variant.stop_once) s += "  stop_once: true\n";
   }
   // pbt: the same budget as random search (population max_trials x max_length).
@@ -475,7 +490,7 @@ bool ParseFlags(int argc, char** argv, Options& o) {
         if (!variant) {
           std::fprintf(stderr,
                        "%s: unknown searcher '%s' (promotion, stop_once, aggressive, conservative, asha_tpe, "
-                       "tpe, pbt, and _d3 after an ASHA one)\n",
+                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one)\n",
                        a.c_str(), name.c_str());
           return false;
         }
@@ -530,7 +545,7 @@ bool PlanBudgets(Options& o, const std::string& checkpoints) {
     std::printf("budget: %lld batches; random: %d trials x %d batches; adaptive_asha (%s): %d trials (%s mode, "
                 "divisor %d, max_rungs %d%s), %lld batches planned\n",
                 static_cast<long long>(budget), o.max_trials, o.max_length, variant.name.c_str(), variant.trials,
-                variant.mode.c_str(), variant.divisor, o.max_rungs, variant.stop_once ? ", stop_once" : "",
+                variant.mode.c_str(), variant.divisor, variant.max_rungs > 0 ? variant.max_rungs : o.max_rungs, variant.stop_once ? ", stop_once" : "",
                 static_cast<long long>(variant.planned));
   }
   std::fflush(stdout);

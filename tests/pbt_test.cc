@@ -118,9 +118,9 @@ TEST(PbtTest, ChildrenStartFromTheParentsCheckpointWithItsWholeState) {
 }
 
 // Must show 2b: kill -9 of the master mid-search; the restarted master
-// resumes the pbt and tpe searchers from SQLite and each experiment
-// completes with the trials its searcher plans (ASHA's resume, sampler
-// included, is the same snapshot path, covered by lifecycle_test).
+// resumes the pbt, tpe and ASHA-with-TPE-sampler searchers from SQLite and
+// each experiment completes with exactly the trials its searcher plans (a
+// searcher started over would create more).
 TEST(PbtTest, MasterKillMidSearchResumesEverySearcher) {
   TempDir dir;
   TestCluster cluster(dir);
@@ -131,14 +131,23 @@ TEST(PbtTest, MasterKillMidSearchResumesEverySearcher) {
       "pbt");
   int tpe = cluster.CreateExperiment(
       Yaml("tpe", "  name: tpe\n  max_trials: 4\n  max_concurrent_trials: 1\n  n_startup_trials: 2\n", 20, 10), "tpe");
+  int asha_tpe = cluster.CreateExperiment(Yaml("asha-tpe",
+                                               "  name: adaptive_asha\n  sampler: tpe\n  n_startup_trials: 2\n"
+                                               "  max_trials: 5\n  max_concurrent_trials: 1\n  max_rungs: 2\n"
+                                               "  divisor: 2\n",
+                                               40, 10),
+                                          "asha-tpe");
   ASSERT_GT(pbt, 0);
   ASSERT_GT(tpe, 0);
+  ASSERT_GT(asha_tpe, 0);
   // Mid-search: the pbt population has passed its first round.
   ASSERT_TRUE(PollUntil([&] { return cluster.Trials(pbt).size() >= 4; }, kLong)) << cluster.Trials(pbt).dump();
   cluster.KillMaster();
   cluster.RestartMaster();
   ASSERT_TRUE(cluster.WaitForState(pbt, "STATE_COMPLETED", kLong)) << cluster.Trials(pbt).dump() << cluster.MasterLog();
   ASSERT_TRUE(cluster.WaitForState(tpe, "STATE_COMPLETED", kLong)) << cluster.Trials(tpe).dump() << cluster.MasterLog();
+  ASSERT_TRUE(cluster.WaitForState(asha_tpe, "STATE_COMPLETED", kLong))
+      << cluster.Trials(asha_tpe).dump() << cluster.MasterLog();
   // pbt: 3 trials + 1 child at each of the 2 round boundaries; every child has its parent's checkpoint.
   json trials = cluster.Trials(pbt);
   EXPECT_EQ(trials.size(), 5u) << trials.dump();
@@ -159,6 +168,7 @@ TEST(PbtTest, MasterKillMidSearchResumesEverySearcher) {
   }
   EXPECT_EQ(lr_checked, 1);  // the child of the first round
   EXPECT_EQ(cluster.Trials(tpe).size(), 4u);
+  EXPECT_EQ(cluster.Trials(asha_tpe).size(), 5u) << cluster.Trials(asha_tpe).dump();
 }
 
 }  // namespace
