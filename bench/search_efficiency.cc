@@ -161,11 +161,13 @@ struct Options {
   double LrMin() const { return lr_min.value_or(task.lr_min); }
   double LrMax() const { return lr_max.value_or(task.lr_max); }
   // Names the task and every option that changes what a search does, so the
-  // results file never mixes other budgets.
-  std::string Key() const {
+  // results file never mixes other budgets. Random search always runs to its
+  // end, so its key never says `full`.
+  std::string Key(bool random = false) const {
     std::string k = absl::StrCat(task.name, " trials=", max_trials, " length=", max_length, " rungs=", max_rungs,
                                  " lr=", LrMin(), "..", LrMax());
     if (task.name == "fmnist") absl::StrAppend(&k, " train=", train_limit, " val=", validation_limit);
+    if (full && !random) k += " full";  // searches run to their end, not killed at random's best
     return k;
   }
 };
@@ -580,12 +582,12 @@ int main(int argc, char** argv) {
   for (const AshaVariant& v : o.asha_variants) searches.push_back({v.name, {}});
   for (int64_t seed : o.seeds) {
     if (!o.report) std::printf("\n== seed %lld\n", static_cast<long long>(seed));
-    std::optional<Outcome> r = results.Find(key, seed, "random");
+    std::optional<Outcome> r = results.Find(o.Key(true), seed, "random");
     if (!r && !o.report) {
       const std::string path = dir / absl::StrCat("random-", seed, ".yaml");
       WriteFile(path, Config(o, seed, "random", dir / "checkpoints", o.max_trials));
       r = Run(cluster.api(), o.task, path, std::nullopt);
-      results.Add(key, seed, "random", *r);
+      results.Add(o.Key(true), seed, "random", *r);
       PrintOutcome(o, "random", *r, false);
     } else if (r && !o.report) {
       PrintOutcome(o, "random", *r, true);
