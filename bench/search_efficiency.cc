@@ -608,7 +608,7 @@ int main(int argc, char** argv) {
       searches[k].second.push_back(s);
     }
   }
-  det::bench::PrintSummary(o.task.metric, o.task.smaller_is_better, o.tolerance.value_or(o.task.tolerance), o.seeds,
-                           random, searches);
+  det::bench::PrintSummary(o.task.metric, o.task.smaller_is_better, o.tolerance.value_or(o.task.tolerance), o.full,
+                           o.seeds, random, searches);
   return 0;
 }

@@ -78,7 +78,29 @@ void ResultsFile::Add(const std::string& key, int64_t seed, const std::string& s
   if (!out) std::fprintf(stderr, "could not append to %s\n", path_.c_str());
 }
 
-void PrintSummary(const std::string& metric, bool smaller_is_better, double tolerance,
+namespace {
+
+// Each search's final best next to random search's, per seed.
+void PrintFinalBests(const std::string& metric, bool smaller_is_better, const std::vector<int64_t>& seeds,
+                     const std::vector<std::optional<Outcome>>& random,
+                     const std::vector<std::pair<std::string, std::vector<std::optional<Outcome>>>>& searches) {
+  auto raw = [&](double score) { return smaller_is_better ? -score : score; };
+  for (const auto& [name, outcomes] : searches) {
+    std::printf("%s: final best %s per seed (random's best):", name.c_str(), metric.c_str());
+    int beat = 0, n = 0;
+    for (size_t s = 0; s < seeds.size(); ++s) {
+      if (!random[s] || !outcomes[s]) continue;
+      ++n;
+      beat += outcomes[s]->best > random[s]->best ? 1 : 0;
+      std::printf(" %lld:%.4f(%.4f)", static_cast<long long>(seeds[s]), raw(outcomes[s]->best), raw(random[s]->best));
+    }
+    std::printf("\n  %s beat random search's best on %d of %d seeds\n", name.c_str(), beat, n);
+  }
+}
+
+}  // namespace
+
+void PrintSummary(const std::string& metric, bool smaller_is_better, double tolerance, bool full,
                   const std::vector<int64_t>& seeds, const std::vector<std::optional<Outcome>>& random,
                   const std::vector<std::pair<std::string, std::vector<std::optional<Outcome>>>>& searches) {
   auto raw = [&](double score) { return smaller_is_better ? -score : score; };
@@ -141,6 +163,10 @@ void PrintSummary(const std::string& metric, bool smaller_is_better, double tole
                   v.back(), sd, sum.nevers, v.size(),
                   sum.missing > 0 ? absl::StrFormat("; %d not measured", sum.missing).c_str() : "");
     }
+  }
+  if (full) {
+    std::printf("\nrun to their end (--full):\n");
+    PrintFinalBests(metric, smaller_is_better, seeds, random, searches);
   }
 }
 

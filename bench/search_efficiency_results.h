@@ -64,7 +64,9 @@ class ResultsFile {
 // the search never reached it (its whole budget counted, a lower bound).
 // `random` and `searches[name]` are indexed like `seeds`; a missing outcome
 // (std::nullopt) is left out of that searcher's sums and counted as missing.
-void PrintSummary(const std::string& metric, bool smaller_is_better, double tolerance,
+// With `full` (searches run to their end) it also prints each search's final
+// best next to random's and on how many seeds it beat random's best.
+void PrintSummary(const std::string& metric, bool smaller_is_better, double tolerance, bool full,
                   const std::vector<int64_t>& seeds, const std::vector<std::optional<Outcome>>& random,
                   const std::vector<std::pair<std::string, std::vector<std::optional<Outcome>>>>& searches);
 
