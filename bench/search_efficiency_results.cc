@@ -78,6 +78,25 @@ void ResultsFile::Add(const std::string& key, int64_t seed, const std::string& s
   if (!out) std::fprintf(stderr, "could not append to %s\n", path_.c_str());
 }
 
+void PrintSpreadLine(const std::string& name, int64_t searched, int64_t random, std::vector<double> ratios,
+                     int nevers, int missing, bool mark_lower_bound) {
+  if (ratios.empty()) {
+    std::printf("  %-16s not measured\n", name.c_str());
+    return;
+  }
+  std::vector<double>& v = ratios;
+  std::sort(v.begin(), v.end());
+  double mean = 0, sq = 0;
+  for (double x : v) mean += x / static_cast<double>(v.size());
+  for (double x : v) sq += (x - mean) * (x - mean);
+  const double sd = std::sqrt(sq / static_cast<double>(std::max<size_t>(1, v.size() - 1)));
+  std::printf("  %-16s %s%.3f  (per seed: min %.3f median %.3f max %.3f sd %.3f; never on %d of %zu seeds%s)\n",
+              name.c_str(), mark_lower_bound && nevers > 0 ? ">=" : "",
+              static_cast<double>(searched) / static_cast<double>(std::max<int64_t>(1, random)), v.front(),
+              v[v.size() / 2], v.back(), sd, nevers, v.size(),
+              missing > 0 ? absl::StrFormat("; %d not measured", missing).c_str() : "");
+}
+
 namespace {
 
 // Each search's final best next to random search's, per seed.
@@ -146,22 +165,8 @@ void PrintSummary(const std::string& metric, bool smaller_is_better, double tole
     }
     std::printf("summed-batches ratio (sum of batches to reach / random's sum), per-seed spread:\n");
     for (size_t k = 0; k < searches.size(); ++k) {
-      Sum& sum = sums[k];
-      std::vector<double> v = sum.ratios;
-      if (v.empty()) {
-        std::printf("  %-16s not measured\n", searches[k].first.c_str());
-        continue;
-      }
-      std::sort(v.begin(), v.end());
-      double mean = 0, sq = 0;
-      for (double x : v) mean += x / static_cast<double>(v.size());
-      for (double x : v) sq += (x - mean) * (x - mean);
-      const double sd = std::sqrt(sq / static_cast<double>(std::max<size_t>(1, v.size() - 1)));
-      std::printf("  %-16s %s%.3f  (per seed: min %.3f median %.3f max %.3f sd %.3f; never on %d of %zu seeds%s)\n",
-                  searches[k].first.c_str(), sum.nevers > 0 ? ">=" : "",
-                  static_cast<double>(sum.search) / std::max<int64_t>(1, sum.random), v.front(), v[v.size() / 2],
-                  v.back(), sd, sum.nevers, v.size(),
-                  sum.missing > 0 ? absl::StrFormat("; %d not measured", sum.missing).c_str() : "");
+      const Sum& sum = sums[k];
+      PrintSpreadLine(searches[k].first, sum.search, sum.random, sum.ratios, sum.nevers, sum.missing, true);
     }
   }
   if (full) {

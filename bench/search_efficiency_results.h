@@ -58,6 +58,14 @@ class ResultsFile {
   std::map<std::tuple<std::string, int64_t, std::string>, Outcome> outcomes_;
 };
 
+// One searcher's summary line: the summed-batches ratio `searched / random`
+// and the spread of the per-seed `ratios` (min, median, max, sd), the seeds
+// where it never reached random's best and, when `missing` > 0, how many were
+// not measured. `mark_lower_bound`: write ">=" before the ratio when some
+// seed never reached it (its whole budget was counted).
+void PrintSpreadLine(const std::string& name, int64_t searched, int64_t random, std::vector<double> ratios,
+                     int nevers, int missing, bool mark_lower_bound);
+
 // Prints, for each searcher, every seed's batches to reach random's best
 // (minus tolerance) and its ratio to random's, then the summed-batches
 // ratio with the per-seed spread (min, median, max, sd) and the seeds where

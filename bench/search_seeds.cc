@@ -49,6 +49,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/search_efficiency_results.h"
 #include "common/experiment_config.h"
 #include "master/search/preview.h"
 #include "master/search/searcher.h"
@@ -374,16 +375,7 @@ void RunTask(const Args& a, const std::string& task) {
   }
   std::printf("summed-batches ratio (sum of batches to reach / random's sum), per-seed spread:\n");
   for (const auto& name : a.searchers) {
-    std::vector<double> v = ratios[name];
-    std::sort(v.begin(), v.end());
-    double mean = 0, sq = 0;
-    for (double x : v) mean += x;
-    mean /= static_cast<double>(v.size());
-    for (double x : v) sq += (x - mean) * (x - mean);
-    double sd = std::sqrt(sq / static_cast<double>(std::max<size_t>(1, v.size() - 1)));
-    std::printf("  %-16s %.3f  (per seed: min %.3f median %.3f max %.3f sd %.3f; never on %lld of %zu seeds)\n",
-                name.c_str(), static_cast<double>(sums[name]) / static_cast<double>(random_sum), v.front(),
-                v[v.size() / 2], v.back(), sd, static_cast<long long>(nevers[name]), v.size());
+    det::bench::PrintSpreadLine(name, sums[name], random_sum, ratios[name], static_cast<int>(nevers[name]), 0, false);
   }
 }
 
