@@ -172,6 +172,9 @@ struct Options {
   }
 };
 
+// A variant's max_rungs: its own suffix's, else --max-rungs.
+int Rungs(const AshaVariant& v, const Options& o) { return v.max_rungs > 0 ? v.max_rungs : o.max_rungs; }
+
 std::string Hyperparameters(const Options& o) {
   std::string lr = absl::StrCat("  learning_rate:\n    type: log\n    minval: ", o.LrMin(), "\n    maxval: ",
                                 o.LrMax(), "\n    base: 10\n");
@@ -222,7 +225,7 @@ std::string Config(const Options& o, int64_t seed, const std::string& searcher, 
                                "\n  max_concurrent_trials: 2\n");
   if (searcher == "adaptive_asha") {
     absl::StrAppend(&s, "  mode: ", variant.mode, "\n  divisor: ", variant.divisor, "\n  max_rungs: ",
-                    variant.max_rungs > 0 ? variant.max_rungs : o.max_rungs, "\n", variant.extra);
+                    Rungs(variant, o), "\n", variant.extra);
     if (variant.stop_once) s += "  stop_once: true\n";
   }
   // pbt: the same budget as random search (population max_trials x max_length).
@@ -547,7 +550,7 @@ bool PlanBudgets(Options& o, const std::string& checkpoints) {
     std::printf("budget: %lld batches; random: %d trials x %d batches; adaptive_asha (%s): %d trials (%s mode, "
                 "divisor %d, max_rungs %d%s), %lld batches planned\n",
                 static_cast<long long>(budget), o.max_trials, o.max_length, variant.name.c_str(), variant.trials,
-                variant.mode.c_str(), variant.divisor, variant.max_rungs > 0 ? variant.max_rungs : o.max_rungs, variant.stop_once ? ", stop_once" : "",
+                variant.mode.c_str(), variant.divisor, Rungs(variant, o), variant.stop_once ? ", stop_once" : "",
                 static_cast<long long>(variant.planned));
   }
   std::fflush(stdout);
