@@ -23,6 +23,7 @@
 //                     (promotion, stop_once, aggressive, conservative: adaptive_asha modes;
 //                     best: standard with rung_metric: best; asha_tpe: standard with sampler:
 //                     tpe; suffixes on the ASHA ones: _d3 divisor 3, _r2/_r4 max_rungs 2/4;
+//                     on asha_tpe and tpe: _rf/_rf0 random_fraction 1/3 / 0;
 //                     tpe; pbt: population 64, perturb_period 32; --asha-variants is the same flag)
 //                     [--results FILE] [--report] [--full]
 //
@@ -88,6 +89,7 @@ struct AshaVariant {
   bool stop_once = false;
   int divisor = 4;
   int max_rungs = 0;  // 0: --max-rungs
+  std::string random_fraction;  // _rf / _rf0: given, else the searcher's default
   std::string extra;  // more searcher lines (sampler: tpe, rung_metric: best)
   // As many trials as fit the budget, and the batches the preview plans.
   int trials = 0;
@@ -96,7 +98,9 @@ struct AshaVariant {
 
 // A name is a base (promotion, stop_once, aggressive, conservative, best,
 // asha_tpe, tpe, pbt) and, on an ASHA one, suffixes: _d3 (divisor 3), _r2 /
-// _r4 (max_rungs 2: a first rung of max_length/4, a grace period; 4).
+// _r4 (max_rungs 2: a first rung of max_length/4, a grace period; 4); on
+// asha_tpe and tpe: _rf / _rf0 (random_fraction 1/3 / 0; the defaults are
+// 1/3 under ASHA, as BOHB, and 0 for tpe).
 std::optional<AshaVariant> ParseVariant(const std::string& name) {
   AshaVariant v;
   v.name = name;
@@ -112,6 +116,8 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
     if (suffix("_d3")) v.divisor = 3, more = true;
     if (suffix("_r2")) v.max_rungs = 2, more = true;
     if (suffix("_r4")) v.max_rungs = 4, more = true;
+    if (suffix("_rf")) v.random_fraction = "0.3333333333333333", more = true;
+    if (suffix("_rf0")) v.random_fraction = "0", more = true;
   }
   const bool plain = v.divisor == 4 && v.max_rungs == 0;
   if (base == "stop_once") v.stop_once = true;
@@ -120,6 +126,10 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   else if (base == "best") v.extra = "  rung_metric: best\n";
   else if ((base == "tpe" || base == "pbt") && plain) v.searcher = base;
   else if (base != "promotion") return std::nullopt;
+  if (!v.random_fraction.empty()) {  // TPE's share of random proposals
+    if (base != "asha_tpe" && base != "tpe") return std::nullopt;
+    v.extra += "  random_fraction: " + v.random_fraction + "\n";
+  }
   return v;
 }
 
@@ -495,7 +505,7 @@ bool ParseFlags(int argc, char** argv, Options& o) {
         if (!variant) {
           std::fprintf(stderr,
                        "%s: unknown searcher '%s' (promotion, stop_once, aggressive, conservative, asha_tpe, "
-                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one)\n",
+                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one; _rf, _rf0 after asha_tpe or tpe)\n",
                        a.c_str(), name.c_str());
           return false;
         }

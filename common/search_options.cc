@@ -24,7 +24,8 @@ absl::Status GetFraction(const ConfigMapReader& r, std::string_view key, double 
 const std::vector<std::string_view>& SearchOptionKeys() {
   static const std::vector<std::string_view> keys = {
       "population_size", "perturb_period", "truncate_fraction", "resample_probability", "perturb_factors",
-      "sampler",         "n_startup_trials", "gamma",           "n_ei_candidates",      "rung_metric"};
+      "sampler",         "n_startup_trials", "gamma",           "n_ei_candidates",      "rung_metric",
+      "random_fraction"};
   return keys;
 }
 
@@ -57,6 +58,9 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
   DET_RETURN_IF_ERROR(r.GetInt("n_startup_trials", &t.n_startup_trials, 1, 1000000));
   DET_RETURN_IF_ERROR(GetFraction(r, "gamma", 0, true, 0.99, &t.gamma));
   DET_RETURN_IF_ERROR(r.GetInt("n_ei_candidates", &t.n_ei_candidates, 1, kMaxEiCandidates));
+  // BOHB's share of random proposals under ASHA (measured: README, "Searchers").
+  t.random_fraction = out->sampler == HParamSampler::kTpe ? 1.0 / 3 : 0;
+  DET_RETURN_IF_ERROR(GetFraction(r, "random_fraction", 0, false, 1, &t.random_fraction));
   std::string rung_metric;
   DET_RETURN_IF_ERROR(r.GetEnum("rung_metric", {"latest", "best"}, &rung_metric));
   if (rung_metric == "best") out->rung_metric = RungMetric::kBest;

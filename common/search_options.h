@@ -17,6 +17,8 @@
 //     n_startup_trials: 10        # random trials before the model is used
 //     gamma: 0.25                 # fraction of observations that are "good"
 //     n_ei_candidates: 24         # candidates drawn from l(x) per proposal
+//     random_fraction: 0          # [0, 1] proposals drawn at random after startup
+//                                 # (default 1/3 with sampler: tpe, as BOHB)
 //
 //     rung_metric: latest         # adaptive_asha/async_halving: latest | best
 #ifndef DET_COMMON_SEARCH_OPTIONS_H_
@@ -50,6 +52,11 @@ struct TpeOptions {
   int64_t n_startup_trials = 10;  // >= 1
   double gamma = 0.25;            // (0, 1)
   int64_t n_ei_candidates = 24;   // 1..kMaxEiCandidates
+  // [0, 1]: after the startup trials, the share of proposals drawn at random
+  // instead of from the model (BOHB's rho), so that the search keeps covering
+  // the space where the model settled early. Unless given: 1/3 with
+  // `sampler: tpe` under ASHA (BOHB's), 0 for `searcher.name: tpe` (Optuna's).
+  double random_fraction = 0;
 };
 
 enum class HParamSampler { kRandom, kTpe };

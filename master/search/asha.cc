@@ -145,7 +145,9 @@ class AshaSearch final : public SearchMethod {
       t.has_best = true;
     }
     if (length < RungLength(b, t.rung)) return ops;
-    if (tpe_) tpe_->Observe(id, layout_.smaller_is_better ? value : -value, worst ? -1 : t.rung);
+    // TPE's level is the batches behind the result: brackets start at
+    // different lengths, so rung k of one bracket is not rung k of another.
+    if (tpe_) tpe_->Observe(id, layout_.smaller_is_better ? value : -value, worst ? -1 : RungLength(b, t.rung));
     if (layout_.stop_once) {
       StopOnceReport(id, length, value, worst, &ops);
     } else {
@@ -256,7 +258,8 @@ class AshaSearch final : public SearchMethod {
                 {"done_batches", done_batches_},
                 {"initialized", initialized_},
                 {"shutdown", shutdown_sent_},
-                {"tpe", tpe_ ? tpe_->Snapshot() : json(nullptr)}};
+                {"tpe", tpe_ ? tpe_->Snapshot() : json(nullptr)},
+                {"tpe_level", "batches"}};
   }
 
   absl::Status Restore(const json& snapshot) override {
@@ -338,7 +341,9 @@ class AshaSearch final : public SearchMethod {
         return absl::InvalidArgumentError("searcher snapshot has inconsistent counters");
       }
       if (s.tpe_ && snapshot.contains("tpe")) {
-        if (absl::Status st = s.tpe_->Restore(snapshot.at("tpe")); !st.ok()) return st;
+        json tpe = snapshot.at("tpe");
+        if (!snapshot.contains("tpe_level")) s.RungIndexLevelsToBatches(&tpe);
+        if (absl::Status st = s.tpe_->Restore(tpe); !st.ok()) return st;
       }
       s.Recount();
       *this = std::move(s);
@@ -367,6 +372,19 @@ class AshaSearch final : public SearchMethod {
 
   AshaSearch(const AshaSearch&) = default;
   AshaSearch& operator=(AshaSearch&&) = default;
+
+  // Snapshots before "tpe_level" gave TPE the rung index as its level; the
+  // index becomes the batches of that rung of the trial's bracket.
+  void RungIndexLevelsToBatches(json* tpe) const {
+    if (!tpe->is_array()) return;
+    for (json& e : *tpe) {
+      if (!e.is_object() || !e.contains("level") || !e.contains("id") || !e["level"].is_number_integer()) continue;
+      auto t = trials_.find(e["id"].get<RequestId>());
+      const int64_t k = e["level"].get<int64_t>();
+      if (t == trials_.end() || k < 0 || k > TopRung(t->second.bracket)) continue;
+      e["level"] = RungLength(t->second.bracket, k);
+    }
+  }
 
   int64_t RungLength(size_t b, int64_t k) const {
     return layout_.brackets[b].rung_lengths[static_cast<size_t>(k)];

@@ -8,7 +8,7 @@
 //
 //   TpeSampler tpe(config.hyperparameters, config.searcher.options.tpe, smaller_is_better);
 //   json hp = tpe.Propose(rng);  tpe.Record(id, hp);
-//   tpe.Observe(id, metric, /*level=*/rung);
+//   tpe.Observe(id, metric, /*level=*/batches);
 #ifndef DET_MASTER_SEARCH_TPE_H_
 #define DET_MASTER_SEARCH_TPE_H_
 
@@ -37,12 +37,13 @@ class TpeSampler {
   TpeSampler(HyperparameterSpace space, TpeOptions options, bool smaller_is_better);
 
   // A point of the space. While fewer than n_startup_trials trials have a
-  // result: SampleHParams. Afterwards: the results are ranked (a higher
-  // `level` first, then the better metric; non-finite metrics last); as in
-  // BOHB only the trials at or above the highest level that at least
-  // max(2, n_startup_trials) trials reached are kept; of those n, the
-  // (at most kMaxTpeModelTrials, the best-ranked)
-  // best max(1, ceil(gamma * n)) form l(x) and the rest g(x), each a Parzen
+  // result, and afterwards with probability random_fraction (one draw of
+  // `rng`, made only when random_fraction > 0): SampleHParams. Otherwise
+  // the results are ranked (a higher `level` first, then the better metric;
+  // non-finite metrics last); as in BOHB only the trials at or above the
+  // highest level that at least max(2, n_startup_trials) trials reached are
+  // kept; of those n (at most kMaxTpeModelTrials, the best-ranked) the best
+  // max(1, ceil(gamma * n)) form l(x) and the rest g(x), each a Parzen
   // estimator per search hparam (int, double and log (in the exponent) as
   // truncated Gaussian mixtures with a wide prior component; categorical as
   // smoothed frequencies; const and nested structure kept); n_ei_candidates
@@ -51,9 +52,10 @@ class TpeSampler {
   nlohmann::json Propose(std::mt19937_64& rng) const;
   // Remembers the hparams of trial `id` (replacing earlier ones).
   void Record(RequestId id, const nlohmann::json& hparams);
-  // Trial `id`'s result at `level` (0 for a full-length search, the rung for
-  // ASHA); a result at a higher level replaces a lower one, at the same level
-  // the latest counts. Unknown ids are ignored.
+  // Trial `id`'s result at `level` (0 for a full-length search; for ASHA the
+  // batches behind it, its rung's length, which compares across brackets); a
+  // result at a higher level replaces a lower one, at the same level the
+  // latest counts. Unknown ids are ignored.
   void Observe(RequestId id, double metric, int64_t level);
   // Drops trial `id` (invalid hparams).
   void Forget(RequestId id);

@@ -5,8 +5,11 @@
 
 #include "common/experiment_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -45,6 +48,32 @@ TEST(TpeSamplerTest, ProposalsConcentrateNearTheOptimumAfterStartup) {
   EXPECT_LT(late, startup / 2) << "startup " << startup << " late " << late;
   EXPECT_LT(late, 0.1);
   EXPECT_GE(near, 12);  // random search: 20% of draws within 0.1
+}
+
+// random_fraction (BOHB's rho): that share of the proposals after the
+// startup trials is drawn at random, so the search keeps covering the space.
+TEST(TpeSamplerTest, RandomFractionKeepsCoveringTheSpace) {
+  HyperparameterSpace space = {{"x", Hyperparameter::Double(0, 1)}};
+  auto far_share = [&](double random_fraction) {
+    TpeOptions options;
+    options.random_fraction = random_fraction;
+    TpeSampler tpe(space, options, /*smaller_is_better=*/true);
+    std::mt19937_64 rng(42);
+    int far = 0;
+    for (RequestId id = 1; id <= 210; ++id) {
+      json hp = tpe.Propose(rng);
+      tpe.Record(id, hp);
+      double x = hp["x"].get<double>();
+      if (id > 10 && std::abs(x - 0.7) > 0.3) ++far;
+      tpe.Observe(id, (x - 0.7) * (x - 0.7), 0);
+    }
+    return far / 200.0;
+  };
+  // At random, 40% of the draws are farther than 0.3 from the optimum.
+  EXPECT_LT(far_share(0), 0.05);
+  EXPECT_GT(far_share(0.5), 0.12);
+  EXPECT_LT(far_share(0.5), 0.3);
+  EXPECT_GT(far_share(1), 0.3);
 }
 
 TEST(TpeSamplerTest, HandlesEveryHParamTypeAndRestores) {
@@ -133,6 +162,72 @@ TEST(TpeSearchTest, TheTpeSearcherAndAshaWithTheTpeSamplerConverge) {
   }
 }
 
+// adaptive_asha's brackets start at different lengths (here rungs of 4, 16
+// and 64 batches; the last bracket trains 64 batches at its first rung): TPE
+// ranks results by the batches behind them, not by the rung index, or a
+// 64-batch result of the last bracket would rank with 4-batch ones.
+TEST(TpeSearchTest, AshaFeedsTpeTheBatchesBehindEachResult) {
+  ExperimentConfig config = TpeConfig(SearcherName::kAdaptiveAsha);
+  config.searcher.max_length = Length{Length::Unit::kBatches, 64};
+  config.searcher.max_rungs = 3;
+  config.searcher.divisor = 4;
+  config.searcher.max_trials = 30;
+  absl::StatusOr<Searcher> s = Searcher::Create(config, 64);
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::map<RequestId, int64_t> length_of;
+  std::vector<SearcherOp> pending = s->InitialOperations();
+  for (int guard = 0; guard < 10000 && !pending.empty(); ++guard) {
+    SearcherOp op = pending.front();
+    pending.erase(pending.begin());
+    std::vector<SearcherOp> more;
+    if (auto* c = std::get_if<CreateTrialOp>(&op)) {
+      length_of[c->request_id] = 0;
+      more = s->TrialCreated(c->request_id);
+    } else if (auto* v = std::get_if<ValidateAfterOp>(&op)) {
+      length_of[v->request_id] = v->length;
+      more = s->ValidationCompleted(v->request_id, 1.0 / static_cast<double>(v->length), v->length);
+    } else if (auto* c = std::get_if<CloseTrialOp>(&op)) {
+      more = s->TrialClosed(c->request_id);
+    }
+    pending.insert(pending.end(), more.begin(), more.end());
+  }
+  const json tpe = s->Snapshot()["method"]["tpe"];
+  ASSERT_TRUE(tpe.is_array()) << s->Snapshot()["method"].dump();
+  std::set<int64_t> first_lengths;
+  int scored = 0;
+  for (const json& e : tpe) {
+    if (!e["scored"].get<bool>()) continue;
+    ++scored;
+    RequestId id = e["id"].get<RequestId>();
+    EXPECT_EQ(e["level"].get<int64_t>(), length_of[id]) << e.dump();
+  }
+  for (const auto& [id, length] : length_of) first_lengths.insert(length);
+  EXPECT_EQ(scored, 30);
+  EXPECT_TRUE(first_lengths.count(64)) << "no trial reached the full length";
+
+  // A snapshot stored before the levels were batches (rung indexes, no
+  // "tpe_level") is restored with each index turned into its rung's batches.
+  json old = s->Snapshot();
+  json& method = old["method"];
+  method.erase("tpe_level");
+  std::map<RequestId, json> rung_lengths;  // of each trial's bracket
+  for (const json& t : method["trials"]) {
+    rung_lengths[t[0].get<RequestId>()] = method["brackets"][t[1].get<size_t>()]["rung_lengths"];
+  }
+  std::set<int64_t> indexes;
+  for (json& e : method["tpe"]) {
+    const json& lengths = rung_lengths.at(e["id"].get<RequestId>());
+    const auto k = std::find(lengths.begin(), lengths.end(), e["level"]) - lengths.begin();
+    ASSERT_LT(k, static_cast<std::ptrdiff_t>(lengths.size())) << e.dump();
+    e["level"] = k;
+    indexes.insert(k);
+  }
+  ASSERT_EQ(indexes.size(), 3u);  // 0, 1 and 2: the index alone is ambiguous
+  absl::StatusOr<Searcher> restored = Searcher::Restore(config, 64, old);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->Snapshot()["method"]["tpe"], tpe);
+}
+
 // Attack: a config asking for unbounded work under the master's lock is
 // refused, naming the field.
 TEST(TpeSearchTest, ConfigsAskingForUnboundedWorkAreRefused) {
@@ -142,6 +237,9 @@ TEST(TpeSearchTest, ConfigsAskingForUnboundedWorkAreRefused) {
   auto config = ParseExperimentConfig(base + "  name: tpe\n  max_trials: 10\n  n_ei_candidates: 100000\n", "c.yaml");
   ASSERT_FALSE(config.ok());
   EXPECT_NE(config.status().message().find("searcher.n_ei_candidates"), std::string::npos) << config.status();
+  config = ParseExperimentConfig(base + "  name: tpe\n  max_trials: 10\n  random_fraction: 1.5\n", "c.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("searcher.random_fraction"), std::string::npos) << config.status();
   config = ParseExperimentConfig(base + "  name: pbt\n  population_size: 5000\n  perturb_period: 5\n", "c.yaml");
   ASSERT_FALSE(config.ok());
   EXPECT_NE(config.status().message().find("searcher.population_size"), std::string::npos) << config.status();
@@ -149,6 +247,24 @@ TEST(TpeSearchTest, ConfigsAskingForUnboundedWorkAreRefused) {
                                  "  perturb_factors: [0.5, -1]\n", "c.yaml");
   ASSERT_FALSE(config.ok());
   EXPECT_NE(config.status().message().find("searcher.perturb_factors"), std::string::npos) << config.status();
+}
+
+// random_fraction unless given: BOHB's 1/3 with ASHA's sampler, Optuna's 0
+// for the tpe searcher; given, it is kept and echoed.
+TEST(TpeSearchTest, RandomFractionDefaultsToBohbsUnderAsha) {
+  const std::string base =
+      "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
+      "  max_length: {batches: 64}\n  max_trials: 10\n";
+  auto asha = ParseExperimentConfig(base + "  name: adaptive_asha\n  sampler: tpe\n", "c.yaml");
+  ASSERT_TRUE(asha.ok()) << asha.status();
+  EXPECT_DOUBLE_EQ(asha->searcher.options.tpe.random_fraction, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(ExperimentConfigToJson(*asha)["searcher"]["random_fraction"].get<double>(), 1.0 / 3);
+  auto tpe = ParseExperimentConfig(base + "  name: tpe\n", "c.yaml");
+  ASSERT_TRUE(tpe.ok()) << tpe.status();
+  EXPECT_EQ(tpe->searcher.options.tpe.random_fraction, 0);
+  auto given = ParseExperimentConfig(base + "  name: adaptive_asha\n  sampler: tpe\n  random_fraction: 0\n", "c.yaml");
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->searcher.options.tpe.random_fraction, 0);
 }
 
 // Many results: a proposal models only the best-ranked kMaxTpeModelTrials.
