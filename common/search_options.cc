@@ -58,9 +58,11 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
   DET_RETURN_IF_ERROR(r.GetInt("n_startup_trials", &t.n_startup_trials, 1, 1000000));
   DET_RETURN_IF_ERROR(GetFraction(r, "gamma", 0, true, 0.99, &t.gamma));
   DET_RETURN_IF_ERROR(r.GetInt("n_ei_candidates", &t.n_ei_candidates, 1, kMaxEiCandidates));
-  // BOHB's share of random proposals under ASHA (measured: README, "Searchers").
-  t.random_fraction = out->sampler == HParamSampler::kTpe ? 1.0 / 3 : 0;
-  DET_RETURN_IF_ERROR(GetFraction(r, "random_fraction", 0, false, 1, &t.random_fraction));
+  if (r.Find("random_fraction") != nullptr) {
+    double f = 0;
+    DET_RETURN_IF_ERROR(GetFraction(r, "random_fraction", 0, false, 1, &f));
+    t.random_fraction = f;
+  }
   std::string rung_metric;
   DET_RETURN_IF_ERROR(r.GetEnum("rung_metric", {"latest", "best"}, &rung_metric));
   if (rung_metric == "best") out->rung_metric = RungMetric::kBest;

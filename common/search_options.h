@@ -25,6 +25,7 @@
 #define DET_COMMON_SEARCH_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -48,15 +49,19 @@ struct PbtOptions {
   std::vector<double> perturb_factors = {0.8, 1.2};  // each > 0, 1..16 entries
 };
 
+// TPE's random_fraction under ASHA unless the config gives one (BOHB's rho;
+// measured in README, "Searchers: PBT, TPE and robust ASHA").
+inline constexpr double kAshaTpeRandomFraction = 1.0 / 3;
+
 struct TpeOptions {
   int64_t n_startup_trials = 10;  // >= 1
   double gamma = 0.25;            // (0, 1)
   int64_t n_ei_candidates = 24;   // 1..kMaxEiCandidates
   // [0, 1]: after the startup trials, the share of proposals drawn at random
   // instead of from the model (BOHB's rho), so that the search keeps covering
-  // the space where the model settled early. Unless given: 1/3 with
-  // `sampler: tpe` under ASHA (BOHB's), 0 for `searcher.name: tpe` (Optuna's).
-  double random_fraction = 0;
+  // the space where the model settled early. Unset: kAshaTpeRandomFraction
+  // under ASHA (BOHB's), 0 for `searcher.name: tpe` (Optuna's).
+  std::optional<double> random_fraction;
 };
 
 enum class HParamSampler { kRandom, kTpe };

@@ -95,7 +95,11 @@ class AshaSearch final : public SearchMethod {
   AshaSearch(std::string name, HyperparameterSpace space, AshaLayout layout, const SearchOptions& options)
       : name_(std::move(name)), space_(std::move(space)), layout_(std::move(layout)),
         best_so_far_(options.rung_metric == RungMetric::kBest) {
-    if (options.sampler == HParamSampler::kTpe) tpe_.emplace(space_, options.tpe, layout_.smaller_is_better);
+    if (options.sampler == HParamSampler::kTpe) {
+      TpeOptions tpe = options.tpe;
+      if (!tpe.random_fraction) tpe.random_fraction = kAshaTpeRandomFraction;
+      tpe_.emplace(space_, tpe, layout_.smaller_is_better);
+    }
     brackets_.resize(layout_.brackets.size());
     for (size_t b = 0; b < brackets_.size(); ++b) {
       brackets_[b].rungs.resize(static_cast<size_t>(layout_.brackets[b].num_rungs));

@@ -180,9 +180,8 @@ json TpeSampler::Propose(std::mt19937_64& rng) const {
   json point = SampleHParams(space_, rng);
   const size_t enough = static_cast<size_t>(std::max<int64_t>(options_.n_startup_trials, 2));
   if (scored.size() < enough) return point;
-  if (options_.random_fraction > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < options_.random_fraction) {
-    return point;
-  }
+  const double random_fraction = options_.random_fraction.value_or(0);
+  if (random_fraction > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < random_fraction) return point;
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
     if (a.second->level != b.second->level) return a.second->level > b.second->level;
     return a.second->value < b.second->value;

@@ -37,8 +37,8 @@ class TpeSampler {
   TpeSampler(HyperparameterSpace space, TpeOptions options, bool smaller_is_better);
 
   // A point of the space. While fewer than n_startup_trials trials have a
-  // result, and afterwards with probability random_fraction (one draw of
-  // `rng`, made only when random_fraction > 0): SampleHParams. Otherwise
+  // result, and afterwards with probability random_fraction (unset: 0; one
+  // draw of `rng`, made only when it is > 0): SampleHParams. Otherwise
   // the results are ranked (a higher `level` first, then the better metric;
   // non-finite metrics last); as in BOHB only the trials at or above the
   // highest level that at least max(2, n_startup_trials) trials reached are

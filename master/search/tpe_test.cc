@@ -151,6 +151,8 @@ TEST(TpeSearchTest, TheTpeSearcherAndAshaWithTheTpeSamplerConverge) {
   for (SearcherName name : {SearcherName::kTpe, SearcherName::kAsyncHalving}) {
     ExperimentConfig config = TpeConfig(name);
     config.searcher.num_rungs = 3;
+    // The model's proposals only (ASHA's default draws 1/3 of them at random).
+    config.searcher.options.tpe.random_fraction = 0.0;
     absl::StatusOr<Searcher> s = Searcher::Create(config, 16);
     ASSERT_TRUE(s.ok()) << s.status();
     std::vector<double> xs = Drive(*s);
@@ -257,14 +259,27 @@ TEST(TpeSearchTest, RandomFractionDefaultsToBohbsUnderAsha) {
       "  max_length: {batches: 64}\n  max_trials: 10\n";
   auto asha = ParseExperimentConfig(base + "  name: adaptive_asha\n  sampler: tpe\n", "c.yaml");
   ASSERT_TRUE(asha.ok()) << asha.status();
-  EXPECT_DOUBLE_EQ(asha->searcher.options.tpe.random_fraction, 1.0 / 3);
+  EXPECT_FALSE(asha->searcher.options.tpe.random_fraction.has_value());
   EXPECT_DOUBLE_EQ(ExperimentConfigToJson(*asha)["searcher"]["random_fraction"].get<double>(), 1.0 / 3);
   auto tpe = ParseExperimentConfig(base + "  name: tpe\n", "c.yaml");
   ASSERT_TRUE(tpe.ok()) << tpe.status();
-  EXPECT_EQ(tpe->searcher.options.tpe.random_fraction, 0);
+  EXPECT_EQ(ExperimentConfigToJson(*tpe)["searcher"]["random_fraction"].get<double>(), 0);
   auto given = ParseExperimentConfig(base + "  name: adaptive_asha\n  sampler: tpe\n  random_fraction: 0\n", "c.yaml");
   ASSERT_TRUE(given.ok()) << given.status();
-  EXPECT_EQ(given->searcher.options.tpe.random_fraction, 0);
+  EXPECT_EQ(given->searcher.options.tpe.random_fraction, 0.0);
+  EXPECT_EQ(ExperimentConfigToJson(*given)["searcher"]["random_fraction"].get<double>(), 0);
+
+  // ASHA applies the default: unset proposes as 1/3 given does, not as 0.
+  auto proposals = [](std::optional<double> random_fraction) {
+    ExperimentConfig config = TpeConfig(SearcherName::kAsyncHalving);
+    config.searcher.num_rungs = 3;
+    config.searcher.options.tpe.random_fraction = random_fraction;
+    absl::StatusOr<Searcher> s = Searcher::Create(config, 16);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return Drive(*s);
+  };
+  EXPECT_EQ(proposals(std::nullopt), proposals(kAshaTpeRandomFraction));
+  EXPECT_NE(proposals(std::nullopt), proposals(0.0));
 }
 
 // Many results: a proposal models only the best-ranked kMaxTpeModelTrials.
