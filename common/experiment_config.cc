@@ -554,7 +554,7 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher["n_startup_trials"] = o.tpe.n_startup_trials;
     searcher["gamma"] = o.tpe.gamma;
     searcher["n_ei_candidates"] = o.tpe.n_ei_candidates;
-    searcher["random_fraction"] = o.tpe.random_fraction.value_or(s.name == SearcherName::kTpe ? 0 : kAshaTpeRandomFraction);
+    searcher["random_fraction"] = RandomFractionOrDefault(o.tpe, s.name != SearcherName::kTpe);
   }
   if (s.name == SearcherName::kGrid && s.max_trials == 0) searcher.erase("max_trials");
 

@@ -64,6 +64,12 @@ struct TpeOptions {
   std::optional<double> random_fraction;
 };
 
+// The random_fraction a TPE sampler uses: the given one, else the default
+// of where it runs (`under_asha`: ASHA's sampler; else the tpe searcher).
+inline double RandomFractionOrDefault(const TpeOptions& t, bool under_asha) {
+  return t.random_fraction.value_or(under_asha ? kAshaTpeRandomFraction : 0);
+}
+
 enum class HParamSampler { kRandom, kTpe };
 // How ASHA ranks a trial at a rung: its latest validation, or the best it
 // has reported so far (smooths noisy early rungs).

@@ -97,7 +97,7 @@ class AshaSearch final : public SearchMethod {
         best_so_far_(options.rung_metric == RungMetric::kBest) {
     if (options.sampler == HParamSampler::kTpe) {
       TpeOptions tpe = options.tpe;
-      if (!tpe.random_fraction) tpe.random_fraction = kAshaTpeRandomFraction;
+      tpe.random_fraction = RandomFractionOrDefault(tpe, /*under_asha=*/true);
       tpe_.emplace(space_, tpe, layout_.smaller_is_better);
     }
     brackets_.resize(layout_.brackets.size());
