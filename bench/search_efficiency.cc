@@ -89,7 +89,6 @@ struct AshaVariant {
   bool stop_once = false;
   int divisor = 4;
   int max_rungs = 0;  // 0: --max-rungs
-  std::string random_fraction;  // _rf / _rf0: given, else the searcher's default
   std::string extra;  // more searcher lines (sampler: tpe, rung_metric: best)
   // As many trials as fit the budget, and the batches the preview plans.
   int trials = 0;
@@ -105,6 +104,7 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   AshaVariant v;
   v.name = name;
   std::string base = name;
+  std::string random_fraction;  // _rf / _rf0: given, else the searcher's default
   auto suffix = [&](const char* s) {
     const size_t n = std::strlen(s);
     if (base.size() <= n || base.compare(base.size() - n, n, s) != 0) return false;
@@ -116,8 +116,8 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
     if (suffix("_d3")) v.divisor = 3, more = true;
     if (suffix("_r2")) v.max_rungs = 2, more = true;
     if (suffix("_r4")) v.max_rungs = 4, more = true;
-    if (suffix("_rf")) v.random_fraction = "0.3333333333333333", more = true;
-    if (suffix("_rf0")) v.random_fraction = "0", more = true;
+    if (suffix("_rf")) random_fraction = "0.3333333333333333", more = true;
+    if (suffix("_rf0")) random_fraction = "0", more = true;
   }
   const bool plain = v.divisor == 4 && v.max_rungs == 0;
   if (base == "stop_once") v.stop_once = true;
@@ -126,9 +126,9 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   else if (base == "best") v.extra = "  rung_metric: best\n";
   else if ((base == "tpe" || base == "pbt") && plain) v.searcher = base;
   else if (base != "promotion") return std::nullopt;
-  if (!v.random_fraction.empty()) {  // TPE's share of random proposals
+  if (!random_fraction.empty()) {  // TPE's share of random proposals
     if (base != "asha_tpe" && base != "tpe") return std::nullopt;
-    v.extra += "  random_fraction: " + v.random_fraction + "\n";
+    v.extra += "  random_fraction: " + random_fraction + "\n";
   }
   return v;
 }
