@@ -42,6 +42,11 @@ struct AshaLayout {
   bool smaller_is_better = true;
 };
 
+// floor(n / divisor^e) for n >= 0, divisor > 1, e >= 0, exact: the q with
+// q * divisor^e <= n < (q + 1) * divisor^e (integer arithmetic when divisor is
+// an integer, a corrected double quotient otherwise).
+int64_t AshaFloorDivPow(int64_t n, double divisor, int64_t e);
+
 // floor(log_divisor(x)) + 1 for x >= 1, computed by exact repeated
 // multiplication (so for divisor 4: 16 -> 3, 15 -> 2); 1 for x < divisor.
 int64_t AshaRungsFor(double divisor, int64_t x);

@@ -112,6 +112,15 @@ TEST(AshaLayoutTest, RungCountsUseExactLogs) {
   EXPECT_EQ(AshaMaxRungs(2, 4, 937, 1000), 2);
 }
 
+TEST(AshaLayoutTest, FloorDivPowIsExactForEveryDivisor) {
+  EXPECT_EQ(AshaFloorDivPow(937, 4, 1), 234);
+  EXPECT_EQ(AshaFloorDivPow(937, 4, 2), 58);
+  EXPECT_EQ(AshaFloorDivPow(937, 4, 0), 937);
+  EXPECT_EQ(AshaFloorDivPow(10, 2.5, 1), 4);  // exactly 4, not 3
+  EXPECT_EQ(AshaFloorDivPow(100, 2.5, 2), 16);
+  EXPECT_EQ(AshaFloorDivPow(5, 1e300, 3), 0);  // divisor^e overflows
+}
+
 TEST(AshaLayoutTest, ModeBrackets) {
   EXPECT_THAT(AshaModeBrackets(AshaMode::kAggressive, 3), ElementsAre(3));
   EXPECT_THAT(AshaModeBrackets(AshaMode::kStandard, 1), ElementsAre(1));
