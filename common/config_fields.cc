@@ -21,6 +21,7 @@ constexpr std::string_view kTrialCalls = "master/core/trial_calls.cc";
 constexpr std::string_view kAllocations = "master/core/allocations.cc";
 constexpr std::string_view kSearcher = "master/search/searcher.cc";
 constexpr std::string_view kAsha = "master/search/asha.cc";
+constexpr std::string_view kAshaLayout = "master/search/asha_layout.cc";
 constexpr std::string_view kRuntimeMain = "trial_runtime/runtime/main.cc";
 constexpr std::string_view kCheckpointGc = "master/core/checkpoint_gc.cc";
 constexpr std::string_view kJobKnobs = "master/core/core_state.h";  // SetJobKnobsFromConfig
@@ -34,20 +35,20 @@ std::vector<ConfigField> MakeTable() {
       Unused("entrypoint", "det-cpp runs the trial.so given to 'experiment create', not a Python entrypoint"),
       ReadTree("hyperparameters", kSearcher, "config.hyperparameters"),
       Read("searcher", kSearcher, "config.searcher"),
-      Read("searcher.name", kAsha, "sc.name"),
+      Read("searcher.name", kAshaLayout, "sc.name"),
       Read("searcher.metric", kTrialCalls, "searcher.metric"),
       Read("searcher.smaller_is_better", kTrialCalls, "searcher.smaller_is_better"),
       ReadTree("searcher.max_length", "common/batch_lengths.cc", "searcher.max_length"),
       Read("searcher.max_trials", kSearcher, "sc.max_trials"),
       Read("searcher.max_concurrent_trials", kSearcher, "sc.max_concurrent_trials"),
-      Read("searcher.divisor", kAsha, "sc.divisor"),
-      Read("searcher.max_rungs", kAsha, "sc.max_rungs"),
-      Read("searcher.mode", kAsha, "sc.mode"),
-      Read("searcher.bracket_rungs", kAsha, "sc.bracket_rungs"),
-      Read("searcher.stop_once", kAsha, "sc.stop_once"),
+      Read("searcher.divisor", kAshaLayout, "sc.divisor"),
+      Read("searcher.max_rungs", kAshaLayout, "sc.max_rungs"),
+      Read("searcher.mode", kAshaLayout, "sc.mode"),
+      Read("searcher.bracket_rungs", kAshaLayout, "sc.bracket_rungs"),
+      Read("searcher.stop_once", kAshaLayout, "sc.stop_once"),
       Read("searcher.time_metric", "common/batch_lengths.cc", "searcher.time_metric"),
       Read("searcher.max_time", "common/batch_lengths.cc", "searcher.max_time"),
-      Read("searcher.num_rungs", kAsha, "sc.num_rungs"),
+      Read("searcher.num_rungs", kAshaLayout, "sc.num_rungs"),
       Read("searcher.source_trial_id", "master/core/experiment_fork.cc", ".source_trial_id"),
       Read("searcher.source_checkpoint_uuid", "master/core/experiment_fork.cc", ".source_checkpoint_uuid"),
       Read("searcher.population_size", "master/search/pbt.cc", "o.population_size"),

@@ -3,13 +3,13 @@
 // One row per dotted field path the parser (experiment_config.cc and
 // hparams.cc) accepts. A row either names the source file outside the parser
 // that reads the parsed value, with the token that reads it there (e.g.
-// "master/search/asha.cc" reads searcher.stop_once as ".stop_once"), or says
+// "master/search/asha_layout.cc" reads searcher.stop_once as ".stop_once"), or says
 // why the field does not apply to det-cpp; a config holding such a field is
 // accepted with one warning line built from that reason:
 //
 //   field 'environment.ports' is accepted but not used: det-cpp trials expose no ports
 //
-// tests/config_fields_test.cc keeps this table honest: every path the parser
+// common/config_fields_test.cc keeps this table honest: every path the parser
 // accepts must have a row, and every consumer file must contain its token, so
 // a field parsed but read nowhere fails the build's tests.
 //
