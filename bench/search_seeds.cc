@@ -32,7 +32,7 @@
 //                             asha_best,tpe,asha_tpe,asha_tpe_d3,pbt]
 // (ASHA names: asha_ + standard/aggressive/conservative (mode), best
 // (rung_metric: best), tpe (sampler: tpe); suffixes _d3 divisor 3, _r2/_r4
-// max_rungs 2/4; the default is standard mode, divisor 4, max_rungs 3.)
+// max_rungs 2/4, _par bracket_order: parallel (Determined's); the default is standard mode, divisor 4, max_rungs 3.)
 //                [--slots 4] [--verbose]
 #include <algorithm>
 #include <cmath>
@@ -169,8 +169,9 @@ det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const st
     if (name.find("best") != std::string::npos) s.options.rung_metric = det::RungMetric::kBest;
     if (name.find("tpe") != std::string::npos) s.options.sampler = det::HParamSampler::kTpe;
     // Suffixes: _d3 (divisor 3), _r2 / _r4 (max_rungs 2: a first rung of 64
-    // batches, a grace period; 4: 4 batches).
+    // batches, a grace period; 4: 4 batches), _par (bracket_order: parallel).
     if (name.find("_d3") != std::string::npos) s.divisor = 3;
+    if (name.find("_par") != std::string::npos) s.options.bracket_order = det::BracketOrder::kParallel;
     if (name.find("_r2") != std::string::npos) s.max_rungs = 2;
     if (name.find("_r4") != std::string::npos) s.max_rungs = 4;
   }

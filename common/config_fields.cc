@@ -58,6 +58,7 @@ std::vector<ConfigField> MakeTable() {
       Read("searcher.perturb_factors", "master/search/pbt.cc", "o.perturb_factors"),
       Read("searcher.sampler", kAsha, "options.sampler"),
       Read("searcher.rung_metric", kAsha, "options.rung_metric"),
+      Read("searcher.bracket_order", kAshaLayout, "options.bracket_order"),
       Read("searcher.n_startup_trials", "master/search/tpe.cc", "options_.n_startup_trials"),
       Read("searcher.gamma", "master/search/tpe.cc", "options_.gamma"),
       Read("searcher.n_ei_candidates", "master/search/tpe.cc", "options_.n_ei_candidates"),

@@ -535,6 +535,7 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher["max_rungs"] = s.max_rungs;
     searcher["mode"] = std::string(AshaModeToString(s.mode));
     searcher["bracket_rungs"] = s.bracket_rungs;
+    searcher["bracket_order"] = s.options.bracket_order == BracketOrder::kParallel ? "parallel" : "aggressive_first";
   }
   if (s.name == SearcherName::kAsyncHalving) searcher["num_rungs"] = s.num_rungs;
   const SearchOptions& o = s.options;

@@ -25,7 +25,7 @@ const std::vector<std::string_view>& SearchOptionKeys() {
   static const std::vector<std::string_view> keys = {
       "population_size", "perturb_period", "truncate_fraction", "resample_probability", "perturb_factors",
       "sampler",         "n_startup_trials", "gamma",           "n_ei_candidates",      "rung_metric",
-      "random_fraction"};
+      "random_fraction", "bracket_order"};
   return keys;
 }
 
@@ -66,6 +66,9 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
   std::string rung_metric;
   DET_RETURN_IF_ERROR(r.GetEnum("rung_metric", {"latest", "best"}, &rung_metric));
   if (rung_metric == "best") out->rung_metric = RungMetric::kBest;
+  std::string bracket_order;
+  DET_RETURN_IF_ERROR(r.GetEnum("bracket_order", {"aggressive_first", "parallel"}, &bracket_order));
+  if (bracket_order == "parallel") out->bracket_order = BracketOrder::kParallel;
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@
 //                                 # (default 1/3 with sampler: tpe, as BOHB)
 //
 //     rung_metric: latest         # adaptive_asha/async_halving: latest | best
+//     bracket_order: aggressive_first  # adaptive_asha: aggressive_first | parallel
 #ifndef DET_COMMON_SEARCH_OPTIONS_H_
 #define DET_COMMON_SEARCH_OPTIONS_H_
 
@@ -74,12 +75,18 @@ enum class HParamSampler { kRandom, kTpe };
 // How ASHA ranks a trial at a rung: its latest validation, or the best it
 // has reported so far (smooths noisy early rungs).
 enum class RungMetric { kLatest, kBest };
+// How adaptive_asha's brackets share max_concurrent_trials (when it is > 0):
+// kAggressiveFirst, Hyperband's order: the brackets share the slots and a
+// bracket starts trials only once every bracket with more rungs has started
+// all of its own; kParallel, Determined's: each bracket its own share.
+enum class BracketOrder { kAggressiveFirst, kParallel };
 
 struct SearchOptions {
   PbtOptions pbt;
   TpeOptions tpe;
   HParamSampler sampler = HParamSampler::kRandom;  // async_halving, adaptive_asha
   RungMetric rung_metric = RungMetric::kLatest;    // async_halving, adaptive_asha
+  BracketOrder bracket_order = BracketOrder::kAggressiveFirst;  // adaptive_asha
 };
 
 // The keys ParseSearchOptions reads (for the searcher map's CheckKeys).

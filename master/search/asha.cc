@@ -63,13 +63,14 @@ bool ParseState(const std::string& s, TrialState* out) {
 
 class AshaSearch final : public SearchMethod {
  public:
-  AshaSearch(std::string name, HyperparameterSpace space, AshaLayout layout, const SearchOptions& options)
+  AshaSearch(std::string name, HyperparameterSpace space, AshaLayout layout, const SearchOptions& options,
+             uint64_t seed)
       : name_(std::move(name)), space_(std::move(space)), layout_(std::move(layout)),
         best_so_far_(options.rung_metric == RungMetric::kBest) {
     if (options.sampler == HParamSampler::kTpe) {
       TpeOptions tpe = options.tpe;
       tpe.random_fraction = RandomFractionOrDefault(tpe, /*under_asha=*/true);
-      tpe_.emplace(space_, tpe, layout_.smaller_is_better);
+      tpe_.emplace(space_, tpe, layout_.smaller_is_better, seed);
     }
     brackets_.resize(layout_.brackets.size());
     for (size_t b = 0; b < brackets_.size(); ++b) {
@@ -403,16 +404,28 @@ class AshaSearch final : public SearchMethod {
   }
 
   bool CanCreate(size_t b) const {
-    return brackets_[b].created < layout_.brackets[b].max_trials &&
-           Training(b) < layout_.brackets[b].max_concurrent_trials;
+    if (brackets_[b].created >= layout_.brackets[b].max_trials) return false;
+    if (layout_.shared_concurrency <= 0) return Training(b) < layout_.brackets[b].max_concurrent_trials;
+    int64_t training = 0;  // Hyperband's order: the brackets before b have created all theirs
+    for (size_t c = 0; c < brackets_.size(); ++c) {
+      if (c < b && brackets_[c].created < layout_.brackets[c].max_trials) return false;
+      training += Training(c);
+    }
+    return training < layout_.shared_concurrency;
   }
 
   void Create(size_t b, std::mt19937_64& rng, std::vector<SearcherOp>* ops) {
     CreateTrialOp create;
     create.request_id = next_request_id_++;
-    create.hparams = tpe_ ? tpe_->Propose(rng) : SampleHParams(space_, rng);
-    if (tpe_) tpe_->Record(create.request_id, create.hparams);
-    create.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
+    if (tpe_) {
+      TpeProposal p = tpe_->Propose(rng);
+      create.hparams = std::move(p.hparams);
+      create.trial_seed = p.trial_seed;
+      tpe_->Record(create.request_id, create.hparams);
+    } else {
+      create.hparams = SampleHParams(space_, rng);
+      create.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
+    }
     ++brackets_[b].created;
     Trial t;
     t.bracket = b;
@@ -532,8 +545,15 @@ class AshaSearch final : public SearchMethod {
     }
   }
 
+  // Creates what bracket b (with shared slots: any bracket, in order) may.
   void AfterEvent(size_t b, std::mt19937_64& rng, std::vector<SearcherOp>* ops) {
-    while (CanCreate(b)) Create(b, rng, ops);
+    if (layout_.shared_concurrency > 0) {
+      for (size_t c = 0; c < brackets_.size(); ++c) {
+        while (CanCreate(c)) Create(c, rng, ops);
+      }
+    } else {
+      while (CanCreate(b)) Create(b, rng, ops);
+    }
     CloseOut(b, ops);
     MaybeShutdown(ops);
   }
@@ -576,7 +596,8 @@ class AshaSearch final : public SearchMethod {
 
 std::unique_ptr<SearchMethod> NewAshaSearch(const ExperimentConfig& config, AshaLayout layout) {
   return std::make_unique<AshaSearch>(std::string(SearcherNameToString(config.searcher.name)),
-                                      config.hyperparameters, std::move(layout), config.searcher.options);
+                                      config.hyperparameters, std::move(layout), config.searcher.options,
+                                      config.reproducibility.experiment_seed.value_or(0));
 }
 
 }  // namespace master

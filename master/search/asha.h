@@ -40,6 +40,12 @@ struct AshaLayout {
   double divisor = 4;
   bool stop_once = false;
   bool smaller_is_better = true;
+  // > 0 (adaptive_asha, bracket_order: aggressive_first, max_concurrent_trials
+  // > 0, several brackets): the brackets share this many training trials, and
+  // a bracket creates a trial only once every bracket before it (more rungs)
+  // has created all of its own, Hyperband's order; the brackets'
+  // max_concurrent_trials do not apply then. 0: each bracket its own.
+  int64_t shared_concurrency = 0;
 };
 
 // floor(n / divisor^e) for n >= 0, divisor > 1, e >= 0, exact: the q with

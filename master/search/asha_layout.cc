@@ -210,6 +210,10 @@ absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t
     b.max_concurrent_trials = concurrency[i];
     layout.brackets.push_back(std::move(b));
   }
+  if (sc.options.bracket_order == BracketOrder::kAggressiveFirst && sc.max_concurrent_trials > 0 &&
+      layout.brackets.size() > 1) {
+    layout.shared_concurrency = sc.max_concurrent_trials;
+  }
   return layout;
 }
 

@@ -446,8 +446,11 @@ TEST(AsyncHalvingStopOnceTest, LargerIsBetterAndErrored) {
 // ---------------------------------------------------------------------------
 // adaptive_asha
 
+// bracket_order: parallel, Determined's: each bracket its share of
+// max_concurrent_trials, created round robin.
 TEST(AdaptiveAshaTest, InitialTrialsRoundRobinOverBrackets) {
   ExperimentConfig config = Adaptive(AshaMode::kStandard, 16, 4);  // 2 + 2 in flight
+  config.searcher.options.bracket_order = BracketOrder::kParallel;
   Searcher s = Make(config, 937);
   Expect e(config);
   Ops c1 = e.Create(1, 58), c2 = e.Create(2, 234), c3 = e.Create(3, 58), c4 = e.Create(4, 234);
@@ -519,11 +522,15 @@ void CheckRunsToShutdown(const ExperimentConfig& config, bool errors) {
   double last_progress = 0;
   for (int steps = 0; d.Step(s); ++steps) {
     ASSERT_LT(steps, 100000);
-    // Concurrency per bracket.
+    // Concurrency per bracket, or of all when they share the slots.
     std::vector<int64_t> in_flight(layout->brackets.size(), 0);
     for (RequestId id : d.training) ++in_flight[static_cast<size_t>(s.TrialBracket(id))];
-    for (size_t b = 0; b < in_flight.size(); ++b) {
-      ASSERT_LE(in_flight[b], layout->brackets[b].max_concurrent_trials) << "bracket " << b;
+    if (layout->shared_concurrency > 0) {
+      ASSERT_LE(static_cast<int64_t>(d.training.size()), layout->shared_concurrency);
+    } else {
+      for (size_t b = 0; b < in_flight.size(); ++b) {
+        ASSERT_LE(in_flight[b], layout->brackets[b].max_concurrent_trials) << "bracket " << b;
+      }
     }
     EXPECT_GE(s.Progress(), last_progress);
     last_progress = s.Progress();
@@ -547,15 +554,85 @@ TEST(AdaptiveAshaTest, EveryModeAndVariantRunsToShutdownWithinConcurrency) {
       for (bool smaller : {true, false}) {
         for (int64_t concurrency : {0, 1, 5, 64}) {
           for (bool errors : {false, true}) {
-            ExperimentConfig config = Adaptive(mode, 100, concurrency);
-            config.searcher.stop_once = stop_once;
-            config.searcher.smaller_is_better = smaller;
-            CheckRunsToShutdown(config, errors);
+            for (BracketOrder order : {BracketOrder::kAggressiveFirst, BracketOrder::kParallel}) {
+              ExperimentConfig config = Adaptive(mode, 100, concurrency);
+              config.searcher.stop_once = stop_once;
+              config.searcher.smaller_is_better = smaller;
+              config.searcher.options.bracket_order = order;
+              CheckRunsToShutdown(config, errors);
+            }
           }
         }
       }
     }
   }
+}
+
+// bracket_order: aggressive_first (the default), Hyperband's order: the
+// brackets share max_concurrent_trials, and a bracket starts trials only once
+// every bracket with more rungs has created all of its own; so the first
+// trials are the aggressive bracket's, as in mode: aggressive.
+TEST(AdaptiveAshaTest, AggressiveFirstFillsEachBracketBeforeTheNext) {
+  for (AshaMode mode : {AshaMode::kStandard, AshaMode::kConservative}) {
+    ExperimentConfig config = Adaptive(mode, 64, 4);
+    SCOPED_TRACE(ExperimentConfigToJson(config)["searcher"].dump());
+    absl::StatusOr<AshaLayout> layout = AshaLayoutFor(config, 937);
+    ASSERT_TRUE(layout.ok());
+    ASSERT_GE(layout->brackets.size(), 2u);
+    ASSERT_EQ(layout->shared_concurrency, 4);
+    Searcher s = Make(config, 937);
+    Expect e(config);
+    const int64_t first_rung = layout->brackets[0].rung_lengths[0];
+    EXPECT_EQ(Strings(s.InitialOperations()), Cat({e.Create(1, first_rung), e.Create(2, first_rung),
+                                                   e.Create(3, first_rung), e.Create(4, first_rung)}));
+    Driver d;
+    for (RequestId id = 1; id <= 4; ++id) {
+      d.training.push_back(id);
+      d.target[id] = first_rung;
+    }
+    for (int steps = 0; d.Step(s); ++steps) {
+      ASSERT_LT(steps, 100000);
+      ASSERT_LE(d.training.size(), 4u);
+    }
+    EXPECT_TRUE(s.shutdown());
+    // Request ids are in creation order: their brackets never go back.
+    int64_t last_bracket = 0;
+    std::vector<int64_t> created(layout->brackets.size(), 0);
+    for (const auto& [id, state] : s.trials()) {
+      const int64_t b = s.TrialBracket(id);
+      EXPECT_GE(b, last_bracket) << "trial " << id;
+      last_bracket = b;
+      ++created[static_cast<size_t>(b)];
+    }
+    for (size_t b = 0; b < created.size(); ++b) EXPECT_EQ(created[b], layout->brackets[b].max_trials);
+  }
+  // Without a limit (max_concurrent_trials 0) each bracket keeps its own.
+  absl::StatusOr<AshaLayout> unlimited = AshaLayoutFor(Adaptive(AshaMode::kStandard, 64, 0), 937);
+  ASSERT_TRUE(unlimited.ok());
+  EXPECT_EQ(unlimited->shared_concurrency, 0);
+}
+
+// bracket_order is parsed, echoed and checked; a bad value names the field.
+TEST(AdaptiveAshaTest, BracketOrderIsParsedEchoedAndChecked) {
+  const std::string base =
+      "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  name: adaptive_asha\n"
+      "  metric: loss\n  max_length: {batches: 256}\n  max_trials: 64\n  max_concurrent_trials: 2\n";
+  auto config = ParseExperimentConfig(base, "c.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["bracket_order"], "aggressive_first");
+  absl::StatusOr<AshaLayout> layout = AshaLayoutFor(*config, 256);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(layout->shared_concurrency, 2);
+  config = ParseExperimentConfig(base + "  bracket_order: parallel\n", "c.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->searcher.options.bracket_order, BracketOrder::kParallel);
+  EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["bracket_order"], "parallel");
+  layout = AshaLayoutFor(*config, 256);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(layout->shared_concurrency, 0);
+  config = ParseExperimentConfig(base + "  bracket_order: sideways\n", "c.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("searcher.bracket_order"));
 }
 
 TEST(AdaptiveAshaTest, SnapshotRestoreMidSearchGivesIdenticalOps) {

@@ -158,14 +158,14 @@ class FixedPoolSearch final : public SearchMethod {
       CreateTrialOp create;
       create.request_id = next_request_id_++;
       if (tpe_) {
-        create.hparams = tpe_->Propose(rng);
+        TpeProposal p = tpe_->Propose(rng);
+        create.hparams = std::move(p.hparams);
+        create.trial_seed = p.trial_seed;
         tpe_->Record(create.request_id, create.hparams);
-      } else if (grid_.empty()) {
-        create.hparams = SampleHParams(space_, rng);
       } else {
-        create.hparams = grid_[static_cast<size_t>(next_point_++)];
+        create.hparams = grid_.empty() ? SampleHParams(space_, rng) : grid_[static_cast<size_t>(next_point_++)];
+        create.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
       }
-      create.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
       ++created_;
       open_.insert(create.request_id);
       RequestId id = create.request_id;
@@ -293,7 +293,8 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewSearchMethod(const ExperimentCo
       int64_t concurrency = sc.max_concurrent_trials > 0 ? sc.max_concurrent_trials : 4;
       return std::unique_ptr<SearchMethod>(std::make_unique<FixedPoolSearch>(
           name, config.hyperparameters, max_length, sc.max_trials, concurrency, std::vector<json>{}, true,
-          TpeSampler(config.hyperparameters, sc.options.tpe, sc.smaller_is_better)));
+          TpeSampler(config.hyperparameters, sc.options.tpe, sc.smaller_is_better,
+                     config.reproducibility.experiment_seed.value_or(0))));
     }
     case SearcherName::kPbt:
       return NewPbtSearch(config, max_length);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -169,19 +170,32 @@ class Parzen {
 
 }  // namespace
 
-TpeSampler::TpeSampler(HyperparameterSpace space, TpeOptions options, bool smaller_is_better)
-    : space_(std::move(space)), options_(options), smaller_is_better_(smaller_is_better) {}
+TpeSampler::TpeSampler(HyperparameterSpace space, TpeOptions options, bool smaller_is_better, uint64_t model_seed)
+    : space_(std::move(space)), options_(options), smaller_is_better_(smaller_is_better) {
+  // Mixed with a constant: a stream other than the searcher's own rng, which
+  // the experiment seed seeds too.
+  std::seed_seq seq{static_cast<uint32_t>(model_seed), static_cast<uint32_t>(model_seed >> 32), 0x747065u};
+  model_rng_.seed(seq);
+}
 
-json TpeSampler::Propose(std::mt19937_64& rng) const {
+TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
   std::vector<std::pair<RequestId, const Obs*>> scored;
   for (const auto& [id, o] : obs_) {
     if (o.scored) scored.emplace_back(id, &o);
   }
-  json point = SampleHParams(space_, rng);
   const size_t enough = static_cast<size_t>(std::max<int64_t>(options_.n_startup_trials, 2));
-  if (scored.size() < enough) return point;
   const double random_fraction = options_.random_fraction.value_or(0);
-  if (random_fraction > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < random_fraction) return point;
+  if (scored.size() < enough ||
+      (random_fraction > 0 && std::uniform_real_distribution<double>(0, 1)(model_rng_) < random_fraction)) {
+    TpeProposal random;
+    random.hparams = SampleHParams(space_, rng);
+    random.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
+    return random;
+  }
+  TpeProposal proposal;
+  proposal.from_model = true;
+  json point = SampleHParams(space_, model_rng_);
+  proposal.trial_seed = static_cast<uint32_t>(model_rng_() & 0xffffffffu);
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
     if (a.second->level != b.second->level) return a.second->level > b.second->level;
     return a.second->value < b.second->value;
@@ -220,7 +234,7 @@ json TpeSampler::Propose(std::mt19937_64& rng) const {
     std::vector<double> xs;
     double score = 0;
     for (size_t j = 0; j < leaves.size(); ++j) {
-      double x = below[j].Sample(rng);
+      double x = below[j].Sample(model_rng_);
       score += below[j].LogPdf(x) - above[j].LogPdf(x);
       xs.push_back(x);
     }
@@ -230,7 +244,8 @@ json TpeSampler::Propose(std::mt19937_64& rng) const {
     }
   }
   for (size_t j = 0; j < leaves.size() && j < best.size(); ++j) Set(&point, leaves[j].path, Decode(*leaves[j].hp, best[j]));
-  return point;
+  proposal.hparams = std::move(point);
+  return proposal;
 }
 
 void TpeSampler::Record(RequestId id, const json& hparams) {
@@ -262,14 +277,24 @@ json TpeSampler::Snapshot() const {
     json v = std::isfinite(o.value) ? json(o.value) : json(nullptr);
     list.push_back(json{{"id", id}, {"hparams", o.hparams}, {"scored", o.scored}, {"value", v}, {"level", o.level}});
   }
-  return list;
+  std::ostringstream rng;
+  rng << model_rng_;
+  return json{{"trials", std::move(list)}, {"model_rng", rng.str()}};
 }
 
 absl::Status TpeSampler::Restore(const json& snapshot) {
-  if (!snapshot.is_array()) return absl::InvalidArgumentError("tpe snapshot must be a list");
+  if (!snapshot.is_array() && !snapshot.is_object()) return absl::InvalidArgumentError("tpe snapshot must be an object");
   std::map<RequestId, Obs> obs;
+  std::mt19937_64 model_rng = model_rng_;
   try {
-    for (const json& e : snapshot) {
+    if (snapshot.is_object()) {
+      std::istringstream rng(snapshot.at("model_rng").get<std::string>());
+      rng >> model_rng;
+      if (rng.fail()) return absl::InvalidArgumentError("tpe snapshot has a malformed model_rng");
+    }
+    const json& trials = snapshot.is_object() ? snapshot.at("trials") : snapshot;
+    if (!trials.is_array()) return absl::InvalidArgumentError("tpe snapshot's trials must be a list");
+    for (const json& e : trials) {
       Obs o;
       o.hparams = e.at("hparams");
       o.scored = e.at("scored").get<bool>();
@@ -281,6 +306,7 @@ absl::Status TpeSampler::Restore(const json& snapshot) {
     return absl::InvalidArgumentError(absl::StrCat("malformed tpe snapshot: ", e.what()));
   }
   obs_ = std::move(obs);
+  model_rng_ = model_rng;
   return absl::OkStatus();
 }
 

@@ -6,9 +6,17 @@
 // Pure decision code (see searcher.h): no I/O, randomness only through the
 // rng it is given, so the same events give the same proposals.
 //
-//   TpeSampler tpe(config.hyperparameters, config.searcher.options.tpe, smaller_is_better);
-//   json hp = tpe.Propose(rng);  tpe.Record(id, hp);
+//   TpeSampler tpe(config.hyperparameters, config.searcher.options.tpe, smaller_is_better, experiment_seed);
+//   TpeProposal p = tpe.Propose(rng);  tpe.Record(id, p.hparams);
 //   tpe.Observe(id, metric, /*level=*/batches);
+//
+// Random proposals (the startup trials and the random_fraction share) draw
+// from the searcher's `rng` exactly what random search draws for a trial (the
+// hparams, then the trial seed), and model proposals draw only from the
+// sampler's own stream: with the same experiment seed, TPE's k-th random
+// proposal is random search's k-th trial, so a TPE search (and ASHA with
+// sampler: tpe) covers random search's candidates in order, as BOHB's random
+// share keeps Hyperband's guarantees.
 #ifndef DET_MASTER_SEARCH_TPE_H_
 #define DET_MASTER_SEARCH_TPE_H_
 
@@ -31,14 +39,24 @@ namespace master {
 // proposal costs at most kMaxEiCandidates x hparams x this many kernels.
 inline constexpr size_t kMaxTpeModelTrials = 256;
 
+// One proposal: the hparams and the trial's seed.
+struct TpeProposal {
+  nlohmann::json hparams;
+  uint32_t trial_seed = 0;
+  bool from_model = false;  // false: a random proposal, drawn from `rng`
+};
+
 // Not thread-safe.
 class TpeSampler {
  public:
-  TpeSampler(HyperparameterSpace space, TpeOptions options, bool smaller_is_better);
+  // `model_seed` (the experiment seed) seeds the sampler's own stream.
+  TpeSampler(HyperparameterSpace space, TpeOptions options, bool smaller_is_better, uint64_t model_seed = 0);
 
-  // A point of the space. While fewer than n_startup_trials trials have a
-  // result, and afterwards with probability random_fraction (unset: 0; one
-  // draw of `rng`, made only when it is > 0): SampleHParams. Otherwise
+  // A point of the space and a trial seed. While fewer than n_startup_trials
+  // trials have a result, and afterwards with probability random_fraction
+  // (unset: 0; one draw of the sampler's stream, made only when it is > 0):
+  // a random proposal, SampleHParams(rng) then the low 32 bits of rng(), the
+  // draws random search makes for a trial; nothing else touches `rng`. Otherwise
   // the results are ranked (a higher `level` first, then the better metric;
   // non-finite metrics last); as in BOHB only the trials at or above the
   // highest level that at least max(2, n_startup_trials) trials reached are
@@ -48,8 +66,9 @@ class TpeSampler {
   // truncated Gaussian mixtures with a wide prior component; categorical as
   // smoothed frequencies; const and nested structure kept); n_ei_candidates
   // points are drawn from l and the one with the largest sum of
-  // log l(x) - log g(x) over the hparams is returned.
-  nlohmann::json Propose(std::mt19937_64& rng) const;
+  // log l(x) - log g(x) over the hparams is returned (const hparams and
+  // nested choices, and the trial seed, drawn from the sampler's stream).
+  TpeProposal Propose(std::mt19937_64& rng);
   // Remembers the hparams of trial `id` (replacing earlier ones).
   void Record(RequestId id, const nlohmann::json& hparams);
   // Trial `id`'s result at `level` (0 for a full-length search; for ASHA the
@@ -62,6 +81,9 @@ class TpeSampler {
   // The number of trials with a result.
   int64_t observed() const;
 
+  // The results and the sampler's stream. Restore also takes the plain list
+  // of results that snapshots before the sampler's own stream held (the
+  // stream then stays as constructed).
   nlohmann::json Snapshot() const;
   // InvalidArgument for a malformed snapshot (state unchanged then).
   absl::Status Restore(const nlohmann::json& snapshot);
@@ -77,6 +99,7 @@ class TpeSampler {
   TpeOptions options_;
   bool smaller_is_better_;
   std::map<RequestId, Obs> obs_;
+  std::mt19937_64 model_rng_;  // model proposals and the random_fraction draw
 };
 
 }  // namespace master

@@ -35,7 +35,7 @@ TEST(TpeSamplerTest, ProposalsConcentrateNearTheOptimumAfterStartup) {
   const double optimum = 0.7;
   std::vector<double> xs;
   for (RequestId id = 1; id <= 60; ++id) {
-    json hp = tpe.Propose(rng);
+    json hp = tpe.Propose(rng).hparams;
     tpe.Record(id, hp);
     double x = hp["x"].get<double>();
     xs.push_back(x);
@@ -61,7 +61,7 @@ TEST(TpeSamplerTest, RandomFractionKeepsCoveringTheSpace) {
     std::mt19937_64 rng(42);
     int far = 0;
     for (RequestId id = 1; id <= 210; ++id) {
-      json hp = tpe.Propose(rng);
+      json hp = tpe.Propose(rng).hparams;
       tpe.Record(id, hp);
       double x = hp["x"].get<double>();
       if (id > 10 && std::abs(x - 0.7) > 0.3) ++far;
@@ -89,7 +89,7 @@ TEST(TpeSamplerTest, HandlesEveryHParamTypeAndRestores) {
   TpeSampler tpe(space, options, /*smaller_is_better=*/false);
   std::mt19937_64 rng(1);
   for (RequestId id = 1; id <= 30; ++id) {
-    json hp = tpe.Propose(rng);
+    json hp = tpe.Propose(rng).hparams;
     ASSERT_TRUE(hp["lr"].get<double>() >= 1e-5 && hp["lr"].get<double>() <= 0.1) << hp;
     ASSERT_TRUE(hp["width"].is_number_integer()) << hp;
     ASSERT_TRUE(hp["width"].get<int64_t>() >= 4 && hp["width"].get<int64_t>() <= 128) << hp;
@@ -104,7 +104,11 @@ TEST(TpeSamplerTest, HandlesEveryHParamTypeAndRestores) {
   TpeSampler copy(space, options, false);
   ASSERT_TRUE(copy.Restore(tpe.Snapshot()).ok());
   std::mt19937_64 a(5), b(5);
-  EXPECT_EQ(tpe.Propose(a), copy.Propose(b));
+  for (int i = 0; i < 5; ++i) {  // model proposals (the sampler's stream is restored too) and random ones
+    TpeProposal x = tpe.Propose(a), y = copy.Propose(b);
+    EXPECT_EQ(x.hparams, y.hparams);
+    EXPECT_EQ(x.trial_seed, y.trial_seed);
+  }
   EXPECT_FALSE(copy.Restore(json{{"x", 1}}).ok());
 }
 
@@ -122,8 +126,9 @@ ExperimentConfig TpeConfig(SearcherName name) {
   return config;
 }
 
-// Drives a searcher to its end with metric (x - 0.3)^2; returns the x of each trial in order.
-std::vector<double> Drive(Searcher& s) {
+// Drives a searcher to its end with metric (x - 0.3)^2; returns the x of
+// each trial in order (and, given `created`, the trials it created).
+std::vector<double> Drive(Searcher& s, std::vector<CreateTrialOp>* created = nullptr) {
   std::vector<double> xs;
   std::map<RequestId, double> x_of;
   std::vector<SearcherOp> pending = s.InitialOperations();
@@ -132,6 +137,7 @@ std::vector<double> Drive(Searcher& s) {
     pending.erase(pending.begin());
     std::vector<SearcherOp> more;
     if (auto* c = std::get_if<CreateTrialOp>(&op)) {
+      if (created) created->push_back(*c);
       x_of[c->request_id] = c->hparams["x"].get<double>();
       xs.push_back(x_of[c->request_id]);
       more = s.TrialCreated(c->request_id);
@@ -193,7 +199,7 @@ TEST(TpeSearchTest, AshaFeedsTpeTheBatchesBehindEachResult) {
     }
     pending.insert(pending.end(), more.begin(), more.end());
   }
-  const json tpe = s->Snapshot()["method"]["tpe"];
+  const json tpe = s->Snapshot()["method"]["tpe"]["trials"];
   ASSERT_TRUE(tpe.is_array()) << s->Snapshot()["method"].dump();
   std::set<int64_t> first_lengths;
   int scored = 0;
@@ -209,9 +215,11 @@ TEST(TpeSearchTest, AshaFeedsTpeTheBatchesBehindEachResult) {
 
   // A snapshot stored before the levels were batches (rung indexes, no
   // "tpe_level") is restored with each index turned into its rung's batches.
+  // Such snapshots held TPE's results as a plain list, without its stream.
   json old = s->Snapshot();
   json& method = old["method"];
   method.erase("tpe_level");
+  method["tpe"] = json(method["tpe"]["trials"]);
   std::map<RequestId, json> rung_lengths;  // of each trial's bracket
   for (const json& t : method["trials"]) {
     rung_lengths[t[0].get<RequestId>()] = method["brackets"][t[1].get<size_t>()]["rung_lengths"];
@@ -227,7 +235,7 @@ TEST(TpeSearchTest, AshaFeedsTpeTheBatchesBehindEachResult) {
   ASSERT_EQ(indexes.size(), 3u);  // 0, 1 and 2: the index alone is ambiguous
   absl::StatusOr<Searcher> restored = Searcher::Restore(config, 64, old);
   ASSERT_TRUE(restored.ok()) << restored.status();
-  EXPECT_EQ(restored->Snapshot()["method"]["tpe"], tpe);
+  EXPECT_EQ(restored->Snapshot()["method"]["tpe"]["trials"], tpe);
 }
 
 // Attack: a config asking for unbounded work under the master's lock is
@@ -282,20 +290,77 @@ TEST(TpeSearchTest, RandomFractionDefaultsToBohbsUnderAsha) {
   EXPECT_NE(proposals(std::nullopt), proposals(0.0));
 }
 
+// Random proposals draw from the searcher's rng exactly what random search
+// draws for a trial (hparams, then trial seed); the coin and the model's
+// proposals draw from the sampler's own stream.
+TEST(TpeSamplerTest, RandomProposalsAreRandomSearchsDraws) {
+  HyperparameterSpace space = {{"x", Hyperparameter::Double(0, 1)}, {"k", Hyperparameter::Int(1, 9)}};
+  TpeOptions options;
+  options.random_fraction = 0.5;
+  TpeSampler tpe(space, options, /*smaller_is_better=*/true, /*model_seed=*/42);
+  std::mt19937_64 rng(42), random_search(42);
+  int random = 0, model = 0;
+  for (RequestId id = 1; id <= 60; ++id) {
+    TpeProposal p = tpe.Propose(rng);
+    tpe.Record(id, p.hparams);
+    tpe.Observe(id, std::abs(p.hparams["x"].get<double>() - 0.7), 0);
+    if (p.from_model) {
+      ++model;
+      continue;
+    }
+    ++random;
+    ASSERT_EQ(p.hparams, SampleHParams(space, random_search)) << "random proposal " << random;
+    ASSERT_EQ(p.trial_seed, static_cast<uint32_t>(random_search() & 0xffffffffu)) << "random proposal " << random;
+  }
+  EXPECT_GE(random, 10 + 15);  // the startup trials and about half of the rest
+  EXPECT_GE(model, 15);
+}
+
+// With the same experiment seed, ASHA with sampler: tpe tries random search's
+// trials (hparams and trial seed) in random search's order among its own.
+TEST(TpeSearchTest, AshaWithTpeTriesRandomSearchsTrialsInOrder) {
+  std::vector<CreateTrialOp> random, asha;
+  ExperimentConfig config = TpeConfig(SearcherName::kRandom);
+  absl::StatusOr<Searcher> r = Searcher::Create(config, 16);
+  ASSERT_TRUE(r.ok()) << r.status();
+  Drive(*r, &random);
+  config = TpeConfig(SearcherName::kAdaptiveAsha);
+  config.searcher.max_length = Length{Length::Unit::kBatches, 64};
+  config.searcher.max_rungs = 3;
+  config.searcher.mode = AshaMode::kAggressive;
+  config.searcher.max_trials = 60;
+  absl::StatusOr<Searcher> a = Searcher::Create(config, 64);
+  ASSERT_TRUE(a.ok()) << a.status();
+  Drive(*a, &asha);
+  ASSERT_EQ(random.size(), 40u);
+  size_t matched = 0, model = 0;
+  for (const CreateTrialOp& c : asha) {
+    if (matched < random.size() && c.hparams == random[matched].hparams &&
+        c.trial_seed == random[matched].trial_seed) {
+      ++matched;
+    } else {
+      ++model;
+    }
+  }
+  EXPECT_GE(matched, 4u + 12u);  // the 4 startup trials and about a third of the other 56
+  EXPECT_GE(model, 20u);
+}
+
 // Many results: a proposal models only the best-ranked kMaxTpeModelTrials.
 TEST(TpeSamplerTest, ModelsAtMostTheBestRankedTrials) {
   HyperparameterSpace space = {{"x", Hyperparameter::Double(0, 1)}};
   TpeSampler tpe(space, TpeOptions{}, true);
   std::mt19937_64 rng(3);
   for (RequestId id = 1; id <= 3000; ++id) {
-    json hp = tpe.Propose(rng);
+    json hp = tpe.Propose(rng).hparams;
     tpe.Record(id, hp);
     double x = hp["x"].get<double>();
     tpe.Observe(id, (x - 0.5) * (x - 0.5), 0);
   }
   EXPECT_EQ(tpe.observed(), 3000);
-  json hp = tpe.Propose(rng);
-  EXPECT_LT(std::abs(hp["x"].get<double>() - 0.5), 0.2);
+  int near = 0;  // at random 8 of 20; the model's prior component still sends some far away
+  for (int i = 0; i < 20; ++i) near += std::abs(tpe.Propose(rng).hparams["x"].get<double>() - 0.5) < 0.2 ? 1 : 0;
+  EXPECT_GE(near, 12);
 }
 
 }  // namespace
