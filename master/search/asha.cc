@@ -418,10 +418,7 @@ class AshaSearch final : public SearchMethod {
     CreateTrialOp create;
     create.request_id = next_request_id_++;
     if (tpe_) {
-      TpeProposal p = tpe_->Propose(rng);
-      create.hparams = std::move(p.hparams);
-      create.trial_seed = p.trial_seed;
-      tpe_->Record(create.request_id, create.hparams);
+      tpe_->ProposeFor(&create, rng);
     } else {
       create.hparams = SampleHParams(space_, rng);
       create.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);

@@ -158,10 +158,7 @@ class FixedPoolSearch final : public SearchMethod {
       CreateTrialOp create;
       create.request_id = next_request_id_++;
       if (tpe_) {
-        TpeProposal p = tpe_->Propose(rng);
-        create.hparams = std::move(p.hparams);
-        create.trial_seed = p.trial_seed;
-        tpe_->Record(create.request_id, create.hparams);
+        tpe_->ProposeFor(&create, rng);
       } else {
         create.hparams = grid_.empty() ? SampleHParams(space_, rng) : grid_[static_cast<size_t>(next_point_++)];
         create.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);

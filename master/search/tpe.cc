@@ -248,6 +248,13 @@ TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
   return proposal;
 }
 
+void TpeSampler::ProposeFor(CreateTrialOp* create, std::mt19937_64& rng) {
+  TpeProposal p = Propose(rng);
+  create->hparams = std::move(p.hparams);
+  create->trial_seed = p.trial_seed;
+  Record(create->request_id, create->hparams);
+}
+
 void TpeSampler::Record(RequestId id, const json& hparams) {
   Obs o;
   o.hparams = hparams;

@@ -69,6 +69,9 @@ class TpeSampler {
   // log l(x) - log g(x) over the hparams is returned (const hparams and
   // nested choices, and the trial seed, drawn from the sampler's stream).
   TpeProposal Propose(std::mt19937_64& rng);
+  // Propose, then Record under create->request_id: sets create's hparams
+  // and trial_seed.
+  void ProposeFor(CreateTrialOp* create, std::mt19937_64& rng);
   // Remembers the hparams of trial `id` (replacing earlier ones).
   void Record(RequestId id, const nlohmann::json& hparams);
   // Trial `id`'s result at `level` (0 for a full-length search; for ASHA the
