@@ -32,7 +32,8 @@
 //                             asha_best,tpe,asha_tpe,asha_tpe_d3,pbt]
 // (ASHA names: asha_ + standard/aggressive/conservative (mode), best
 // (rung_metric: best), tpe (sampler: tpe); suffixes _d3 divisor 3, _r2/_r4
-// max_rungs 2/4, _par bracket_order: parallel (Determined's); the default is standard mode, divisor 4, max_rungs 3.)
+// max_rungs 2/4, _par bracket_order: parallel (Determined's); the default is
+// standard mode, divisor 4, max_rungs 3.)
 //                [--slots 4] [--verbose]
 #include <algorithm>
 #include <cmath>

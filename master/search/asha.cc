@@ -421,7 +421,7 @@ class AshaSearch final : public SearchMethod {
       tpe_->ProposeFor(&create, rng);
     } else {
       create.hparams = SampleHParams(space_, rng);
-      create.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
+      create.trial_seed = DrawTrialSeed(rng);
     }
     ++brackets_[b].created;
     Trial t;

@@ -193,7 +193,7 @@ class PbtSearch final : public SearchMethod {
     CreateTrialOp c;
     c.request_id = next_request_id_++;
     c.hparams = std::move(hparams);
-    c.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
+    c.trial_seed = DrawTrialSeed(rng);
     // A child continues its parent's run, data order included: its seed.
     if (parent != 0) c.trial_seed = members_[parent].seed;
     c.parent = parent;

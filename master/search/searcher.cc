@@ -161,7 +161,7 @@ class FixedPoolSearch final : public SearchMethod {
         tpe_->ProposeFor(&create, rng);
       } else {
         create.hparams = grid_.empty() ? SampleHParams(space_, rng) : grid_[static_cast<size_t>(next_point_++)];
-        create.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
+        create.trial_seed = DrawTrialSeed(rng);
       }
       ++created_;
       open_.insert(create.request_id);

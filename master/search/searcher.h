@@ -37,6 +37,12 @@ namespace master {
 // The searcher's name for a trial, assigned by the searcher: 1, 2, 3, ...
 using RequestId = int64_t;
 
+// A trial's seed: the low 32 bits of one draw of `rng`. Random search draws a
+// trial's SampleHParams and then this; ASHA and TPE's random proposals draw
+// the same, so that with one experiment seed they propose random search's
+// trials in its order.
+inline uint32_t DrawTrialSeed(std::mt19937_64& rng) { return static_cast<uint32_t>(rng() & 0xffffffffu); }
+
 // Create a trial with these hparams and this seed.
 // `parent` (pbt): a trial of this search whose latest checkpoint the new
 // trial starts from, with its whole state (model, optimizer, batch counters;

@@ -189,13 +189,13 @@ TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
       (random_fraction > 0 && std::uniform_real_distribution<double>(0, 1)(model_rng_) < random_fraction)) {
     TpeProposal random;
     random.hparams = SampleHParams(space_, rng);
-    random.trial_seed = static_cast<uint32_t>(rng() & 0xffffffffu);
+    random.trial_seed = DrawTrialSeed(rng);
     return random;
   }
   TpeProposal proposal;
   proposal.from_model = true;
   json point = SampleHParams(space_, model_rng_);
-  proposal.trial_seed = static_cast<uint32_t>(model_rng_() & 0xffffffffu);
+  proposal.trial_seed = DrawTrialSeed(model_rng_);
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
     if (a.second->level != b.second->level) return a.second->level > b.second->level;
     return a.second->value < b.second->value;

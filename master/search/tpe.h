@@ -55,7 +55,7 @@ class TpeSampler {
   // A point of the space and a trial seed. While fewer than n_startup_trials
   // trials have a result, and afterwards with probability random_fraction
   // (unset: 0; one draw of the sampler's stream, made only when it is > 0):
-  // a random proposal, SampleHParams(rng) then the low 32 bits of rng(), the
+  // a random proposal, SampleHParams(rng) then DrawTrialSeed(rng), the
   // draws random search makes for a trial; nothing else touches `rng`. Otherwise
   // the results are ranked (a higher `level` first, then the better metric;
   // non-finite metrics last); as in BOHB only the trials at or above the
