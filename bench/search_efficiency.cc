@@ -24,6 +24,7 @@
 //                     best: standard with rung_metric: best; asha_tpe: standard with sampler:
 //                     tpe; aggressive_tpe: aggressive with sampler: tpe; suffixes on the ASHA
 //                     ones: _d3 divisor 3, _r2/_r4 max_rungs 2/4, _par bracket_order: parallel;
+//                     on asha_tpe: _all tpe_brackets: all;
 //                     on asha_tpe, aggressive_tpe and tpe: _rf/_rf0 random_fraction 1/3 / 0;
 //                     tpe; pbt: population 64, perturb_period 32; --asha-variants is the same flag)
 //                     [--results FILE] [--report] [--full]
@@ -99,7 +100,8 @@ struct AshaVariant {
 // A name is a base (promotion, stop_once, aggressive, conservative, best,
 // asha_tpe, aggressive_tpe, tpe, pbt) and, on an ASHA one, suffixes: _d3
 // (divisor 3), _r2 / _r4 (max_rungs 2: a first rung of max_length/4, a grace
-// period; 4), _par (bracket_order: parallel, Determined's); on asha_tpe,
+// period; 4), _par (bracket_order: parallel, Determined's); on asha_tpe:
+// _all (tpe_brackets: all, the model in the first bracket too); on asha_tpe,
 // aggressive_tpe and tpe: _rf / _rf0 (random_fraction 1/3 / 0; the defaults
 // are 1/3 under ASHA, as BOHB, and 0 for tpe).
 std::optional<AshaVariant> ParseVariant(const std::string& name) {
@@ -108,6 +110,7 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   std::string base = name;
   std::string random_fraction;  // _rf / _rf0: given, else the searcher's default
   bool parallel = false;        // _par: bracket_order: parallel
+  bool tpe_all = false;         // _all: tpe_brackets: all
   auto suffix = [&](const char* s) {
     const size_t n = std::strlen(s);
     if (base.size() <= n || base.compare(base.size() - n, n, s) != 0) return false;
@@ -122,6 +125,7 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
     if (suffix("_rf")) random_fraction = "0.3333333333333333", more = true;
     if (suffix("_rf0")) random_fraction = "0", more = true;
     if (suffix("_par")) parallel = true, more = true;
+    if (suffix("_all")) tpe_all = true, more = true;
   }
   const bool plain = v.divisor == 4 && v.max_rungs == 0 && !parallel;
   if (base == "stop_once") v.stop_once = true;
@@ -132,6 +136,10 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   else if ((base == "tpe" || base == "pbt") && plain) v.searcher = base;
   else if (base != "promotion") return std::nullopt;
   if (parallel) v.extra += "  bracket_order: parallel\n";
+  if (tpe_all) {  // TPE's proposals in the first bracket too
+    if (base != "asha_tpe") return std::nullopt;
+    v.extra += "  tpe_brackets: all\n";
+  }
   if (!random_fraction.empty()) {  // TPE's share of random proposals
     if (base != "asha_tpe" && base != "aggressive_tpe" && base != "tpe") return std::nullopt;
     v.extra += "  random_fraction: " + random_fraction + "\n";

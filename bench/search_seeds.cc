@@ -32,7 +32,8 @@
 //                             asha_best,tpe,asha_tpe,asha_tpe_d3,pbt]
 // (ASHA names: asha_ + standard/aggressive/conservative (mode), best
 // (rung_metric: best), tpe (sampler: tpe); suffixes _d3 divisor 3, _r2/_r4
-// max_rungs 2/4, _par bracket_order: parallel (Determined's); the default is
+// max_rungs 2/4, _par bracket_order: parallel (Determined's), _all
+// tpe_brackets: all; the default is
 // standard mode, divisor 4, max_rungs 3.)
 //                [--slots 4] [--verbose]
 #include <algorithm>
@@ -173,6 +174,7 @@ det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const st
     // batches, a grace period; 4: 4 batches), _par (bracket_order: parallel).
     if (name.find("_d3") != std::string::npos) s.divisor = 3;
     if (name.find("_par") != std::string::npos) s.options.bracket_order = det::BracketOrder::kParallel;
+    if (name.find("_all") != std::string::npos) s.options.tpe_brackets = det::TpeBrackets::kAll;
     if (name.find("_r2") != std::string::npos) s.max_rungs = 2;
     if (name.find("_r4") != std::string::npos) s.max_rungs = 4;
   }

@@ -551,6 +551,9 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher["sampler"] = o.sampler == HParamSampler::kTpe ? "tpe" : "random";
     searcher["rung_metric"] = o.rung_metric == RungMetric::kBest ? "best" : "latest";
   }
+  if (s.name == SearcherName::kAdaptiveAsha && o.sampler == HParamSampler::kTpe) {
+    searcher["tpe_brackets"] = o.tpe_brackets == TpeBrackets::kAll ? "all" : "after_first";
+  }
   if (s.name == SearcherName::kTpe || o.sampler == HParamSampler::kTpe) {
     searcher["n_startup_trials"] = o.tpe.n_startup_trials;
     searcher["gamma"] = o.tpe.gamma;

@@ -25,7 +25,7 @@ const std::vector<std::string_view>& SearchOptionKeys() {
   static const std::vector<std::string_view> keys = {
       "population_size", "perturb_period", "truncate_fraction", "resample_probability", "perturb_factors",
       "sampler",         "n_startup_trials", "gamma",           "n_ei_candidates",      "rung_metric",
-      "random_fraction", "bracket_order"};
+      "random_fraction", "bracket_order",   "tpe_brackets"};
   return keys;
 }
 
@@ -69,6 +69,9 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
   std::string bracket_order;
   DET_RETURN_IF_ERROR(r.GetEnum("bracket_order", {"aggressive_first", "parallel"}, &bracket_order));
   if (bracket_order == "parallel") out->bracket_order = BracketOrder::kParallel;
+  std::string tpe_brackets;
+  DET_RETURN_IF_ERROR(r.GetEnum("tpe_brackets", {"after_first", "all"}, &tpe_brackets));
+  if (tpe_brackets == "all") out->tpe_brackets = TpeBrackets::kAll;
   return absl::OkStatus();
 }
 

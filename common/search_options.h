@@ -80,6 +80,12 @@ enum class RungMetric { kLatest, kBest };
 // bracket starts trials only once every bracket with more rungs has started
 // all of its own; kParallel, Determined's: each bracket its own share.
 enum class BracketOrder { kAggressiveFirst, kParallel };
+// Which of adaptive_asha's brackets take TPE's proposals (sampler: tpe):
+// kAfterFirst, every bracket but the first (the one with the most rungs,
+// whose trials draw at random as with sampler: random, Hyperband's cheap
+// exploration; their results feed the model); kAll, every bracket. With a
+// single bracket (async_halving included) that bracket takes them either way.
+enum class TpeBrackets { kAfterFirst, kAll };
 
 struct SearchOptions {
   PbtOptions pbt;
@@ -87,6 +93,7 @@ struct SearchOptions {
   HParamSampler sampler = HParamSampler::kRandom;  // async_halving, adaptive_asha
   RungMetric rung_metric = RungMetric::kLatest;    // async_halving, adaptive_asha
   BracketOrder bracket_order = BracketOrder::kAggressiveFirst;  // adaptive_asha
+  TpeBrackets tpe_brackets = TpeBrackets::kAfterFirst;          // adaptive_asha, sampler: tpe
 };
 
 // The keys ParseSearchOptions reads (for the searcher map's CheckKeys).

@@ -71,6 +71,7 @@ class AshaSearch final : public SearchMethod {
       TpeOptions tpe = options.tpe;
       tpe.random_fraction = RandomFractionOrDefault(tpe, /*under_asha=*/true);
       tpe_.emplace(space_, tpe, layout_.smaller_is_better, seed);
+      random_first_bracket_ = options.tpe_brackets == TpeBrackets::kAfterFirst && layout_.brackets.size() > 1;
     }
     brackets_.resize(layout_.brackets.size());
     for (size_t b = 0; b < brackets_.size(); ++b) {
@@ -417,11 +418,12 @@ class AshaSearch final : public SearchMethod {
   void Create(size_t b, std::mt19937_64& rng, std::vector<SearcherOp>* ops) {
     CreateTrialOp create;
     create.request_id = next_request_id_++;
-    if (tpe_) {
+    if (tpe_ && !(random_first_bracket_ && b == 0)) {
       tpe_->ProposeFor(&create, rng);
     } else {
       create.hparams = SampleHParams(space_, rng);
       create.trial_seed = DrawTrialSeed(rng);
+      if (tpe_) tpe_->Record(create.request_id, create.hparams);  // its results feed the model
     }
     ++brackets_[b].created;
     Trial t;
@@ -570,6 +572,9 @@ class AshaSearch final : public SearchMethod {
   AshaLayout layout_;
   bool best_so_far_ = false;        // rung_metric: best
   std::optional<TpeSampler> tpe_;   // sampler: tpe
+  // tpe_brackets: after_first with several brackets: bracket 0 (the most
+  // rungs) draws as sampler: random does, and TPE models its results.
+  bool random_first_bracket_ = false;
   double planned_batches_ = 0;
 
   std::vector<BracketState> brackets_;

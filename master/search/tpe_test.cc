@@ -4,6 +4,7 @@
 #include "master/search/tpe.h"
 
 #include "common/experiment_config.h"
+#include "master/search/asha.h"
 
 #include <algorithm>
 #include <cmath>
@@ -344,6 +345,82 @@ TEST(TpeSearchTest, AshaWithTpeTriesRandomSearchsTrialsInOrder) {
   }
   EXPECT_GE(matched, 4u + 12u);  // the 4 startup trials and about a third of the other 56
   EXPECT_GE(model, 20u);
+}
+
+// tpe_brackets: after_first (the default): adaptive_asha's first bracket
+// (the most rungs) creates exactly the trials ASHA with sampler: random
+// creates, in order; the later brackets take the model's proposals, fed by
+// the first bracket's results. tpe_brackets: all: the model proposes in the
+// first bracket too. (Whether its proposals beat random draws there is what
+// bench/search_efficiency measures.)
+TEST(TpeSearchTest, AshaFirstBracketDrawsAsRandomAshaAndTheOthersFromTheModel) {
+  ExperimentConfig config = TpeConfig(SearcherName::kAdaptiveAsha);
+  config.searcher.max_length = Length{Length::Unit::kBatches, 64};
+  config.searcher.max_rungs = 3;  // standard mode: brackets of 3 and 2 rungs
+  config.searcher.max_trials = 60;
+  config.searcher.options.tpe.random_fraction = 0.0;
+  absl::StatusOr<AshaLayout> layout = AshaLayoutFor(config, 64);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ(layout->brackets.size(), 2u);
+  const size_t first = static_cast<size_t>(layout->brackets[0].max_trials);
+  auto run = [&](HParamSampler sampler, TpeBrackets brackets) {
+    ExperimentConfig c = config;
+    c.searcher.options.sampler = sampler;
+    c.searcher.options.tpe_brackets = brackets;
+    std::vector<CreateTrialOp> created;
+    absl::StatusOr<Searcher> s = Searcher::Create(c, 64);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (s.ok()) Drive(*s, &created);
+    return created;
+  };
+  const std::vector<CreateTrialOp> random = run(HParamSampler::kRandom, TpeBrackets::kAfterFirst);
+  const std::vector<CreateTrialOp> after_first = run(HParamSampler::kTpe, TpeBrackets::kAfterFirst);
+  const std::vector<CreateTrialOp> all = run(HParamSampler::kTpe, TpeBrackets::kAll);
+  ASSERT_EQ(random.size(), 60u);
+  ASSERT_EQ(after_first.size(), 60u);
+  ASSERT_EQ(all.size(), 60u);
+  ASSERT_GT(first, 30u);
+  ASSERT_LT(first, 56u);
+  size_t all_differs = 0;
+  for (size_t i = 0; i < first; ++i) {
+    EXPECT_EQ(after_first[i].hparams, random[i].hparams) << i;
+    EXPECT_EQ(after_first[i].trial_seed, random[i].trial_seed) << i;
+    if (all[i].hparams != random[i].hparams) ++all_differs;
+  }
+  EXPECT_GE(all_differs, first / 2);
+  // The second bracket takes the model's proposals (random_fraction 0 here),
+  // not random search's next draws, and the model holds every trial's
+  // result, the first bracket's included.
+  size_t model = 0;
+  for (size_t i = first; i < 60; ++i) model += after_first[i].hparams != random[i].hparams;
+  EXPECT_EQ(model, 60 - first);
+  ExperimentConfig c = config;
+  absl::StatusOr<Searcher> s = Searcher::Create(c, 64);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Drive(*s);
+  const json snapshot = s->Snapshot();
+  size_t scored = 0;
+  for (const json& e : snapshot["method"]["tpe"]["trials"]) scored += e["scored"].get<bool>();
+  EXPECT_EQ(scored, 60u);
+}
+
+// tpe_brackets is parsed and echoed for adaptive_asha with sampler: tpe; a
+// bad value is refused, naming the field.
+TEST(TpeSearchTest, TpeBracketsIsParsedEchoedAndChecked) {
+  const std::string base =
+      "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
+      "  max_length: {batches: 64}\n  max_trials: 10\n  name: adaptive_asha\n  sampler: tpe\n";
+  auto config = ParseExperimentConfig(base, "c.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->searcher.options.tpe_brackets, TpeBrackets::kAfterFirst);
+  EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["tpe_brackets"], "after_first");
+  config = ParseExperimentConfig(base + "  tpe_brackets: all\n", "c.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->searcher.options.tpe_brackets, TpeBrackets::kAll);
+  EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["tpe_brackets"], "all");
+  config = ParseExperimentConfig(base + "  tpe_brackets: sometimes\n", "c.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("searcher.tpe_brackets"), std::string::npos) << config.status();
 }
 
 // Many results: a proposal models only the best-ranked kMaxTpeModelTrials.
