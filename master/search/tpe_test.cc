@@ -363,7 +363,8 @@ TEST(TpeSearchTest, AshaFirstBracketDrawsAsRandomAshaAndTheOthersFromTheModel) {
   ASSERT_TRUE(layout.ok()) << layout.status();
   ASSERT_EQ(layout->brackets.size(), 2u);
   const size_t first = static_cast<size_t>(layout->brackets[0].max_trials);
-  auto run = [&](HParamSampler sampler, TpeBrackets brackets) {
+  // The trials a search creates, driven to its end; its final snapshot in `snapshot` when given.
+  auto run = [&](HParamSampler sampler, TpeBrackets brackets, json* snapshot = nullptr) {
     ExperimentConfig c = config;
     c.searcher.options.sampler = sampler;
     c.searcher.options.tpe_brackets = brackets;
@@ -371,10 +372,12 @@ TEST(TpeSearchTest, AshaFirstBracketDrawsAsRandomAshaAndTheOthersFromTheModel) {
     absl::StatusOr<Searcher> s = Searcher::Create(c, 64);
     EXPECT_TRUE(s.ok()) << s.status();
     if (s.ok()) Drive(*s, &created);
+    if (s.ok() && snapshot) *snapshot = s->Snapshot();
     return created;
   };
+  json snapshot;
   const std::vector<CreateTrialOp> random = run(HParamSampler::kRandom, TpeBrackets::kAfterFirst);
-  const std::vector<CreateTrialOp> after_first = run(HParamSampler::kTpe, TpeBrackets::kAfterFirst);
+  const std::vector<CreateTrialOp> after_first = run(HParamSampler::kTpe, TpeBrackets::kAfterFirst, &snapshot);
   const std::vector<CreateTrialOp> all = run(HParamSampler::kTpe, TpeBrackets::kAll);
   ASSERT_EQ(random.size(), 60u);
   ASSERT_EQ(after_first.size(), 60u);
@@ -394,11 +397,6 @@ TEST(TpeSearchTest, AshaFirstBracketDrawsAsRandomAshaAndTheOthersFromTheModel) {
   size_t model = 0;
   for (size_t i = first; i < 60; ++i) model += after_first[i].hparams != random[i].hparams;
   EXPECT_EQ(model, 60 - first);
-  ExperimentConfig c = config;
-  absl::StatusOr<Searcher> s = Searcher::Create(c, 64);
-  ASSERT_TRUE(s.ok()) << s.status();
-  Drive(*s);
-  const json snapshot = s->Snapshot();
   size_t scored = 0;
   for (const json& e : snapshot["method"]["tpe"]["trials"]) scored += e["scored"].get<bool>();
   EXPECT_EQ(scored, 60u);
