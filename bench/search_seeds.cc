@@ -33,8 +33,8 @@
 // (ASHA names: asha_ + standard/aggressive/conservative (mode), best
 // (rung_metric: best), tpe (sampler: tpe); suffixes _d3 divisor 3, _r2/_r4
 // max_rungs 2/4, _par bracket_order: parallel (Determined's), _all
-// tpe_brackets: all; the default is
-// standard mode, divisor 4, max_rungs 3.)
+// tpe_brackets: all; on tpe and asha_tpe _rf / _rf0 random_fraction 1/3 / 0;
+// the default is standard mode, divisor 4, max_rungs 3.)
 //                [--slots 4] [--verbose]
 #include <algorithm>
 #include <cmath>
@@ -154,7 +154,7 @@ det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const st
   if (name == "random") {
     s.name = det::SearcherName::kRandom;
     s.max_concurrent_trials = 4;
-  } else if (name == "tpe") {
+  } else if (name.rfind("tpe", 0) == 0) {
     s.name = det::SearcherName::kTpe;
     s.max_concurrent_trials = 4;
   } else if (name == "pbt") {
@@ -178,6 +178,9 @@ det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const st
     if (name.find("_r2") != std::string::npos) s.max_rungs = 2;
     if (name.find("_r4") != std::string::npos) s.max_rungs = 4;
   }
+  // On tpe and asha_tpe: _rf / _rf0 (random_fraction 1/3 / 0).
+  if (name.find("_rf0") != std::string::npos) s.options.tpe.random_fraction = 0;
+  else if (name.find("_rf") != std::string::npos) s.options.tpe.random_fraction = 1.0 / 3;
   return c;
 }
 

@@ -14,6 +14,7 @@
 #include "common/config_fields.h"
 #include "common/config_reader.h"
 #include "common/safe_path.h"
+#include "common/searcher_fields.h"
 #include "common/status_macros.h"
 
 namespace det {
@@ -424,6 +425,10 @@ absl::StatusOr<ExperimentConfig> ParseFromJson(json raw, const ConfigSource& sou
 
   // One line for each field that does not apply here (config_fields.h).
   c.warnings = UnusedFieldWarnings(raw);
+  // And one for each searcher field its searcher does not read (searcher_fields.h).
+  if (raw.is_object() && raw.contains("searcher")) {
+    for (std::string& w : SearcherFieldWarnings(c.searcher, raw["searcher"])) c.warnings.push_back(std::move(w));
+  }
   c.raw = std::move(raw);
   return c;
 }
@@ -554,7 +559,8 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
   if (s.name == SearcherName::kAdaptiveAsha && o.sampler == HParamSampler::kTpe) {
     searcher["tpe_brackets"] = o.tpe_brackets == TpeBrackets::kAll ? "all" : "after_first";
   }
-  if (s.name == SearcherName::kTpe || o.sampler == HParamSampler::kTpe) {
+  const bool asha = s.name == SearcherName::kAdaptiveAsha || s.name == SearcherName::kAsyncHalving;
+  if (s.name == SearcherName::kTpe || (asha && o.sampler == HParamSampler::kTpe)) {
     searcher["n_startup_trials"] = o.tpe.n_startup_trials;
     searcher["gamma"] = o.tpe.gamma;
     searcher["n_ei_candidates"] = o.tpe.n_ei_candidates;

@@ -210,6 +210,7 @@ searcher:
   metric: validation_loss
   max_length:
     batches: 20
+  divisor: 3
 min_validation_period:
   batches: 10
 checkpoint_storage:
@@ -234,6 +235,8 @@ data:
   EXPECT_THAT(err, HasSubstr("det-cli: warning: field 'environment.ports' is accepted but not used: det-cpp trials "
                              "expose no ports"));
   EXPECT_THAT(err, HasSubstr("det-cli: warning: field 'retention_policy' is accepted but not used: "));
+  EXPECT_THAT(err, HasSubstr("det-cli: warning: field 'searcher.divisor' is accepted but not used by searcher "
+                             "'single' (it is read by adaptive_asha and async_halving)"));
   const int exp = std::stoi(out.substr(out.find("Created experiment ") + 19));
   Wait(exp);
   json cps = cluster_->Get(absl::StrCat("/api/v1/experiments/", exp, "/checkpoints"));
