@@ -706,6 +706,7 @@ int PreviewSearch(Client& client, const std::string& config_path, bool show_tria
   v1::PreviewSearchResponse resp;
   grpc::Status status = client.Call(&Stub::PreviewSearch, req, &resp);
   if (!status.ok()) return ReportError(client, status, io.err);
+  for (const auto& w : resp.warnings()) io.err << "det-cli: warning: " << w << '\n';
   if (io.json) {
     PrintJson(resp, io.out);
     return 0;

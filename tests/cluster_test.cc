@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -171,6 +172,16 @@ TEST(ClusterTest, PreviewSearchShowsAshaBracketsAndRungs) {
                              "  Rung  Trials  Batches per trial\n"
                              "     0       4                234\n"));
   EXPECT_THAT(out, HasSubstr("                937\n"));
+  EXPECT_EQ(err, "");
+  // A searcher field the searcher does not read is previewed with a warning,
+  // as experiment create gives.
+  WriteFile(dir / "pbt_field.yaml",
+            absl::StrReplaceAll(ReadFile(std::string(DET_SOURCE_DIR) + "/examples/fashion_mnist/adaptive.yaml"),
+                                {{"  max_rungs: 5\n", "  max_rungs: 5\n  population_size: 8\n"}}));
+  ASSERT_EQ(cluster.Cli({"preview-search", dir / "pbt_field.yaml"}, &out, &err), 0) << err;
+  EXPECT_THAT(err, HasSubstr("det-cli: warning: field 'searcher.population_size' is accepted but not used by "
+                             "searcher 'adaptive_asha' (it is read by pbt)"));
+  EXPECT_THAT(out, HasSubstr("Bracket 2: 2 rungs, 4 trials\n"));
   // A bad config is an error naming the field.
   WriteFile(dir / "bad.yaml", "name: x\nhyperparameters:\n  global_batch_size: 8\nsearcher:\n  name: adaptive_asha\n"
                               "  metric: loss\n  max_length:\n    batches: 10\n  max_trials: 0\n");

@@ -20,6 +20,7 @@ absl::StatusOr<det::api::v1::PreviewSearchResponse> PreviewSearchFor(
   resp.set_max_length_batches(preview.max_length_batches);
   resp.set_length_unit(preview.length.unit);
   resp.set_max_length(preview.length.max);
+  for (const std::string& w : config.warnings) resp.add_warnings(w);
   for (const PreviewTrial& t : preview.trials) {
     auto* out = resp.add_trials();
     out->set_request_id(t.request_id);
