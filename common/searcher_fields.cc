@@ -41,6 +41,7 @@ constexpr SearcherField kFields[] = {
     {"truncate_fraction", Pbt, "pbt"},
     {"resample_probability", Pbt, "pbt"},
     {"perturb_factors", Pbt, "pbt"},
+    {"explore", Pbt, "pbt"},
     {"sampler", Asha, kAshaReaders},
     {"n_startup_trials", Tpe, kTpeReaders},
     {"gamma", Tpe, kTpeReaders},
@@ -59,7 +60,11 @@ std::vector<std::string> SearcherFieldWarnings(const SearcherConfig& searcher, c
   for (const SearcherField& f : kFields) {
     auto it = raw_searcher.find(std::string(f.key));
     if (it == raw_searcher.end() || it->is_null() || f.reads(searcher)) continue;
-    std::string sampler = AshaWithTpe(searcher) || !Asha(searcher) ? "" : " with sampler: random";
+    // Name the sampler where it decides (an ASHA searcher would read a TPE
+    // option with sampler: tpe).
+    SearcherConfig with_tpe = searcher;
+    with_tpe.options.sampler = HParamSampler::kTpe;
+    std::string sampler = Asha(searcher) && !AshaWithTpe(searcher) && f.reads(with_tpe) ? " with sampler: random" : "";
     warnings.push_back(absl::StrCat("field 'searcher.", std::string(f.key), "' is accepted but not used by searcher '",
                                     std::string(SearcherNameToString(searcher.name)), "'", sampler,
                                     " (it is read by ", std::string(f.readers), ")"));

@@ -4,7 +4,7 @@
 // field's own checks still apply: `divisor: 1` is refused under `random`
 // too). A config that sets a field its searcher does not read is accepted
 // with one warning line per such field, which `det-cli experiment create`
-// prints:
+// and `det-cli preview-search` print:
 //
 //   field 'searcher.divisor' is accepted but not used by searcher 'random'
 //   (it is read by adaptive_asha and async_halving)

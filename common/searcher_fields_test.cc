@@ -68,6 +68,11 @@ TEST(SearcherFieldsTest, TpeOptionsUnderAshaNeedSamplerTpe) {
                                                  "'adaptive_asha' with sampler: random (it is read by tpe, and "
                                                  "adaptive_asha or async_halving with sampler: tpe)"),
                                        HasSubstr("'searcher.tpe_brackets'")));
+  // The sampler is named only where it decides.
+  auto p = Parse("  name: adaptive_asha\n  max_trials: 8\n  population_size: 4\n");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->warnings, ElementsAre("field 'searcher.population_size' is accepted but not used by searcher "
+                                       "'adaptive_asha' (it is read by pbt)"));
   // async_halving reads the TPE options with sampler: tpe, not adaptive_asha's
   // layout fields.
   auto a = Parse("  name: async_halving\n  max_trials: 8\n  sampler: tpe\n  gamma: 0.2\n  max_rungs: 3\n"
