@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "trial_runtime/sdk/module_load.h"
 
 namespace det::runtime {
 namespace fs = std::filesystem;
@@ -233,8 +234,9 @@ absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialConte
   try {
     for (size_t i = 0; i < models.size(); ++i) {
       torch::serialize::InputArchive archive;
-      archive.load_from((d / absl::StrCat("model_", i, ".pt")).string(), context.device());
-      models[i]->load(archive);
+      const std::string file = (d / absl::StrCat("model_", i, ".pt")).string();
+      archive.load_from(file, context.device());
+      internal::LoadModuleExactly(archive, *models[i], file);
     }
     for (size_t i = 0; i < optimizers.size(); ++i) {
       torch::serialize::InputArchive archive;

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "trial_runtime/runtime/warm_start.h"
+
 namespace det::runtime {
 namespace {
 namespace fs = std::filesystem;
@@ -111,6 +113,41 @@ TEST(CheckpointTest, MismatchedTrialIsRejected) {
   auto meta = LoadCheckpoint(saved->path, other, {});
   EXPECT_EQ(meta.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ReadCheckpointMetadata(dir + "/nope").status().code(), absl::StatusCode::kNotFound);
+  fs::remove_all(dir);
+}
+
+// The attack: a model built from other hparams (a PBT child that explored a
+// width) restored a checkpoint of another shape; LibTorch's Module::load
+// silently took the checkpoint's shapes, so the trial trained the parent's
+// architecture under hparams that said another.
+TEST(CheckpointTest, AModelOfAnotherShapeIsRefusedNamingTheTensor) {
+  std::string dir = (fs::temp_directory_path() / ("det-ckpt-test-" + NewUuid())).string();
+  Fixture a(1);
+  auto saved = SaveCheckpoint(dir, a.context, a.callbacks, {{"batches_trained", 0}});
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  TrialContext wider(Fixture::Info(1));
+  auto model = wider.wrap_model(torch::nn::Linear(4, 5));  // 5 outputs, not 3
+  wider.wrap_optimizer(std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.1)));
+  wider.wrap_lr_scheduler(std::make_shared<torch::optim::StepLR>(*wider.optimizers()[0], 2, 0.5),
+                          LRSchedulerStepMode::kStepEveryBatch);
+  auto meta = LoadCheckpoint(saved->path, wider, {});
+  ASSERT_FALSE(meta.ok());
+  const std::string message(meta.status().message());
+  EXPECT_NE(message.find("model_0.pt: 'weight' has shape [3, 4] there, the trial's model has [5, 4]"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("searcher.explore"), std::string::npos) << message;
+  // Warm starts (model weights only) refuse it too (a fresh model: the
+  // refused load left the first one partly loaded).
+  TrialContext fresh(Fixture::Info(1));
+  fresh.wrap_model(torch::nn::Linear(4, 5));
+  absl::Status warm = LoadModelWeights(saved->path, fresh);
+  ASSERT_FALSE(warm.ok());
+  EXPECT_NE(std::string(warm.message()).find("'weight' has shape [3, 4] there"), std::string::npos) << warm;
+  // The same shape still loads (the weights, bit for bit).
+  Fixture same(2);
+  ASSERT_TRUE(LoadModelWeights(saved->path, same.context).ok());
+  EXPECT_TRUE(torch::equal(same.model->weight, a.model->weight));
   fs::remove_all(dir);
 }
 

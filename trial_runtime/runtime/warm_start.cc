@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "trial_runtime/runtime/checkpoint.h"
+#include "trial_runtime/sdk/module_load.h"
 
 namespace det::runtime {
 
@@ -22,8 +23,9 @@ absl::Status LoadModelWeights(const std::string& dir, TrialContext& context) {
   try {
     for (size_t i = 0; i < models.size(); ++i) {
       torch::serialize::InputArchive archive;
-      archive.load_from((d / absl::StrCat("model_", i, ".pt")).string(), context.device());
-      models[i]->load(archive);
+      const std::string file = (d / absl::StrCat("model_", i, ".pt")).string();
+      archive.load_from(file, context.device());
+      internal::LoadModuleExactly(archive, *models[i], file);
     }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("loading warm-start weights from '", dir, "': ", e.what_without_backtrace()));

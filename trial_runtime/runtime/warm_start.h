@@ -20,7 +20,8 @@ namespace det::runtime {
 // the trial's models to be wrapped. Errors: NotFound / InvalidArgument for a
 // missing or malformed metadata.json, FailedPrecondition when the number of
 // models differs, Internal when LibTorch cannot load a file (e.g. another
-// architecture); each names `dir`. Not thread-safe with training.
+// architecture) or a parameter's shape differs from the checkpoint's (a
+// model built from other hparams; sdk/module_load.h); each names `dir`. Not thread-safe with training.
 absl::Status LoadModelWeights(const std::string& dir, TrialContext& context);
 
 // PBT (searcher pbt): a child restores its parent's whole checkpoint but

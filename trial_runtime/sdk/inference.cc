@@ -6,6 +6,8 @@
 
 #include <torch/serialize.h>
 
+#include "module_load.h"
+
 namespace det {
 
 nlohmann::json load_checkpoint_metadata(const std::string& dir) {
@@ -36,7 +38,7 @@ void load_model_from_checkpoint(const std::string& dir, torch::nn::Module& modul
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(path, device);
-    module.load(archive);
+    internal::LoadModuleExactly(archive, module, path);
     module.to(device);
   } catch (const c10::Error& e) {
     throw std::runtime_error("loading " + path + ": " + e.what_without_backtrace());
