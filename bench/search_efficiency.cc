@@ -26,7 +26,8 @@
 //                     ones: _d3 divisor 3, _r2/_r4 max_rungs 2/4, _par bracket_order: parallel;
 //                     on asha_tpe: _all tpe_brackets: all;
 //                     on asha_tpe, aggressive_tpe and tpe: _rf/_rf0 random_fraction 1/3 / 0;
-//                     tpe; pbt: population 64, perturb_period 32; --asha-variants is the same flag)
+//                     tpe; pbt: population 64, perturb_period 32, explore learning_rate and dropout;
+//                     --asha-variants is the same flag)
 //                     [--results FILE] [--report] [--full]
 //
 // --results FILE appends each search's outcome to FILE (JSON lines) as soon
@@ -252,8 +253,12 @@ std::string Config(const Options& o, int64_t seed, const std::string& searcher, 
                     Rungs(variant, o), "\n", variant.extra);
     if (variant.stop_once) s += "  stop_once: true\n";
   }
-  // pbt: the same budget as random search (population max_trials x max_length).
-  if (searcher == "pbt") absl::StrAppend(&s, "  population_size: ", max_trials, "\n  perturb_period: 32\n");
+  // pbt: the same budget as random search (population max_trials x max_length);
+  // a child keeps its parent's widths (its model's shape), explores the rest.
+  if (searcher == "pbt") {
+    absl::StrAppend(&s, "  population_size: ", max_trials,
+                    "\n  perturb_period: 32\n  explore: [learning_rate, dropout]\n");
+  }
   absl::StrAppend(&s, "scheduling_unit: 16\nreproducibility:\n  experiment_seed: ", seed, R"(
 # Two agents with one slot each share this machine's cores: one thread each.
 environment:

@@ -56,6 +56,7 @@ std::vector<ConfigField> MakeTable() {
       Read("searcher.truncate_fraction", "master/search/pbt.cc", "options_.truncate_fraction"),
       Read("searcher.resample_probability", "master/search/pbt.cc", "o.resample_probability"),
       Read("searcher.perturb_factors", "master/search/pbt.cc", "o.perturb_factors"),
+      Read("searcher.explore", "master/search/pbt.cc", "o.explore"),
       Read("searcher.sampler", kAsha, "options.sampler"),
       Read("searcher.rung_metric", kAsha, "options.rung_metric"),
       Read("searcher.bracket_order", kAshaLayout, "options.bracket_order"),

@@ -551,6 +551,7 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher["truncate_fraction"] = o.pbt.truncate_fraction;
     searcher["resample_probability"] = o.pbt.resample_probability;
     searcher["perturb_factors"] = o.pbt.perturb_factors;
+    searcher["explore"] = o.pbt.explore;
   }
   if (s.name == SearcherName::kAdaptiveAsha || s.name == SearcherName::kAsyncHalving) {
     searcher["sampler"] = o.sampler == HParamSampler::kTpe ? "tpe" : "random";

@@ -25,7 +25,7 @@ const std::vector<std::string_view>& SearchOptionKeys() {
   static const std::vector<std::string_view> keys = {
       "population_size", "perturb_period", "truncate_fraction", "resample_probability", "perturb_factors",
       "sampler",         "n_startup_trials", "gamma",           "n_ei_candidates",      "rung_metric",
-      "random_fraction", "bracket_order",   "tpe_brackets"};
+      "random_fraction", "bracket_order",   "tpe_brackets",         "explore"};
   return keys;
 }
 
@@ -49,6 +49,17 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
         return r.TypeError("perturb_factors", absl::StrCat("a list of positive numbers (entry ", i, " is ", v, ")"));
       }
       p.perturb_factors.push_back(v);
+    }
+  }
+  DET_RETURN_IF_ERROR(r.GetStringList("explore", &p.explore));
+  if (p.explore.size() > kMaxExplore) {
+    return r.TypeError("explore", absl::StrCat("a list of at most ", kMaxExplore, " hyperparameter names"));
+  }
+  for (size_t i = 0; i < p.explore.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (p.explore[j] == p.explore[i]) {
+        return r.Error("explore", absl::StrCat("field '", r.PathOf("explore"), "' names '", p.explore[i], "' twice"));
+      }
     }
   }
   std::string sampler;

@@ -12,6 +12,8 @@
 //     truncate_fraction: 0.25     # bottom fraction replaced each round (0, 0.5]
 //     resample_probability: 0.25  # per hparam: resample instead of perturb
 //     perturb_factors: [0.8, 1.2] # a perturbed number is multiplied by one
+//     explore: [learning_rate]    # the hparams a child may change (default: all);
+//                                 # the others are the parent's (its model's shape)
 //
 //     name: tpe                   # or adaptive_asha / async_halving + sampler: tpe
 //     n_startup_trials: 10        # random trials before the model is used
@@ -27,6 +29,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -38,6 +41,7 @@ class ConfigMapReader;
 
 inline constexpr int64_t kMaxPopulationSize = 1000;
 inline constexpr size_t kMaxPerturbFactors = 16;
+inline constexpr size_t kMaxExplore = 256;
 // TPE's cost per proposal is candidates x hparams x modelled trials, under
 // the master's lock: both are capped (kMaxTpeModelTrials in tpe.h).
 inline constexpr int64_t kMaxEiCandidates = 1000;
@@ -48,6 +52,9 @@ struct PbtOptions {
   double truncate_fraction = 0.25;
   double resample_probability = 0.25;
   std::vector<double> perturb_factors = {0.8, 1.2};  // each > 0, 1..16 entries
+  // Top-level hparam names a child explores, each once, at most kMaxExplore;
+  // empty: every search hparam. NewPbtSearch checks them against the space.
+  std::vector<std::string> explore;
 };
 
 // TPE's random_fraction under ASHA unless the config gives one (BOHB's rho;

@@ -284,10 +284,15 @@ class PbtSearch final : public SearchMethod {
 
 json ExploreHParams(const HyperparameterSpace& space, const PbtOptions& options, const json& parent,
                     std::mt19937_64& rng) {
+  const std::vector<std::string>& o = options.explore;
   json out = json::object();
   for (const auto& [name, hp] : space) {
     const json v = parent.is_object() && parent.contains(name) ? parent.at(name) : json(nullptr);
-    out[name] = ExploreOne(hp, options, v, rng);
+    // Drawn for every hparam, explored or not, so that which ones are
+    // explored changes no other hparam's draw.
+    json explored = ExploreOne(hp, options, v, rng);
+    const bool kept = !o.empty() && std::find(o.begin(), o.end(), name) == o.end() && !v.is_null();
+    out[name] = kept ? v : std::move(explored);
   }
   return out;
 }
@@ -303,6 +308,17 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewPbtSearch(const ExperimentConfi
         absl::StrCat("searcher.perturb_period must be at least 1 for pbt, got ", o.perturb_period));
   }
   if (o.perturb_factors.empty()) return absl::InvalidArgumentError("searcher.perturb_factors must not be empty");
+  for (size_t i = 0; i < o.explore.size(); ++i) {
+    auto hp = config.hyperparameters.find(o.explore[i]);
+    if (hp == config.hyperparameters.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("searcher.explore[", i, "]: '", o.explore[i],
+                                                     "' is not a hyperparameter of this experiment"));
+    }
+    if (hp->second.type == Hyperparameter::Type::kConst) {
+      return absl::InvalidArgumentError(absl::StrCat("searcher.explore[", i, "]: '", o.explore[i],
+                                                     "' is a const hyperparameter; pbt explores search ones"));
+    }
+  }
   return std::unique_ptr<SearchMethod>(
       std::make_unique<PbtSearch>(config.hyperparameters, o, max_length, config.searcher.smaller_is_better));
 }

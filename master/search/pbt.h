@@ -18,7 +18,12 @@
 //    resample_probability, otherwise perturbed (double/log/int: times a
 //    factor drawn uniformly from perturb_factors, clamped to the range, int
 //    rounded; categorical: a neighbouring value, index +-1 clamped), consts
-//    kept; the child's trial seed is the parent's (it continues the
+//    kept; with `explore` set, only the named top-level hparams are explored
+//    and the others are the parent's (hparams that set the model's shape
+//    must be kept: the child restores the parent's weights, and the runtime
+//    refuses a checkpoint of another shape); the draws are made for every
+//    hparam either way, so the list changes no other hparam's draw; the
+//    child's trial seed is the parent's (it continues the
 //    parent's run, data order included); then ValidateAfter(min((r+1)*T,
 //    max_length)). After the children, every other trial (top ones
 //    included) gets ValidateAfter(min((r+1)*T, max_length)).
@@ -27,8 +32,9 @@
 //    trial is left: Shutdown (failure when every trial that ended errored).
 //  - Each member's parent (0 for the first generation) is in the snapshot.
 //  - Progress: finished rounds / rounds (ceil(max_length / T)).
-// Errors (NewPbtSearch): InvalidArgument for population_size < 2 or
-// perturb_period < 1.
+// Errors (NewPbtSearch): InvalidArgument for population_size < 2,
+// perturb_period < 1, or an `explore` entry that is not a search hparam of
+// the space (naming searcher.explore[i]).
 #ifndef DET_MASTER_SEARCH_PBT_H_
 #define DET_MASTER_SEARCH_PBT_H_
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -148,6 +149,74 @@ TEST(PbtSearchTest, ResampleProbabilityOneDrawsFromTheSpace) {
   json same = ExploreHParams(config.hyperparameters, config.searcher.options.pbt, parent, rng);
   EXPECT_EQ(same["lr"], parent["lr"]);
   EXPECT_EQ(same["width"], parent["width"]);
+}
+
+// explore: the listed hparams change, the others (a width: the model's shape,
+// which the child's restored weights fix) are the parent's; the draws of the
+// listed ones are those of exploring everything.
+TEST(PbtSearchTest, ExploreKeepsTheUnlistedHparamsOfTheParent) {
+  ExperimentConfig all = PbtConfig(2, 10, {0.5, 2.0}, 0.5);
+  ExperimentConfig some = all;
+  some.searcher.options.pbt.explore = {"lr", "opt"};
+  json parent = {{"global_batch_size", 32}, {"lr", 0.001}, {"width", 8}, {"act", "relu"}, {"opt", {{"momentum", 0.5}}}};
+  std::mt19937_64 rng_all(11), rng_some(11);
+  int lr_changed = 0;
+  for (int i = 0; i < 20; ++i) {
+    json a = ExploreHParams(all.hyperparameters, all.searcher.options.pbt, parent, rng_all);
+    json c = ExploreHParams(some.hyperparameters, some.searcher.options.pbt, parent, rng_some);
+    EXPECT_EQ(c["width"], 8);
+    EXPECT_EQ(c["act"], "relu");
+    EXPECT_EQ(c["global_batch_size"], 32);
+    EXPECT_EQ(c["lr"], a["lr"]);
+    EXPECT_EQ(c["opt"], a["opt"]);
+    if (c["lr"] != parent["lr"]) ++lr_changed;
+  }
+  EXPECT_EQ(lr_changed, 20);
+  // Children created by the search carry it too.
+  absl::StatusOr<Searcher> s = Searcher::Create(some, 30);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Ops first = Split(s->InitialOperations());
+  ASSERT_EQ(first.creates.size(), 2u);
+  s->ValidationCompleted(1, 0.5, 10);
+  Ops round = Split(s->ValidationCompleted(2, 0.4, 10));
+  ASSERT_EQ(round.creates.size(), 1u);
+  EXPECT_EQ(round.creates[0].parent, 2);
+  EXPECT_EQ(round.creates[0].hparams["width"], first.creates[1].hparams["width"]);
+  EXPECT_EQ(round.creates[0].hparams["act"], first.creates[1].hparams["act"]);
+  EXPECT_NE(round.creates[0].hparams["lr"], first.creates[1].hparams["lr"]);
+}
+
+// The attack: explore naming what the space does not have, or a const.
+TEST(PbtSearchTest, ExploreNamesOnlySearchHparamsOfTheSpace) {
+  ExperimentConfig config = PbtConfig(2, 10, {1.2}, 0.0);
+  config.searcher.options.pbt.explore = {"lr", "widht"};
+  absl::StatusOr<Searcher> s = Searcher::Create(config, 30);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()),
+              ::testing::HasSubstr("searcher.explore[1]: 'widht' is not a hyperparameter"));
+  config.searcher.options.pbt.explore = {"global_batch_size"};
+  s = Searcher::Create(config, 30);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("searcher.explore[0]: 'global_batch_size' is a const"));
+  // The parser bounds the list and refuses a name given twice, naming the field.
+  std::string yaml = "hyperparameters:\n  global_batch_size: 8\n  lr:\n    type: double\n    minval: 0.1\n"
+                     "    maxval: 1\nsearcher:\n  name: pbt\n  metric: loss\n  max_length:\n    batches: 8\n"
+                     "  population_size: 2\n  perturb_period: 4\n  explore: [lr, lr]\n";
+  auto twice = ParseExperimentConfig(yaml, "config.yaml");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(std::string(twice.status().message()), ::testing::HasSubstr("'searcher.explore' names 'lr' twice"));
+  std::string many = "[";
+  for (size_t i = 0; i <= kMaxExplore; ++i) many += (i ? ",x" : "x") + std::to_string(i);
+  auto bounded = ParseExperimentConfig(absl::StrReplaceAll(yaml, {{"[lr, lr]", many + "]"}}), "config.yaml");
+  ASSERT_FALSE(bounded.ok());
+  EXPECT_THAT(std::string(bounded.status().message()), ::testing::HasSubstr("searcher.explore"));
+  // Echoed, and parsed back the same.
+  auto one = ParseExperimentConfig(absl::StrReplaceAll(yaml, {{"[lr, lr]", "[lr]"}}), "config.yaml");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(ExperimentConfigToJson(*one)["searcher"]["explore"], json::array({"lr"}));
+  auto back = ParseExperimentConfigJson(ExperimentConfigToJson(*one), "echo");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->searcher.options.pbt.explore, std::vector<std::string>({"lr"}));
 }
 
 TEST(PbtSearchTest, AnExitedTrialLeavesThePopulation) {
