@@ -35,7 +35,10 @@
 // max_rungs 2/4, _par bracket_order: parallel (Determined's), _all
 // tpe_brackets: all; on tpe and asha_tpe _rf / _rf0 random_fraction 1/3 / 0;
 // the default is standard mode, divisor 4, max_rungs 3.)
-//                [--slots 4] [--verbose]
+//                [--seed-noise 0] [--slots 4] [--verbose]
+// --seed-noise S: trials are deterministic, as real ones are, and each has a
+// luck of sd S (an offset of its plateau drawn from its trial seed); with
+// --tolerance 0 the goal is random's exact best, as search_efficiency's.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -194,6 +197,7 @@ struct Trial {
   bool pending = false;
   bool running = false;
   int64_t order = 0;
+  uint64_t key = 0;  // seed_noise: trial seed and hparams, for the validation noise
 };
 
 struct Run {
@@ -203,7 +207,14 @@ struct Run {
   double best_quality = -1;  // best noiseless q at max_length
 };
 
-Run Simulate(const std::string& task, const det::ExperimentConfig& config, int slots, uint64_t sim_seed) {
+// `seed_noise` > 0 makes training deterministic, as real trials are: a
+// trial's luck (its initialization and data order), an offset of its plateau
+// with that sd, is drawn from its trial seed, and a validation's noise from
+// its trial seed, hparams and length; the same trial then gives the same
+// results in every search (random search's trials in ASHA's first bracket),
+// and a PBT child keeps its parent's luck. 0: the noise is drawn afresh.
+Run Simulate(const std::string& task, const det::ExperimentConfig& config, int slots, uint64_t sim_seed,
+             double seed_noise) {
   Run run;
   absl::StatusOr<Searcher> created = Searcher::Create(config, kMaxLength);
   if (!created.ok()) {
@@ -225,6 +236,11 @@ Run Simulate(const std::string& task, const det::ExperimentConfig& config, int s
       if (auto* c = std::get_if<CreateTrialOp>(&op)) {
         Trial& t = trials[c->request_id];
         t.d = DynamicsOf(task, c->hparams);
+        if (seed_noise > 0) {
+          std::mt19937_64 luck(0x5eedull * 0x9e3779b97f4a7c15ull + c->trial_seed);
+          t.d.a += seed_noise * Normal(luck);
+          t.key = std::hash<std::string>()(c->hparams.dump()) ^ (static_cast<uint64_t>(c->trial_seed) << 17);
+        }
         if (c->parent != 0) {
           const Trial& p = trials[c->parent];
           t.q = t.q_validated = p.q_validated;
@@ -275,7 +291,9 @@ Run Simulate(const std::string& task, const det::ExperimentConfig& config, int s
       Trial& t = trials[id];
       t.running = false;
       t.pending = false;
-      double noise = (0.003 + 0.03 * std::exp(-static_cast<double>(t.trained) / 64)) * Normal(rng);
+      std::mt19937_64 fixed(t.key * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t.trained));
+      double noise = (0.003 + 0.03 * std::exp(-static_cast<double>(t.trained) / 64)) *
+                     Normal(seed_noise > 0 ? fixed : rng);
       double acc = t.q + noise;
       t.q_validated = t.q;
       t.trained_validated = t.trained;
@@ -304,6 +322,7 @@ struct Args {
                                         "asha_best",     "tpe",              "asha_tpe",        "asha_tpe_d3",
                                         "pbt"};
   double tolerance = 0.005;
+  double seed_noise = 0;
   int slots = 4;
   bool verbose = false;
 };
@@ -334,6 +353,9 @@ Args Parse(int argc, char** argv) {
     } else if (f == "--tolerance") {
       a.tolerance = std::atof(v.c_str());
       ++i;
+    } else if (f == "--seed-noise") {
+      a.seed_noise = std::max(0.0, std::atof(v.c_str()));
+      ++i;
     } else if (f == "--slots") {
       a.slots = std::max(1, std::atoi(v.c_str()));
       ++i;
@@ -341,7 +363,7 @@ Args Parse(int argc, char** argv) {
       a.verbose = true;
     } else {
       std::fprintf(stderr, "usage: search_seeds [--seeds 1-12] [--task lr|rare|both] [--searchers a,b] "
-                           "[--tolerance 0.005] [--slots 4] [--verbose]\n");
+                           "[--tolerance 0.005] [--seed-noise 0] [--slots 4] [--verbose]\n");
       std::exit(2);
     }
   }
@@ -349,8 +371,8 @@ Args Parse(int argc, char** argv) {
 }
 
 void RunTask(const Args& a, const std::string& task) {
-  std::printf("task %s: random search 64 x %lld batches on %d slots; goal: random's best - %.3f\n", task.c_str(),
-              static_cast<long long>(kMaxLength), a.slots, a.tolerance);
+  std::printf("task %s: random search 64 x %lld batches on %d slots; goal: random's best - %.3f; seed noise %.3f\n",
+              task.c_str(), static_cast<long long>(kMaxLength), a.slots, a.tolerance, a.seed_noise);
   for (const auto& s : a.searchers) {
     if (s.rfind("asha", 0) == 0) std::printf("  %s: %lld trials\n", s.c_str(), static_cast<long long>(AshaTrialsForBudget(task, s)));
   }
@@ -361,13 +383,13 @@ void RunTask(const Args& a, const std::string& task) {
   for (const auto& s : a.searchers) header += absl::StrCat("  ", s);
   std::printf("%s\n", header.c_str());
   for (uint32_t seed : a.seeds) {
-    Run random = Simulate(task, SearcherConfig(task, "random", seed), a.slots, 1000 + seed);
+    Run random = Simulate(task, SearcherConfig(task, "random", seed), a.slots, 1000 + seed, a.seed_noise);
     double goal = random.best_full - a.tolerance;
     int64_t rb = BatchesToReach(random, goal);
     random_sum += rb;
     std::string line = absl::StrFormat("%4u  %11.4f  %14lld", seed, random.best_full, static_cast<long long>(rb));
     for (const auto& name : a.searchers) {
-      Run r = Simulate(task, SearcherConfig(task, name, seed), a.slots, 1000 + seed);
+      Run r = Simulate(task, SearcherConfig(task, name, seed), a.slots, 1000 + seed, a.seed_noise);
       int64_t b = BatchesToReach(r, goal);
       if (b < 0) {
         ++nevers[name];
@@ -404,7 +426,7 @@ void RunSchedule(const Args& a) {
   int wins = 0;
   std::string line;
   for (uint32_t seed : a.seeds) {
-    Run r = Simulate("schedule", SearcherConfig("schedule", "pbt", seed), a.slots, 1000 + seed);
+    Run r = Simulate("schedule", SearcherConfig("schedule", "pbt", seed), a.slots, 1000 + seed, a.seed_noise);
     wins += r.best_quality > best_fixed ? 1 : 0;
     line += absl::StrFormat(" %u:%.4f", seed, r.best_quality);
   }
