@@ -1,5 +1,6 @@
 #include "module_load.h"
 
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -27,15 +28,19 @@ std::vector<std::pair<std::string, torch::Tensor>> Tensors(torch::nn::Module& mo
 }  // namespace
 
 void LoadModuleExactly(torch::serialize::InputArchive& archive, torch::nn::Module& module, const std::string& what) {
-  std::vector<std::pair<std::string, std::vector<int64_t>>> before;
-  for (const auto& [name, t] : Tensors(module)) before.emplace_back(name, t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
+  // Shapes before the load; nullopt for a tensor not yet defined (the load
+  // gives it one, which is not a change).
+  std::vector<std::pair<std::string, std::optional<std::vector<int64_t>>>> before;
+  for (const auto& [name, t] : Tensors(module)) {
+    before.emplace_back(name, t.defined() ? std::optional<std::vector<int64_t>>(t.sizes().vec()) : std::nullopt);
+  }
   module.load(archive);
   const auto after = Tensors(module);
   for (size_t i = 0; i < before.size() && i < after.size(); ++i) {
     const torch::Tensor& t = after[i].second;
-    if (!t.defined() || t.sizes().vec() == before[i].second) continue;
+    if (!before[i].second || !t.defined() || t.sizes().vec() == *before[i].second) continue;
     throw std::runtime_error(what + ": '" + before[i].first + "' has shape " + ShapeString(t.sizes()) +
-                             " there, the trial's model has " + ShapeString(before[i].second) +
+                             " there, the trial's model has " + ShapeString(*before[i].second) +
                              ": the model was built from hyperparameters that set another shape than the "
                              "checkpoint's trial had (for pbt, explore only hyperparameters that keep the "
                              "model's shape: searcher.explore)");
