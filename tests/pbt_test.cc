@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -121,6 +122,67 @@ TEST(PbtTest, ChildrenStartFromTheParentsCheckpointWithItsWholeState) {
 // resumes the pbt, tpe and ASHA-with-TPE-sampler searchers from SQLite and
 // each experiment completes with exactly the trials its searcher plans (a
 // searcher started over would create more).
+// The attack: a child explored the model's width. It used to train its
+// parent's width under hparams that said another (LibTorch's load took the
+// checkpoint's shapes); now it errors, naming the tensor and both shapes.
+// With `explore` leaving the width out, every child keeps its parent's and
+// completes.
+TEST(PbtTest, AChildOfAnotherWidthErrorsAndExploreKeepsTheParentsWidth) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  cluster.StartAgent("a", AgentOptions().set_slots(4));
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
+  auto yaml = [](const std::string& name, const std::string& explore) {
+    return absl::StrReplaceAll(
+        Yaml(name,
+             "  name: pbt\n  population_size: 4\n  perturb_period: 20\n  truncate_fraction: 0.5\n"
+             "  resample_probability: 1\n" + explore,
+             40, 0),
+        {{"  hidden_size: 16\n", "  hidden_size:\n    type: categorical\n    vals: [8, 16, 24, 32, 40, 48, 56, 64]\n"}});
+  };
+  int all = cluster.CreateExperiment(yaml("pbt-all", ""), "pbt-all");
+  int kept = cluster.CreateExperiment(yaml("pbt-kept", "  explore: [learning_rate]\n"), "pbt-kept");
+  ASSERT_GT(all, 0);
+  ASSERT_GT(kept, 0);
+  for (int id : {all, kept}) {
+    ASSERT_TRUE(PollUntil(
+        [&] {
+          std::string state = cluster.ExperimentState(id);
+          return state == "STATE_COMPLETED" || state == "STATE_ERROR";
+        },
+        kLong))
+        << cluster.Trials(id).dump() << cluster.MasterLog();
+  }
+  auto children = [&](int id) {
+    std::vector<std::pair<json, json>> out;  // (child, parent)
+    json trials = cluster.Trials(id);
+    std::map<int64_t, json> by_id;
+    for (const json& t : trials) by_id[Int(t["id"])] = t;
+    for (const json& t : trials) {
+      int64_t parent = Int(t.value("parent_trial_id", json(0)));
+      if (parent != 0) out.emplace_back(t, by_id[parent]);
+    }
+    return out;
+  };
+  int other_width = 0;
+  for (const auto& [child, parent] : children(all)) {
+    if (child["hparams"]["hidden_size"] == parent["hparams"]["hidden_size"]) continue;
+    ++other_width;
+    EXPECT_EQ(child["state"], "STATE_ERROR") << child.dump();
+    json logs = cluster.Get(absl::StrCat("/api/v1/trials/", Int(child["id"]), "/logs"));
+    EXPECT_THAT(logs.dump(), HasSubstr("has shape [")) << logs.dump();
+    EXPECT_THAT(logs.dump(), HasSubstr("searcher.explore"));
+  }
+  EXPECT_GE(other_width, 1);  // the seed's draws give at least one
+  auto kept_children = children(kept);
+  ASSERT_EQ(kept_children.size(), 2u);
+  for (const auto& [child, parent] : kept_children) {
+    EXPECT_EQ(child["hparams"]["hidden_size"], parent["hparams"]["hidden_size"]) << child.dump();
+    EXPECT_EQ(child["state"], "STATE_COMPLETED") << child.dump();
+  }
+  EXPECT_EQ(cluster.ExperimentState(kept), "STATE_COMPLETED");
+}
+
 TEST(PbtTest, MasterKillMidSearchResumesEverySearcher) {
   TempDir dir;
   TestCluster cluster(dir);
