@@ -1635,9 +1635,12 @@ TEST(SecurityTest, UnauthenticatedMessagesAreBounded) {
   const int64_t rss_after = RssMiB(cluster.master().pid());
   // gRPC 1.51 assembles a message before its size check, so the one in
   // flight costs memory while it arrives (bounded by the master's gRPC memory
-  // quota, --grpc-memory-mib, and freed when refused): nine 64 MiB calls
-  // (576 MiB) must not add up.
-  EXPECT_LT(rss_after - rss_before, 192) << rss_before << " -> " << rss_after << " MiB";
+  // quota, --grpc-memory-mib, 128, and freed when refused): nine 64 MiB calls
+  // (576 MiB) must not add up. Freed buffers may stay resident in the
+  // allocator's per-thread arenas, so the growth measured on two loaded
+  // cores ranged 113-193 MiB over repeated runs (a bound of 192 failed one run
+  // in six); half of what the calls would add up to is the bound.
+  EXPECT_LT(rss_after - rss_before, 288) << rss_before << " -> " << rss_after << " MiB";
   // A normal login still works.
   EXPECT_NE(RestLogin(cluster.http_port()), "");
   ExpectMasterHealthy(cluster);
