@@ -532,7 +532,8 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher["max_trials"] = s.max_trials;
     searcher["max_concurrent_trials"] = s.max_concurrent_trials;
   }
-  if (s.name == SearcherName::kAdaptiveAsha || s.name == SearcherName::kAsyncHalving) {
+  const bool asha = s.name == SearcherName::kAdaptiveAsha || s.name == SearcherName::kAsyncHalving;
+  if (asha) {
     searcher["divisor"] = s.divisor;
     searcher["stop_once"] = s.stop_once;
   }
@@ -553,14 +554,13 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher["perturb_factors"] = o.pbt.perturb_factors;
     searcher["explore"] = o.pbt.explore;
   }
-  if (s.name == SearcherName::kAdaptiveAsha || s.name == SearcherName::kAsyncHalving) {
+  if (asha) {
     searcher["sampler"] = o.sampler == HParamSampler::kTpe ? "tpe" : "random";
     searcher["rung_metric"] = o.rung_metric == RungMetric::kBest ? "best" : "latest";
   }
   if (s.name == SearcherName::kAdaptiveAsha && o.sampler == HParamSampler::kTpe) {
     searcher["tpe_brackets"] = o.tpe_brackets == TpeBrackets::kAll ? "all" : "after_first";
   }
-  const bool asha = s.name == SearcherName::kAdaptiveAsha || s.name == SearcherName::kAsyncHalving;
   if (s.name == SearcherName::kTpe || (asha && o.sampler == HParamSampler::kTpe)) {
     searcher["n_startup_trials"] = o.tpe.n_startup_trials;
     searcher["gamma"] = o.tpe.gamma;
