@@ -529,37 +529,6 @@ int TrialDescribe(Client& client, int64_t trial_id, const CommandIo& io) {
   return 0;
 }
 
-int TrialMetrics(Client& client, int64_t trial_id, const std::string& group, const CommandIo& io) {
-  v1::GetTrialMetricsRequest req;
-  req.set_trial_id(trial_id);
-  req.set_group(group);
-  v1::GetTrialMetricsResponse resp;
-  grpc::Status status = client.Call(&Stub::GetTrialMetrics, req, &resp);
-  if (!status.ok()) return ReportError(client, status, io.err);
-  if (io.json) {
-    PrintJson(resp, io.out);
-    return 0;
-  }
-  std::set<std::string> names;
-  for (const auto& r : resp.metrics()) {
-    for (const auto& [k, v] : r.metrics()) names.insert(k);
-  }
-  std::vector<std::string> headers = {"BATCHES", "GROUP", "EPOCHS", "END TIME"};
-  headers.insert(headers.end(), names.begin(), names.end());
-  Table t(headers);
-  for (const auto& r : resp.metrics()) {
-    std::vector<std::string> row = {absl::StrCat(r.total_batches()), r.group(), FormatDouble(r.total_epochs()),
-                                    FormatTime(r.end_time())};
-    for (const auto& name : names) {
-      auto it = r.metrics().find(name);
-      row.push_back(it == r.metrics().end() ? "" : FormatDouble(it->second));
-    }
-    t.AddRow(std::move(row));
-  }
-  t.Print(io.out);
-  return 0;
-}
-
 int ExperimentSetGcPolicy(Client& client, int64_t experiment_id, const GcPolicyArgs& args, const CommandIo& io) {
   v1::GetExperimentRequest get;
   get.set_experiment_id(experiment_id);

@@ -90,8 +90,6 @@ struct GcPolicyArgs {
 int ExperimentSetGcPolicy(Client& client, int64_t experiment_id, const GcPolicyArgs& args, const CommandIo& io);
 
 int TrialDescribe(Client& client, int64_t trial_id, const CommandIo& io);
-// `group` empty: all groups.
-int TrialMetrics(Client& client, int64_t trial_id, const std::string& group, const CommandIo& io);
 int TrialKill(Client& client, int64_t trial_id, const CommandIo& io);
 
 int CheckpointDescribe(Client& client, const std::string& uuid, const CommandIo& io);

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/client.h"
+#include "cli/trial_metrics_command.h"
 
 namespace det::cli {
 namespace {
@@ -66,13 +68,74 @@ class FakeMaster final : public v1::Determined::Service {
     return grpc::Status::OK;
   }
 
+  // The chart view: one report (group "training": marked downsampled).
+  // full_resolution: trial 7 has five reports at batches 10..50 (ids 1..5),
+  // paged as the master pages them; trial 9 answers "more" with a cursor
+  // that never moves.
   grpc::Status GetTrialMetrics(grpc::ServerContext*, const v1::GetTrialMetricsRequest* req,
                                v1::GetTrialMetricsResponse* resp) override {
-    auto* r = resp->add_metrics();
-    r->set_trial_id(req->trial_id());
-    r->set_total_batches(60);
-    r->set_group(req->group());
-    (*r->mutable_metrics())["validation_loss"] = 0.25;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      metric_requests_.push_back(*req);
+    }
+    auto add = [&](int64_t batches, int64_t id) {
+      auto* r = resp->add_metrics();
+      r->set_id(id);
+      r->set_trial_id(req->trial_id());
+      r->set_total_batches(batches);
+      r->set_group(req->group());
+      (*r->mutable_metrics())["validation_loss"] = 0.25 + static_cast<double>(id);
+    };
+    if (!req->full_resolution()) {
+      add(60, 0);
+      resp->set_downsampled(req->group() == "training");
+      return grpc::Status::OK;
+    }
+    if (req->trial_id() == 9) {
+      add(10, 1);
+      resp->set_has_more(true);
+      resp->set_next_after_total_batches(req->after_total_batches());
+      resp->set_next_after_id(req->after_id());
+      return grpc::Status::OK;
+    }
+    const int64_t limit = req->limit() > 0 ? req->limit() : 10000;
+    for (int64_t id = 1; id <= 5; ++id) {
+      const int64_t b = 10 * id;
+      const bool after = req->after_id() > 0 ? (b > req->after_total_batches() ||
+                                                (b == req->after_total_batches() && id > req->after_id()))
+                                             : b > req->after_total_batches();
+      if (!after) continue;
+      if (resp->metrics_size() == limit) {
+        resp->set_has_more(true);
+        break;
+      }
+      add(b, id);
+    }
+    if (resp->metrics_size() > 0) {
+      resp->set_next_after_total_batches(resp->metrics().rbegin()->total_batches());
+      resp->set_next_after_id(resp->metrics().rbegin()->id());
+    }
+    return grpc::Status::OK;
+  }
+
+  // Two reports (the second archived), then the trial "ends".
+  grpc::Status StreamTrialMetrics(grpc::ServerContext*, const v1::StreamTrialMetricsRequest* req,
+                                  grpc::ServerWriter<v1::StreamTrialMetricsResponse>* writer) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_stream_ = *req;
+    }
+    for (int64_t id = 1; id <= 2; ++id) {
+      v1::StreamTrialMetricsResponse resp;
+      auto* r = resp.add_metrics();
+      r->set_id(id);
+      r->set_total_batches(16 * id);
+      r->set_group("training");
+      r->set_archived(id == 2);
+      (*r->mutable_metrics())["loss"] = 0.5 * static_cast<double>(id);
+      resp.set_next_after_id(id);
+      writer->Write(resp);
+    }
     return grpc::Status::OK;
   }
 
@@ -89,6 +152,14 @@ class FakeMaster final : public v1::Determined::Service {
     return grpc::Status::OK;
   }
 
+  std::vector<v1::GetTrialMetricsRequest> metric_requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return metric_requests_;
+  }
+  v1::StreamTrialMetricsRequest last_stream() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_stream_;
+  }
   v1::CreateExperimentRequest last_create() {
     std::lock_guard<std::mutex> lock(mu_);
     return last_create_;
@@ -102,6 +173,8 @@ class FakeMaster final : public v1::Determined::Service {
  private:
   std::mutex mu_;
   v1::CreateExperimentRequest last_create_;
+  std::vector<v1::GetTrialMetricsRequest> metric_requests_;
+  v1::StreamTrialMetricsRequest last_stream_;
   std::string last_authorization_;
   std::atomic<int> polls_{0};
   std::atomic<v1::State> final_state_{v1::STATE_COMPLETED};
@@ -211,13 +284,81 @@ TEST_F(CommandsTest, DescribeJsonUsesProtoFieldNames) {
 TEST_F(CommandsTest, TrialMetricsTableAndJson) {
   Client client(options_);
   CommandIo io{out_, err_};
-  EXPECT_EQ(TrialMetrics(client, 7, "validation", io), 0) << err_.str();
+  TrialMetricsArgs args;
+  args.group = "validation";
+  args.metric_names = {"validation_loss"};
+  EXPECT_EQ(TrialMetrics(client, 7, args, io), 0) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("validation_loss"));
   EXPECT_THAT(out_.str(), HasSubstr("0.25"));
+  EXPECT_EQ(err_.str(), "");  // not downsampled: no note
   std::ostringstream json_out;
   CommandIo json_io{json_out, err_, true};
-  EXPECT_EQ(TrialMetrics(client, 7, "validation", json_io), 0);
+  EXPECT_EQ(TrialMetrics(client, 7, args, json_io), 0);
   EXPECT_THAT(json_out.str(), HasSubstr("\"total_batches\": 60"));
+  const v1::GetTrialMetricsRequest sent = fake_.metric_requests().back();
+  EXPECT_EQ(sent.group(), "validation");
+  ASSERT_EQ(sent.metric_names_size(), 1);
+  EXPECT_EQ(sent.metric_names(0), "validation_loss");
+  EXPECT_FALSE(sent.full_resolution());
+}
+
+TEST_F(CommandsTest, TrialMetricsSaysWhenTheChartViewLeftReportsOut) {
+  Client client(options_);
+  CommandIo io{out_, err_};
+  TrialMetricsArgs args;
+  args.group = "training";
+  EXPECT_EQ(TrialMetrics(client, 7, args, io), 0) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("note: trial 7 has more reports than the chart view holds"));
+  EXPECT_THAT(err_.str(), HasSubstr("--full"));
+}
+
+TEST_F(CommandsTest, TrialMetricsFullPagesThroughEveryReport) {
+  Client client(options_);
+  CommandIo io{out_, err_};
+  TrialMetricsArgs args;
+  args.full = true;
+  args.page_size = 2;
+  ASSERT_EQ(TrialMetrics(client, 7, args, io), 0) << err_.str();
+  for (const char* v : {"1.25", "2.25", "3.25", "4.25", "5.25"}) EXPECT_THAT(out_.str(), HasSubstr(v));
+  std::vector<v1::GetTrialMetricsRequest> sent = fake_.metric_requests();
+  ASSERT_EQ(sent.size(), 3u);  // 2 + 2 + 1, each page after the previous one's last report
+  EXPECT_TRUE(sent[0].full_resolution());
+  EXPECT_EQ(sent[0].limit(), 2);
+  EXPECT_EQ(sent[1].after_total_batches(), 20);
+  EXPECT_EQ(sent[1].after_id(), 2);
+  EXPECT_EQ(sent[2].after_total_batches(), 40);
+  EXPECT_EQ(sent[2].after_id(), 4);
+
+  // --json: one report a line, as the pages arrive.
+  std::ostringstream json_out;
+  CommandIo json_io{json_out, err_, true};
+  ASSERT_EQ(TrialMetrics(client, 7, args, json_io), 0) << err_.str();
+  const std::string lines = json_out.str();
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 5);
+}
+
+TEST_F(CommandsTest, TrialMetricsFullStopsWhenTheCursorDoesNotMove) {
+  // A master (or a proxy) that answers "more" without moving the cursor
+  // must not keep det-cli asking for the same page forever.
+  Client client(options_);
+  CommandIo io{out_, err_};
+  TrialMetricsArgs args;
+  args.full = true;
+  ASSERT_EQ(TrialMetrics(client, 9, args, io), 0) << err_.str();
+  EXPECT_EQ(fake_.metric_requests().size(), 1u);
+}
+
+TEST_F(CommandsTest, TrialMetricsFollowPrintsTheStreamUntilItEnds) {
+  Client client(options_);
+  CommandIo io{out_, err_};
+  TrialMetricsArgs args;
+  args.follow = true;
+  args.group = "training";
+  ASSERT_EQ(TrialMetrics(client, 7, args, io), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "16 training loss=0.5\n32 training loss=1 (archived)\n");
+  EXPECT_TRUE(fake_.last_stream().follow());
+  EXPECT_EQ(fake_.last_stream().trial_id(), 7);
+  EXPECT_EQ(fake_.last_stream().group(), "training");
 }
 
 TEST_F(CommandsTest, ExperimentLogsPrintsEveryTrialsLines) {

@@ -47,6 +47,7 @@
 #include "cli/commands.h"
 #include "cli/experiment_lifecycle_commands.h"
 #include "cli/metrics_log_commands.h"
+#include "cli/trial_metrics_command.h"
 #include "cli/experiment_fork_commands.h"
 #include "cli/job_commands.h"
 #include "cli/user_commands.h"
@@ -120,7 +121,7 @@ struct CommandLine {
   // experiment set gc-policy
   GcPolicyArgs gc;
   // trial metrics
-  std::string group;
+  TrialMetricsArgs metrics;
   // checkpoint describe
   std::string uuid;
   // slot list
@@ -272,10 +273,15 @@ void AddTrialCommands(CLI::App& app, CommandLine& cl) {
 
   auto* trial_metrics = trial->add_subcommand("metrics", "Print a trial's metric reports");
   AddIdArg(trial_metrics, cl.id, "TRIAL_ID", "Trial id");
-  trial_metrics->add_option("--group", cl.group, "Only this group (training, validation, inference, ...)");
+  trial_metrics->add_option("--group", cl.metrics.group, "Only this group (training, validation, inference, ...)");
+  trial_metrics->add_option("--metric", cl.metrics.metric_names, "Only this metric name (repeatable)");
+  auto* full = trial_metrics->add_flag("--full", cl.metrics.full,
+                                       "Every report, not the chart view's 1,000 points per metric");
+  trial_metrics->add_flag("--follow,-f", cl.metrics.follow, "Print reports as they arrive until the trial ends")
+      ->excludes(full);
   AddJsonFlag(trial_metrics, cl);
   trial_metrics->callback([&cl] {
-    cl.run = [&cl](Client& c, const CommandIo& io) { return TrialMetrics(c, cl.id, cl.group, io); };
+    cl.run = [&cl](Client& c, const CommandIo& io) { return TrialMetrics(c, cl.id, cl.metrics, io); };
   });
 
   auto* trial_kill = trial->add_subcommand("kill", "Kill a trial (no checkpoint)");

@@ -163,6 +163,18 @@ TEST(MetricsLogsApiTest, InferenceGroupHistoryAndAStreamThatReconnects) {
   ASSERT_EQ(cluster.Cli({"trial", "metrics", std::to_string(trial), "--group", "inference"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("latency_ms"), std::string::npos) << out;
   EXPECT_NE(out.find("inference"), std::string::npos) << out;
+  // Every report through det-cli: --full pages (one JSON line each), and
+  // --follow on the ended trial prints the stored ones and returns.
+  ASSERT_EQ(cluster.Cli({"trial", "metrics", std::to_string(trial), "--group", "inference", "--full", "--json"}, &out,
+                        &err),
+            0)
+      << err;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 60) << out;
+  ASSERT_EQ(cluster.Cli({"trial", "metrics", std::to_string(trial), "--group", "inference", "--follow"}, &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 60) << out;
+  EXPECT_NE(out.find(" inference latency_ms="), std::string::npos) << out;
 
   // Validation history: the best-so-far sequence of the stored validations.
   std::vector<v1::MetricsReport> validations = AllReports(*stub, token, trial, "validation");
