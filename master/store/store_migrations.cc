@@ -249,12 +249,43 @@ constexpr char kMigration11[] = R"sql(
 CREATE INDEX metrics_trial_id_id ON metrics(trial_id, id);
 )sql";
 
+// 12: metric ids are never reused (AUTOINCREMENT). Without it SQLite gave a
+// new row max(id) + 1, so after deleting the experiment that held the newest
+// ids, another trial's next report got an id at or below a metric stream's
+// cursor (after_id, over several trials) and that stream skipped it for
+// good. SQLite cannot add AUTOINCREMENT to a table: it is rebuilt, ids kept
+// (sqlite_sequence starts at the largest), indexes as migrations 3, 9, 11
+// left them.
+constexpr char kMigration12[] = R"sql(
+CREATE TABLE metrics_v12 (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  trial_run_id INTEGER NOT NULL,
+  metric_group TEXT NOT NULL,
+  total_batches INTEGER NOT NULL,
+  total_epochs REAL,
+  metrics TEXT NOT NULL,              -- JSON object; NaN/Inf as strings
+  time_ms INTEGER NOT NULL,
+  archived INTEGER NOT NULL
+);
+INSERT INTO metrics_v12 (id, trial_id, trial_run_id, metric_group, total_batches, total_epochs, metrics, time_ms,
+                         archived)
+  SELECT id, trial_id, trial_run_id, metric_group, total_batches, total_epochs, metrics, time_ms, archived
+  FROM metrics ORDER BY id;
+DROP TABLE metrics;
+ALTER TABLE metrics_v12 RENAME TO metrics;
+CREATE UNIQUE INDEX metrics_trial_id_total_batches_run
+  ON metrics(trial_id, total_batches, metric_group, trial_run_id);
+CREATE INDEX metrics_trial_group_batches ON metrics(trial_id, metric_group, total_batches);
+CREATE INDEX metrics_trial_id_id ON metrics(trial_id, id);
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
       new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6,
                                    kMigration7, kMigration8, kMigration9, kMigration10,
-                                   kMigration11};
+                                   kMigration11, kMigration12};
   return *kMigrations;
 }
 

@@ -812,6 +812,80 @@ TEST_F(StoreTest, MetricStreamPollSeeksEachTrialsRowsAfterTheCursor) {
   for (size_t i = 0; i < after->size(); ++i) EXPECT_EQ((*after)[i].id, (*all)[10 + i].id);
 }
 
+// Metric ids are never reused (migration 12: AUTOINCREMENT). A stream over
+// several trials resumes after the last id it sent; when the trial that held
+// the newest ids is deleted, the next report of another trial must still get
+// an id after that cursor, or the stream skips it for good.
+TEST_F(StoreTest, MetricIdsAreNeverReusedAfterTheNewestAreDeleted) {
+  const int64_t keep = AddExperiment("keep"), gone = AddExperiment("gone", "COMPLETED");
+  const int64_t a = AddTrial(keep), b = AddTrial(gone, "COMPLETED");
+  auto row = [](int64_t trial, int64_t batches) {
+    MetricRow m;
+    m.trial_id = trial;
+    m.group = "training";
+    m.total_batches = batches;
+    m.metrics = {{"loss", 1.0}};
+    return m;
+  };
+  ASSERT_TRUE(store_->InsertMetrics({row(a, 1), row(b, 1), row(b, 2), row(b, 3)}).ok());
+  auto cursor = store_->MaxMetricId();  // what a stream over {a, b} sent last: b's newest
+  ASSERT_TRUE(cursor.ok()) << cursor.status();
+  for (;;) {
+    auto n = store_->DeleteExperimentDataBatch(gone, 1000);
+    ASSERT_TRUE(n.ok()) << n.status();
+    if (*n == 0) break;
+  }
+  ASSERT_TRUE(store_->DeleteExperimentRow(gone).ok());
+  ASSERT_TRUE(store_->InsertMetrics({row(a, 2)}).ok());
+  auto after = store_->ListMetricsAfterId({a, b}, "", *cursor, 0);
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->size(), 1u) << "trial a's new report got an id at or before the stream's cursor";
+  EXPECT_EQ((*after)[0].total_batches, 2);
+}
+
+// Migration 12 rebuilds a version-11 metrics table: ids, rows and indexes
+// kept, and ids above the largest kept one are not handed out again.
+TEST_F(StoreTest, Migration12KeepsMetricRowsAndIndexes) {
+  const int64_t exp = AddExperiment("old");
+  const int64_t t = AddTrial(exp);
+  store_.reset();
+  // The version-11 table, as an older master left it, with rows 5 and 7.
+  RawExec("DROP TABLE metrics;"
+          "CREATE TABLE metrics (id INTEGER PRIMARY KEY, trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE "
+          "CASCADE, trial_run_id INTEGER NOT NULL, metric_group TEXT NOT NULL, total_batches INTEGER NOT NULL, "
+          "total_epochs REAL, metrics TEXT NOT NULL, time_ms INTEGER NOT NULL, archived INTEGER NOT NULL);"
+          "CREATE UNIQUE INDEX metrics_trial_id_total_batches_run ON metrics(trial_id, total_batches, "
+          "metric_group, trial_run_id);"
+          "CREATE INDEX metrics_trial_group_batches ON metrics(trial_id, metric_group, total_batches);"
+          "CREATE INDEX metrics_trial_id_id ON metrics(trial_id, id);"
+          "DELETE FROM schema_migrations WHERE version >= 12;" +
+          absl::StrCat("INSERT INTO metrics VALUES (5, ", t, ", 0, 'training', 10, 0.5, '{\"loss\":1}', 1, 0);",
+                       "INSERT INTO metrics VALUES (7, ", t, ", 0, 'validation', 20, 1, '{\"loss\":2}', 2, 1);"));
+  auto reopened = Store::Open(path_);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  store_ = std::move(*reopened);
+  EXPECT_EQ(store_->SchemaVersion().value_or(-1), Store::LatestSchemaVersion());
+  auto rows = store_->ListMetrics(t, "", /*include_archived=*/true);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].id, 5);
+  EXPECT_EQ((*rows)[1].id, 7);
+  EXPECT_EQ((*rows)[1].group, "validation");
+  EXPECT_TRUE((*rows)[1].archived);
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'metrics' AND name IN "
+                        "('metrics_trial_id_total_batches_run', 'metrics_trial_group_batches', 'metrics_trial_id_id')"),
+            3);
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM sqlite_master WHERE name = 'metrics' AND sql LIKE '%AUTOINCREMENT%'"), 1);
+  RawExec("DELETE FROM metrics WHERE id = 7");
+  MetricRow m;
+  m.trial_id = t;
+  m.group = "training";
+  m.total_batches = 30;
+  m.metrics = {{"loss", 3.0}};
+  ASSERT_TRUE(store_->InsertMetrics({m}).ok());
+  EXPECT_EQ(RawQueryInt("SELECT MAX(id) FROM metrics"), 8);  // not 7 again
+}
+
 // Group commit: callers waiting while a group is written share the next
 // transaction, and a caller whose rows fail (no such trial) fails alone: the
 // others' rows in that transaction are stored, none of its own.
