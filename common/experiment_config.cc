@@ -429,6 +429,7 @@ absl::StatusOr<ExperimentConfig> ParseFromJson(json raw, const ConfigSource& sou
   if (raw.is_object() && raw.contains("searcher")) {
     for (std::string& w : SearcherFieldWarnings(c.searcher, raw["searcher"])) c.warnings.push_back(std::move(w));
   }
+  if (auto w = PbtExploreWarning(c)) c.warnings.push_back(*std::move(w));
   c.raw = std::move(raw);
   return c;
 }

@@ -3,6 +3,8 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/hparams.h"
 
 namespace det {
 namespace {
@@ -70,6 +72,40 @@ std::vector<std::string> SearcherFieldWarnings(const SearcherConfig& searcher, c
                                     " (it is read by ", std::string(f.readers), ")"));
   }
   return warnings;
+}
+
+std::optional<std::string> PbtExploreWarning(const ExperimentConfig& config) {
+  if (config.searcher.name != SearcherName::kPbt || !config.searcher.options.pbt.explore.empty()) return std::nullopt;
+  constexpr size_t kNamed = 8;
+  std::vector<std::string> shaped, smooth;
+  size_t more = 0;
+  for (const auto& [name, hp] : config.hyperparameters) {  // a map: in name order
+    switch (hp.type) {
+      case Hyperparameter::Type::kInt:
+      case Hyperparameter::Type::kCategorical:
+      case Hyperparameter::Type::kObject:
+        if (shaped.size() < kNamed) {
+          shaped.push_back(absl::StrCat("'", name, "' (", std::string(HyperparameterTypeName(hp.type)), ")"));
+        } else {
+          ++more;
+        }
+        break;
+      case Hyperparameter::Type::kDouble:
+      case Hyperparameter::Type::kLog:
+        if (smooth.size() < kNamed) smooth.push_back(name);
+        break;
+      case Hyperparameter::Type::kConst:
+        break;
+    }
+  }
+  if (shaped.empty()) return std::nullopt;
+  std::string named = absl::StrJoin(shaped, ", ");
+  if (more > 0) absl::StrAppend(&named, " and ", more, " more");
+  std::string example = smooth.empty() ? "" : absl::StrCat(" (for example [", absl::StrJoin(smooth, ", "), "])");
+  return absl::StrCat("searcher.explore is not set, so a pbt child may change every search hyperparameter, ",
+                      "including ", named, "; a child whose change alters a model's shape fails to restore its ",
+                      "parent's checkpoint. List the hyperparameters a child may change in searcher.explore",
+                      example);
 }
 
 }  // namespace det

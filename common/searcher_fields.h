@@ -14,6 +14,7 @@
 #ifndef DET_COMMON_SEARCHER_FIELDS_H_
 #define DET_COMMON_SEARCHER_FIELDS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,15 @@ namespace det {
 // order of the table in searcher_fields.cc. Empty when `raw_searcher` is not
 // a map.
 std::vector<std::string> SearcherFieldWarnings(const SearcherConfig& searcher, const nlohmann::json& raw_searcher);
+
+// searcher pbt without `explore`: a child may change every search
+// hyperparameter, and a changed width makes it fail to restore its parent's
+// checkpoint (the runtime refuses a tensor of another shape). When the space
+// has top-level int, categorical or nested search hyperparameters (the kinds
+// that set shapes), one warning naming them (at most 8, then a count) and
+// suggesting an `explore` list of the double/log ones; else, and for every
+// other searcher, nullopt.
+std::optional<std::string> PbtExploreWarning(const ExperimentConfig& config);
 
 }  // namespace det
 

@@ -108,6 +108,42 @@ TEST(SearcherFieldsTest, TheEchoOfEveryConfigParsesBackWithoutAWarning) {
   }
 }
 
+// pbt without `explore` over a space with widths: children that change a
+// width fail to restore their parent's checkpoint. The config says so at
+// create (and preview) instead of half the population erroring later.
+TEST(SearcherFieldsTest, PbtWithoutExploreNamesTheHparamsThatMaySetShapes) {
+  const std::string space =
+      "hyperparameters:\n  global_batch_size: 32\n  lr:\n    type: log\n    minval: -4\n    maxval: 0\n"
+      "    base: 10\n  dropout:\n    type: double\n    minval: 0\n    maxval: 0.5\n"
+      "  width:\n    type: int\n    minval: 8\n    maxval: 64\n"
+      "  act:\n    type: categorical\n    vals: [relu, tanh]\n";
+  auto parse = [&](const std::string& extra) {
+    return ParseExperimentConfig(space + "searcher:\n  name: pbt\n  metric: loss\n  max_length:\n    batches: 64\n"
+                                         "  population_size: 4\n  perturb_period: 16\n" + extra,
+                                 "config.yaml", ParseOptions());
+  };
+  auto c = parse("");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->warnings,
+              ElementsAre("searcher.explore is not set, so a pbt child may change every search hyperparameter, "
+                          "including 'act' (categorical), 'width' (int); a child whose change alters a model's "
+                          "shape fails to restore its parent's checkpoint. List the hyperparameters a child may "
+                          "change in searcher.explore (for example [dropout, lr])"));
+  // With the list, or without widths in the space, nothing to say.
+  auto listed = parse("  explore: [lr, dropout]\n");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(listed->warnings, IsEmpty());
+  auto smooth = Parse("  name: pbt\n  population_size: 4\n  perturb_period: 16\n");
+  ASSERT_TRUE(smooth.ok()) << smooth.status();
+  EXPECT_THAT(smooth->warnings, IsEmpty());
+  // Other searchers over the same space: no such warning.
+  auto random = ParseExperimentConfig(space + "searcher:\n  name: random\n  metric: loss\n  max_trials: 2\n"
+                                              "  max_length:\n    batches: 64\n",
+                                      "config.yaml", ParseOptions());
+  ASSERT_TRUE(random.ok()) << random.status();
+  EXPECT_THAT(random->warnings, IsEmpty());
+}
+
 // The shipped examples set only fields their searchers read.
 TEST(SearcherFieldsTest, NoExampleSetsAFieldItsSearcherIgnores) {
   int examples = 0;
