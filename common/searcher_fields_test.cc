@@ -116,7 +116,9 @@ TEST(SearcherFieldsTest, PbtWithoutExploreNamesTheHparamsThatMaySetShapes) {
       "hyperparameters:\n  global_batch_size: 32\n  lr:\n    type: log\n    minval: -4\n    maxval: 0\n"
       "    base: 10\n  dropout:\n    type: double\n    minval: 0\n    maxval: 0.5\n"
       "  width:\n    type: int\n    minval: 8\n    maxval: 64\n"
-      "  act:\n    type: categorical\n    vals: [relu, tanh]\n";
+      "  act:\n    type: categorical\n    vals: [relu, tanh]\n"
+      "  fixed:\n    depth: 2\n    norm: batch\n"  // consts only: not searched, not named
+      "  block:\n    units:\n      type: int\n      minval: 2\n      maxval: 4\n    norm: batch\n";
   auto parse = [&](const std::string& extra) {
     return ParseExperimentConfig(space + "searcher:\n  name: pbt\n  metric: loss\n  max_length:\n    batches: 64\n"
                                          "  population_size: 4\n  perturb_period: 16\n" + extra,
@@ -126,7 +128,7 @@ TEST(SearcherFieldsTest, PbtWithoutExploreNamesTheHparamsThatMaySetShapes) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->warnings,
               ElementsAre("searcher.explore is not set, so a pbt child may change every search hyperparameter, "
-                          "including 'act' (categorical), 'width' (int); a child whose change alters a model's "
+                          "including 'act' (categorical), 'block' (object), 'width' (int); a child whose change alters a model's "
                           "shape fails to restore its parent's checkpoint. List the hyperparameters a child may "
                           "change in searcher.explore (for example [dropout, lr])"));
   // With the list, or without widths in the space, nothing to say.
