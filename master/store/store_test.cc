@@ -21,6 +21,16 @@ namespace det {
 namespace master {
 namespace {
 
+// A training report of `trial` at `batches`.
+MetricRow Metric(int64_t trial, int64_t batches) {
+  MetricRow m;
+  m.trial_id = trial;
+  m.group = "training";
+  m.total_batches = batches;
+  m.metrics = {{"loss", 0.5}};
+  return m;
+}
+
 class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -819,15 +829,7 @@ TEST_F(StoreTest, MetricStreamPollSeeksEachTrialsRowsAfterTheCursor) {
 TEST_F(StoreTest, MetricIdsAreNeverReusedAfterTheNewestAreDeleted) {
   const int64_t keep = AddExperiment("keep"), gone = AddExperiment("gone", "COMPLETED");
   const int64_t a = AddTrial(keep), b = AddTrial(gone, "COMPLETED");
-  auto row = [](int64_t trial, int64_t batches) {
-    MetricRow m;
-    m.trial_id = trial;
-    m.group = "training";
-    m.total_batches = batches;
-    m.metrics = {{"loss", 1.0}};
-    return m;
-  };
-  ASSERT_TRUE(store_->InsertMetrics({row(a, 1), row(b, 1), row(b, 2), row(b, 3)}).ok());
+  ASSERT_TRUE(store_->InsertMetrics({Metric(a, 1), Metric(b, 1), Metric(b, 2), Metric(b, 3)}).ok());
   auto cursor = store_->MaxMetricId();  // what a stream over {a, b} sent last: b's newest
   ASSERT_TRUE(cursor.ok()) << cursor.status();
   for (;;) {
@@ -836,7 +838,7 @@ TEST_F(StoreTest, MetricIdsAreNeverReusedAfterTheNewestAreDeleted) {
     if (*n == 0) break;
   }
   ASSERT_TRUE(store_->DeleteExperimentRow(gone).ok());
-  ASSERT_TRUE(store_->InsertMetrics({row(a, 2)}).ok());
+  ASSERT_TRUE(store_->InsertMetrics({Metric(a, 2)}).ok());
   auto after = store_->ListMetricsAfterId({a, b}, "", *cursor, 0);
   ASSERT_TRUE(after.ok()) << after.status();
   ASSERT_EQ(after->size(), 1u) << "trial a's new report got an id at or before the stream's cursor";
@@ -877,12 +879,7 @@ TEST_F(StoreTest, Migration12KeepsMetricRowsAndIndexes) {
             3);
   EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM sqlite_master WHERE name = 'metrics' AND sql LIKE '%AUTOINCREMENT%'"), 1);
   RawExec("DELETE FROM metrics WHERE id = 7");
-  MetricRow m;
-  m.trial_id = t;
-  m.group = "training";
-  m.total_batches = 30;
-  m.metrics = {{"loss", 3.0}};
-  ASSERT_TRUE(store_->InsertMetrics({m}).ok());
+  ASSERT_TRUE(store_->InsertMetrics({Metric(t, 30)}).ok());
   EXPECT_EQ(RawQueryInt("SELECT MAX(id) FROM metrics"), 8);  // not 7 again
 }
 
@@ -1100,14 +1097,6 @@ class StoreTransactionTest : public StoreTest {
     c.experiment_id = exp;
     c.state = "COMPLETED";
     return c;
-  }
-  static MetricRow Metric(int64_t trial, int64_t batches) {
-    MetricRow m;
-    m.trial_id = trial;
-    m.group = "training";
-    m.total_batches = batches;
-    m.metrics = {{"loss", 0.5}};
-    return m;
   }
   static TaskLogRow Log(int64_t trial) {
     TaskLogRow l;
