@@ -25,7 +25,8 @@
 //                     tpe; aggressive_tpe: aggressive with sampler: tpe; suffixes on the ASHA
 //                     ones: _d3 divisor 3, _r2/_r4 max_rungs 2/4, _par bracket_order: parallel;
 //                     on asha_tpe: _all tpe_brackets: all;
-//                     on asha_tpe, aggressive_tpe and tpe: _rf/_rf0 random_fraction 1/3 / 0;
+//                     on asha_tpe, aggressive_tpe and tpe: _rf/_rf0 random_fraction 1/3 / 0,
+//                     _s64 n_startup_trials 64;
 //                     tpe; pbt: population 64, perturb_period 32, explore learning_rate and dropout;
 //                     --asha-variants is the same flag)
 //                     [--results FILE] [--report] [--full]
@@ -104,7 +105,8 @@ struct AshaVariant {
 // period; 4), _par (bracket_order: parallel, Determined's); on asha_tpe:
 // _all (tpe_brackets: all, the model in the first bracket too); on asha_tpe,
 // aggressive_tpe and tpe: _rf / _rf0 (random_fraction 1/3 / 0; the defaults
-// are 1/3 under ASHA, as BOHB, and 0 for tpe).
+// are 1/3 under ASHA, as BOHB, and 0 for tpe); _s64 (n_startup_trials 64:
+// the model waits for as many results as random search has trials).
 std::optional<AshaVariant> ParseVariant(const std::string& name) {
   AshaVariant v;
   v.name = name;
@@ -112,6 +114,7 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   std::string random_fraction;  // _rf / _rf0: given, else the searcher's default
   bool parallel = false;        // _par: bracket_order: parallel
   bool tpe_all = false;         // _all: tpe_brackets: all
+  bool startup64 = false;       // _s64: n_startup_trials: 64
   auto suffix = [&](const char* s) {
     const size_t n = std::strlen(s);
     if (base.size() <= n || base.compare(base.size() - n, n, s) != 0) return false;
@@ -127,6 +130,7 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
     if (suffix("_rf0")) random_fraction = "0", more = true;
     if (suffix("_par")) parallel = true, more = true;
     if (suffix("_all")) tpe_all = true, more = true;
+    if (suffix("_s64")) startup64 = true, more = true;
   }
   const bool plain = v.divisor == 4 && v.max_rungs == 0 && !parallel;
   if (base == "stop_once") v.stop_once = true;
@@ -140,6 +144,10 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   if (tpe_all) {  // TPE's proposals in the first bracket too
     if (base != "asha_tpe") return std::nullopt;
     v.extra += "  tpe_brackets: all\n";
+  }
+  if (startup64) {
+    if (base != "asha_tpe" && base != "aggressive_tpe" && base != "tpe") return std::nullopt;
+    v.extra += "  n_startup_trials: 64\n";
   }
   if (!random_fraction.empty()) {  // TPE's share of random proposals
     if (base != "asha_tpe" && base != "aggressive_tpe" && base != "tpe") return std::nullopt;
@@ -524,7 +532,7 @@ bool ParseFlags(int argc, char** argv, Options& o) {
         if (!variant) {
           std::fprintf(stderr,
                        "%s: unknown searcher '%s' (promotion, stop_once, aggressive, conservative, asha_tpe, "
-                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one; _rf, _rf0 after asha_tpe or tpe)\n",
+                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one; _rf, _rf0, _s64 after asha_tpe or tpe)\n",
                        a.c_str(), name.c_str());
           return false;
         }
