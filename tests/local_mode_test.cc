@@ -50,6 +50,11 @@ data:
 )");
 }
 
+// `config` with `line` added under searcher (after its name).
+std::string WithSearcherLine(const std::string& config, const std::string& line) {
+  return absl::StrReplaceAll(config, {{"  name: single\n", absl::StrCat("  name: single\n  ", line, "\n")}});
+}
+
 // Largest "batches N" of a training line in det-trial's stdout, or -1.
 int64_t LastReportedBatch(const std::string& out) {
   static const std::regex re(R"(\[det-trial\] training\s+batches (\d+))");
@@ -158,6 +163,40 @@ TEST_P(PauseResumeTest, PausedTwiceAndResumedMatchesUninterruptedRun) {
 
 INSTANTIATE_TEST_SUITE_P(LocalModeTest, PauseResumeTest, ::testing::Values("none", "bf16"));
 
+// First training loss ("training batches N ... loss X") in det-trial's stdout.
+double FirstTrainingLoss(const std::string& out) {
+  static const std::regex re(R"(\[det-trial\] training\s+batches \d+.* loss ([0-9.e+-]+))");
+  std::smatch m;
+  return std::regex_search(out, m, re) ? std::stod(m[1].str()) : -1;
+}
+
+// searcher.source_checkpoint_uuid in local mode: the weights of an earlier
+// local run's checkpoint (found under the checkpoint directory by uuid),
+// training from batch 0. Before, local mode ignored the key silently.
+TEST(LocalModeTest, WarmStartsFromAnEarlierLocalCheckpointByUuid) {
+  TempDir dir;
+  WriteFile(dir / "config.yaml", SyntheticConfig(20));
+  std::string scratch, err;
+  ASSERT_EQ(RunProcess({kDetTrial, "--local", dir / "config.yaml", kSynthetic, "--output-dir", dir / "out"}, &scratch,
+                       &err),
+            0)
+      << scratch << err;
+  static const std::regex done(R"(completed 20 batches; checkpoint \S+/([0-9a-f-]{36}))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(scratch, m, done)) << scratch;
+  const std::string uuid = m[1].str();
+  WriteFile(dir / "warm.yaml", WithSearcherLine(SyntheticConfig(20), "source_checkpoint_uuid: " + uuid));
+  std::string warm;
+  ASSERT_EQ(RunProcess({kDetTrial, "--local", dir / "warm.yaml", kSynthetic, "--output-dir", dir / "out"}, &warm, &err),
+            0)
+      << warm << err;
+  EXPECT_THAT(warm, HasSubstr("warm start: model weights from checkpoint " + (dir / "out/checkpoints/" + uuid)));
+  EXPECT_THAT(warm, HasSubstr("completed 20 batches"));  // from batch 0: the counters are not the source's
+  // Same seed, same data order: only the loaded weights make the first loss lower.
+  ASSERT_GT(FirstTrainingLoss(scratch), 0) << scratch;
+  EXPECT_LT(FirstTrainingLoss(warm), FirstTrainingLoss(scratch)) << scratch << warm;
+}
+
 // Must show 4: each bad input gives one clear error and a non-zero exit.
 struct ErrorCase {
   std::string name;
@@ -202,6 +241,15 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"UnknownConfigField", kSynthetic,
                   absl::StrReplaceAll(SyntheticConfig(10), {{"  max_length:", "  max_lenght:"}}), 2,
                   "config.yaml:11: unknown field 'searcher.max_lenght'"},
+        ErrorCase{"WarmStartFromATrialIdNeedsAMaster", kSynthetic,
+                  WithSearcherLine(SyntheticConfig(10), "source_trial_id: 3"), 2,
+                  "searcher.source_trial_id: local mode has no master to look up trial 3's checkpoint"},
+        ErrorCase{"WarmStartFromAMissingCheckpoint", kSynthetic,
+                  WithSearcherLine(SyntheticConfig(10), "source_checkpoint_uuid: 0f3c9a1e-5b2d-4c6e-8f10-112233445566"),
+                  2, "searcher.source_checkpoint_uuid: no checkpoint 0f3c9a1e-5b2d-4c6e-8f10-112233445566 in"},
+        ErrorCase{"WarmStartUuidIsNotAPath", kSynthetic,
+                  WithSearcherLine(SyntheticConfig(10), "source_checkpoint_uuid: ../../etc"), 2,
+                  "searcher.source_checkpoint_uuid: '../../etc' is not a canonical lower-case UUID"},
         ErrorCase{"WrongConfigType", kSynthetic,
                   absl::StrReplaceAll(SyntheticConfig(10), {{"scheduling_unit: 10", "scheduling_unit: often"}}), 2,
                   "config.yaml:15: field 'scheduling_unit'"}),

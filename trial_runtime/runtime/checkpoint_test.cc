@@ -1,5 +1,7 @@
 #include "trial_runtime/runtime/checkpoint.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -149,6 +151,35 @@ TEST(CheckpointTest, AModelOfAnotherShapeIsRefusedNamingTheTensor) {
   ASSERT_TRUE(LoadModelWeights(saved->path, same.context).ok());
   EXPECT_TRUE(torch::equal(same.model->weight, a.model->weight));
   fs::remove_all(dir);
+}
+
+// Local mode's warm start: a uuid under the run's checkpoint root, never a
+// path; a trial id needs a master.
+TEST(CheckpointTest, LocalWarmStartFindsACheckpointByUuidUnderTheRootOnly) {
+  const fs::path root = fs::temp_directory_path() / ("det_local_warm_" + std::to_string(::getpid()));
+  fs::create_directories(root / "0f3c9a1e-5b2d-4c6e-8f10-112233445566");
+  ExperimentConfig c;
+  auto none = LocalWarmStartDir(c, root.string());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());
+  c.searcher.source_checkpoint_uuid = "0f3c9a1e-5b2d-4c6e-8f10-112233445566";
+  auto found = LocalWarmStartDir(c, root.string());
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(**found, (root / "0f3c9a1e-5b2d-4c6e-8f10-112233445566").string());
+  c.searcher.source_checkpoint_uuid = "11111111-2222-4333-8444-555555555555";
+  EXPECT_EQ(LocalWarmStartDir(c, root.string()).status().code(), absl::StatusCode::kNotFound);
+  for (const char* attack : {"..", "../0f3c9a1e-5b2d-4c6e-8f10-112233445566", "/etc"}) {
+    c.searcher.source_checkpoint_uuid = attack;
+    auto refused = LocalWarmStartDir(c, root.string());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << attack;
+    EXPECT_NE(refused.status().message().find("searcher.source_checkpoint_uuid"), std::string::npos) << attack;
+  }
+  c.searcher.source_checkpoint_uuid.reset();
+  c.searcher.source_trial_id = 3;
+  auto trial = LocalWarmStartDir(c, root.string());
+  EXPECT_EQ(trial.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(trial.status().message().find("searcher.source_trial_id"), std::string::npos);
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -46,6 +46,7 @@
 #include "trial_runtime/runtime/slurm_mode.h"
 #include "trial_runtime/runtime/trial_controller.h"
 #include "trial_runtime/runtime/trial_loader.h"
+#include "trial_runtime/runtime/warm_start.h"
 
 namespace det::runtime {
 namespace {
@@ -305,6 +306,23 @@ void PrintLocalResult(const Flags& flags, const DistributedEnv& env, const Exper
   std::fflush(stdout);
 }
 
+// A warm start of a local run (searcher.source_checkpoint_uuid: a
+// checkpoint of an earlier local run): its model weights, before training.
+// Returns 0, or the exit code after reporting why not.
+int WarmStartLocal(const DistributedEnv& env, const ExperimentConfig& config, const std::string& checkpoint_dir,
+                   TrialContext& context) {
+  auto dir = LocalWarmStartDir(config, checkpoint_dir);
+  if (!dir.ok()) return FailRank(env, kExitConfigError, dir.status());
+  if (!dir->has_value()) return 0;
+  absl::Status st = LoadModelWeights(**dir, context);
+  if (!st.ok()) return FailRank(env, kExitTrialError, st);
+  if (env.rank == 0) {
+    std::printf("[det-trial] warm start: model weights from checkpoint %s\n", (*dir)->c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 // Builds the trial in `context`, its reporter and controller, restores
 // --resume, trains to the end (or a pause) and prints the result. Returns the
 // exit code.
@@ -344,6 +362,8 @@ int TrainLocal(const Flags& flags, const DistributedEnv& env, const LocalSetup& 
       std::printf("[det-trial] resumed from %s at batch %lld\n", flags.resume.c_str(),
                   static_cast<long long>((*controller)->batches_trained()));
     }
+  } else if (int rc = WarmStartLocal(env, setup.config, plan.checkpoint_dir, context); rc != 0) {
+    return rc;
   }
   auto outcome = (*controller)->Run();
   std::optional<std::pair<double, int64_t>> best;

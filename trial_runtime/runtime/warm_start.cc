@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/safe_path.h"
+#include "common/status_macros.h"
 #include "trial_runtime/runtime/checkpoint.h"
 #include "trial_runtime/sdk/module_load.h"
 
@@ -53,6 +55,29 @@ void OptimizerOptionsSnapshot::Apply(TrialContext& context) const {
       groups[g].set_options(options_[i][g]->clone());
     }
   }
+}
+
+absl::StatusOr<std::optional<std::string>> LocalWarmStartDir(const ExperimentConfig& config,
+                                                             const std::string& checkpoint_dir) {
+  const SearcherConfig& s = config.searcher;
+  if (s.source_trial_id) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "searcher.source_trial_id: local mode has no master to look up trial ", *s.source_trial_id,
+        "'s checkpoint; set searcher.source_checkpoint_uuid to a checkpoint under ", checkpoint_dir,
+        " (or --resume DIR to continue a run)"));
+  }
+  if (!s.source_checkpoint_uuid) return std::nullopt;
+  // A uuid, not a path: it cannot leave the checkpoint root.
+  DET_RETURN_IF_ERROR(ValidateUuid(*s.source_checkpoint_uuid, "searcher.source_checkpoint_uuid"));
+  const std::string dir = (std::filesystem::path(checkpoint_dir) / *s.source_checkpoint_uuid).string();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("searcher.source_checkpoint_uuid: no checkpoint ",
+                                            *s.source_checkpoint_uuid, " in ", checkpoint_dir,
+                                            " (local mode warm-starts from a checkpoint of an earlier local run "
+                                            "there; --checkpoint-dir or checkpoint_storage choose the directory)"));
+  }
+  return dir;
 }
 
 }  // namespace det::runtime

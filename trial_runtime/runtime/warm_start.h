@@ -4,12 +4,15 @@
 #define DET_TRIAL_RUNTIME_RUNTIME_WARM_START_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <torch/optim/optimizer.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/experiment_config.h"
 #include "trial_runtime/runtime/trial_loader.h"
 
 namespace det::runtime {
@@ -23,6 +26,16 @@ namespace det::runtime {
 // architecture) or a parameter's shape differs from the checkpoint's (a
 // model built from other hparams; sdk/module_load.h); each names `dir`. Not thread-safe with training.
 absl::Status LoadModelWeights(const std::string& dir, TrialContext& context);
+
+// Local mode (det-trial --local: no master to resolve a source): the
+// directory a warm start loads, nullopt when the config asks for none.
+// searcher.source_checkpoint_uuid names a checkpoint of an earlier local run
+// under `checkpoint_dir` (the run's checkpoint root, which holds each
+// checkpoint as <uuid>/). InvalidArgument naming the field for a malformed
+// uuid and for source_trial_id (a trial id means nothing without a master);
+// NotFound naming the directory when that checkpoint is not there.
+absl::StatusOr<std::optional<std::string>> LocalWarmStartDir(const ExperimentConfig& config,
+                                                             const std::string& checkpoint_dir);
 
 // PBT (searcher pbt): a child restores its parent's whole checkpoint but
 // trains with its own hparams. Capture() copies the options of every param
