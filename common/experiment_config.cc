@@ -533,7 +533,7 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher["max_trials"] = s.max_trials;
     searcher["max_concurrent_trials"] = s.max_concurrent_trials;
   }
-  const bool asha = s.name == SearcherName::kAdaptiveAsha || s.name == SearcherName::kAsyncHalving;
+  const bool asha = IsSuccessiveHalving(s.name);
   if (asha) {
     searcher["divisor"] = s.divisor;
     searcher["stop_once"] = s.stop_once;

@@ -35,6 +35,11 @@ enum class CheckpointPolicy { kBest, kAll, kNone };
 
 // "single", "random", "grid", "adaptive_asha", "async_halving", "pbt", "tpe".
 std::string_view SearcherNameToString(SearcherName name);
+// adaptive_asha and async_halving: the successive-halving searchers (rungs,
+// divisor, sampler).
+inline bool IsSuccessiveHalving(SearcherName name) {
+  return name == SearcherName::kAdaptiveAsha || name == SearcherName::kAsyncHalving;
+}
 // "aggressive", "standard", "conservative".
 std::string_view AshaModeToString(AshaMode mode);
 // "best", "all", "none".

@@ -9,9 +9,7 @@
 namespace det {
 namespace {
 
-bool Asha(const SearcherConfig& s) {
-  return s.name == SearcherName::kAdaptiveAsha || s.name == SearcherName::kAsyncHalving;
-}
+bool Asha(const SearcherConfig& s) { return IsSuccessiveHalving(s.name); }
 bool AdaptiveAsha(const SearcherConfig& s) { return s.name == SearcherName::kAdaptiveAsha; }
 bool AsyncHalving(const SearcherConfig& s) { return s.name == SearcherName::kAsyncHalving; }
 bool Pbt(const SearcherConfig& s) { return s.name == SearcherName::kPbt; }

@@ -134,7 +134,7 @@ std::vector<int64_t> AshaBracketConcurrency(int64_t max_concurrent_trials, doubl
 absl::StatusOr<AshaLayout> AshaLayoutFor(const ExperimentConfig& config, int64_t max_length) {
   const SearcherConfig& sc = config.searcher;
   std::string name(SearcherNameToString(sc.name));
-  if (sc.name != SearcherName::kAdaptiveAsha && sc.name != SearcherName::kAsyncHalving) {
+  if (!IsSuccessiveHalving(sc.name)) {
     return absl::InvalidArgumentError(absl::StrCat("searcher '", name, "' is not a successive-halving searcher"));
   }
   if (max_length < 1) {

@@ -29,7 +29,7 @@ absl::StatusOr<SearchPreview> PreviewSearch(const ExperimentConfig& config, int6
 
   // The rung lengths of each bracket.
   std::vector<std::vector<int64_t>> bracket_rungs;
-  if (config.searcher.name == SearcherName::kAdaptiveAsha || config.searcher.name == SearcherName::kAsyncHalving) {
+  if (IsSuccessiveHalving(config.searcher.name)) {
     absl::StatusOr<AshaLayout> layout = AshaLayoutFor(config, max_length);
     if (!layout.ok()) return layout.status();
     for (const AshaBracket& b : layout->brackets) bracket_rungs.push_back(b.rung_lengths);
