@@ -214,6 +214,16 @@ absl::StatusOr<nlohmann::json> ReadCheckpointMetadata(const std::string& dir) {
   return meta;
 }
 
+void LoadModelFiles(const std::string& dir, TrialContext& context) {
+  const auto& models = context.models();
+  for (size_t i = 0; i < models.size(); ++i) {
+    torch::serialize::InputArchive archive;
+    const std::string file = (fs::path(dir) / absl::StrCat("model_", i, ".pt")).string();
+    archive.load_from(file, context.device());
+    internal::LoadModuleExactly(archive, *models[i], file);
+  }
+}
+
 absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialContext& context,
                                               const CallbackMap& callbacks) {
   auto meta_or = ReadCheckpointMetadata(dir);
@@ -232,12 +242,7 @@ absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialConte
   }
   fs::path d(dir);
   try {
-    for (size_t i = 0; i < models.size(); ++i) {
-      torch::serialize::InputArchive archive;
-      const std::string file = (d / absl::StrCat("model_", i, ".pt")).string();
-      archive.load_from(file, context.device());
-      internal::LoadModuleExactly(archive, *models[i], file);
-    }
+    LoadModelFiles(dir, context);
     for (size_t i = 0; i < optimizers.size(); ++i) {
       torch::serialize::InputArchive archive;
       archive.load_from((d / absl::StrCat("optimizer_", i, ".pt")).string(), context.device());

@@ -59,6 +59,12 @@ absl::StatusOr<nlohmann::json> ReadCheckpointMetadata(const std::string& dir);
 absl::StatusOr<nlohmann::json> LoadCheckpoint(const std::string& dir, TrialContext& context,
                                               const CallbackMap& callbacks);
 
+// Loads model_<i>.pt of checkpoint `dir` into each wrapped model of
+// `context` (no other state), refusing a tensor of another shape
+// (sdk/module_load.h). Throws c10::Error or std::runtime_error naming the
+// file; the caller checked that the checkpoint holds as many models.
+void LoadModelFiles(const std::string& dir, TrialContext& context);
+
 // A random RFC 4122 version-4 UUID (does not touch the trial's RNGs).
 std::string NewUuid();
 

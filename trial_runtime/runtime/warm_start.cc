@@ -1,14 +1,11 @@
 #include "trial_runtime/runtime/warm_start.h"
 
-#include <torch/serialize.h>
-
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
 #include "trial_runtime/runtime/checkpoint.h"
-#include "trial_runtime/sdk/module_load.h"
 
 namespace det::runtime {
 
@@ -21,14 +18,8 @@ absl::Status LoadModelWeights(const std::string& dir, TrialContext& context) {
     return absl::FailedPreconditionError(absl::StrCat("warm-start checkpoint '", dir, "' holds ", saved,
                                                       " model(s); the trial wrapped ", models.size()));
   }
-  const std::filesystem::path d(dir);
   try {
-    for (size_t i = 0; i < models.size(); ++i) {
-      torch::serialize::InputArchive archive;
-      const std::string file = (d / absl::StrCat("model_", i, ".pt")).string();
-      archive.load_from(file, context.device());
-      internal::LoadModuleExactly(archive, *models[i], file);
-    }
+    LoadModelFiles(dir, context);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("loading warm-start weights from '", dir, "': ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
