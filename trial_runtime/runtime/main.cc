@@ -314,12 +314,8 @@ int WarmStartLocal(const DistributedEnv& env, const ExperimentConfig& config, co
   auto dir = LocalWarmStartDir(config, checkpoint_dir);
   if (!dir.ok()) return FailRank(env, kExitConfigError, dir.status());
   if (!dir->has_value()) return 0;
-  absl::Status st = LoadModelWeights(**dir, context);
+  absl::Status st = WarmStart(**dir, context, /*announce=*/env.rank == 0);
   if (!st.ok()) return FailRank(env, kExitTrialError, st);
-  if (env.rank == 0) {
-    std::printf("[det-trial] warm start: model weights from checkpoint %s\n", (*dir)->c_str());
-    std::fflush(stdout);
-  }
   return 0;
 }
 

@@ -511,13 +511,8 @@ std::optional<int> ManagedRank::RestoreLatestCheckpoint() {
   if (tc_.latest_checkpoint().uuid().empty()) {
     // A new trial of a warm-started experiment: the source's weights only.
     if (tc_.warm_start_checkpoint().uuid().empty()) return std::nullopt;
-    const std::string& source = tc_.warm_start_checkpoint().storage_path();
-    absl::Status st = LoadModelWeights(source, *context_);
+    absl::Status st = WarmStart(tc_.warm_start_checkpoint().storage_path(), *context_, chief_);
     if (!st.ok()) return Fail(kExitTrialError, reporting_client_, st, false);
-    if (chief_) {
-      std::printf("[det-trial] warm start: model weights from checkpoint %s\n", source.c_str());
-      std::fflush(stdout);
-    }
     return std::nullopt;
   }
   std::string dir = tc_.latest_checkpoint().storage_path();

@@ -1,5 +1,6 @@
 #include "trial_runtime/runtime/warm_start.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,15 @@ absl::Status LoadModelWeights(const std::string& dir, TrialContext& context) {
     return absl::InternalError(absl::StrCat("loading warm-start weights from '", dir, "': ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("loading warm-start weights from '", dir, "': ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WarmStart(const std::string& dir, TrialContext& context, bool announce) {
+  DET_RETURN_IF_ERROR(LoadModelWeights(dir, context));
+  if (announce) {
+    std::printf("[det-trial] warm start: model weights from checkpoint %s\n", dir.c_str());
+    std::fflush(stdout);
   }
   return absl::OkStatus();
 }

@@ -26,6 +26,9 @@ namespace det::runtime {
 // architecture) or a parameter's shape differs from the checkpoint's (a
 // model built from other hparams; sdk/module_load.h); each names `dir`. Not thread-safe with training.
 absl::Status LoadModelWeights(const std::string& dir, TrialContext& context);
+// LoadModelWeights, then (when `announce`: the chief) the line
+// "[det-trial] warm start: model weights from checkpoint DIR" on stdout.
+absl::Status WarmStart(const std::string& dir, TrialContext& context, bool announce);
 
 // Local mode (det-trial --local: no master to resolve a source): the
 // directory a warm start loads, nullopt when the config asks for none.
