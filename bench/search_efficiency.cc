@@ -106,7 +106,8 @@ struct AshaVariant {
 // _all (tpe_brackets: all, the model in the first bracket too); on asha_tpe,
 // aggressive_tpe and tpe: _rf / _rf0 (random_fraction 1/3 / 0; the defaults
 // are 1/3 under ASHA, as BOHB, and 0 for tpe); _s64 (n_startup_trials 64:
-// the model waits for as many results as random search has trials).
+// the model waits for as many results as random search has trials); on pbt:
+// _b128 (burn_in_period 128: no member replaced in the first half).
 std::optional<AshaVariant> ParseVariant(const std::string& name) {
   AshaVariant v;
   v.name = name;
@@ -115,6 +116,7 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   bool parallel = false;        // _par: bracket_order: parallel
   bool tpe_all = false;         // _all: tpe_brackets: all
   bool startup64 = false;       // _s64: n_startup_trials: 64
+  bool burn_in = false;         // _b128: burn_in_period: 128
   auto suffix = [&](const char* s) {
     const size_t n = std::strlen(s);
     if (base.size() <= n || base.compare(base.size() - n, n, s) != 0) return false;
@@ -131,6 +133,7 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
     if (suffix("_par")) parallel = true, more = true;
     if (suffix("_all")) tpe_all = true, more = true;
     if (suffix("_s64")) startup64 = true, more = true;
+    if (suffix("_b128")) burn_in = true, more = true;
   }
   const bool plain = v.divisor == 4 && v.max_rungs == 0 && !parallel;
   if (base == "stop_once") v.stop_once = true;
@@ -148,6 +151,10 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   if (startup64) {
     if (base != "asha_tpe" && base != "aggressive_tpe" && base != "tpe") return std::nullopt;
     v.extra += "  n_startup_trials: 64\n";
+  }
+  if (burn_in) {  // PBT replaces no member before 128 batches
+    if (base != "pbt") return std::nullopt;
+    v.extra += "  burn_in_period: 128\n";
   }
   if (!random_fraction.empty()) {  // TPE's share of random proposals
     if (base != "asha_tpe" && base != "aggressive_tpe" && base != "tpe") return std::nullopt;
@@ -265,7 +272,7 @@ std::string Config(const Options& o, int64_t seed, const std::string& searcher, 
   // a child keeps its parent's widths (its model's shape), explores the rest.
   if (searcher == "pbt") {
     absl::StrAppend(&s, "  population_size: ", max_trials,
-                    "\n  perturb_period: 32\n  explore: [learning_rate, dropout]\n");
+                    "\n  perturb_period: 32\n  explore: [learning_rate, dropout]\n", variant.extra);
   }
   absl::StrAppend(&s, "scheduling_unit: 16\nreproducibility:\n  experiment_seed: ", seed, R"(
 # Two agents with one slot each share this machine's cores: one thread each.
@@ -532,7 +539,7 @@ bool ParseFlags(int argc, char** argv, Options& o) {
         if (!variant) {
           std::fprintf(stderr,
                        "%s: unknown searcher '%s' (promotion, stop_once, aggressive, conservative, asha_tpe, "
-                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one; _rf, _rf0, _s64 after asha_tpe or tpe)\n",
+                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one; _rf, _rf0, _s64 after asha_tpe or tpe; _b128 after pbt)\n",
                        a.c_str(), name.c_str());
           return false;
         }

@@ -53,6 +53,7 @@ std::vector<ConfigField> MakeTable() {
       Read("searcher.source_checkpoint_uuid", "master/core/experiment_fork.cc", ".source_checkpoint_uuid"),
       Read("searcher.population_size", "master/search/pbt.cc", "o.population_size"),
       Read("searcher.perturb_period", "master/search/pbt.cc", "options_.perturb_period"),
+      Read("searcher.burn_in_period", "master/search/pbt.cc", "options_.burn_in_period"),
       Read("searcher.truncate_fraction", "master/search/pbt.cc", "options_.truncate_fraction"),
       Read("searcher.resample_probability", "master/search/pbt.cc", "o.resample_probability"),
       Read("searcher.perturb_factors", "master/search/pbt.cc", "o.perturb_factors"),

@@ -550,6 +550,7 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher.erase("max_trials");
     searcher["population_size"] = o.pbt.population_size;
     searcher["perturb_period"] = o.pbt.perturb_period;
+    searcher["burn_in_period"] = o.pbt.burn_in_period;
     searcher["truncate_fraction"] = o.pbt.truncate_fraction;
     searcher["resample_probability"] = o.pbt.resample_probability;
     searcher["perturb_factors"] = o.pbt.perturb_factors;

@@ -23,7 +23,7 @@ absl::Status GetFraction(const ConfigMapReader& r, std::string_view key, double 
 
 const std::vector<std::string_view>& SearchOptionKeys() {
   static const std::vector<std::string_view> keys = {
-      "population_size", "perturb_period", "truncate_fraction", "resample_probability", "perturb_factors",
+      "population_size", "perturb_period", "burn_in_period", "truncate_fraction", "resample_probability", "perturb_factors",
       "sampler",         "n_startup_trials", "gamma",           "n_ei_candidates",      "rung_metric",
       "random_fraction", "bracket_order",   "tpe_brackets",         "explore"};
   return keys;
@@ -35,6 +35,7 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
   if (is_pbt && r.Find("perturb_period") == nullptr) return r.Missing("perturb_period");
   DET_RETURN_IF_ERROR(r.GetInt("population_size", &p.population_size, 2, kMaxPopulationSize));
   DET_RETURN_IF_ERROR(r.GetInt("perturb_period", &p.perturb_period, 1));
+  DET_RETURN_IF_ERROR(r.GetInt("burn_in_period", &p.burn_in_period, 0));
   DET_RETURN_IF_ERROR(GetFraction(r, "truncate_fraction", 0, true, 0.5, &p.truncate_fraction));
   DET_RETURN_IF_ERROR(GetFraction(r, "resample_probability", 0, false, 1, &p.resample_probability));
   if (const nlohmann::json* f = r.Find("perturb_factors"); f != nullptr && !f->is_null()) {

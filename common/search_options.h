@@ -9,6 +9,7 @@
 //     name: pbt
 //     population_size: 8          # trials alive at once (required, 2..1000)
 //     perturb_period: 50          # searcher units between exploit/explore (required)
+//     burn_in_period: 0           # no exploit/explore in rounds ending before this
 //     truncate_fraction: 0.25     # bottom fraction replaced each round (0, 0.5]
 //     resample_probability: 0.25  # per hparam: resample instead of perturb
 //     perturb_factors: [0.8, 1.2] # a perturbed number is multiplied by one
@@ -49,6 +50,11 @@ inline constexpr int64_t kMaxEiCandidates = 1000;
 struct PbtOptions {
   int64_t population_size = 0;  // required for pbt; 2..kMaxPopulationSize
   int64_t perturb_period = 0;   // required for pbt; >= 1, searcher units
+  // >= 0, searcher units (Ray Tune's burn_in_period): a round that ends
+  // before this length exploits and explores nothing, so that no member is
+  // replaced on a ranking made that early; NewPbtSearch refuses one that is
+  // not below max_length (nothing would ever be exploited).
+  int64_t burn_in_period = 0;
   double truncate_fraction = 0.25;
   double resample_probability = 0.25;
   std::vector<double> perturb_factors = {0.8, 1.2};  // each > 0, 1..16 entries

@@ -38,6 +38,7 @@ constexpr SearcherField kFields[] = {
     {"num_rungs", AsyncHalving, "async_halving"},
     {"population_size", Pbt, "pbt"},
     {"perturb_period", Pbt, "pbt"},
+    {"burn_in_period", Pbt, "pbt"},
     {"truncate_fraction", Pbt, "pbt"},
     {"resample_probability", Pbt, "pbt"},
     {"perturb_factors", Pbt, "pbt"},

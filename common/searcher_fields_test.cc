@@ -33,7 +33,7 @@ TEST(SearcherFieldsTest, EachSearcherReadsItsOwnFieldsWithoutAWarning) {
            "  n_ei_candidates: 8\n  random_fraction: 0.5\n  rung_metric: best\n  bracket_order: parallel\n",
            "  name: async_halving\n  max_trials: 8\n  num_rungs: 3\n  divisor: 3\n  sampler: random\n",
            "  name: pbt\n  population_size: 4\n  perturb_period: 8\n  truncate_fraction: 0.5\n"
-           "  resample_probability: 0.1\n  perturb_factors: [0.5, 2]\n",
+           "  resample_probability: 0.1\n  perturb_factors: [0.5, 2]\n  burn_in_period: 16\n",
            "  name: tpe\n  max_trials: 8\n  gamma: 0.2\n  n_startup_trials: 3\n  random_fraction: 0.25\n",
            "  name: random\n  max_trials: 8\n  max_concurrent_trials: 2\n",
        }) {
@@ -59,6 +59,10 @@ TEST(SearcherFieldsTest, AFieldItsSearcherDoesNotReadIsNamedWithTheSearchersThat
   auto bad = Parse("  name: random\n  max_trials: 8\n  divisor: 1\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("searcher.divisor"));
+  // So do a pbt field's (a negative burn-in names the field).
+  auto negative = Parse("  name: pbt\n  population_size: 4\n  perturb_period: 8\n  burn_in_period: -8\n");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(std::string(negative.status().message()), HasSubstr("searcher.burn_in_period"));
 }
 
 TEST(SearcherFieldsTest, TpeOptionsUnderAshaNeedSamplerTpe) {

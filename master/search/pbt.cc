@@ -236,7 +236,9 @@ class PbtSearch final : public SearchMethod {
     std::stable_sort(live.begin(), live.end(),
                      [&](RequestId a, RequestId b) { return members_[a].score < members_[b].score; });
     const size_t n = live.size();
-    const size_t k = std::min(static_cast<size_t>(truncate_), n / 2);
+    // Burn-in: a round that ends before burn_in_period replaces no member.
+    const bool burn_in = Target(round_) < options_.burn_in_period;
+    const size_t k = burn_in ? 0 : std::min(static_cast<size_t>(truncate_), n / 2);
     ++round_;
     for (size_t i = 0; i < n; ++i) members_[live[i]].reported = false;
     for (size_t i = n - k; i < n; ++i) Close(live[i], ops);
@@ -308,6 +310,11 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewPbtSearch(const ExperimentConfi
         absl::StrCat("searcher.perturb_period must be at least 1 for pbt, got ", o.perturb_period));
   }
   if (o.perturb_factors.empty()) return absl::InvalidArgumentError("searcher.perturb_factors must not be empty");
+  if (o.burn_in_period < 0 || o.burn_in_period >= max_length) {
+    return absl::InvalidArgumentError(absl::StrCat("searcher.burn_in_period must be at least 0 and less than ",
+                                                   "searcher.max_length (", max_length, ") for pbt, got ",
+                                                   o.burn_in_period, ": no round would exploit"));
+  }
   for (size_t i = 0; i < o.explore.size(); ++i) {
     auto hp = config.hyperparameters.find(o.explore[i]);
     if (hp == config.hyperparameters.end()) {

@@ -10,7 +10,9 @@
 //    its slot). Then, if r*T >= max_length, every live trial is closed and
 //    the search shuts down once all have ended. Otherwise the trials are
 //    ranked by that validation (smaller_is_better; non-finite last; ties:
-//    lower request id first): the bottom k are closed (exploited), and each
+//    lower request id first). A round with r*T < burn_in_period (burn-in)
+//    ends there: every trial gets ValidateAfter(min((r+1)*T, max_length)).
+//    Otherwise the bottom k are closed (exploited), and each
 //    of the top k begets a child: Create with parent = the top trial (the
 //    master starts it from the parent's checkpoint at r*T, model AND
 //    optimizer state) and hparams explored from the parent's: each search
@@ -33,8 +35,9 @@
 //  - Each member's parent (0 for the first generation) is in the snapshot.
 //  - Progress: finished rounds / rounds (ceil(max_length / T)).
 // Errors (NewPbtSearch): InvalidArgument for population_size < 2,
-// perturb_period < 1, or an `explore` entry that is not a search hparam of
-// the space (naming searcher.explore[i]).
+// perturb_period < 1, burn_in_period outside [0, max_length), or an
+// `explore` entry that is not a search hparam of the space (naming
+// searcher.explore[i]).
 #ifndef DET_MASTER_SEARCH_PBT_H_
 #define DET_MASTER_SEARCH_PBT_H_
 

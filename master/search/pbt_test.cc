@@ -233,6 +233,46 @@ TEST(PbtSearchTest, AnExitedTrialLeavesThePopulation) {
   EXPECT_EQ(r.creates[0].parent, 2);
 }
 
+TEST(PbtSearchTest, BurnInReplacesNoMemberBeforeItsLength) {
+  ExperimentConfig config = PbtConfig(4, 10, {2.0}, 0.0);
+  config.searcher.options.pbt.burn_in_period = 20;
+  absl::StatusOr<Searcher> s = Searcher::Create(config, 40);
+  ASSERT_TRUE(s.ok()) << s.status();
+  s->InitialOperations();
+  // Round 1 ends at 10 < 20: trial 1 is the worst, yet nobody is closed or
+  // copied; all four go on to 20.
+  for (RequestId id : {2, 3, 4}) EXPECT_TRUE(s->ValidationCompleted(id, 0.1 * id, 10).empty());
+  Ops r1 = Split(s->ValidationCompleted(1, 0.9, 10));
+  EXPECT_TRUE(r1.closes.empty());
+  EXPECT_TRUE(r1.creates.empty());
+  std::vector<std::pair<RequestId, int64_t>> v;
+  for (const ValidateAfterOp& x : r1.validates) v.emplace_back(x.request_id, x.length);
+  EXPECT_EQ(v, (std::vector<std::pair<RequestId, int64_t>>{{2, 20}, {3, 20}, {4, 20}, {1, 20}}));
+  // Round 2 ends at 20, not before burn_in_period: trial 1, the worst again,
+  // is exploited and the best (now 4) begets trial 5.
+  for (RequestId id : {1, 2, 3}) EXPECT_TRUE(s->ValidationCompleted(id, 0.5 - 0.1 * id, 20).empty());
+  Ops r2 = Split(s->ValidationCompleted(4, 0.01, 20));
+  EXPECT_EQ(r2.closes, std::vector<RequestId>({1}));
+  ASSERT_EQ(r2.creates.size(), 1u);
+  EXPECT_EQ(r2.creates[0].parent, 4);
+  // A restored searcher keeps the option (it comes from the config).
+  absl::StatusOr<Searcher> restored = Searcher::Restore(config, 40, s->Snapshot());
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->Snapshot(), s->Snapshot());
+}
+
+TEST(PbtSearchTest, BurnInMustEndBeforeMaxLength) {
+  ExperimentConfig config = PbtConfig(4, 10, {1.2}, 0.0);
+  config.searcher.options.pbt.burn_in_period = 30;
+  absl::StatusOr<Searcher> s = Searcher::Create(config, 30);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("searcher.burn_in_period"));
+  config.searcher.options.pbt.burn_in_period = -1;
+  EXPECT_FALSE(Searcher::Create(config, 30).ok());
+  config.searcher.options.pbt.burn_in_period = 29;
+  EXPECT_TRUE(Searcher::Create(config, 30).ok());
+}
+
 TEST(PbtSearchTest, RejectsABadConfig) {
   ExperimentConfig config = PbtConfig(1, 10, {1.2}, 0.0);
   EXPECT_FALSE(Searcher::Create(config, 30).ok());
@@ -257,6 +297,13 @@ TEST(PbtSearchTest, PreviewShowsGenerationsAndCountsOnlyWhatEachTrialTrains) {
   int children = 0;
   for (const PreviewTrial& t : p->trials) children += t.parent != 0 ? 1 : 0;
   EXPECT_EQ(children, 2);
+
+  // With burn_in_period 20 the boundary at 10 makes no child.
+  config.searcher.options.pbt.burn_in_period = 20;
+  p = PreviewSearch(config, 30, 1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->trials.size(), 5u);
+  EXPECT_EQ(p->total_length, 120);
 }
 
 }  // namespace
