@@ -326,6 +326,15 @@ Hyperparameter Hyperparameter::Object(std::map<std::string, Hyperparameter> nest
   return h;
 }
 
+bool IsSearched(const Hyperparameter& hp) {
+  if (hp.type == Hyperparameter::Type::kConst) return false;
+  if (hp.type != Hyperparameter::Type::kObject) return true;
+  for (const auto& [name, inner] : hp.nested) {
+    if (IsSearched(inner)) return true;
+  }
+  return false;
+}
+
 std::string_view HyperparameterTypeName(Hyperparameter::Type type) {
   switch (type) {
     case Hyperparameter::Type::kConst:

@@ -57,6 +57,9 @@ using HyperparameterSpace = std::map<std::string, Hyperparameter>;
 // "const", "int", "double", "log", "categorical", "object".
 std::string_view HyperparameterTypeName(Hyperparameter::Type type);
 
+// Whether `hp` is drawn by a search: not a const, nor an object of consts only.
+bool IsSearched(const Hyperparameter& hp);
+
 // Parses a hyperparameters section (a JSON object, e.g. from ParseYamlToJson)
 // found at dotted `path`. Validates each spec: required fields, no unknown
 // fields, minval <= maxval, count >= 1, base > 0 and != 1, non-empty vals.

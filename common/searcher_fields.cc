@@ -73,27 +73,13 @@ std::vector<std::string> SearcherFieldWarnings(const SearcherConfig& searcher, c
   return warnings;
 }
 
-namespace {
-
-// Whether `hp` is drawn: not a const, nor an object of consts only.
-bool Searched(const Hyperparameter& hp) {
-  if (hp.type == Hyperparameter::Type::kConst) return false;
-  if (hp.type != Hyperparameter::Type::kObject) return true;
-  for (const auto& [name, inner] : hp.nested) {
-    if (Searched(inner)) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 std::optional<std::string> PbtExploreWarning(const ExperimentConfig& config) {
   if (config.searcher.name != SearcherName::kPbt || !config.searcher.options.pbt.explore.empty()) return std::nullopt;
   constexpr size_t kNamed = 8;
   std::vector<std::string> shaped, smooth;
   size_t more = 0;
   for (const auto& [name, hp] : config.hyperparameters) {  // a map: in name order
-    if (!Searched(hp)) continue;
+    if (!IsSearched(hp)) continue;
     switch (hp.type) {
       case Hyperparameter::Type::kInt:
       case Hyperparameter::Type::kCategorical:

@@ -321,9 +321,12 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewPbtSearch(const ExperimentConfi
       return absl::InvalidArgumentError(absl::StrCat("searcher.explore[", i, "]: '", o.explore[i],
                                                      "' is not a hyperparameter of this experiment"));
     }
-    if (hp->second.type == Hyperparameter::Type::kConst) {
-      return absl::InvalidArgumentError(absl::StrCat("searcher.explore[", i, "]: '", o.explore[i],
-                                                     "' is a const hyperparameter; pbt explores search ones"));
+    if (!IsSearched(hp->second)) {
+      return absl::InvalidArgumentError(absl::StrCat("searcher.explore[", i, "]: '", o.explore[i], "' is a ",
+                                                     hp->second.type == Hyperparameter::Type::kConst
+                                                         ? "const hyperparameter"
+                                                         : "nested hyperparameter of consts only",
+                                                     "; pbt explores search ones"));
     }
   }
   return std::unique_ptr<SearchMethod>(

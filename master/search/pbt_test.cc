@@ -186,7 +186,8 @@ TEST(PbtSearchTest, ExploreKeepsTheUnlistedHparamsOfTheParent) {
   EXPECT_NE(round.creates[0].hparams["lr"], first.creates[1].hparams["lr"]);
 }
 
-// The attack: explore naming what the space does not have, or a const.
+// The attack: explore naming what the space does not have, a const or an
+// object of consts.
 TEST(PbtSearchTest, ExploreNamesOnlySearchHparamsOfTheSpace) {
   ExperimentConfig config = PbtConfig(2, 10, {1.2}, 0.0);
   config.searcher.options.pbt.explore = {"lr", "widht"};
@@ -198,6 +199,15 @@ TEST(PbtSearchTest, ExploreNamesOnlySearchHparamsOfTheSpace) {
   s = Searcher::Create(config, 30);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("searcher.explore[0]: 'global_batch_size' is a const"));
+  // An object of consts only explores nothing either; one holding a search hparam does.
+  config.hyperparameters["fixed"] = Hyperparameter::Object({{"a", Hyperparameter::Const(1)}});
+  config.searcher.options.pbt.explore = {"opt", "fixed"};
+  s = Searcher::Create(config, 30);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()),
+              ::testing::HasSubstr("searcher.explore[1]: 'fixed' is a nested hyperparameter of consts only"));
+  config.searcher.options.pbt.explore = {"opt"};
+  EXPECT_TRUE(Searcher::Create(config, 30).ok());
   // The parser bounds the list and refuses a name given twice, naming the field.
   std::string yaml = "hyperparameters:\n  global_batch_size: 8\n  lr:\n    type: double\n    minval: 0.1\n"
                      "    maxval: 1\nsearcher:\n  name: pbt\n  metric: loss\n  max_length:\n    batches: 8\n"
