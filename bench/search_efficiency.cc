@@ -539,7 +539,8 @@ bool ParseFlags(int argc, char** argv, Options& o) {
         if (!variant) {
           std::fprintf(stderr,
                        "%s: unknown searcher '%s' (promotion, stop_once, aggressive, conservative, asha_tpe, "
-                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one; _rf, _rf0, _s64 after asha_tpe or tpe; _b128 after pbt)\n",
+                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one; _rf, _rf0, _s64 after asha_tpe or tpe; "
+                       "_b128 after pbt)\n",
                        a.c_str(), name.c_str());
           return false;
         }

@@ -23,9 +23,9 @@ absl::Status GetFraction(const ConfigMapReader& r, std::string_view key, double 
 
 const std::vector<std::string_view>& SearchOptionKeys() {
   static const std::vector<std::string_view> keys = {
-      "population_size", "perturb_period", "burn_in_period", "truncate_fraction", "resample_probability", "perturb_factors",
-      "sampler",         "n_startup_trials", "gamma",           "n_ei_candidates",      "rung_metric",
-      "random_fraction", "bracket_order",   "tpe_brackets",         "explore"};
+      "population_size", "perturb_period", "burn_in_period", "truncate_fraction", "resample_probability",
+      "perturb_factors", "sampler",        "n_startup_trials", "gamma",           "n_ei_candidates",
+      "rung_metric",     "random_fraction", "bracket_order",  "tpe_brackets",    "explore"};
   return keys;
 }
 
