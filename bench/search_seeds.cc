@@ -33,7 +33,8 @@
 // (ASHA names: asha_ + standard/aggressive/conservative (mode), best
 // (rung_metric: best), tpe (sampler: tpe); suffixes _d3 divisor 3, _r2/_r4
 // max_rungs 2/4, _par bracket_order: parallel (Determined's), _all
-// tpe_brackets: all; on tpe and asha_tpe _rf / _rf0 random_fraction 1/3 / 0;
+// tpe_brackets: all; on tpe and asha_tpe _rf / _rf0 random_fraction 1/3 / 0,
+// _mv multivariate: true;
 // the default is standard mode, divisor 4, max_rungs 3.)
 //                [--seed-noise 0] [--slots 4] [--verbose]
 // --seed-noise S: trials are deterministic, as real ones are, and each has a
@@ -160,10 +161,11 @@ det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const st
   } else if (name.rfind("tpe", 0) == 0) {
     s.name = det::SearcherName::kTpe;
     s.max_concurrent_trials = 4;
-  } else if (name == "pbt") {
+  } else if (name.rfind("pbt", 0) == 0) {
     s.name = det::SearcherName::kPbt;
     s.options.pbt.population_size = 64;  // 64 x 256 batches: random's budget
     s.options.pbt.perturb_period = 32;
+    if (name.find("_b128") != std::string::npos) s.options.pbt.burn_in_period = 128;  // _b128
   } else {
     s.name = det::SearcherName::kAdaptiveAsha;
     s.max_trials = asha_trials;
@@ -184,6 +186,7 @@ det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const st
   // On tpe and asha_tpe: _rf / _rf0 (random_fraction 1/3 / 0).
   if (name.find("_rf0") != std::string::npos) s.options.tpe.random_fraction = 0;
   else if (name.find("_rf") != std::string::npos) s.options.tpe.random_fraction = 1.0 / 3;
+  if (name.find("_mv") != std::string::npos) s.options.tpe.multivariate = true;  // _mv: multivariate TPE
   return c;
 }
 
@@ -423,15 +426,23 @@ void RunSchedule(const Args& a) {
   }
   std::printf("task schedule: best fixed lr 10^%.2f reaches %.4f at %lld batches; pbt (64 x %lld, perturb 32):\n",
               best_x, best_fixed, static_cast<long long>(kMaxLength), static_cast<long long>(kMaxLength));
-  int wins = 0;
-  std::string line;
-  for (uint32_t seed : a.seeds) {
-    Run r = Simulate("schedule", SearcherConfig("schedule", "pbt", seed), a.slots, 1000 + seed, a.seed_noise);
-    wins += r.best_quality > best_fixed ? 1 : 0;
-    line += absl::StrFormat(" %u:%.4f", seed, r.best_quality);
+  // Every PBT searcher asked for (pbt, pbt_b128), else pbt.
+  std::vector<std::string> pbts;
+  for (const auto& name : a.searchers) {
+    if (name.rfind("pbt", 0) == 0) pbts.push_back(name);
   }
-  std::printf("  pbt best final quality per seed:%s\n  pbt beats the best fixed lr on %d of %zu seeds\n",
-              line.c_str(), wins, a.seeds.size());
+  if (pbts.empty()) pbts.push_back("pbt");
+  for (const auto& name : pbts) {
+    int wins = 0;
+    std::string line;
+    for (uint32_t seed : a.seeds) {
+      Run r = Simulate("schedule", SearcherConfig("schedule", name, seed), a.slots, 1000 + seed, a.seed_noise);
+      wins += r.best_quality > best_fixed ? 1 : 0;
+      line += absl::StrFormat(" %u:%.4f", seed, r.best_quality);
+    }
+    std::printf("  %s best final quality per seed:%s\n  %s beats the best fixed lr on %d of %zu seeds\n", name.c_str(),
+                line.c_str(), name.c_str(), wins, a.seeds.size());
+  }
 }
 
 }  // namespace

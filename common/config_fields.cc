@@ -66,6 +66,7 @@ std::vector<ConfigField> MakeTable() {
       Read("searcher.gamma", "master/search/tpe.cc", "options_.gamma"),
       Read("searcher.n_ei_candidates", "master/search/tpe.cc", "options_.n_ei_candidates"),
       Read("searcher.random_fraction", "master/search/tpe.cc", "options_.random_fraction"),
+      Read("searcher.multivariate", "master/search/tpe.cc", "options_.multivariate"),
       Read("records_per_epoch", "common/batch_lengths.cc", "config.records_per_epoch"),
       ReadTree("min_validation_period", "common/batch_lengths.cc", "min_validation_period"),
       ReadTree("min_checkpoint_period", "common/batch_lengths.cc", "min_checkpoint_period"),

@@ -25,7 +25,8 @@ const std::vector<std::string_view>& SearchOptionKeys() {
   static const std::vector<std::string_view> keys = {
       "population_size", "perturb_period", "burn_in_period", "truncate_fraction", "resample_probability",
       "perturb_factors", "sampler",        "n_startup_trials", "gamma",           "n_ei_candidates",
-      "rung_metric",     "random_fraction", "bracket_order",  "tpe_brackets",    "explore"};
+      "rung_metric",     "random_fraction", "bracket_order",  "tpe_brackets",    "explore",
+      "multivariate"};
   return keys;
 }
 
@@ -75,6 +76,7 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
     DET_RETURN_IF_ERROR(GetFraction(r, "random_fraction", 0, false, 1, &f));
     t.random_fraction = f;
   }
+  DET_RETURN_IF_ERROR(r.GetBool("multivariate", &t.multivariate));
   std::string rung_metric;
   DET_RETURN_IF_ERROR(r.GetEnum("rung_metric", {"latest", "best"}, &rung_metric));
   if (rung_metric == "best") out->rung_metric = RungMetric::kBest;

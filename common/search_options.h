@@ -22,6 +22,7 @@
 //     n_ei_candidates: 24         # candidates drawn from l(x) per proposal
 //     random_fraction: 0          # [0, 1] proposals drawn at random after startup
 //                                 # (default 1/3 with sampler: tpe, as BOHB)
+//     multivariate: false         # joint estimators over all hparams (Optuna's)
 //
 //     rung_metric: latest         # adaptive_asha/async_halving: latest | best
 //     bracket_order: aggressive_first  # adaptive_asha: aggressive_first | parallel
@@ -76,6 +77,11 @@ struct TpeOptions {
   // the space where the model settled early. Unset: kAshaTpeRandomFraction
   // under ASHA (BOHB's), 0 for `searcher.name: tpe` (Optuna's).
   std::optional<double> random_fraction;
+  // Optuna's multivariate TPE: l(x) and g(x) are joint estimators (one kernel
+  // per trial over all the hparams at once) instead of a product of one
+  // estimator per hparam, so interactions (a learning rate that is good only
+  // with a small width) shape the proposals.
+  bool multivariate = false;
 };
 
 // The random_fraction a TPE sampler uses: the given one, else the default

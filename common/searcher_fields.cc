@@ -48,6 +48,7 @@ constexpr SearcherField kFields[] = {
     {"gamma", Tpe, kTpeReaders},
     {"n_ei_candidates", Tpe, kTpeReaders},
     {"random_fraction", Tpe, kTpeReaders},
+    {"multivariate", Tpe, kTpeReaders},
     {"rung_metric", Asha, kAshaReaders},
     {"bracket_order", AdaptiveAsha, "adaptive_asha"},
     {"tpe_brackets", AdaptiveAshaWithTpe, "adaptive_asha with sampler: tpe"},

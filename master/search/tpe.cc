@@ -168,6 +168,177 @@ class Parzen {
   double lo_ = 0, hi_ = 0;
 };
 
+// Optuna's multivariate estimator: one kernel per observation over every
+// leaf at once (a product of truncated Gaussians, and categorical kernels for
+// categorical leaves) plus a prior kernel (the centre, a range wide), mixed
+// with equal weights, so a candidate is drawn near one observation in every
+// coordinate together. A numeric kernel's width in a leaf is the univariate
+// estimator's for that value (the larger gap to its neighbours, the prior's
+// centre included, clamped to [range / min(100, n + 2), range]), so with one
+// leaf the two estimators are the same mixture. A categorical kernel keeps
+// 1 + 1/n on its own category and 1/n on each other one (Optuna's prior
+// weight 1). An observation without a leaf takes the prior there.
+class JointParzen {
+ public:
+  // points[c][j]: observation c's encoded value of leaf j.
+  JointParzen(const std::vector<Leaf>& leaves, std::vector<std::vector<std::optional<double>>> points)
+      : leaves_(leaves), points_(std::move(points)) {
+    sigma_.assign(points_.size(), std::vector<double>(leaves.size(), 0));
+    for (size_t j = 0; j < leaves.size(); ++j) {
+      auto [lo, hi] = Bounds(*leaves[j].hp);
+      lo_.push_back(lo);
+      hi_.push_back(hi);
+      const double range = std::max(hi - lo, 1e-12);
+      // Leaf j's values, with the prior's centre (observation npos), in order.
+      std::vector<std::pair<double, size_t>> xs = {{(lo + hi) / 2, std::string::npos}};
+      for (size_t c = 0; c < points_.size(); ++c) {
+        if (points_[c][j]) xs.emplace_back(*points_[c][j], c);
+      }
+      std::stable_sort(xs.begin(), xs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      const double min_sigma = range / std::min(100.0, 1.0 + static_cast<double>(xs.size()));
+      for (size_t i = 0; i < xs.size(); ++i) {
+        if (xs[i].second == std::string::npos) continue;
+        double left = xs[i].first - (i > 0 ? xs[i - 1].first : lo);
+        double right = (i + 1 < xs.size() ? xs[i + 1].first : hi) - xs[i].first;
+        sigma_[xs[i].second][j] = std::clamp(std::max(left, right), min_sigma, range);
+      }
+    }
+  }
+
+  std::vector<double> Sample(std::mt19937_64& rng) const {
+    const size_t k = points_.size() + 1;  // component points_.size() is the prior
+    const size_t c = std::min(k - 1, static_cast<size_t>(Uniform01(rng) * static_cast<double>(k)));
+    std::vector<double> xs;
+    for (size_t j = 0; j < leaves_.size(); ++j) xs.push_back(SampleLeaf(c, j, rng));
+    return xs;
+  }
+
+  double LogPdf(const std::vector<double>& xs) const {
+    std::vector<double> logs;
+    for (size_t c = 0; c <= points_.size(); ++c) {
+      double l = 0;
+      for (size_t j = 0; j < leaves_.size(); ++j) l += LeafLogPdf(c, j, xs[j]);
+      logs.push_back(l);
+    }
+    const double top = *std::max_element(logs.begin(), logs.end());
+    double sum = 0;
+    for (double l : logs) sum += std::exp(l - top);
+    return top + std::log(sum / static_cast<double>(logs.size()));
+  }
+
+ private:
+  bool Categorical(size_t j) const { return leaves_[j].hp->type == Hyperparameter::Type::kCategorical; }
+  double OffWeight() const { return 1.0 / static_cast<double>(std::max<size_t>(points_.size(), 1)); }
+  // Component c's kernel in leaf j: its centre (nullopt: the prior's) and width.
+  std::pair<std::optional<double>, double> Kernel(size_t c, size_t j) const {
+    std::optional<double> mu = c < points_.size() ? points_[c][j] : std::nullopt;
+    return {mu, mu ? sigma_[c][j] : std::max(hi_[j] - lo_[j], 1e-12)};
+  }
+
+  double SampleLeaf(size_t c, size_t j, std::mt19937_64& rng) const {
+    auto [mu, s] = Kernel(c, j);
+    if (Categorical(j)) {
+      const size_t k = leaves_[j].hp->vals.size();
+      if (!mu) {
+        return static_cast<double>(std::min(k - 1, static_cast<size_t>(Uniform01(rng) * static_cast<double>(k))));
+      }
+      const double off = OffWeight();
+      double u = Uniform01(rng) * (1 + off * static_cast<double>(k));
+      for (size_t i = 0; i < k; ++i) {
+        u -= off + (static_cast<double>(i) == *mu ? 1 : 0);
+        if (u < 0) return static_cast<double>(i);
+      }
+      return static_cast<double>(k - 1);
+    }
+    const double m = mu.value_or((lo_[j] + hi_[j]) / 2);
+    for (int attempt = 0; attempt < 32; ++attempt) {
+      double x = m + s * Normal(rng);
+      if (x >= lo_[j] && x <= hi_[j]) return x;
+    }
+    return std::clamp(m, lo_[j], hi_[j]);
+  }
+
+  double LeafLogPdf(size_t c, size_t j, double x) const {
+    auto [mu, s] = Kernel(c, j);
+    if (Categorical(j)) {
+      const double k = static_cast<double>(leaves_[j].hp->vals.size());
+      if (!mu) return -std::log(k);
+      const double off = OffWeight();
+      return std::log((off + (x == *mu ? 1 : 0)) / (1 + off * k));
+    }
+    const double m = mu.value_or((lo_[j] + hi_[j]) / 2);
+    const double z = std::max(Phi((hi_[j] - m) / s) - Phi((lo_[j] - m) / s), 1e-12);
+    const double d = (x - m) / s;
+    return -0.5 * d * d - std::log(s * std::sqrt(2 * kPi) * z);
+  }
+
+  const std::vector<Leaf>& leaves_;
+  std::vector<std::vector<std::optional<double>>> points_;
+  std::vector<std::vector<double>> sigma_;  // [observation][leaf]
+  std::vector<double> lo_, hi_;
+};
+
+// The best of n_candidates points drawn from l(x) (built on the first n_below
+// of `points`, the best-ranked) by log l(x) - log g(x) (the rest), in
+// estimator space, one value per leaf.
+std::vector<double> BestCandidate(const std::vector<Leaf>& leaves, const std::vector<const json*>& points,
+                                  size_t n_below, int64_t n_candidates, std::mt19937_64& rng) {
+  const size_t n = points.size();
+  std::vector<Parzen> below, above;
+  for (const Leaf& leaf : leaves) {
+    std::vector<double> xb, xa;
+    for (size_t i = 0; i < n; ++i) {
+      const json* v = At(*points[i], leaf.path);
+      std::optional<double> x = v ? Encode(*leaf.hp, *v) : std::nullopt;
+      if (x) (i < n_below ? xb : xa).push_back(*x);
+    }
+    below.emplace_back(*leaf.hp, std::move(xb));
+    above.emplace_back(*leaf.hp, std::move(xa));
+  }
+  double best_score = -std::numeric_limits<double>::infinity();
+  std::vector<double> best;
+  for (int64_t c = 0; c < n_candidates; ++c) {
+    std::vector<double> xs;
+    double score = 0;
+    for (size_t j = 0; j < leaves.size(); ++j) {
+      double x = below[j].Sample(rng);
+      score += below[j].LogPdf(x) - above[j].LogPdf(x);
+      xs.push_back(x);
+    }
+    if (score > best_score) {
+      best_score = score;
+      best = std::move(xs);
+    }
+  }
+  return best;
+}
+
+// BestCandidate with joint estimators (multivariate: true).
+std::vector<double> BestJointCandidate(const std::vector<Leaf>& leaves, const std::vector<const json*>& points,
+                                       size_t n_below, int64_t n_candidates, std::mt19937_64& rng) {
+  std::vector<std::vector<std::optional<double>>> below, above;
+  for (size_t i = 0; i < points.size(); ++i) {
+    std::vector<std::optional<double>> point;
+    for (const Leaf& leaf : leaves) {
+      const json* v = At(*points[i], leaf.path);
+      point.push_back(v ? Encode(*leaf.hp, *v) : std::nullopt);
+    }
+    (i < n_below ? below : above).push_back(std::move(point));
+  }
+  const JointParzen l(leaves, std::move(below)), g(leaves, std::move(above));
+  double best_score = -std::numeric_limits<double>::infinity();
+  std::vector<double> best;
+  for (int64_t c = 0; c < n_candidates; ++c) {
+    std::vector<double> xs = l.Sample(rng);
+    const double score = l.LogPdf(xs) - g.LogPdf(xs);
+    if (score > best_score) {
+      best_score = score;
+      best = std::move(xs);
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 TpeSampler::TpeSampler(HyperparameterSpace space, TpeOptions options, bool smaller_is_better, uint64_t model_seed)
@@ -217,32 +388,11 @@ TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
   std::vector<Leaf> leaves;
   std::vector<std::string> prefix;
   Leaves(space_, &prefix, &leaves);
-  std::vector<Parzen> below, above;
-  for (const Leaf& leaf : leaves) {
-    std::vector<double> xb, xa;
-    for (size_t i = 0; i < n; ++i) {
-      const json* v = At(scored[i].second->hparams, leaf.path);
-      std::optional<double> x = v ? Encode(*leaf.hp, *v) : std::nullopt;
-      if (x) (i < n_below ? xb : xa).push_back(*x);
-    }
-    below.emplace_back(*leaf.hp, std::move(xb));
-    above.emplace_back(*leaf.hp, std::move(xa));
-  }
-  double best_score = -std::numeric_limits<double>::infinity();
-  std::vector<double> best;
-  for (int64_t c = 0; c < options_.n_ei_candidates; ++c) {
-    std::vector<double> xs;
-    double score = 0;
-    for (size_t j = 0; j < leaves.size(); ++j) {
-      double x = below[j].Sample(model_rng_);
-      score += below[j].LogPdf(x) - above[j].LogPdf(x);
-      xs.push_back(x);
-    }
-    if (score > best_score) {
-      best_score = score;
-      best = std::move(xs);
-    }
-  }
+  std::vector<const json*> points;
+  for (const auto& [id, o] : scored) points.push_back(&o->hparams);
+  const std::vector<double> best =
+      options_.multivariate ? BestJointCandidate(leaves, points, n_below, options_.n_ei_candidates, model_rng_)
+                            : BestCandidate(leaves, points, n_below, options_.n_ei_candidates, model_rng_);
   for (size_t j = 0; j < leaves.size() && j < best.size(); ++j) Set(&point, leaves[j].path, Decode(*leaves[j].hp, best[j]));
   proposal.hparams = std::move(point);
   return proposal;

@@ -77,40 +77,79 @@ TEST(TpeSamplerTest, RandomFractionKeepsCoveringTheSpace) {
   EXPECT_GT(far_share(1), 0.3);
 }
 
-TEST(TpeSamplerTest, HandlesEveryHParamTypeAndRestores) {
-  HyperparameterSpace space = {
-      {"lr", Hyperparameter::Log(-5, -1)},
-      {"width", Hyperparameter::Int(4, 128)},
-      {"act", Hyperparameter::Categorical({"relu", "tanh", "gelu"})},
-      {"opt", Hyperparameter::Object({{"wd", Hyperparameter::Double(0, 0.1)}, {"name", Hyperparameter::Const("adam")}})},
-      {"global_batch_size", Hyperparameter::Const(32)},
+// multivariate: true (Optuna's): l(x) and g(x) are joint, so the proposals
+// follow an interaction no product of one estimator per hparam can express.
+// Scripted results: trials near (0.1, 0.1) and (0.9, 0.9) are good, near
+// (0.1, 0.9) and (0.9, 0.1) bad. Each coordinate on its own is as often good
+// as bad, so the univariate l(x) and g(x) have the same marginals and half
+// its proposals land in a bad corner; the joint l(x) proposes the good ones.
+TEST(TpeSamplerTest, MultivariateFollowsAnInteractionTheUnivariateModelCannot) {
+  HyperparameterSpace space = {{"x", Hyperparameter::Double(0, 1)}, {"y", Hyperparameter::Double(0, 1)}};
+  auto good_proposals = [&](bool multivariate) {
+    TpeOptions options;
+    options.multivariate = multivariate;
+    TpeSampler tpe(space, options, /*smaller_is_better=*/true);
+    std::mt19937_64 jitter(3);
+    std::uniform_real_distribution<double> near(-0.03, 0.03);
+    const double corners[4][3] = {{0.1, 0.1, 0}, {0.9, 0.9, 0}, {0.1, 0.9, 1}, {0.9, 0.1, 1}};  // x, y, loss
+    for (RequestId id = 1; id <= 40; ++id) {
+      const double* c = corners[id % 4];
+      tpe.Record(id, json{{"x", c[0] + near(jitter)}, {"y", c[1] + near(jitter)}});
+      tpe.Observe(id, c[2] + near(jitter), 0);
+    }
+    std::mt19937_64 rng(5);
+    int good = 0;
+    for (int i = 0; i < 40; ++i) {
+      json hp = tpe.Propose(rng).hparams;
+      const double x = hp["x"].get<double>(), y = hp["y"].get<double>();
+      good += std::abs(x - y) < 0.3 && std::abs(x - 0.5) > 0.2 ? 1 : 0;
+    }
+    return good;
   };
-  TpeOptions options;
-  options.n_startup_trials = 5;
-  TpeSampler tpe(space, options, /*smaller_is_better=*/false);
-  std::mt19937_64 rng(1);
-  for (RequestId id = 1; id <= 30; ++id) {
-    json hp = tpe.Propose(rng).hparams;
-    ASSERT_TRUE(hp["lr"].get<double>() >= 1e-5 && hp["lr"].get<double>() <= 0.1) << hp;
-    ASSERT_TRUE(hp["width"].is_number_integer()) << hp;
-    ASSERT_TRUE(hp["width"].get<int64_t>() >= 4 && hp["width"].get<int64_t>() <= 128) << hp;
-    ASSERT_EQ(hp["opt"]["name"], "adam");
-    ASSERT_EQ(hp["global_batch_size"], 32);
-    tpe.Record(id, hp);
-    // Accuracy: best with gelu and a learning rate near 1e-3.
-    double acc = (hp["act"] == "gelu" ? 0.5 : 0.0) - std::abs(std::log10(hp["lr"].get<double>()) + 3) * 0.1;
-    tpe.Observe(id, id % 7 == 0 ? NAN : acc, 0);
+  const int univariate = good_proposals(false), multivariate = good_proposals(true);
+  EXPECT_GE(multivariate, 34) << "of 40";
+  EXPECT_LE(univariate, 28) << "of 40";
+}
+
+TEST(TpeSamplerTest, HandlesEveryHParamTypeAndRestores) {
+  for (bool multivariate : {false, true}) {
+    SCOPED_TRACE(multivariate ? "multivariate" : "univariate");
+    HyperparameterSpace space = {
+        {"lr", Hyperparameter::Log(-5, -1)},
+        {"width", Hyperparameter::Int(4, 128)},
+        {"act", Hyperparameter::Categorical({"relu", "tanh", "gelu"})},
+        {"opt",
+         Hyperparameter::Object({{"wd", Hyperparameter::Double(0, 0.1)}, {"name", Hyperparameter::Const("adam")}})},
+        {"global_batch_size", Hyperparameter::Const(32)},
+    };
+    TpeOptions options;
+    options.n_startup_trials = 5;
+    options.multivariate = multivariate;
+    TpeSampler tpe(space, options, /*smaller_is_better=*/false);
+    std::mt19937_64 rng(1);
+    for (RequestId id = 1; id <= 30; ++id) {
+      json hp = tpe.Propose(rng).hparams;
+      ASSERT_TRUE(hp["lr"].get<double>() >= 1e-5 && hp["lr"].get<double>() <= 0.1) << hp;
+      ASSERT_TRUE(hp["width"].is_number_integer()) << hp;
+      ASSERT_TRUE(hp["width"].get<int64_t>() >= 4 && hp["width"].get<int64_t>() <= 128) << hp;
+      ASSERT_EQ(hp["opt"]["name"], "adam");
+      ASSERT_EQ(hp["global_batch_size"], 32);
+      tpe.Record(id, hp);
+      // Accuracy: best with gelu and a learning rate near 1e-3.
+      double acc = (hp["act"] == "gelu" ? 0.5 : 0.0) - std::abs(std::log10(hp["lr"].get<double>()) + 3) * 0.1;
+      tpe.Observe(id, id % 7 == 0 ? NAN : acc, 0);
+    }
+    EXPECT_EQ(tpe.observed(), 30);
+    TpeSampler copy(space, options, false);
+    ASSERT_TRUE(copy.Restore(tpe.Snapshot()).ok());
+    std::mt19937_64 a(5), b(5);
+    for (int i = 0; i < 5; ++i) {  // model proposals (the sampler's stream is restored too) and random ones
+      TpeProposal x = tpe.Propose(a), y = copy.Propose(b);
+      EXPECT_EQ(x.hparams, y.hparams);
+      EXPECT_EQ(x.trial_seed, y.trial_seed);
+    }
+    EXPECT_FALSE(copy.Restore(json{{"x", 1}}).ok());
   }
-  EXPECT_EQ(tpe.observed(), 30);
-  TpeSampler copy(space, options, false);
-  ASSERT_TRUE(copy.Restore(tpe.Snapshot()).ok());
-  std::mt19937_64 a(5), b(5);
-  for (int i = 0; i < 5; ++i) {  // model proposals (the sampler's stream is restored too) and random ones
-    TpeProposal x = tpe.Propose(a), y = copy.Propose(b);
-    EXPECT_EQ(x.hparams, y.hparams);
-    EXPECT_EQ(x.trial_seed, y.trial_seed);
-  }
-  EXPECT_FALSE(copy.Restore(json{{"x", 1}}).ok());
 }
 
 ExperimentConfig TpeConfig(SearcherName name) {
@@ -419,6 +458,33 @@ TEST(TpeSearchTest, TpeBracketsIsParsedEchoedAndChecked) {
   config = ParseExperimentConfig(base + "  tpe_brackets: sometimes\n", "c.yaml");
   ASSERT_FALSE(config.ok());
   EXPECT_NE(config.status().message().find("searcher.tpe_brackets"), std::string::npos) << config.status();
+}
+
+// multivariate is parsed and echoed wherever TPE proposes; a non-boolean is
+// refused, naming the field; under random search it is accepted with a
+// warning naming the searchers that read it.
+TEST(TpeSearchTest, MultivariateIsParsedEchoedAndChecked) {
+  const std::string base =
+      "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
+      "  max_length: {batches: 64}\n  max_trials: 10\n";
+  for (const char* searcher : {"  name: tpe\n", "  name: adaptive_asha\n  sampler: tpe\n"}) {
+    auto config = ParseExperimentConfig(base + searcher, "c.yaml");
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_FALSE(config->searcher.options.tpe.multivariate);
+    EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["multivariate"], false);
+    config = ParseExperimentConfig(base + searcher + "  multivariate: true\n", "c.yaml");
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_TRUE(config->searcher.options.tpe.multivariate);
+    EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["multivariate"], true);
+    config = ParseExperimentConfig(base + searcher + "  multivariate: 3\n", "c.yaml");
+    ASSERT_FALSE(config.ok());
+    EXPECT_NE(config.status().message().find("searcher.multivariate"), std::string::npos) << config.status();
+  }
+  auto config = ParseExperimentConfig(base + "  name: random\n  multivariate: true\n", "c.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->warnings.size(), 1u);
+  EXPECT_NE(config->warnings[0].find("searcher.multivariate"), std::string::npos) << config->warnings[0];
+  EXPECT_NE(config->warnings[0].find("tpe"), std::string::npos) << config->warnings[0];
 }
 
 // Many results: a proposal models only the best-ranked kMaxTpeModelTrials.
