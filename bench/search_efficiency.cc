@@ -26,7 +26,7 @@
 //                     ones: _d3 divisor 3, _r2/_r4 max_rungs 2/4, _par bracket_order: parallel;
 //                     on asha_tpe: _all tpe_brackets: all;
 //                     on asha_tpe, aggressive_tpe and tpe: _rf/_rf0 random_fraction 1/3 / 0,
-//                     _s64 n_startup_trials 64, _mv multivariate: true;
+//                     _s64 n_startup_trials 64, _mv/_uv multivariate: true/false;
 //                     tpe; pbt: population 64, perturb_period 32, explore learning_rate and dropout;
 //                     --asha-variants is the same flag)
 //                     [--results FILE] [--report] [--full]
@@ -107,8 +107,9 @@ struct AshaVariant {
 // aggressive_tpe and tpe: _rf / _rf0 (random_fraction 1/3 / 0; the defaults
 // are 1/3 under ASHA, as BOHB, and 0 for tpe); _s64 (n_startup_trials 64:
 // the model waits for as many results as random search has trials); _mv
-// (multivariate: true, joint estimators); on pbt: _b128 (burn_in_period 128:
-// no member replaced in the first half).
+// / _uv (multivariate: true / false; the defaults are false under ASHA and
+// true for tpe); on pbt: _b128 (burn_in_period 128: no member replaced in
+// the first half).
 std::optional<AshaVariant> ParseVariant(const std::string& name) {
   AshaVariant v;
   v.name = name;
@@ -118,7 +119,7 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   bool tpe_all = false;         // _all: tpe_brackets: all
   bool startup64 = false;       // _s64: n_startup_trials: 64
   bool burn_in = false;         // _b128: burn_in_period: 128
-  bool multivariate = false;    // _mv: multivariate: true
+  std::string multivariate;     // _mv / _uv: given, else the searcher's default
   auto suffix = [&](const char* s) {
     const size_t n = std::strlen(s);
     if (base.size() <= n || base.compare(base.size() - n, n, s) != 0) return false;
@@ -136,7 +137,8 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
     if (suffix("_all")) tpe_all = true, more = true;
     if (suffix("_s64")) startup64 = true, more = true;
     if (suffix("_b128")) burn_in = true, more = true;
-    if (suffix("_mv")) multivariate = true, more = true;
+    if (suffix("_mv")) multivariate = "true", more = true;
+    if (suffix("_uv")) multivariate = "false", more = true;
   }
   const bool plain = v.divisor == 4 && v.max_rungs == 0 && !parallel;
   if (base == "stop_once") v.stop_once = true;
@@ -159,9 +161,9 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
     if (base != "pbt") return std::nullopt;
     v.extra += "  burn_in_period: 128\n";
   }
-  if (multivariate) {  // TPE's joint estimators
+  if (!multivariate.empty()) {  // TPE's joint estimators, or one per hparam
     if (base != "asha_tpe" && base != "aggressive_tpe" && base != "tpe") return std::nullopt;
-    v.extra += "  multivariate: true\n";
+    v.extra += "  multivariate: " + multivariate + "\n";
   }
   if (!random_fraction.empty()) {  // TPE's share of random proposals
     if (base != "asha_tpe" && base != "aggressive_tpe" && base != "tpe") return std::nullopt;
@@ -546,8 +548,8 @@ bool ParseFlags(int argc, char** argv, Options& o) {
         if (!variant) {
           std::fprintf(stderr,
                        "%s: unknown searcher '%s' (promotion, stop_once, aggressive, conservative, asha_tpe, "
-                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one; _rf, _rf0, _s64, _mv after asha_tpe "
-                       "or tpe; _b128 after pbt)\n",
+                       "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one; _rf, _rf0, _s64, _mv, _uv after "
+                       "asha_tpe or tpe; _b128 after pbt)\n",
                        a.c_str(), name.c_str());
           return false;
         }

@@ -34,7 +34,7 @@
 // (rung_metric: best), tpe (sampler: tpe); suffixes _d3 divisor 3, _r2/_r4
 // max_rungs 2/4, _par bracket_order: parallel (Determined's), _all
 // tpe_brackets: all; on tpe and asha_tpe _rf / _rf0 random_fraction 1/3 / 0,
-// _mv multivariate: true;
+// _mv / _uv multivariate: true / false (defaults: false under ASHA, true for tpe);
 // the default is standard mode, divisor 4, max_rungs 3.)
 //                [--seed-noise 0] [--slots 4] [--verbose]
 // --seed-noise S: trials are deterministic, as real ones are, and each has a
@@ -186,7 +186,8 @@ det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const st
   // On tpe and asha_tpe: _rf / _rf0 (random_fraction 1/3 / 0).
   if (name.find("_rf0") != std::string::npos) s.options.tpe.random_fraction = 0;
   else if (name.find("_rf") != std::string::npos) s.options.tpe.random_fraction = 1.0 / 3;
-  if (name.find("_mv") != std::string::npos) s.options.tpe.multivariate = true;  // _mv: multivariate TPE
+  if (name.find("_mv") != std::string::npos) s.options.tpe.multivariate = true;   // _mv: joint estimators
+  if (name.find("_uv") != std::string::npos) s.options.tpe.multivariate = false;  // _uv: one per hparam
   return c;
 }
 

@@ -568,7 +568,7 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher["gamma"] = o.tpe.gamma;
     searcher["n_ei_candidates"] = o.tpe.n_ei_candidates;
     searcher["random_fraction"] = RandomFractionOrDefault(o.tpe, s.name != SearcherName::kTpe);
-    searcher["multivariate"] = o.tpe.multivariate;
+    searcher["multivariate"] = MultivariateOrDefault(o.tpe, s.name != SearcherName::kTpe);
   }
   if (s.name == SearcherName::kGrid && s.max_trials == 0) searcher.erase("max_trials");
 

@@ -22,7 +22,8 @@
 //     n_ei_candidates: 24         # candidates drawn from l(x) per proposal
 //     random_fraction: 0          # [0, 1] proposals drawn at random after startup
 //                                 # (default 1/3 with sampler: tpe, as BOHB)
-//     multivariate: false         # joint estimators over all hparams (Optuna's)
+//     multivariate: true          # joint estimators over all hparams (Optuna's;
+//                                 # default false with sampler: tpe)
 //
 //     rung_metric: latest         # adaptive_asha/async_halving: latest | best
 //     bracket_order: aggressive_first  # adaptive_asha: aggressive_first | parallel
@@ -80,8 +81,10 @@ struct TpeOptions {
   // Optuna's multivariate TPE: l(x) and g(x) are joint estimators (one kernel
   // per trial over all the hparams at once) instead of a product of one
   // estimator per hparam, so interactions (a learning rate that is good only
-  // with a small width) shape the proposals.
-  bool multivariate = false;
+  // with a small width) shape the proposals. Unset: true for `searcher.name:
+  // tpe`, false under ASHA (measured in README; a sampler given unset
+  // options models univariately).
+  std::optional<bool> multivariate;
 };
 
 // The random_fraction a TPE sampler uses: the given one, else the default
@@ -89,6 +92,8 @@ struct TpeOptions {
 inline double RandomFractionOrDefault(const TpeOptions& t, bool under_asha) {
   return t.random_fraction.value_or(under_asha ? kAshaTpeRandomFraction : 0);
 }
+// Likewise for multivariate.
+inline bool MultivariateOrDefault(const TpeOptions& t, bool under_asha) { return t.multivariate.value_or(!under_asha); }
 
 enum class HParamSampler { kRandom, kTpe };
 // How ASHA ranks a trial at a rung: its latest validation, or the best it

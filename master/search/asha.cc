@@ -70,6 +70,7 @@ class AshaSearch final : public SearchMethod {
     if (options.sampler == HParamSampler::kTpe) {
       TpeOptions tpe = options.tpe;
       tpe.random_fraction = RandomFractionOrDefault(tpe, /*under_asha=*/true);
+      tpe.multivariate = MultivariateOrDefault(tpe, /*under_asha=*/true);
       tpe_.emplace(space_, tpe, layout_.smaller_is_better, seed);
       random_first_bracket_ = options.tpe_brackets == TpeBrackets::kAfterFirst && layout_.brackets.size() > 1;
     }

@@ -288,9 +288,11 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewSearchMethod(const ExperimentCo
             absl::StrCat("searcher.max_trials must be at least 1 for tpe, got ", sc.max_trials));
       }
       int64_t concurrency = sc.max_concurrent_trials > 0 ? sc.max_concurrent_trials : 4;
+      TpeOptions tpe = sc.options.tpe;
+      tpe.multivariate = MultivariateOrDefault(tpe, /*under_asha=*/false);
       return std::unique_ptr<SearchMethod>(std::make_unique<FixedPoolSearch>(
           name, config.hyperparameters, max_length, sc.max_trials, concurrency, std::vector<json>{}, true,
-          TpeSampler(config.hyperparameters, sc.options.tpe, sc.smaller_is_better,
+          TpeSampler(config.hyperparameters, tpe, sc.smaller_is_better,
                      config.reproducibility.experiment_seed.value_or(0))));
     }
     case SearcherName::kPbt:

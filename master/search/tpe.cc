@@ -391,7 +391,7 @@ TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
   std::vector<const json*> points;
   for (const auto& [id, o] : scored) points.push_back(&o->hparams);
   const std::vector<double> best =
-      options_.multivariate ? BestJointCandidate(leaves, points, n_below, options_.n_ei_candidates, model_rng_)
+      options_.multivariate.value_or(false) ? BestJointCandidate(leaves, points, n_below, options_.n_ei_candidates, model_rng_)
                             : BestCandidate(leaves, points, n_below, options_.n_ei_candidates, model_rng_);
   for (size_t j = 0; j < leaves.size() && j < best.size(); ++j) Set(&point, leaves[j].path, Decode(*leaves[j].hp, best[j]));
   proposal.hparams = std::move(point);

@@ -64,9 +64,10 @@ class TpeSampler {
   // max(1, ceil(gamma * n)) form l(x) and the rest g(x), each a Parzen
   // estimator per search hparam (int, double and log (in the exponent) as
   // truncated Gaussian mixtures with a wide prior component; categorical as
-  // smoothed frequencies; const and nested structure kept); n_ei_candidates
-  // points are drawn from l and the one with the largest sum of
-  // log l(x) - log g(x) over the hparams is returned (const hparams and
+  // smoothed frequencies; const and nested structure kept), or with
+  // options.multivariate (unset: false) one joint estimator over them all
+  // (tpe.cc's JointParzen); n_ei_candidates points are drawn from l and the
+  // one with the largest log l(x) - log g(x) is returned (const hparams and
   // nested choices, and the trial seed, drawn from the sampler's stream).
   TpeProposal Propose(std::mt19937_64& rng);
   // Propose, then Record under create->request_id: sets create's hparams

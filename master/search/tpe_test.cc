@@ -460,22 +460,26 @@ TEST(TpeSearchTest, TpeBracketsIsParsedEchoedAndChecked) {
   EXPECT_NE(config.status().message().find("searcher.tpe_brackets"), std::string::npos) << config.status();
 }
 
-// multivariate is parsed and echoed wherever TPE proposes; a non-boolean is
-// refused, naming the field; under random search it is accepted with a
-// warning naming the searchers that read it.
-TEST(TpeSearchTest, MultivariateIsParsedEchoedAndChecked) {
+// multivariate unless given: true for the tpe searcher, false under ASHA;
+// given, it is kept and echoed; a non-boolean is refused, naming the field;
+// under random search it is accepted with a warning naming its readers.
+TEST(TpeSearchTest, MultivariateDefaultsToTrueForTpeAndFalseUnderAsha) {
   const std::string base =
       "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
       "  max_length: {batches: 64}\n  max_trials: 10\n";
-  for (const char* searcher : {"  name: tpe\n", "  name: adaptive_asha\n  sampler: tpe\n"}) {
+  const std::string tpe = "  name: tpe\n", asha = "  name: adaptive_asha\n  sampler: tpe\n";
+  for (const std::string& searcher : {tpe, asha}) {
     auto config = ParseExperimentConfig(base + searcher, "c.yaml");
     ASSERT_TRUE(config.ok()) << config.status();
-    EXPECT_FALSE(config->searcher.options.tpe.multivariate);
-    EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["multivariate"], false);
-    config = ParseExperimentConfig(base + searcher + "  multivariate: true\n", "c.yaml");
-    ASSERT_TRUE(config.ok()) << config.status();
-    EXPECT_TRUE(config->searcher.options.tpe.multivariate);
-    EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["multivariate"], true);
+    EXPECT_FALSE(config->searcher.options.tpe.multivariate.has_value());
+    EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["multivariate"], searcher == tpe);
+    for (bool given : {false, true}) {
+      const std::string line = std::string("  multivariate: ") + (given ? "true" : "false") + "\n";
+      config = ParseExperimentConfig(base + searcher + line, "c.yaml");
+      ASSERT_TRUE(config.ok()) << config.status();
+      EXPECT_EQ(config->searcher.options.tpe.multivariate, given);
+      EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["multivariate"], given);
+    }
     config = ParseExperimentConfig(base + searcher + "  multivariate: 3\n", "c.yaml");
     ASSERT_FALSE(config.ok());
     EXPECT_NE(config.status().message().find("searcher.multivariate"), std::string::npos) << config.status();
@@ -485,6 +489,22 @@ TEST(TpeSearchTest, MultivariateIsParsedEchoedAndChecked) {
   ASSERT_EQ(config->warnings.size(), 1u);
   EXPECT_NE(config->warnings[0].find("searcher.multivariate"), std::string::npos) << config->warnings[0];
   EXPECT_NE(config->warnings[0].find("tpe"), std::string::npos) << config->warnings[0];
+
+  // The searchers apply the default: unset proposes as the default given
+  // does, not as the other value.
+  for (SearcherName name : {SearcherName::kTpe, SearcherName::kAsyncHalving}) {
+    auto proposals = [&](std::optional<bool> multivariate) {
+      ExperimentConfig c = TpeConfig(name);
+      c.searcher.num_rungs = 3;
+      c.searcher.options.tpe.multivariate = multivariate;
+      absl::StatusOr<Searcher> s = Searcher::Create(c, 16);
+      EXPECT_TRUE(s.ok()) << s.status();
+      return Drive(*s);
+    };
+    const bool default_value = name == SearcherName::kTpe;
+    EXPECT_EQ(proposals(std::nullopt), proposals(default_value));
+    EXPECT_NE(proposals(std::nullopt), proposals(!default_value));
+  }
 }
 
 // Many results: a proposal models only the best-ranked kMaxTpeModelTrials.
