@@ -463,6 +463,14 @@ absl::Status ConfigMapReader::GetBool(std::string_view key, bool* out) const {
   return absl::OkStatus();
 }
 
+absl::Status ConfigMapReader::GetBool(std::string_view key, std::optional<bool>* out) const {
+  if (Find(key) == nullptr) return absl::OkStatus();
+  bool value = false;
+  absl::Status status = GetBool(key, &value);
+  if (status.ok()) *out = value;
+  return status;
+}
+
 absl::Status ConfigMapReader::GetStringList(std::string_view key, std::vector<std::string>* out) const {
   const nlohmann::json* v = Find(key);
   if (v == nullptr) return absl::OkStatus();

@@ -103,6 +103,7 @@ class ConfigMapReader {
   // Integers are accepted as doubles.
   absl::Status GetDouble(std::string_view key, double* out) const;
   absl::Status GetBool(std::string_view key, bool* out) const;
+  absl::Status GetBool(std::string_view key, std::optional<bool>* out) const;
   // A list of scalars, each converted as by GetString.
   absl::Status GetStringList(std::string_view key, std::vector<std::string>* out) const;
   // A list of integers within [min, max].

@@ -76,11 +76,7 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
     DET_RETURN_IF_ERROR(GetFraction(r, "random_fraction", 0, false, 1, &f));
     t.random_fraction = f;
   }
-  if (r.Find("multivariate") != nullptr) {
-    bool multivariate = false;
-    DET_RETURN_IF_ERROR(r.GetBool("multivariate", &multivariate));
-    t.multivariate = multivariate;
-  }
+  DET_RETURN_IF_ERROR(r.GetBool("multivariate", &t.multivariate));
   std::string rung_metric;
   DET_RETURN_IF_ERROR(r.GetEnum("rung_metric", {"latest", "best"}, &rung_metric));
   if (rung_metric == "best") out->rung_metric = RungMetric::kBest;

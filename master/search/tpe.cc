@@ -98,6 +98,35 @@ json Decode(const Hyperparameter& hp, double x) {
   }
 }
 
+// The widths of the kernels centred at `sorted` (ascending, the prior's
+// centre among them) in [lo, hi]: each the larger gap to its neighbours (or
+// to a bound), clamped to [range / min(100, n + 1), range].
+std::vector<double> GapWidths(const std::vector<double>& sorted, double lo, double hi) {
+  const double range = std::max(hi - lo, 1e-12);
+  const double min_sigma = range / std::min(100.0, 1.0 + static_cast<double>(sorted.size()));
+  std::vector<double> widths;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    double left = sorted[i] - (i > 0 ? sorted[i - 1] : lo);
+    double right = (i + 1 < sorted.size() ? sorted[i + 1] : hi) - sorted[i];
+    widths.push_back(std::clamp(std::max(left, right), min_sigma, range));
+  }
+  return widths;
+}
+
+// A draw of N(m, s) within [lo, hi] (by rejection; m itself after 32 tries).
+double SampleTruncated(double m, double s, double lo, double hi, std::mt19937_64& rng) {
+  for (int attempt = 0; attempt < 32; ++attempt) {
+    double x = m + s * Normal(rng);
+    if (x >= lo && x <= hi) return x;
+  }
+  return std::clamp(m, lo, hi);
+}
+
+// The mass of N(m, s) within [lo, hi], at least 1e-12.
+double TruncatedMass(double m, double s, double lo, double hi) {
+  return std::max(Phi((hi - m) / s) - Phi((lo - m) / s), 1e-12);
+}
+
 // A Parzen estimator of one leaf from encoded observations.
 class Parzen {
  public:
@@ -113,20 +142,14 @@ class Parzen {
     auto [lo, hi] = Bounds(hp);
     lo_ = lo;
     hi_ = hi;
-    double range = std::max(hi - lo, 1e-12);
     mus_ = std::move(xs);
     mus_.push_back((lo + hi) / 2);  // the prior
     std::sort(mus_.begin(), mus_.end());
-    const double min_sigma = range / std::min(100.0, 1.0 + static_cast<double>(mus_.size()));
-    for (size_t i = 0; i < mus_.size(); ++i) {
-      double left = mus_[i] - (i > 0 ? mus_[i - 1] : lo);
-      double right = (i + 1 < mus_.size() ? mus_[i + 1] : hi) - mus_[i];
-      sigmas_.push_back(std::clamp(std::max(left, right), min_sigma, range));
-    }
+    sigmas_ = GapWidths(mus_, lo, hi);
     // The prior component is wide.
     for (size_t i = 0; i < mus_.size(); ++i) {
       if (mus_[i] == (lo + hi) / 2) {
-        sigmas_[i] = range;
+        sigmas_[i] = std::max(hi - lo, 1e-12);
         break;
       }
     }
@@ -142,11 +165,7 @@ class Parzen {
       return static_cast<double>(weights_.size() - 1);
     }
     size_t c = std::min(mus_.size() - 1, static_cast<size_t>(Uniform01(rng) * static_cast<double>(mus_.size())));
-    for (int attempt = 0; attempt < 32; ++attempt) {
-      double x = mus_[c] + sigmas_[c] * Normal(rng);
-      if (x >= lo_ && x <= hi_) return x;
-    }
-    return std::clamp(mus_[c], lo_, hi_);
+    return SampleTruncated(mus_[c], sigmas_[c], lo_, hi_, rng);
   }
 
   double LogPdf(double x) const {
@@ -154,9 +173,8 @@ class Parzen {
     double p = 0;
     for (size_t i = 0; i < mus_.size(); ++i) {
       double s = sigmas_[i];
-      double z = Phi((hi_ - mus_[i]) / s) - Phi((lo_ - mus_[i]) / s);
       double d = (x - mus_[i]) / s;
-      p += std::exp(-0.5 * d * d) / (s * std::sqrt(2 * kPi) * std::max(z, 1e-12));
+      p += std::exp(-0.5 * d * d) / (s * std::sqrt(2 * kPi) * TruncatedMass(mus_[i], s, lo_, hi_));
     }
     return std::log(std::max(p / static_cast<double>(mus_.size()), 1e-300));
   }
@@ -167,6 +185,10 @@ class Parzen {
   std::vector<double> mus_, sigmas_;
   double lo_ = 0, hi_ = 0;
 };
+
+// Observations in estimator space: [observation][leaf], nullopt where an
+// observation has no (valid) value for the leaf.
+using EncodedPoints = std::vector<std::vector<std::optional<double>>>;
 
 // Optuna's multivariate estimator: one kernel per observation over every
 // leaf at once (a product of truncated Gaussians, and categorical kernels for
@@ -181,26 +203,24 @@ class Parzen {
 class JointParzen {
  public:
   // points[c][j]: observation c's encoded value of leaf j.
-  JointParzen(const std::vector<Leaf>& leaves, std::vector<std::vector<std::optional<double>>> points)
+  JointParzen(const std::vector<Leaf>& leaves, EncodedPoints points)
       : leaves_(leaves), points_(std::move(points)) {
     sigma_.assign(points_.size(), std::vector<double>(leaves.size(), 0));
     for (size_t j = 0; j < leaves.size(); ++j) {
       auto [lo, hi] = Bounds(*leaves[j].hp);
       lo_.push_back(lo);
       hi_.push_back(hi);
-      const double range = std::max(hi - lo, 1e-12);
       // Leaf j's values, with the prior's centre (observation npos), in order.
       std::vector<std::pair<double, size_t>> xs = {{(lo + hi) / 2, std::string::npos}};
       for (size_t c = 0; c < points_.size(); ++c) {
         if (points_[c][j]) xs.emplace_back(*points_[c][j], c);
       }
       std::stable_sort(xs.begin(), xs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-      const double min_sigma = range / std::min(100.0, 1.0 + static_cast<double>(xs.size()));
+      std::vector<double> sorted;
+      for (const auto& x : xs) sorted.push_back(x.first);
+      const std::vector<double> widths = GapWidths(sorted, lo, hi);
       for (size_t i = 0; i < xs.size(); ++i) {
-        if (xs[i].second == std::string::npos) continue;
-        double left = xs[i].first - (i > 0 ? xs[i - 1].first : lo);
-        double right = (i + 1 < xs.size() ? xs[i + 1].first : hi) - xs[i].first;
-        sigma_[xs[i].second][j] = std::clamp(std::max(left, right), min_sigma, range);
+        if (xs[i].second != std::string::npos) sigma_[xs[i].second][j] = widths[i];
       }
     }
   }
@@ -250,12 +270,7 @@ class JointParzen {
       }
       return static_cast<double>(k - 1);
     }
-    const double m = mu.value_or((lo_[j] + hi_[j]) / 2);
-    for (int attempt = 0; attempt < 32; ++attempt) {
-      double x = m + s * Normal(rng);
-      if (x >= lo_[j] && x <= hi_[j]) return x;
-    }
-    return std::clamp(m, lo_[j], hi_[j]);
+    return SampleTruncated(mu.value_or((lo_[j] + hi_[j]) / 2), s, lo_[j], hi_[j], rng);
   }
 
   double LeafLogPdf(size_t c, size_t j, double x) const {
@@ -267,13 +282,12 @@ class JointParzen {
       return std::log((off + (x == *mu ? 1 : 0)) / (1 + off * k));
     }
     const double m = mu.value_or((lo_[j] + hi_[j]) / 2);
-    const double z = std::max(Phi((hi_[j] - m) / s) - Phi((lo_[j] - m) / s), 1e-12);
     const double d = (x - m) / s;
-    return -0.5 * d * d - std::log(s * std::sqrt(2 * kPi) * z);
+    return -0.5 * d * d - std::log(s * std::sqrt(2 * kPi) * TruncatedMass(m, s, lo_[j], hi_[j]));
   }
 
   const std::vector<Leaf>& leaves_;
-  std::vector<std::vector<std::optional<double>>> points_;
+  EncodedPoints points_;
   std::vector<std::vector<double>> sigma_;  // [observation][leaf]
   std::vector<double> lo_, hi_;
 };
@@ -281,19 +295,16 @@ class JointParzen {
 // The best of n_candidates points drawn from l(x) (built on the first n_below
 // of `points`, the best-ranked) by log l(x) - log g(x) (the rest), in
 // estimator space, one value per leaf.
-std::vector<double> BestCandidate(const std::vector<Leaf>& leaves, const std::vector<const json*>& points,
-                                  size_t n_below, int64_t n_candidates, std::mt19937_64& rng) {
-  const size_t n = points.size();
+std::vector<double> BestCandidate(const std::vector<Leaf>& leaves, const EncodedPoints& points, size_t n_below,
+                                  int64_t n_candidates, std::mt19937_64& rng) {
   std::vector<Parzen> below, above;
-  for (const Leaf& leaf : leaves) {
+  for (size_t j = 0; j < leaves.size(); ++j) {
     std::vector<double> xb, xa;
-    for (size_t i = 0; i < n; ++i) {
-      const json* v = At(*points[i], leaf.path);
-      std::optional<double> x = v ? Encode(*leaf.hp, *v) : std::nullopt;
-      if (x) (i < n_below ? xb : xa).push_back(*x);
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (points[i][j]) (i < n_below ? xb : xa).push_back(*points[i][j]);
     }
-    below.emplace_back(*leaf.hp, std::move(xb));
-    above.emplace_back(*leaf.hp, std::move(xa));
+    below.emplace_back(*leaves[j].hp, std::move(xb));
+    above.emplace_back(*leaves[j].hp, std::move(xa));
   }
   double best_score = -std::numeric_limits<double>::infinity();
   std::vector<double> best;
@@ -314,18 +325,10 @@ std::vector<double> BestCandidate(const std::vector<Leaf>& leaves, const std::ve
 }
 
 // BestCandidate with joint estimators (multivariate: true).
-std::vector<double> BestJointCandidate(const std::vector<Leaf>& leaves, const std::vector<const json*>& points,
-                                       size_t n_below, int64_t n_candidates, std::mt19937_64& rng) {
-  std::vector<std::vector<std::optional<double>>> below, above;
-  for (size_t i = 0; i < points.size(); ++i) {
-    std::vector<std::optional<double>> point;
-    for (const Leaf& leaf : leaves) {
-      const json* v = At(*points[i], leaf.path);
-      point.push_back(v ? Encode(*leaf.hp, *v) : std::nullopt);
-    }
-    (i < n_below ? below : above).push_back(std::move(point));
-  }
-  const JointParzen l(leaves, std::move(below)), g(leaves, std::move(above));
+std::vector<double> BestJointCandidate(const std::vector<Leaf>& leaves, const EncodedPoints& points, size_t n_below,
+                                       int64_t n_candidates, std::mt19937_64& rng) {
+  const JointParzen l(leaves, EncodedPoints(points.begin(), points.begin() + static_cast<ptrdiff_t>(n_below))),
+      g(leaves, EncodedPoints(points.begin() + static_cast<ptrdiff_t>(n_below), points.end()));
   double best_score = -std::numeric_limits<double>::infinity();
   std::vector<double> best;
   for (int64_t c = 0; c < n_candidates; ++c) {
@@ -388,11 +391,17 @@ TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
   std::vector<Leaf> leaves;
   std::vector<std::string> prefix;
   Leaves(space_, &prefix, &leaves);
-  std::vector<const json*> points;
-  for (const auto& [id, o] : scored) points.push_back(&o->hparams);
-  const std::vector<double> best =
-      options_.multivariate.value_or(false) ? BestJointCandidate(leaves, points, n_below, options_.n_ei_candidates, model_rng_)
-                            : BestCandidate(leaves, points, n_below, options_.n_ei_candidates, model_rng_);
+  EncodedPoints points;
+  for (const auto& [id, o] : scored) {
+    std::vector<std::optional<double>> encoded;
+    for (const Leaf& leaf : leaves) {
+      const json* v = At(o->hparams, leaf.path);
+      encoded.push_back(v ? Encode(*leaf.hp, *v) : std::nullopt);
+    }
+    points.push_back(std::move(encoded));
+  }
+  const auto best_of = options_.multivariate.value_or(false) ? BestJointCandidate : BestCandidate;
+  const std::vector<double> best = best_of(leaves, points, n_below, options_.n_ei_candidates, model_rng_);
   for (size_t j = 0; j < leaves.size() && j < best.size(); ++j) Set(&point, leaves[j].path, Decode(*leaves[j].hp, best[j]));
   proposal.hparams = std::move(point);
   return proposal;
