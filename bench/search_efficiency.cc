@@ -27,7 +27,8 @@
 //                     on asha_tpe: _all tpe_brackets: all;
 //                     on asha_tpe, aggressive_tpe and tpe: _rf/_rf0 random_fraction 1/3 / 0,
 //                     _s64 n_startup_trials 64, _mv/_uv multivariate: true/false;
-//                     tpe; pbt: population 64, perturb_period 32, explore learning_rate and dropout;
+//                     tpe; pbt: population 64, perturb_period 32, explore learning_rate and dropout,
+//                     _b0 burn_in_period: 0 (the default: 128, half of max_length);
 //                     --asha-variants is the same flag)
 //                     [--results FILE] [--report] [--full]
 //
@@ -108,8 +109,9 @@ struct AshaVariant {
 // are 1/3 under ASHA, as BOHB, and 0 for tpe); _s64 (n_startup_trials 64:
 // the model waits for as many results as random search has trials); _mv
 // / _uv (multivariate: true / false; the defaults are false under ASHA and
-// true for tpe); on pbt: _b128 (burn_in_period 128: no member replaced in
-// the first half).
+// true for tpe); on pbt: _b0 (burn_in_period 0, Ray's default; pbt's own
+// default is half of max_length, 128 here: no member replaced in the first
+// half).
 std::optional<AshaVariant> ParseVariant(const std::string& name) {
   AshaVariant v;
   v.name = name;
@@ -118,7 +120,7 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   bool parallel = false;        // _par: bracket_order: parallel
   bool tpe_all = false;         // _all: tpe_brackets: all
   bool startup64 = false;       // _s64: n_startup_trials: 64
-  bool burn_in = false;         // _b128: burn_in_period: 128
+  bool no_burn_in = false;      // _b0: burn_in_period: 0
   std::string multivariate;     // _mv / _uv: given, else the searcher's default
   auto suffix = [&](const char* s) {
     const size_t n = std::strlen(s);
@@ -136,7 +138,7 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
     if (suffix("_par")) parallel = true, more = true;
     if (suffix("_all")) tpe_all = true, more = true;
     if (suffix("_s64")) startup64 = true, more = true;
-    if (suffix("_b128")) burn_in = true, more = true;
+    if (suffix("_b0")) no_burn_in = true, more = true;
     if (suffix("_mv")) multivariate = "true", more = true;
     if (suffix("_uv")) multivariate = "false", more = true;
   }
@@ -157,9 +159,9 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
     if (base != "asha_tpe" && base != "aggressive_tpe" && base != "tpe") return std::nullopt;
     v.extra += "  n_startup_trials: 64\n";
   }
-  if (burn_in) {  // PBT replaces no member before 128 batches
+  if (no_burn_in) {  // PBT may replace members from its first round on
     if (base != "pbt") return std::nullopt;
-    v.extra += "  burn_in_period: 128\n";
+    v.extra += "  burn_in_period: 0\n";
   }
   if (!multivariate.empty()) {  // TPE's joint estimators, or one per hparam
     if (base != "asha_tpe" && base != "aggressive_tpe" && base != "tpe") return std::nullopt;
@@ -549,7 +551,7 @@ bool ParseFlags(int argc, char** argv, Options& o) {
           std::fprintf(stderr,
                        "%s: unknown searcher '%s' (promotion, stop_once, aggressive, conservative, asha_tpe, "
                        "best, tpe, pbt; _d3, _r2, _r4 after an ASHA one; _rf, _rf0, _s64, _mv, _uv after "
-                       "asha_tpe or tpe; _b128 after pbt)\n",
+                       "asha_tpe or tpe; _b0 after pbt)\n",
                        a.c_str(), name.c_str());
           return false;
         }

@@ -25,7 +25,8 @@
 // Budget per seed: 64 x 256 = 16384 batches on 4 slots: random search and
 // tpe 64 trials x 256 batches; ASHA variants (max_rungs 3, divisor 4) as
 // many trials as their brackets fit in the budget (preview); pbt population
-// 64 x 256 batches, perturb_period 32.
+// 64 x 256 batches, perturb_period 32, burn_in_period 128 (the default, half
+// of max_length; pbt_b0: 0, Ray's default).
 //
 //   search_seeds [--seeds 1-12] [--task lr|rare|both] [--tolerance 0.005]
 //                [--searchers asha_standard,asha_standard_d3,asha_aggressive,asha_conservative,
@@ -35,6 +36,7 @@
 // max_rungs 2/4, _par bracket_order: parallel (Determined's), _all
 // tpe_brackets: all; on tpe and asha_tpe _rf / _rf0 random_fraction 1/3 / 0,
 // _mv / _uv multivariate: true / false (defaults: false under ASHA, true for tpe);
+// on pbt _b0 burn_in_period 0;
 // the default is standard mode, divisor 4, max_rungs 3.)
 //                [--seed-noise 0] [--slots 4] [--verbose]
 // --seed-noise S: trials are deterministic, as real ones are, and each has a
@@ -165,7 +167,8 @@ det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const st
     s.name = det::SearcherName::kPbt;
     s.options.pbt.population_size = 64;  // 64 x 256 batches: random's budget
     s.options.pbt.perturb_period = 32;
-    if (name.find("_b128") != std::string::npos) s.options.pbt.burn_in_period = 128;  // _b128
+    // The default burn-in: half of max_length (128); _b0: Ray's 0.
+    if (name.find("_b0") != std::string::npos) s.options.pbt.burn_in_period = 0;
   } else {
     s.name = det::SearcherName::kAdaptiveAsha;
     s.max_trials = asha_trials;
@@ -378,7 +381,9 @@ void RunTask(const Args& a, const std::string& task) {
   std::printf("task %s: random search 64 x %lld batches on %d slots; goal: random's best - %.3f; seed noise %.3f\n",
               task.c_str(), static_cast<long long>(kMaxLength), a.slots, a.tolerance, a.seed_noise);
   for (const auto& s : a.searchers) {
-    if (s.rfind("asha", 0) == 0) std::printf("  %s: %lld trials\n", s.c_str(), static_cast<long long>(AshaTrialsForBudget(task, s)));
+    if (s.rfind("asha", 0) == 0) {
+      std::printf("  %s: %lld trials\n", s.c_str(), static_cast<long long>(AshaTrialsForBudget(task, s)));
+    }
   }
   std::map<std::string, std::vector<double>> ratios;
   std::map<std::string, int64_t> sums, nevers;
@@ -427,7 +432,7 @@ void RunSchedule(const Args& a) {
   }
   std::printf("task schedule: best fixed lr 10^%.2f reaches %.4f at %lld batches; pbt (64 x %lld, perturb 32):\n",
               best_x, best_fixed, static_cast<long long>(kMaxLength), static_cast<long long>(kMaxLength));
-  // Every PBT searcher asked for (pbt, pbt_b128), else pbt.
+  // Every PBT searcher asked for (pbt, pbt_b0), else pbt.
   std::vector<std::string> pbts;
   for (const auto& name : a.searchers) {
     if (name.rfind("pbt", 0) == 0) pbts.push_back(name);

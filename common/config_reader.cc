@@ -377,7 +377,8 @@ absl::StatusOr<int64_t> ConfigMapReader::CheckInt(const ConfigSource& source, co
     ok = false;
   }
   if (!ok) {
-    return source.Error(path, absl::StrCat("field '", std::string(path), "' must be an integer, got ", DescribeValue(value)));
+    return source.Error(path,
+                        absl::StrCat("field '", std::string(path), "' must be an integer, got ", DescribeValue(value)));
   }
   if (n < min || n > max) {
     std::string range;
@@ -396,7 +397,8 @@ absl::StatusOr<int64_t> ConfigMapReader::CheckInt(const ConfigSource& source, co
 absl::StatusOr<double> ConfigMapReader::CheckDouble(const ConfigSource& source, const nlohmann::json& value,
                                                     std::string_view path) {
   if (!value.is_number()) {
-    return source.Error(path, absl::StrCat("field '", std::string(path), "' must be a number, got ", DescribeValue(value)));
+    return source.Error(path,
+                        absl::StrCat("field '", std::string(path), "' must be a number, got ", DescribeValue(value)));
   }
   return value.get<double>();
 }
@@ -404,7 +406,8 @@ absl::StatusOr<double> ConfigMapReader::CheckDouble(const ConfigSource& source, 
 absl::StatusOr<std::string> ConfigMapReader::CheckString(const ConfigSource& source, const nlohmann::json& value,
                                                          std::string_view path) {
   if (!IsScalar(value)) {
-    return source.Error(path, absl::StrCat("field '", std::string(path), "' must be a string, got ", DescribeValue(value)));
+    return source.Error(path,
+                        absl::StrCat("field '", std::string(path), "' must be a string, got ", DescribeValue(value)));
   }
   return ScalarText(value);
 }
@@ -504,7 +507,8 @@ absl::Status ConfigMapReader::GetEnum(std::string_view key, const std::vector<st
                                       std::string* out) const {
   const nlohmann::json* v = Find(key);
   if (v == nullptr) return absl::OkStatus();
-  std::string what = absl::StrCat("one of ", absl::StrJoin(std::vector<std::string>(choices.begin(), choices.end()), ", "));
+  std::string what =
+      absl::StrCat("one of ", absl::StrJoin(std::vector<std::string>(choices.begin(), choices.end()), ", "));
   if (!v->is_string()) return TypeError(key, what);
   const std::string& s = v->get_ref<const std::string&>();
   if (std::find(choices.begin(), choices.end(), s) == choices.end()) return TypeError(key, what);

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/batch_lengths.h"
 #include "common/config_fields.h"
 #include "common/config_reader.h"
 #include "common/safe_path.h"
@@ -550,7 +551,7 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher.erase("max_trials");
     searcher["population_size"] = o.pbt.population_size;
     searcher["perturb_period"] = o.pbt.perturb_period;
-    searcher["burn_in_period"] = o.pbt.burn_in_period;
+    searcher["burn_in_period"] = BurnInOrDefault(o.pbt, SearcherLengthOf(s).max);
     searcher["truncate_fraction"] = o.pbt.truncate_fraction;
     searcher["resample_probability"] = o.pbt.resample_probability;
     searcher["perturb_factors"] = o.pbt.perturb_factors;

@@ -1,5 +1,6 @@
 #include "common/search_options.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,16 @@ absl::Status GetFraction(const ConfigMapReader& r, std::string_view key, double 
   if (!ok) {
     return r.TypeError(key, absl::StrCat("a number in ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
   }
+  return absl::OkStatus();
+}
+
+// The same for an optional field: left unset when the map lacks `key`.
+absl::Status GetFraction(const ConfigMapReader& r, std::string_view key, double lo, bool lo_open, double hi,
+                         std::optional<double>* out) {
+  if (r.Find(key) == nullptr) return absl::OkStatus();
+  double v = 0;
+  DET_RETURN_IF_ERROR(GetFraction(r, key, lo, lo_open, hi, &v));
+  *out = v;
   return absl::OkStatus();
 }
 
@@ -45,8 +56,8 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
     }
     p.perturb_factors.clear();
     for (size_t i = 0; i < f->size(); ++i) {
-      DET_ASSIGN_OR_RETURN(double v, ConfigMapReader::CheckDouble(r.source(), (*f)[i],
-                                                                  absl::StrCat(r.PathOf("perturb_factors"), "[", i, "]")));
+      const std::string path = absl::StrCat(r.PathOf("perturb_factors"), "[", i, "]");
+      DET_ASSIGN_OR_RETURN(double v, ConfigMapReader::CheckDouble(r.source(), (*f)[i], path));
       if (!(v > 0) || v > 1e6) {
         return r.TypeError("perturb_factors", absl::StrCat("a list of positive numbers (entry ", i, " is ", v, ")"));
       }
@@ -71,11 +82,7 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
   DET_RETURN_IF_ERROR(r.GetInt("n_startup_trials", &t.n_startup_trials, 1, 1000000));
   DET_RETURN_IF_ERROR(GetFraction(r, "gamma", 0, true, 0.99, &t.gamma));
   DET_RETURN_IF_ERROR(r.GetInt("n_ei_candidates", &t.n_ei_candidates, 1, kMaxEiCandidates));
-  if (r.Find("random_fraction") != nullptr) {
-    double f = 0;
-    DET_RETURN_IF_ERROR(GetFraction(r, "random_fraction", 0, false, 1, &f));
-    t.random_fraction = f;
-  }
+  DET_RETURN_IF_ERROR(GetFraction(r, "random_fraction", 0, false, 1, &t.random_fraction));
   DET_RETURN_IF_ERROR(r.GetBool("multivariate", &t.multivariate));
   std::string rung_metric;
   DET_RETURN_IF_ERROR(r.GetEnum("rung_metric", {"latest", "best"}, &rung_metric));

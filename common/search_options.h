@@ -9,7 +9,8 @@
 //     name: pbt
 //     population_size: 8          # trials alive at once (required, 2..1000)
 //     perturb_period: 50          # searcher units between exploit/explore (required)
-//     burn_in_period: 0           # no exploit/explore in rounds ending before this
+//     burn_in_period: 128         # no exploit/explore in rounds ending before this
+//                                 # (default: half of max_length)
 //     truncate_fraction: 0.25     # bottom fraction replaced each round (0, 0.5]
 //     resample_probability: 0.25  # per hparam: resample instead of perturb
 //     perturb_factors: [0.8, 1.2] # a perturbed number is multiplied by one
@@ -55,8 +56,9 @@ struct PbtOptions {
   // >= 0, searcher units (Ray Tune's burn_in_period): a round that ends
   // before this length exploits and explores nothing, so that no member is
   // replaced on a ranking made that early; NewPbtSearch refuses one that is
-  // not below max_length (nothing would ever be exploited).
-  int64_t burn_in_period = 0;
+  // not below max_length (nothing would ever be exploited). Unset: half of
+  // max_length (BurnInOrDefault; Ray's default is 0, measured in README).
+  std::optional<int64_t> burn_in_period;
   double truncate_fraction = 0.25;
   double resample_probability = 0.25;
   std::vector<double> perturb_factors = {0.8, 1.2};  // each > 0, 1..16 entries
@@ -64,6 +66,13 @@ struct PbtOptions {
   // empty: every search hparam. NewPbtSearch checks them against the space.
   std::vector<std::string> explore;
 };
+
+// The burn_in_period a PBT search uses: the given one, else half of the
+// searcher's length (`max_length`, in its unit), so that a late bloomer is
+// not replaced on a ranking made in the first half of its training.
+inline int64_t BurnInOrDefault(const PbtOptions& p, int64_t max_length) {
+  return p.burn_in_period.value_or(max_length / 2);
+}
 
 // TPE's random_fraction under ASHA unless the config gives one (BOHB's rho;
 // measured in README, "Searchers: PBT, TPE and robust ASHA").

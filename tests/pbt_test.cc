@@ -63,7 +63,8 @@ TEST(PbtTest, ChildrenStartFromTheParentsCheckpointWithItsWholeState) {
   cluster.StartAgent("a", AgentOptions().set_slots(4));
   ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
   int id = cluster.CreateExperiment(Yaml("pbt", "  name: pbt\n  population_size: 4\n  perturb_period: 20\n"
-                                                "  truncate_fraction: 0.25\n  resample_probability: 0\n"
+                                                "  burn_in_period: 0\n  truncate_fraction: 0.25\n"
+                                                "  resample_probability: 0\n"
                                                 "  perturb_factors: [1.0]\n",
                                          60, 2),
                                     "pbt");
@@ -109,13 +110,14 @@ TEST(PbtTest, ChildrenStartFromTheParentsCheckpointWithItsWholeState) {
   }
   EXPECT_EQ(children, 2);
   // preview-search shows the generations of examples/synthetic/pbt.yaml:
-  // 4 trials + 1 child at each of 3 boundaries, 4 x 160 batches trained.
+  // 4 trials + 1 child at each boundary after its burn-in (80 and 120; none
+  // at 40), 4 x 160 batches trained.
   std::string out, err;
   ASSERT_EQ(cluster.Cli({"preview-search", std::string(DET_SOURCE_DIR) + "/examples/synthetic/pbt.yaml"}, &out, &err),
             0)
       << err;
   EXPECT_THAT(out, HasSubstr("Searcher: pbt"));
-  EXPECT_THAT(out, HasSubstr("Total: 7 trials (3 stopped early), 640 batches")) << out;
+  EXPECT_THAT(out, HasSubstr("Total: 6 trials (2 stopped early), 640 batches")) << out;
 }
 
 // Must show 2b: kill -9 of the master mid-search; the restarted master
@@ -189,7 +191,10 @@ TEST(PbtTest, MasterKillMidSearchResumesEverySearcher) {
   cluster.StartAgent("a", AgentOptions().set_slots(4));
   ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
   int pbt = cluster.CreateExperiment(
-      Yaml("pbt", "  name: pbt\n  population_size: 3\n  perturb_period: 20\n  perturb_factors: [0.8, 1.25]\n", 60, 10),
+      Yaml("pbt",
+           "  name: pbt\n  population_size: 3\n  perturb_period: 20\n  burn_in_period: 0\n"
+           "  perturb_factors: [0.8, 1.25]\n",
+           60, 10),
       "pbt");
   int tpe = cluster.CreateExperiment(
       Yaml("tpe", "  name: tpe\n  max_trials: 4\n  max_concurrent_trials: 1\n  n_startup_trials: 2\n", 20, 10), "tpe");

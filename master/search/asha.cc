@@ -514,7 +514,8 @@ class AshaSearch final : public SearchMethod {
       size_t index = Insert(b, r, Entry{id, value, worst, false}, /*ties_first=*/true);
       Credit(b, r);
       int64_t n = static_cast<int64_t>(brackets_[b].rungs[static_cast<size_t>(r)].entries.size());
-      if (r == TopRung(b) || static_cast<int64_t>(index) >= std::max<int64_t>(1, AshaFloorDivPow(n, layout_.divisor, 1))) {
+      const int64_t promotable = std::max<int64_t>(1, AshaFloorDivPow(n, layout_.divisor, 1));
+      if (r == TopRung(b) || static_cast<int64_t>(index) >= promotable) {
         SetTrial(t, TrialState::kClosing, t.rung);
         ops->push_back(CloseTrialOp{id});
         return;

@@ -237,7 +237,7 @@ class PbtSearch final : public SearchMethod {
                      [&](RequestId a, RequestId b) { return members_[a].score < members_[b].score; });
     const size_t n = live.size();
     // Burn-in: a round that ends before burn_in_period replaces no member.
-    const bool burn_in = Target(round_) < options_.burn_in_period;
+    const bool burn_in = Target(round_) < options_.burn_in_period.value_or(0);  // resolved by NewPbtSearch
     const size_t k = burn_in ? 0 : std::min(static_cast<size_t>(truncate_), n / 2);
     ++round_;
     for (size_t i = 0; i < n; ++i) members_[live[i]].reported = false;
@@ -310,10 +310,10 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewPbtSearch(const ExperimentConfi
         absl::StrCat("searcher.perturb_period must be at least 1 for pbt, got ", o.perturb_period));
   }
   if (o.perturb_factors.empty()) return absl::InvalidArgumentError("searcher.perturb_factors must not be empty");
-  if (o.burn_in_period < 0 || o.burn_in_period >= max_length) {
+  if (const int64_t burn_in = BurnInOrDefault(o, max_length); burn_in < 0 || burn_in >= max_length) {
     return absl::InvalidArgumentError(absl::StrCat("searcher.burn_in_period must be at least 0 and less than ",
-                                                   "searcher.max_length (", max_length, ") for pbt, got ",
-                                                   o.burn_in_period, ": no round would exploit"));
+                                                   "searcher.max_length (", max_length, ") for pbt, got ", burn_in,
+                                                   ": no round would exploit"));
   }
   for (size_t i = 0; i < o.explore.size(); ++i) {
     auto hp = config.hyperparameters.find(o.explore[i]);
@@ -329,8 +329,10 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewPbtSearch(const ExperimentConfi
                                                      "; pbt explores search ones"));
     }
   }
-  return std::unique_ptr<SearchMethod>(
-      std::make_unique<PbtSearch>(config.hyperparameters, o, max_length, config.searcher.smaller_is_better));
+  PbtOptions resolved = o;
+  resolved.burn_in_period = BurnInOrDefault(o, max_length);
+  return std::unique_ptr<SearchMethod>(std::make_unique<PbtSearch>(config.hyperparameters, std::move(resolved),
+                                                                   max_length, config.searcher.smaller_is_better));
 }
 
 }  // namespace master

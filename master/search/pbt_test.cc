@@ -36,6 +36,9 @@ ExperimentConfig PbtConfig(int64_t population, int64_t period, std::vector<doubl
   config.searcher.options.pbt.perturb_period = period;
   config.searcher.options.pbt.perturb_factors = std::move(factors);
   config.searcher.options.pbt.resample_probability = resample;
+  // Ray's 0: the scripted rounds below exploit from the first one on (the
+  // default, half of max_length, has its own test).
+  config.searcher.options.pbt.burn_in_period = 0;
   config.reproducibility.experiment_seed = 7;
   return config;
 }
@@ -269,6 +272,48 @@ TEST(PbtSearchTest, BurnInReplacesNoMemberBeforeItsLength) {
   absl::StatusOr<Searcher> restored = Searcher::Restore(config, 40, s->Snapshot());
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(restored->Snapshot(), s->Snapshot());
+}
+
+// Unset, burn_in_period is half of max_length: the parsed config echoes it,
+// and the search behaves as with that value given.
+TEST(PbtSearchTest, BurnInDefaultsToHalfOfMaxLength) {
+  absl::StatusOr<ExperimentConfig> parsed = ParseExperimentConfig(
+      "hyperparameters:\n  lr:\n    type: log\n    minval: -4\n    maxval: -1\nsearcher:\n  name: pbt\n"
+      "  metric: loss\n  max_length:\n    batches: 40\n  population_size: 4\n  perturb_period: 10\n",
+      "c.yaml");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->searcher.options.pbt.burn_in_period.has_value());
+  EXPECT_EQ(ExperimentConfigToJson(*parsed)["searcher"]["burn_in_period"], 20);
+
+  ExperimentConfig config = PbtConfig(4, 10, {2.0}, 0.0);
+  config.searcher.options.pbt.burn_in_period.reset();
+  // max_length 30: burn-in 15, so the boundary at 10 makes no child and the
+  // one at 20 makes one (with 0 given, each boundary makes one).
+  absl::StatusOr<SearchPreview> p = PreviewSearch(config, 30, 1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->trials.size(), 5u);
+  config.searcher.options.pbt.burn_in_period = 0;
+  p = PreviewSearch(config, 30, 1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->trials.size(), 6u);
+
+  // max_length 40: the default (20) decides as burn_in_period: 20 given.
+  auto decisions = [&](std::optional<int64_t> burn_in) {
+    ExperimentConfig c = PbtConfig(4, 10, {2.0}, 0.0);
+    c.searcher.options.pbt.burn_in_period = burn_in;
+    absl::StatusOr<Searcher> s = Searcher::Create(c, 40);
+    EXPECT_TRUE(s.ok()) << s.status();
+    std::vector<size_t> ops = {s->InitialOperations().size()};
+    for (int64_t length : {10, 20}) {
+      for (RequestId id : {1, 2, 3, 4}) ops.push_back(s->ValidationCompleted(id, 0.1 * id, length).size());
+    }
+    return std::make_pair(ops, s->Snapshot());
+  };
+  EXPECT_EQ(decisions(std::nullopt), decisions(20));
+  EXPECT_NE(decisions(std::nullopt), decisions(0));
+  // max_length 1: burn-in 0, still a valid search.
+  config.searcher.options.pbt.burn_in_period.reset();
+  EXPECT_TRUE(Searcher::Create(config, 1).ok());
 }
 
 TEST(PbtSearchTest, BurnInMustEndBeforeMaxLength) {

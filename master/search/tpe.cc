@@ -402,7 +402,9 @@ TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
   }
   const auto best_of = options_.multivariate.value_or(false) ? BestJointCandidate : BestCandidate;
   const std::vector<double> best = best_of(leaves, points, n_below, options_.n_ei_candidates, model_rng_);
-  for (size_t j = 0; j < leaves.size() && j < best.size(); ++j) Set(&point, leaves[j].path, Decode(*leaves[j].hp, best[j]));
+  for (size_t j = 0; j < leaves.size() && j < best.size(); ++j) {
+    Set(&point, leaves[j].path, Decode(*leaves[j].hp, best[j]));
+  }
   proposal.hparams = std::move(point);
   return proposal;
 }
@@ -449,7 +451,9 @@ json TpeSampler::Snapshot() const {
 }
 
 absl::Status TpeSampler::Restore(const json& snapshot) {
-  if (!snapshot.is_array() && !snapshot.is_object()) return absl::InvalidArgumentError("tpe snapshot must be an object");
+  if (!snapshot.is_array() && !snapshot.is_object()) {
+    return absl::InvalidArgumentError("tpe snapshot must be an object");
+  }
   std::map<RequestId, Obs> obs;
   std::mt19937_64 model_rng = model_rng_;
   try {
