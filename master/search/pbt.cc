@@ -310,7 +310,8 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewPbtSearch(const ExperimentConfi
         absl::StrCat("searcher.perturb_period must be at least 1 for pbt, got ", o.perturb_period));
   }
   if (o.perturb_factors.empty()) return absl::InvalidArgumentError("searcher.perturb_factors must not be empty");
-  if (const int64_t burn_in = BurnInOrDefault(o, max_length); burn_in < 0 || burn_in >= max_length) {
+  const int64_t burn_in = BurnInOrDefault(o, max_length);
+  if (burn_in < 0 || burn_in >= max_length) {
     return absl::InvalidArgumentError(absl::StrCat("searcher.burn_in_period must be at least 0 and less than ",
                                                    "searcher.max_length (", max_length, ") for pbt, got ", burn_in,
                                                    ": no round would exploit"));
@@ -330,7 +331,7 @@ absl::StatusOr<std::unique_ptr<SearchMethod>> NewPbtSearch(const ExperimentConfi
     }
   }
   PbtOptions resolved = o;
-  resolved.burn_in_period = BurnInOrDefault(o, max_length);
+  resolved.burn_in_period = burn_in;
   return std::unique_ptr<SearchMethod>(std::make_unique<PbtSearch>(config.hyperparameters, std::move(resolved),
                                                                    max_length, config.searcher.smaller_is_better));
 }

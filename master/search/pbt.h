@@ -11,8 +11,9 @@
 //    the search shuts down once all have ended. Otherwise the trials are
 //    ranked by that validation (smaller_is_better; non-finite last; ties:
 //    lower request id first). A round with r*T < burn_in_period (burn-in;
-//    unset: max_length / 2, BurnInOrDefault) ends there: every trial gets ValidateAfter(min((r+1)*T, max_length)).
-//    Otherwise the bottom k are closed (exploited), and each
+//    unset: max_length / 2, BurnInOrDefault) ends there: every trial gets
+//    ValidateAfter(min((r+1)*T, max_length)). Otherwise the bottom k are
+//    closed (exploited), and each
 //    of the top k begets a child: Create with parent = the top trial (the
 //    master starts it from the parent's checkpoint at r*T, model AND
 //    optimizer state) and hparams explored from the parent's: each search
