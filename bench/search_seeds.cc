@@ -36,6 +36,7 @@
 // max_rungs 2/4, _par bracket_order: parallel (Determined's), _all
 // tpe_brackets: all; on tpe and asha_tpe _rf / _rf0 random_fraction 1/3 / 0,
 // _mv / _uv multivariate: true / false (defaults: false under ASHA, true for tpe);
+// on asha_tpe _mp / _mp0 model_promotions: true / false (default false);
 // on pbt _b0 burn_in_period 0;
 // the default is standard mode, divisor 4, max_rungs 3.)
 //                [--seed-noise 0] [--slots 4] [--verbose]
@@ -185,6 +186,8 @@ det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const st
     if (name.find("_all") != std::string::npos) s.options.tpe_brackets = det::TpeBrackets::kAll;
     if (name.find("_r2") != std::string::npos) s.max_rungs = 2;
     if (name.find("_r4") != std::string::npos) s.max_rungs = 4;
+    if (name.find("_mp0") != std::string::npos) s.options.model_promotions = false;
+    else if (name.find("_mp") != std::string::npos) s.options.model_promotions = true;
   }
   // On tpe and asha_tpe: _rf / _rf0 (random_fraction 1/3 / 0).
   if (name.find("_rf0") != std::string::npos) s.options.tpe.random_fraction = 0;

@@ -564,6 +564,9 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
   if (s.name == SearcherName::kAdaptiveAsha && o.sampler == HParamSampler::kTpe) {
     searcher["tpe_brackets"] = o.tpe_brackets == TpeBrackets::kAll ? "all" : "after_first";
   }
+  if (asha && o.sampler == HParamSampler::kTpe) {
+    searcher["model_promotions"] = ModelPromotionsOrDefault(o.model_promotions) && !s.stop_once;
+  }
   if (s.name == SearcherName::kTpe || (asha && o.sampler == HParamSampler::kTpe)) {
     searcher["n_startup_trials"] = o.tpe.n_startup_trials;
     searcher["gamma"] = o.tpe.gamma;

@@ -127,7 +127,11 @@ struct SearchOptions {
   RungMetric rung_metric = RungMetric::kLatest;    // async_halving, adaptive_asha
   BracketOrder bracket_order = BracketOrder::kAggressiveFirst;  // adaptive_asha
   TpeBrackets tpe_brackets = TpeBrackets::kAfterFirst;          // adaptive_asha, sampler: tpe
+  std::optional<bool> model_promotions;  // async_halving, adaptive_asha with sampler: tpe
 };
+
+// model_promotions as given, else its default.
+inline bool ModelPromotionsOrDefault(std::optional<bool> model_promotions) { return model_promotions.value_or(false); }
 
 // The keys ParseSearchOptions reads (for the searcher map's CheckKeys).
 const std::vector<std::string_view>& SearchOptionKeys();

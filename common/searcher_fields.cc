@@ -52,6 +52,7 @@ constexpr SearcherField kFields[] = {
     {"rung_metric", Asha, kAshaReaders},
     {"bracket_order", AdaptiveAsha, "adaptive_asha"},
     {"tpe_brackets", AdaptiveAshaWithTpe, "adaptive_asha with sampler: tpe"},
+    {"model_promotions", AshaWithTpe, "async_halving and adaptive_asha with sampler: tpe"},
 };
 
 }  // namespace

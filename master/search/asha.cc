@@ -73,6 +73,7 @@ class AshaSearch final : public SearchMethod {
       tpe.multivariate = MultivariateOrDefault(tpe, /*under_asha=*/true);
       tpe_.emplace(space_, tpe, layout_.smaller_is_better, seed);
       random_first_bracket_ = options.tpe_brackets == TpeBrackets::kAfterFirst && layout_.brackets.size() > 1;
+      model_promotions_ = ModelPromotionsOrDefault(options.model_promotions) && !layout_.stop_once;
     }
     brackets_.resize(layout_.brackets.size());
     for (size_t b = 0; b < brackets_.size(); ++b) {
@@ -208,7 +209,9 @@ class AshaSearch final : public SearchMethod {
     json brackets = json::array();
     for (size_t b = 0; b < brackets_.size(); ++b) {
       json rungs = json::array();
+      json model_promoted = json::array();
       for (const Rung& r : brackets_[b].rungs) {
+        model_promoted.push_back(r.model_promoted);
         json entries = json::array();
         for (const Entry& e : r.entries) entries.push_back(json::array({e.id, e.metric, e.worst, e.promoted}));
         rungs.push_back(std::move(entries));
@@ -219,6 +222,7 @@ class AshaSearch final : public SearchMethod {
                               {"max_trials", lb.max_trials},
                               {"max_concurrent_trials", lb.max_concurrent_trials},
                               {"created", brackets_[b].created},
+                              {"model_promoted", std::move(model_promoted)},
                               {"rungs", std::move(rungs)}});
     }
     json trials = json::array();
@@ -294,7 +298,12 @@ class AshaSearch final : public SearchMethod {
         if (!rungs.is_array() || static_cast<int64_t>(rungs.size()) != lb.num_rungs) {
           return absl::InvalidArgumentError("searcher snapshot has a bracket with the wrong number of rungs");
         }
+        const json model_promoted = jb.value("model_promoted", json::array());
         for (size_t k = 0; k < rungs.size(); ++k) {
+          s.brackets_[b].rungs[k].model_promoted = k < model_promoted.size() ? model_promoted.at(k).get<int64_t>() : 0;
+          if (s.brackets_[b].rungs[k].model_promoted < 0) {
+            return absl::InvalidArgumentError("searcher snapshot has inconsistent counters");
+          }
           std::vector<Entry>& entries = s.brackets_[b].rungs[k].entries;
           entries.clear();
           for (const json& e : rungs.at(k)) {
@@ -342,6 +351,7 @@ class AshaSearch final : public SearchMethod {
   };
   struct Rung {
     std::vector<Entry> entries;  // best first
+    int64_t model_promoted = 0;  // promoted by ModelPromote
   };
   struct BracketState {
     std::vector<Rung> rungs;
@@ -487,6 +497,44 @@ class AshaSearch final : public SearchMethod {
     Insert(b, k, Entry{id, value, worst, false}, /*ties_first=*/false);
     if (live) SetTrial(t, TrialState::kWaiting, t.rung);
     for (RequestId p : Promote(b, k)) Advance(p, k + 1, ops);
+    if (model_promotions_) ModelPromote(b, k, ops);
+  }
+
+  // model_promotions (sampler: tpe): besides the best floor(n/divisor) of
+  // rung k, up to floor(n/divisor^2) waiting trials of its better half that
+  // the model of the longer results (TpeSampler::ScoreAbove the rung's
+  // length) favours (score > 0), best score first: a trial whose short
+  // result ranks it below the cut but whose hparams did well when trained
+  // longer (a late bloomer where learning curves cross).
+  void ModelPromote(size_t b, int64_t k, std::vector<SearcherOp>* ops) {
+    Rung& rung = brackets_[b].rungs[static_cast<size_t>(k)];
+    const int64_t n = static_cast<int64_t>(rung.entries.size());
+    int64_t quota = AshaFloorDivPow(n, layout_.divisor, 2) - rung.model_promoted;
+    if (quota <= 0) return;
+    std::vector<size_t> candidates;  // indexes into rung.entries
+    std::vector<const json*> points;
+    for (size_t i = 0; i < static_cast<size_t>(n / 2) && candidates.size() < kMaxTpeModelTrials; ++i) {
+      const Entry& e = rung.entries[i];
+      const json* hp = tpe_->HParams(e.id);
+      if (e.promoted || e.worst || hp == nullptr || trials_[e.id].state != TrialState::kWaiting) continue;
+      candidates.push_back(i);
+      points.push_back(hp);
+    }
+    if (candidates.empty()) return;
+    const std::vector<double> scores = tpe_->ScoreAbove(RungLength(b, k), points);
+    if (scores.empty()) return;
+    std::vector<size_t> order(candidates.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return scores[x] > scores[y]; });
+    // Advance only makes a waiting trial train: rung k's entries stay put.
+    for (size_t i : order) {
+      if (quota <= 0 || !(scores[i] > 0)) break;
+      Entry& e = rung.entries[candidates[i]];
+      e.promoted = true;
+      ++rung.model_promoted;
+      --quota;
+      Advance(e.id, k + 1, ops);
+    }
   }
 
   // A promoted trial moves to rung k: a waiting one trains on; one that can
@@ -577,6 +625,7 @@ class AshaSearch final : public SearchMethod {
   // tpe_brackets: after_first with several brackets: bracket 0 (the most
   // rungs) draws as sampler: random does, and TPE models its results.
   bool random_first_bracket_ = false;
+  bool model_promotions_ = false;  // sampler: tpe, promotion variant: ModelPromote
   double planned_batches_ = 0;
 
   std::vector<BracketState> brackets_;

@@ -292,6 +292,48 @@ class JointParzen {
   std::vector<double> lo_, hi_;
 };
 
+// A result the model may use: its level, value (smaller is better) and hparams.
+struct Ranked {
+  int64_t level = 0;
+  double value = 0;
+  const json* hparams = nullptr;
+};
+
+std::vector<std::optional<double>> EncodeLeaves(const std::vector<Leaf>& leaves, const json& hparams) {
+  std::vector<std::optional<double>> encoded;
+  for (const Leaf& leaf : leaves) {
+    const json* v = At(hparams, leaf.path);
+    encoded.push_back(v ? Encode(*leaf.hp, *v) : std::nullopt);
+  }
+  return encoded;
+}
+
+// The points the model is built on, best first, and in *n_below how many of
+// them form l(x): ranked by level (higher first), then value; as in BOHB only
+// the results at or above the highest level that at least `enough` results
+// reached are kept (lower rungs mislead where learning curves cross), at most
+// kMaxTpeModelTrials of them. Requires ranked.size() >= max(enough, 2).
+EncodedPoints ModelPoints(std::vector<Ranked> ranked, size_t enough, double gamma, const std::vector<Leaf>& leaves,
+                          size_t* n_below) {
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+    if (a.level != b.level) return a.level > b.level;
+    return a.value < b.value;
+  });
+  while (ranked.size() > enough && ranked[enough - 1].level > ranked.back().level) {
+    const int64_t lowest = ranked.back().level;
+    size_t keep = ranked.size();
+    while (keep > 0 && ranked[keep - 1].level == lowest) --keep;
+    if (keep < enough) break;
+    ranked.resize(keep);
+  }
+  if (ranked.size() > kMaxTpeModelTrials) ranked.resize(kMaxTpeModelTrials);
+  const size_t n = ranked.size();
+  *n_below = std::clamp<size_t>(static_cast<size_t>(std::ceil(gamma * static_cast<double>(n))), 1, n - 1);
+  EncodedPoints points;
+  for (const Ranked& r : ranked) points.push_back(EncodeLeaves(leaves, *r.hparams));
+  return points;
+}
+
 // The best of n_candidates points drawn from l(x) (built on the first n_below
 // of `points`, the best-ranked) by log l(x) - log g(x) (the rest), in
 // estimator space, one value per leaf.
@@ -353,13 +395,13 @@ TpeSampler::TpeSampler(HyperparameterSpace space, TpeOptions options, bool small
 }
 
 TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
-  std::vector<std::pair<RequestId, const Obs*>> scored;
+  std::vector<Ranked> ranked;
   for (const auto& [id, o] : obs_) {
-    if (o.scored) scored.emplace_back(id, &o);
+    if (o.scored) ranked.push_back(Ranked{o.level, o.value, &o.hparams});
   }
   const size_t enough = static_cast<size_t>(std::max<int64_t>(options_.n_startup_trials, 2));
   const double random_fraction = options_.random_fraction.value_or(0);
-  if (scored.size() < enough ||
+  if (ranked.size() < enough ||
       (random_fraction > 0 && std::uniform_real_distribution<double>(0, 1)(model_rng_) < random_fraction)) {
     TpeProposal random;
     random.hparams = SampleHParams(space_, rng);
@@ -370,36 +412,11 @@ TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
   proposal.from_model = true;
   json point = SampleHParams(space_, model_rng_);
   proposal.trial_seed = DrawTrialSeed(model_rng_);
-  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
-    if (a.second->level != b.second->level) return a.second->level > b.second->level;
-    return a.second->value < b.second->value;
-  });
-  // As BOHB: the model uses only the trials that reached the highest level
-  // (ASHA rung) that enough trials reached; lower rungs mislead where
-  // learning curves cross.
-  while (scored.size() > enough && scored[enough - 1].second->level > scored.back().second->level) {
-    const int64_t lowest = scored.back().second->level;
-    size_t keep = scored.size();
-    while (keep > 0 && scored[keep - 1].second->level == lowest) --keep;
-    if (keep < enough) break;
-    scored.resize(keep);
-  }
-  if (scored.size() > kMaxTpeModelTrials) scored.resize(kMaxTpeModelTrials);
-  const size_t n = scored.size();
-  size_t n_below = static_cast<size_t>(std::ceil(options_.gamma * static_cast<double>(n)));
-  n_below = std::clamp<size_t>(n_below, 1, n - 1);
   std::vector<Leaf> leaves;
   std::vector<std::string> prefix;
   Leaves(space_, &prefix, &leaves);
-  EncodedPoints points;
-  for (const auto& [id, o] : scored) {
-    std::vector<std::optional<double>> encoded;
-    for (const Leaf& leaf : leaves) {
-      const json* v = At(o->hparams, leaf.path);
-      encoded.push_back(v ? Encode(*leaf.hp, *v) : std::nullopt);
-    }
-    points.push_back(std::move(encoded));
-  }
+  size_t n_below = 0;
+  const EncodedPoints points = ModelPoints(std::move(ranked), enough, options_.gamma, leaves, &n_below);
   const auto best_of = options_.multivariate.value_or(false) ? BestJointCandidate : BestCandidate;
   const std::vector<double> best = best_of(leaves, points, n_below, options_.n_ei_candidates, model_rng_);
   for (size_t j = 0; j < leaves.size() && j < best.size(); ++j) {
@@ -407,6 +424,39 @@ TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
   }
   proposal.hparams = std::move(point);
   return proposal;
+}
+
+std::vector<double> TpeSampler::ScoreAbove(int64_t level, const std::vector<const json*>& points) const {
+  std::vector<Ranked> ranked;
+  for (const auto& [id, o] : obs_) {
+    if (o.scored && o.level > level) ranked.push_back(Ranked{o.level, o.value, &o.hparams});
+  }
+  const size_t enough = static_cast<size_t>(std::max<int64_t>(options_.n_startup_trials, 2));
+  if (ranked.size() < enough) return {};
+  std::vector<Leaf> leaves;
+  std::vector<std::string> prefix;
+  Leaves(space_, &prefix, &leaves);
+  size_t n_below = 0;
+  const EncodedPoints model = ModelPoints(std::move(ranked), enough, options_.gamma, leaves, &n_below);
+  std::vector<Parzen> below, above;
+  for (size_t j = 0; j < leaves.size(); ++j) {
+    std::vector<double> xb, xa;
+    for (size_t i = 0; i < model.size(); ++i) {
+      if (model[i][j]) (i < n_below ? xb : xa).push_back(*model[i][j]);
+    }
+    below.emplace_back(*leaves[j].hp, std::move(xb));
+    above.emplace_back(*leaves[j].hp, std::move(xa));
+  }
+  std::vector<double> scores;
+  for (const json* p : points) {
+    const std::vector<std::optional<double>> xs = EncodeLeaves(leaves, *p);
+    double score = 0;
+    for (size_t j = 0; j < leaves.size(); ++j) {
+      if (xs[j]) score += below[j].LogPdf(*xs[j]) - above[j].LogPdf(*xs[j]);
+    }
+    scores.push_back(score);
+  }
+  return scores;
 }
 
 void TpeSampler::ProposeFor(CreateTrialOp* create, std::mt19937_64& rng) {
@@ -434,6 +484,11 @@ void TpeSampler::Observe(RequestId id, double metric, int64_t level) {
 }
 
 void TpeSampler::Forget(RequestId id) { obs_.erase(id); }
+
+const json* TpeSampler::HParams(RequestId id) const {
+  auto it = obs_.find(id);
+  return it == obs_.end() ? nullptr : &it->second.hparams;
+}
 
 int64_t TpeSampler::observed() const {
   return std::count_if(obs_.begin(), obs_.end(), [](const auto& o) { return o.second.scored; });

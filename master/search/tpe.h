@@ -70,6 +70,13 @@ class TpeSampler {
   // one with the largest log l(x) - log g(x) is returned (const hparams and
   // nested choices, and the trial seed, drawn from the sampler's stream).
   TpeProposal Propose(std::mt19937_64& rng);
+  // How much better than the rest the model of the results above `level`
+  // (levels > level only; ranked and cut as Propose does) finds each of
+  // `points`: log l(x) - log g(x) of the per-hparam estimators (hparams a
+  // point lacks count 0), > 0 where x looks like the best results. Empty
+  // while fewer than max(2, n_startup_trials) trials have a result above
+  // `level`. Costs points x hparams x min(results, kMaxTpeModelTrials) kernels.
+  std::vector<double> ScoreAbove(int64_t level, const std::vector<const nlohmann::json*>& points) const;
   // Propose, then Record under create->request_id: sets create's hparams
   // and trial_seed.
   void ProposeFor(CreateTrialOp* create, std::mt19937_64& rng);
@@ -82,6 +89,8 @@ class TpeSampler {
   void Observe(RequestId id, double metric, int64_t level);
   // Drops trial `id` (invalid hparams).
   void Forget(RequestId id);
+  // The hparams recorded for trial `id`, or null.
+  const nlohmann::json* HParams(RequestId id) const;
   // The number of trials with a result.
   int64_t observed() const;
 

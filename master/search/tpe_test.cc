@@ -460,6 +460,35 @@ TEST(TpeSearchTest, TpeBracketsIsParsedEchoedAndChecked) {
   EXPECT_NE(config.status().message().find("searcher.tpe_brackets"), std::string::npos) << config.status();
 }
 
+// model_promotions is parsed and echoed for ASHA with sampler: tpe (false
+// unless given, and false for stop_once, where nothing waits to be
+// promoted); a non-boolean is refused naming the field; with sampler:
+// random it is accepted with a warning naming its readers.
+TEST(TpeSearchTest, ModelPromotionsIsParsedEchoedAndChecked) {
+  const std::string base =
+      "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
+      "  max_length: {batches: 64}\n  max_trials: 10\n  name: adaptive_asha\n";
+  auto config = ParseExperimentConfig(base + "  sampler: tpe\n", "c.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->searcher.options.model_promotions.has_value());
+  EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["model_promotions"], false);
+  config = ParseExperimentConfig(base + "  sampler: tpe\n  model_promotions: true\n", "c.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->searcher.options.model_promotions, true);
+  EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["model_promotions"], true);
+  config = ParseExperimentConfig(base + "  sampler: tpe\n  model_promotions: true\n  stop_once: true\n", "c.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(ExperimentConfigToJson(*config)["searcher"]["model_promotions"], false);
+  config = ParseExperimentConfig(base + "  sampler: tpe\n  model_promotions: often\n", "c.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("searcher.model_promotions"), std::string::npos) << config.status();
+  config = ParseExperimentConfig(base + "  model_promotions: true\n", "c.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->warnings.size(), 1u);
+  EXPECT_NE(config->warnings[0].find("searcher.model_promotions"), std::string::npos) << config->warnings[0];
+  EXPECT_NE(config->warnings[0].find("sampler: random"), std::string::npos) << config->warnings[0];
+}
+
 // multivariate unless given: true for the tpe searcher, false under ASHA;
 // given, it is kept and echoed; a non-boolean is refused, naming the field;
 // under random search it is accepted with a warning naming its readers.
@@ -522,6 +551,104 @@ TEST(TpeSamplerTest, ModelsAtMostTheBestRankedTrials) {
   int near = 0;  // at random 8 of 20; the model's prior component still sends some far away
   for (int i = 0; i < 20; ++i) near += std::abs(tpe.Propose(rng).hparams["x"].get<double>() - 0.5) < 0.2 ? 1 : 0;
   EXPECT_GE(near, 12);
+}
+
+// ScoreAbove(level) models only the results above `level`: here short
+// results favour small x and longer ones x near 0.8.
+TEST(TpeSamplerTest, ScoreAboveModelsOnlyLongerResults) {
+  HyperparameterSpace space = {{"x", Hyperparameter::Double(0, 1)}};
+  TpeOptions options;
+  options.n_startup_trials = 10;
+  TpeSampler tpe(space, options, /*smaller_is_better=*/true);
+  for (RequestId id = 1; id <= 40; ++id) {
+    const double x = static_cast<double>(id - 1) / 40;
+    tpe.Record(id, json{{"x", x}});
+    if (id % 3 == 0) {
+      tpe.Observe(id, (x - 0.8) * (x - 0.8), 64);
+    } else {
+      tpe.Observe(id, x, 16);
+    }
+  }
+  const json low = {{"x", 0.1}}, high = {{"x", 0.8}};
+  const std::vector<double> above16 = tpe.ScoreAbove(16, {&low, &high});
+  ASSERT_EQ(above16.size(), 2u);  // 13 results at 64 batches
+  EXPECT_GT(above16[1], 0);
+  EXPECT_LT(above16[0], 0);
+  EXPECT_TRUE(tpe.ScoreAbove(64, {&low, &high}).empty());  // nothing above 64 batches
+  // From 13 results at 64 and 27 at 16 the model keeps the 64-batch ones
+  // (the highest level with n_startup_trials), as proposals do.
+  EXPECT_EQ(tpe.ScoreAbove(0, {&low, &high}), above16);
+}
+
+// model_promotions: where learning curves cross (short results favour x
+// near 0.3, long ones x near 0.6), ASHA with sampler: tpe also promotes, at
+// most floor(n / divisor^2) of them, waiting trials of the better half that
+// the model of the longer results favours; without it ASHA promotes by the
+// short results alone. The counts survive a snapshot.
+TEST(TpeSearchTest, ModelPromotionsFollowTheLongerResults) {
+  auto run = [](bool model_promotions, json* mid_snapshot = nullptr) {
+    ExperimentConfig c = TpeConfig(SearcherName::kAsyncHalving);
+    c.searcher.num_rungs = 2;  // rungs of 4 and 16 batches
+    c.searcher.max_trials = 200;
+    c.searcher.options.tpe.n_startup_trials = 6;
+    c.searcher.options.tpe.random_fraction = 1.0;  // random search's trials: only promotions differ
+    c.searcher.options.model_promotions = model_promotions;
+    absl::StatusOr<Searcher> s = Searcher::Create(c, 16);
+    EXPECT_TRUE(s.ok()) << s.status();
+    std::map<RequestId, double> x_of;
+    std::vector<double> promoted;  // x of each trial trained to 16 batches
+    std::vector<SearcherOp> pending = s->InitialOperations();
+    for (int guard = 0; guard < 100000 && !pending.empty(); ++guard) {
+      SearcherOp op = pending.front();
+      pending.erase(pending.begin());
+      std::vector<SearcherOp> more;
+      if (auto* ct = std::get_if<CreateTrialOp>(&op)) {
+        x_of[ct->request_id] = ct->hparams["x"].get<double>();
+        more = s->TrialCreated(ct->request_id);
+      } else if (auto* v = std::get_if<ValidateAfterOp>(&op)) {
+        const double x = x_of[v->request_id];
+        if (v->length == 16) promoted.push_back(x);
+        more = s->ValidationCompleted(v->request_id, v->length == 16 ? (x - 0.6) * (x - 0.6) : std::abs(x - 0.3),
+                                      v->length);
+        if (mid_snapshot && x_of.size() == 100 && mid_snapshot->is_null()) *mid_snapshot = s->Snapshot();
+      } else if (auto* cl = std::get_if<CloseTrialOp>(&op)) {
+        more = s->TrialClosed(cl->request_id);
+      }
+      pending.insert(pending.end(), more.begin(), more.end());
+    }
+    EXPECT_TRUE(s->shutdown());
+    return std::make_pair(promoted, s->Snapshot());
+  };
+  auto late = [](const std::vector<double>& xs) {
+    return std::count_if(xs.begin(), xs.end(), [](double x) { return x > 0.45; });
+  };
+  json mid;
+  const auto [with_model, snapshot] = run(true, &mid);
+  const auto [without, plain_snapshot] = run(false);
+  // 200 trials: at least floor(200 / 4) = 50 promoted by their short result
+  // (asynchronous ASHA promotes the top quarter of the results so far), and
+  // up to floor(200 / 16) = 12 more by the model.
+  EXPECT_GE(without.size(), 50u);
+  const int64_t by_model = snapshot["method"]["brackets"][0]["model_promoted"][0].get<int64_t>();
+  EXPECT_GT(by_model, 0);
+  EXPECT_LE(by_model, 12);
+  EXPECT_GE(static_cast<int64_t>(with_model.size()) - by_model, 50);
+  EXPECT_GE(late(with_model), late(without) + 5) << late(with_model) << " vs " << late(without);
+  EXPECT_EQ(plain_snapshot["method"]["brackets"][0]["model_promoted"][0], 0);
+  // Restored mid-search, the counts are kept.
+  ASSERT_FALSE(mid.is_null());
+  ExperimentConfig c = TpeConfig(SearcherName::kAsyncHalving);
+  c.searcher.num_rungs = 2;
+  c.searcher.max_trials = 200;
+  c.searcher.options.tpe.n_startup_trials = 6;
+  c.searcher.options.tpe.random_fraction = 1.0;
+  c.searcher.options.model_promotions = true;
+  absl::StatusOr<Searcher> restored = Searcher::Restore(c, 16, mid);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->Snapshot(), mid);
+  json bad = mid;
+  bad["method"]["brackets"][0]["model_promoted"][0] = -1;
+  EXPECT_FALSE(Searcher::Restore(c, 16, bad).ok());
 }
 
 }  // namespace
