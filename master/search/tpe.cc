@@ -43,6 +43,14 @@ void Leaves(const HyperparameterSpace& space, std::vector<std::string>* prefix, 
   }
 }
 
+// The search hparams of `space`, in order.
+std::vector<Leaf> LeavesOf(const HyperparameterSpace& space) {
+  std::vector<Leaf> leaves;
+  std::vector<std::string> prefix;
+  Leaves(space, &prefix, &leaves);
+  return leaves;
+}
+
 const json* At(const json& point, const std::vector<std::string>& path) {
   const json* p = &point;
   for (const std::string& k : path) {
@@ -334,20 +342,27 @@ EncodedPoints ModelPoints(std::vector<Ranked> ranked, size_t enough, double gamm
   return points;
 }
 
+// One estimator per leaf of l(x), the first n_below of `points`, and of g(x),
+// the rest.
+void PerLeafEstimators(const std::vector<Leaf>& leaves, const EncodedPoints& points, size_t n_below,
+                       std::vector<Parzen>* below, std::vector<Parzen>* above) {
+  for (size_t j = 0; j < leaves.size(); ++j) {
+    std::vector<double> xb, xa;
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (points[i][j]) (i < n_below ? xb : xa).push_back(*points[i][j]);
+    }
+    below->emplace_back(*leaves[j].hp, std::move(xb));
+    above->emplace_back(*leaves[j].hp, std::move(xa));
+  }
+}
+
 // The best of n_candidates points drawn from l(x) (built on the first n_below
 // of `points`, the best-ranked) by log l(x) - log g(x) (the rest), in
 // estimator space, one value per leaf.
 std::vector<double> BestCandidate(const std::vector<Leaf>& leaves, const EncodedPoints& points, size_t n_below,
                                   int64_t n_candidates, std::mt19937_64& rng) {
   std::vector<Parzen> below, above;
-  for (size_t j = 0; j < leaves.size(); ++j) {
-    std::vector<double> xb, xa;
-    for (size_t i = 0; i < points.size(); ++i) {
-      if (points[i][j]) (i < n_below ? xb : xa).push_back(*points[i][j]);
-    }
-    below.emplace_back(*leaves[j].hp, std::move(xb));
-    above.emplace_back(*leaves[j].hp, std::move(xa));
-  }
+  PerLeafEstimators(leaves, points, n_below, &below, &above);
   double best_score = -std::numeric_limits<double>::infinity();
   std::vector<double> best;
   for (int64_t c = 0; c < n_candidates; ++c) {
@@ -412,9 +427,7 @@ TpeProposal TpeSampler::Propose(std::mt19937_64& rng) {
   proposal.from_model = true;
   json point = SampleHParams(space_, model_rng_);
   proposal.trial_seed = DrawTrialSeed(model_rng_);
-  std::vector<Leaf> leaves;
-  std::vector<std::string> prefix;
-  Leaves(space_, &prefix, &leaves);
+  const std::vector<Leaf> leaves = LeavesOf(space_);
   size_t n_below = 0;
   const EncodedPoints points = ModelPoints(std::move(ranked), enough, options_.gamma, leaves, &n_below);
   const auto best_of = options_.multivariate.value_or(false) ? BestJointCandidate : BestCandidate;
@@ -433,20 +446,11 @@ std::vector<double> TpeSampler::ScoreAbove(int64_t level, const std::vector<cons
   }
   const size_t enough = static_cast<size_t>(std::max<int64_t>(options_.n_startup_trials, 2));
   if (ranked.size() < enough) return {};
-  std::vector<Leaf> leaves;
-  std::vector<std::string> prefix;
-  Leaves(space_, &prefix, &leaves);
+  const std::vector<Leaf> leaves = LeavesOf(space_);
   size_t n_below = 0;
   const EncodedPoints model = ModelPoints(std::move(ranked), enough, options_.gamma, leaves, &n_below);
   std::vector<Parzen> below, above;
-  for (size_t j = 0; j < leaves.size(); ++j) {
-    std::vector<double> xb, xa;
-    for (size_t i = 0; i < model.size(); ++i) {
-      if (model[i][j]) (i < n_below ? xb : xa).push_back(*model[i][j]);
-    }
-    below.emplace_back(*leaves[j].hp, std::move(xb));
-    above.emplace_back(*leaves[j].hp, std::move(xa));
-  }
+  PerLeafEstimators(leaves, model, n_below, &below, &above);
   std::vector<double> scores;
   for (const json* p : points) {
     const std::vector<std::optional<double>> xs = EncodeLeaves(leaves, *p);
