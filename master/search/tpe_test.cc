@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -152,6 +153,11 @@ TEST(TpeSamplerTest, HandlesEveryHParamTypeAndRestores) {
   }
 }
 
+// The head of an experiment YAML with a searcher map to complete.
+const std::string kConfigHead =
+    "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
+    "  max_length: {batches: 64}\n  max_trials: 10\n";
+
 ExperimentConfig TpeConfig(SearcherName name) {
   ExperimentConfig config;
   config.hyperparameters = {{"x", Hyperparameter::Double(0, 1)}};
@@ -166,13 +172,17 @@ ExperimentConfig TpeConfig(SearcherName name) {
   return config;
 }
 
-// Drives a searcher to its end with metric (x - 0.3)^2; returns the x of
-// each trial in order (and, given `created`, the trials it created).
-std::vector<double> Drive(Searcher& s, std::vector<CreateTrialOp>* created = nullptr) {
+// A trial's validation metric from its x and the length it trained.
+using Metric = std::function<double(double x, int64_t length)>;
+
+// Drives a searcher to its end with `metric` (by default (x - 0.3)^2 at
+// every length); returns the x of each trial in order (and, given
+// `created`, the trials it created).
+std::vector<double> Drive(Searcher& s, std::vector<CreateTrialOp>* created = nullptr, const Metric& metric = nullptr) {
   std::vector<double> xs;
   std::map<RequestId, double> x_of;
   std::vector<SearcherOp> pending = s.InitialOperations();
-  for (int guard = 0; guard < 10000 && !pending.empty(); ++guard) {
+  for (int guard = 0; guard < 100000 && !pending.empty(); ++guard) {
     SearcherOp op = pending.front();
     pending.erase(pending.begin());
     std::vector<SearcherOp> more;
@@ -183,7 +193,7 @@ std::vector<double> Drive(Searcher& s, std::vector<CreateTrialOp>* created = nul
       more = s.TrialCreated(c->request_id);
     } else if (auto* v = std::get_if<ValidateAfterOp>(&op)) {
       double x = x_of[v->request_id];
-      more = s.ValidationCompleted(v->request_id, (x - 0.3) * (x - 0.3), v->length);
+      more = s.ValidationCompleted(v->request_id, metric ? metric(x, v->length) : (x - 0.3) * (x - 0.3), v->length);
     } else if (auto* c = std::get_if<CloseTrialOp>(&op)) {
       more = s.TrialClosed(c->request_id);
     }
@@ -302,9 +312,7 @@ TEST(TpeSearchTest, ConfigsAskingForUnboundedWorkAreRefused) {
 // random_fraction unless given: BOHB's 1/3 with ASHA's sampler, Optuna's 0
 // for the tpe searcher; given, it is kept and echoed.
 TEST(TpeSearchTest, RandomFractionDefaultsToBohbsUnderAsha) {
-  const std::string base =
-      "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
-      "  max_length: {batches: 64}\n  max_trials: 10\n";
+  const std::string base = kConfigHead;
   auto asha = ParseExperimentConfig(base + "  name: adaptive_asha\n  sampler: tpe\n", "c.yaml");
   ASSERT_TRUE(asha.ok()) << asha.status();
   EXPECT_FALSE(asha->searcher.options.tpe.random_fraction.has_value());
@@ -444,9 +452,7 @@ TEST(TpeSearchTest, AshaFirstBracketDrawsAsRandomAshaAndTheOthersFromTheModel) {
 // tpe_brackets is parsed and echoed for adaptive_asha with sampler: tpe; a
 // bad value is refused, naming the field.
 TEST(TpeSearchTest, TpeBracketsIsParsedEchoedAndChecked) {
-  const std::string base =
-      "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
-      "  max_length: {batches: 64}\n  max_trials: 10\n  name: adaptive_asha\n  sampler: tpe\n";
+  const std::string base = kConfigHead + "  name: adaptive_asha\n  sampler: tpe\n";
   auto config = ParseExperimentConfig(base, "c.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->searcher.options.tpe_brackets, TpeBrackets::kAfterFirst);
@@ -465,9 +471,7 @@ TEST(TpeSearchTest, TpeBracketsIsParsedEchoedAndChecked) {
 // promoted); a non-boolean is refused naming the field; with sampler:
 // random it is accepted with a warning naming its readers.
 TEST(TpeSearchTest, ModelPromotionsIsParsedEchoedAndChecked) {
-  const std::string base =
-      "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
-      "  max_length: {batches: 64}\n  max_trials: 10\n  name: adaptive_asha\n";
+  const std::string base = kConfigHead + "  name: adaptive_asha\n";
   auto config = ParseExperimentConfig(base + "  sampler: tpe\n", "c.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_FALSE(config->searcher.options.model_promotions.has_value());
@@ -493,9 +497,7 @@ TEST(TpeSearchTest, ModelPromotionsIsParsedEchoedAndChecked) {
 // given, it is kept and echoed; a non-boolean is refused, naming the field;
 // under random search it is accepted with a warning naming its readers.
 TEST(TpeSearchTest, MultivariateDefaultsToTrueForTpeAndFalseUnderAsha) {
-  const std::string base =
-      "name: x\nhyperparameters:\n  lr: {type: double, minval: 0, maxval: 1}\nsearcher:\n  metric: loss\n"
-      "  max_length: {batches: 64}\n  max_trials: 10\n";
+  const std::string base = kConfigHead;
   const std::string tpe = "  name: tpe\n", asha = "  name: adaptive_asha\n  sampler: tpe\n";
   for (const std::string& searcher : {tpe, asha}) {
     auto config = ParseExperimentConfig(base + searcher, "c.yaml");
@@ -586,37 +588,27 @@ TEST(TpeSamplerTest, ScoreAboveModelsOnlyLongerResults) {
 // the model of the longer results favours; without it ASHA promotes by the
 // short results alone. The counts survive a snapshot.
 TEST(TpeSearchTest, ModelPromotionsFollowTheLongerResults) {
-  auto run = [](bool model_promotions, json* mid_snapshot = nullptr) {
+  auto config = [](bool model_promotions) {
     ExperimentConfig c = TpeConfig(SearcherName::kAsyncHalving);
     c.searcher.num_rungs = 2;  // rungs of 4 and 16 batches
     c.searcher.max_trials = 200;
     c.searcher.options.tpe.n_startup_trials = 6;
     c.searcher.options.tpe.random_fraction = 1.0;  // random search's trials: only promotions differ
     c.searcher.options.model_promotions = model_promotions;
-    absl::StatusOr<Searcher> s = Searcher::Create(c, 16);
+    return c;
+  };
+  // The x of each trial trained to 16 batches, the final snapshot, and one
+  // taken mid-search.
+  auto run = [&](bool model_promotions, json* mid_snapshot = nullptr) {
+    absl::StatusOr<Searcher> s = Searcher::Create(config(model_promotions), 16);
     EXPECT_TRUE(s.ok()) << s.status();
-    std::map<RequestId, double> x_of;
-    std::vector<double> promoted;  // x of each trial trained to 16 batches
-    std::vector<SearcherOp> pending = s->InitialOperations();
-    for (int guard = 0; guard < 100000 && !pending.empty(); ++guard) {
-      SearcherOp op = pending.front();
-      pending.erase(pending.begin());
-      std::vector<SearcherOp> more;
-      if (auto* ct = std::get_if<CreateTrialOp>(&op)) {
-        x_of[ct->request_id] = ct->hparams["x"].get<double>();
-        more = s->TrialCreated(ct->request_id);
-      } else if (auto* v = std::get_if<ValidateAfterOp>(&op)) {
-        const double x = x_of[v->request_id];
-        if (v->length == 16) promoted.push_back(x);
-        more = s->ValidationCompleted(v->request_id, v->length == 16 ? (x - 0.6) * (x - 0.6) : std::abs(x - 0.3),
-                                      v->length);
-        if (mid_snapshot && x_of.size() == 100 && mid_snapshot->is_null()) *mid_snapshot = s->Snapshot();
-      } else if (auto* cl = std::get_if<CloseTrialOp>(&op)) {
-        more = s->TrialClosed(cl->request_id);
-      }
-      pending.insert(pending.end(), more.begin(), more.end());
-    }
-    EXPECT_TRUE(s->shutdown());
+    std::vector<double> promoted;
+    int validations = 0;
+    Drive(*s, nullptr, [&](double x, int64_t length) {
+      if (length == 16) promoted.push_back(x);
+      if (mid_snapshot && ++validations == 120) *mid_snapshot = s->Snapshot();
+      return length == 16 ? (x - 0.6) * (x - 0.6) : std::abs(x - 0.3);
+    });
     return std::make_pair(promoted, s->Snapshot());
   };
   auto late = [](const std::vector<double>& xs) {
@@ -637,12 +629,8 @@ TEST(TpeSearchTest, ModelPromotionsFollowTheLongerResults) {
   EXPECT_EQ(plain_snapshot["method"]["brackets"][0]["model_promoted"][0], 0);
   // Restored mid-search, the counts are kept.
   ASSERT_FALSE(mid.is_null());
-  ExperimentConfig c = TpeConfig(SearcherName::kAsyncHalving);
-  c.searcher.num_rungs = 2;
-  c.searcher.max_trials = 200;
-  c.searcher.options.tpe.n_startup_trials = 6;
-  c.searcher.options.tpe.random_fraction = 1.0;
-  c.searcher.options.model_promotions = true;
+  ASSERT_GT(mid["method"]["brackets"][0]["model_promoted"][0].get<int64_t>(), 0);
+  const ExperimentConfig c = config(true);
   absl::StatusOr<Searcher> restored = Searcher::Restore(c, 16, mid);
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(restored->Snapshot(), mid);
