@@ -25,6 +25,8 @@
 //                                 # (default 1/3 with sampler: tpe, as BOHB)
 //     multivariate: true          # joint estimators over all hparams (Optuna's;
 //                                 # default false with sampler: tpe)
+//     model_promotions: false     # sampler: tpe: the model of longer results may
+//                                 # promote floor(n/divisor^2) more of a rung
 //
 //     rung_metric: latest         # adaptive_asha/async_halving: latest | best
 //     bracket_order: aggressive_first  # adaptive_asha: aggressive_first | parallel
