@@ -28,7 +28,6 @@
 //                     on asha_tpe, aggressive_tpe and tpe: _rf/_rf0 random_fraction 1/3 / 0,
 //                     _s64 n_startup_trials 64, _mv/_uv multivariate: true/false;
 //                     on asha_tpe and aggressive_tpe: _mp/_mp0 model_promotions: true/false;
-//                     on the ASHA ones with several brackets: _sc/_sc0 second_chance: true/false;
 //                     tpe; pbt: population 64, perturb_period 32, explore learning_rate and dropout,
 //                     _b0 burn_in_period: 0 (the default: 128, half of max_length);
 //                     --asha-variants is the same flag)
@@ -112,9 +111,7 @@ struct AshaVariant {
 // the model waits for as many results as random search has trials); _mv
 // / _uv (multivariate: true / false; the defaults are false under ASHA and
 // true for tpe); on asha_tpe and aggressive_tpe: _mp / _mp0
-// (model_promotions: true / false; the default is false); on the ASHA ones
-// with several brackets: _sc / _sc0 (second_chance: true / false; the
-// default is false); on pbt: _b0 (burn_in_period 0, Ray's default; pbt's own
+// (model_promotions: true / false; the default is false); on pbt: _b0 (burn_in_period 0, Ray's default; pbt's own
 // default is half of max_length, 128 here: no member replaced in the first
 // half).
 std::optional<AshaVariant> ParseVariant(const std::string& name) {
@@ -128,7 +125,6 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   bool no_burn_in = false;      // _b0: burn_in_period: 0
   std::string multivariate;     // _mv / _uv: given, else the searcher's default
   std::string model_promotions;  // _mp / _mp0: given, else the default (false)
-  std::string second_chance;     // _sc / _sc0: given, else the default (false)
   auto suffix = [&](const char* s) {
     const size_t n = std::strlen(s);
     if (base.size() <= n || base.compare(base.size() - n, n, s) != 0) return false;
@@ -150,8 +146,6 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
     if (suffix("_uv")) multivariate = "false", more = true;
     if (suffix("_mp")) model_promotions = "true", more = true;
     if (suffix("_mp0")) model_promotions = "false", more = true;
-    if (suffix("_sc")) second_chance = "true", more = true;
-    if (suffix("_sc0")) second_chance = "false", more = true;
   }
   const bool plain = v.divisor == 4 && v.max_rungs == 0 && !parallel;
   if (base == "stop_once") v.stop_once = true;
@@ -181,10 +175,6 @@ std::optional<AshaVariant> ParseVariant(const std::string& name) {
   if (!model_promotions.empty()) {  // the model's promotions under ASHA
     if (base != "asha_tpe" && base != "aggressive_tpe") return std::nullopt;
     v.extra += "  model_promotions: " + model_promotions + "\n";
-  }
-  if (!second_chance.empty()) {  // later brackets continue the first one's near misses
-    if (v.stop_once || v.mode == "aggressive" || v.searcher != "adaptive_asha") return std::nullopt;
-    v.extra += "  second_chance: " + second_chance + "\n";
   }
   if (!random_fraction.empty()) {  // TPE's share of random proposals
     if (base != "asha_tpe" && base != "aggressive_tpe" && base != "tpe") return std::nullopt;

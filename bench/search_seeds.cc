@@ -37,7 +37,6 @@
 // tpe_brackets: all; on tpe and asha_tpe _rf / _rf0 random_fraction 1/3 / 0,
 // _mv / _uv multivariate: true / false (defaults: false under ASHA, true for tpe);
 // on asha_tpe _mp / _mp0 model_promotions: true / false (default false);
-// on the ASHA ones _sc second_chance: true (default false);
 // on pbt _b0 burn_in_period 0;
 // the default is standard mode, divisor 4, max_rungs 3.)
 //                [--seed-noise 0] [--slots 4] [--verbose]
@@ -189,8 +188,6 @@ det::ExperimentConfig SearcherConfigWithTrials(const std::string& task, const st
     if (name.find("_r4") != std::string::npos) s.max_rungs = 4;
     if (name.find("_mp0") != std::string::npos) s.options.model_promotions = false;
     else if (name.find("_mp") != std::string::npos) s.options.model_promotions = true;
-    // _sc: second_chance (later brackets continue the first one's near misses).
-    if (name.find("_sc") != std::string::npos) s.options.second_chance = true;
   }
   // On tpe and asha_tpe: _rf / _rf0 (random_fraction 1/3 / 0).
   if (name.find("_rf0") != std::string::npos) s.options.tpe.random_fraction = 0;

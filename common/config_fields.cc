@@ -63,7 +63,6 @@ std::vector<ConfigField> MakeTable() {
       Read("searcher.bracket_order", kAshaLayout, "options.bracket_order"),
       Read("searcher.tpe_brackets", kAsha, "options.tpe_brackets"),
       Read("searcher.model_promotions", kAsha, "options.model_promotions"),
-      Read("searcher.second_chance", kAsha, "options.second_chance"),
       Read("searcher.n_startup_trials", "master/search/tpe.cc", "options_.n_startup_trials"),
       Read("searcher.gamma", "master/search/tpe.cc", "options_.gamma"),
       Read("searcher.n_ei_candidates", "master/search/tpe.cc", "options_.n_ei_candidates"),

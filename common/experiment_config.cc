@@ -544,7 +544,6 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
     searcher["mode"] = std::string(AshaModeToString(s.mode));
     searcher["bracket_rungs"] = s.bracket_rungs;
     searcher["bracket_order"] = s.options.bracket_order == BracketOrder::kParallel ? "parallel" : "aggressive_first";
-    searcher["second_chance"] = s.options.second_chance && !s.stop_once;
   }
   if (s.name == SearcherName::kAsyncHalving) searcher["num_rungs"] = s.num_rungs;
   const SearchOptions& o = s.options;

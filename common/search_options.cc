@@ -37,7 +37,7 @@ const std::vector<std::string_view>& SearchOptionKeys() {
       "population_size", "perturb_period", "burn_in_period", "truncate_fraction", "resample_probability",
       "perturb_factors", "sampler",        "n_startup_trials", "gamma",           "n_ei_candidates",
       "rung_metric",     "random_fraction", "bracket_order",  "tpe_brackets",    "explore",
-      "multivariate",    "model_promotions", "second_chance"};
+      "multivariate",    "model_promotions"};
   return keys;
 }
 
@@ -94,7 +94,6 @@ absl::Status ParseSearchOptions(const ConfigMapReader& r, bool is_pbt, SearchOpt
   DET_RETURN_IF_ERROR(r.GetEnum("tpe_brackets", {"after_first", "all"}, &tpe_brackets));
   if (tpe_brackets == "all") out->tpe_brackets = TpeBrackets::kAll;
   DET_RETURN_IF_ERROR(r.GetBool("model_promotions", &out->model_promotions));
-  DET_RETURN_IF_ERROR(r.GetBool("second_chance", &out->second_chance));
   return absl::OkStatus();
 }
 

@@ -30,8 +30,6 @@
 //
 //     rung_metric: latest         # adaptive_asha/async_halving: latest | best
 //     bracket_order: aggressive_first  # adaptive_asha: aggressive_first | parallel
-//     second_chance: false        # adaptive_asha: later brackets first continue
-//                                 # the first bracket's near misses
 #ifndef DET_COMMON_SEARCH_OPTIONS_H_
 #define DET_COMMON_SEARCH_OPTIONS_H_
 
@@ -132,12 +130,6 @@ struct SearchOptions {
   BracketOrder bracket_order = BracketOrder::kAggressiveFirst;  // adaptive_asha
   TpeBrackets tpe_brackets = TpeBrackets::kAfterFirst;          // adaptive_asha, sampler: tpe
   std::optional<bool> model_promotions;  // async_halving, adaptive_asha with sampler: tpe
-  // adaptive_asha, promotion variant (not stop_once), several brackets: a
-  // bracket after the first, before it starts a new trial, continues the best
-  // waiting trial of the first bracket's better half at the rung below its own
-  // first rung that nothing promoted (a near miss of the first bracket's cut),
-  // as one of its own trials. False: Hyperband's new trials only.
-  bool second_chance = false;
 };
 
 // model_promotions as given, else its default.

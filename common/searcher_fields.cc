@@ -53,7 +53,6 @@ constexpr SearcherField kFields[] = {
     {"bracket_order", AdaptiveAsha, "adaptive_asha"},
     {"tpe_brackets", AdaptiveAshaWithTpe, "adaptive_asha with sampler: tpe"},
     {"model_promotions", AshaWithTpe, "async_halving and adaptive_asha with sampler: tpe"},
-    {"second_chance", AdaptiveAsha, "adaptive_asha"},
 };
 
 }  // namespace

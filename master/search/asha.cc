@@ -75,7 +75,6 @@ class AshaSearch final : public SearchMethod {
       random_first_bracket_ = options.tpe_brackets == TpeBrackets::kAfterFirst && layout_.brackets.size() > 1;
       model_promotions_ = ModelPromotionsOrDefault(options.model_promotions) && !layout_.stop_once;
     }
-    second_chance_ = options.second_chance && !layout_.stop_once;
     brackets_.resize(layout_.brackets.size());
     for (size_t b = 0; b < brackets_.size(); ++b) {
       brackets_[b].rungs.resize(static_cast<size_t>(layout_.brackets[b].num_rungs));
@@ -310,8 +309,7 @@ class AshaSearch final : public SearchMethod {
           for (const json& e : rungs.at(k)) {
             Entry entry{e.at(0).get<RequestId>(), e.at(1).get<double>(), e.at(2).get<bool>(), e.at(3).get<bool>()};
             auto t = s.trials_.find(entry.id);
-            // A first-bracket result may be of a trial a later bracket continued.
-            if (t == s.trials_.end() || (t->second.bracket != b && b != 0)) {
+            if (t == s.trials_.end() || t->second.bracket != b) {
               return absl::InvalidArgumentError(
                   absl::StrCat("searcher snapshot has a result of unknown trial ", entry.id));
             }
@@ -429,7 +427,6 @@ class AshaSearch final : public SearchMethod {
   }
 
   void Create(size_t b, std::mt19937_64& rng, std::vector<SearcherOp>* ops) {
-    if (ContinueNearMiss(b, ops)) return;
     CreateTrialOp create;
     create.request_id = next_request_id_++;
     if (tpe_ && !(random_first_bracket_ && b == 0)) {
@@ -447,58 +444,6 @@ class AshaSearch final : public SearchMethod {
     RequestId id = create.request_id;
     ops->push_back(std::move(create));
     ops->push_back(ValidateAfterOp{id, RungLength(b, 0)});
-  }
-
-  // second_chance: the rung of the first bracket whose promotions train to
-  // bracket b's first rung (b > 0), or -1 where none does.
-  int64_t SecondChanceRung(size_t b) const {
-    if (!second_chance_ || b == 0) return -1;
-    for (int64_t k = 0; k < TopRung(0); ++k) {
-      if (RungLength(0, k + 1) == RungLength(b, 0) && RungLength(0, k) < RungLength(b, 0)) return k;
-    }
-    return -1;
-  }
-
-  // second_chance: the index in rung k of the first bracket of its best near
-  // miss, a waiting trial of the better half that nothing promoted, or -1.
-  int64_t NearMiss(int64_t k) const {
-    const std::vector<Entry>& entries = brackets_[0].rungs[static_cast<size_t>(k)].entries;
-    for (size_t i = 0; i < entries.size() / 2; ++i) {
-      const Entry& e = entries[i];
-      if (!e.promoted && !e.worst && trials_.at(e.id).state == TrialState::kWaiting) return static_cast<int64_t>(i);
-    }
-    return -1;
-  }
-
-  // second_chance: makes the first bracket's best near miss at the rung
-  // below bracket b's first one bracket b's next trial (it trains on to that
-  // rung from its checkpoint and is judged there with bracket b's trials).
-  // False where there is none: bracket b creates a new trial.
-  bool ContinueNearMiss(size_t b, std::vector<SearcherOp>* ops) {
-    const int64_t k = SecondChanceRung(b);
-    if (k < 0) return false;
-    const int64_t i = NearMiss(k);
-    if (i < 0) return false;
-    Entry& e = brackets_[0].rungs[static_cast<size_t>(k)].entries[static_cast<size_t>(i)];
-    e.promoted = true;
-    Trial& t = trials_.at(e.id);
-    Count(t, -1);
-    t.bracket = b;
-    t.state = TrialState::kTraining;
-    t.rung = 0;
-    Count(t, 1);
-    ++brackets_[b].created;
-    ops->push_back(ValidateAfterOp{e.id, RungLength(b, 0)});
-    return true;
-  }
-
-  // second_chance: whether a bracket that continues near misses of rung k of
-  // the first bracket may still take one (CloseOut keeps them until then).
-  bool NearMissesWanted(int64_t k) const {
-    for (size_t c = 1; c < brackets_.size(); ++c) {
-      if (SecondChanceRung(c) == k && brackets_[c].created < layout_.brackets[c].max_trials) return true;
-    }
-    return false;
   }
 
   // Inserts `e` into rung k of bracket b in order; `ties_first`: before the
@@ -639,12 +584,7 @@ class AshaSearch final : public SearchMethod {
     for (int64_t k = 0; k <= TopRung(b); ++k) {
       if (Training(b, k) > 0) break;
       if (waiting_at_[b][static_cast<size_t>(k)] == 0) continue;  // nothing to close: skip the scan
-      const std::vector<Entry>& entries = bs.rungs[static_cast<size_t>(k)].entries;
-      // second_chance: the better half of the first bracket's rung waits for
-      // the bracket that may continue it.
-      const size_t kept = b == 0 && NearMissesWanted(k) ? entries.size() / 2 : 0;
-      for (size_t i = kept; i < entries.size(); ++i) {
-        const Entry& e = entries[i];
+      for (const Entry& e : bs.rungs[static_cast<size_t>(k)].entries) {
         Trial& t = trials_[e.id];
         if (!e.promoted && t.state == TrialState::kWaiting) {
           SetTrial(t, TrialState::kClosing, t.rung);
@@ -664,7 +604,6 @@ class AshaSearch final : public SearchMethod {
       while (CanCreate(b)) Create(b, rng, ops);
     }
     CloseOut(b, ops);
-    if (second_chance_ && b != 0) CloseOut(0, ops);  // the near misses nobody will take
     MaybeShutdown(ops);
   }
 
@@ -687,7 +626,6 @@ class AshaSearch final : public SearchMethod {
   // rungs) draws as sampler: random does, and TPE models its results.
   bool random_first_bracket_ = false;
   bool model_promotions_ = false;  // sampler: tpe, promotion variant: ModelPromote
-  bool second_chance_ = false;     // promotion variant: ContinueNearMiss
   double planned_batches_ = 0;
 
   std::vector<BracketState> brackets_;

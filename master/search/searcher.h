@@ -186,14 +186,7 @@ class SearchMethod {
 //    with `sampler: tpe` draw their trials' hparams from a TpeSampler that
 //    ranks results by the rung reached, then the metric; with `rung_metric:
 //    best` ASHA records at a rung the trial's best validation so far
-//    (normalized), not its latest. With `second_chance` (adaptive_asha,
-//    promotion variant) a bracket b > 0, where it would create a trial,
-//    first takes the best waiting, unpromoted, not-worst trial of the first
-//    half of bracket 0's rung k (the rung whose next length is b's first
-//    rung length): the trial moves to bracket b, trains on to b's rung 0
-//    (ValidateAfter) and counts as one of b's trials; bracket 0 keeps its
-//    results, the taken one marked promoted, and does not close that half
-//    of rung k while such a bracket may still take one.
+//    (normalized), not its latest.
 //  - pbt: see pbt.h.
 // Each trial draws its hparams (SampleHParams; grid: none) and then a uint32
 // trial seed from the rng.
