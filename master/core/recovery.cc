@@ -35,8 +35,36 @@ absl::Status MasterCore::LoadFromStore() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The config experiment `row` was created with: its stored resolved config
+// (`config_json`, every default filled in as the master that created it
+// chose, the experiment seed included), so that a restarted master, a newer
+// one with other defaults too, resumes the very search that was started.
+// The YAML is parsed only where that JSON does not parse (a row of an older
+// master's format), with a warning naming the experiment; its defaults are
+// then this master's. The YAML stays the text the trials receive.
+absl::StatusOr<ExperimentConfig> StoredExperimentConfig(const ExperimentRow& row) {
+  const std::string source = absl::StrCat("experiment ", row.id);
+  nlohmann::json stored = nlohmann::json::parse(row.config_json, nullptr, false);
+  absl::Status json_error = absl::InvalidArgumentError("config_json is not a JSON object");
+  if (stored.is_object()) {
+    absl::StatusOr<ExperimentConfig> config = ParseExperimentConfigJson(stored, source);
+    if (config.ok()) {
+      config->yaml_text = row.config_yaml;
+      return config;
+    }
+    json_error = config.status();
+  }
+  spdlog::warn("{}: its stored resolved config does not parse ({}); re-parsing its YAML, with this master's defaults",
+               source, json_error.ToString());
+  return ParseExperimentConfig(row.config_yaml, source);
+}
+
+}  // namespace
+
 absl::Status MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
-  auto config = ParseExperimentConfig(row.config_yaml, absl::StrCat("experiment ", row.id));
+  auto config = StoredExperimentConfig(row);
   if (!config.ok()) {
     spdlog::warn("experiment {}: stored config no longer parses: {}", row.id, config.status().ToString());
     return absl::OkStatus();
