@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "master/core/master_core.h"
+#include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
 namespace det::master {
@@ -21,21 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class ExperimentDeleteTest : public ::testing::Test {
+class ExperimentDeleteTest : public MasterCoreFixture {
  protected:
-  void SetUp() override { Open(); }
-  void Open() {
-    MasterOptions options;
-    options.data_dir = dir_.path();
-    options.background_thread = false;
-    auto core = MasterCore::Create(options);
-    ASSERT_TRUE(core.ok()) << core.status();
-    core_ = *std::move(core);
-  }
-  void Restart() {
-    core_.reset();
-    Open();
-  }
+  ExperimentDeleteTest() { clock_ = nullptr; }  // the system clock
 
   // An experiment with one trial (never scheduled: no agent); killed unless
   // `running`, which leaves it ACTIVE.
@@ -132,8 +120,6 @@ class ExperimentDeleteTest : public ::testing::Test {
     return ids;
   }
 
-  det::testing::TempDir dir_;
-  std::unique_ptr<MasterCore> core_;
 };
 
 TEST_F(ExperimentDeleteTest, ArchiveHidesTerminalExperimentsOnly) {

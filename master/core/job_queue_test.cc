@@ -15,8 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "master/core/clock.h"
-#include "master/core/master_core.h"
+#include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
 namespace det::master {
@@ -106,22 +105,8 @@ TEST(JobOrderTest, ParseJobRef) {
 
 // ---- MasterCore
 
-class JobQueueTest : public ::testing::Test {
+class JobQueueTest : public MasterCoreFixture {
  protected:
-  void SetUp() override { Open(); }
-  void Open() {
-    MasterOptions options;
-    options.data_dir = dir_.path();
-    options.clock = clock_;
-    options.background_thread = false;
-    auto core = MasterCore::Create(options);
-    ASSERT_TRUE(core.ok()) << core.status();
-    core_ = *std::move(core);
-  }
-  void Restart() {
-    core_.reset();
-    Open();
-  }
 
   std::shared_ptr<AgentSession> Agent(const std::string& id, int slots, const std::string& pool = "") {
     agentv1::RegisterAgentRequest req;
@@ -206,10 +191,6 @@ class JobQueueTest : public ::testing::Test {
     ps->set_exit_code(137);
     core_->HandleAgentMessage(agent, msg);
   }
-
-  det::testing::TempDir dir_;
-  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
-  std::unique_ptr<MasterCore> core_;
 };
 
 TEST_F(JobQueueTest, ListsJobsInSchedulingOrderAndPlacesTheRaisedOneFirst) {

@@ -15,6 +15,7 @@
 #include <sqlite3.h>
 
 #include "absl/strings/str_cat.h"
+#include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
 namespace det::master {
@@ -30,25 +31,12 @@ std::string Config(const std::string& checkpoint_dir, int slots) {
   return det::testing::SingleTrialConfig("clock-test", checkpoint_dir, slots);
 }
 
-class MasterCoreTest : public ::testing::Test {
+class MasterCoreTest : public MasterCoreFixture {
  protected:
-  void SetUp() override { Open(); }
-
-  void Open() {
-    MasterOptions options;
-    options.data_dir = dir_.path();
-    options.clock = clock_;
-    options.background_thread = false;
-    options.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
-    options.stop_timeout_ms = kStopTimeoutMs;
-    options.rendezvous_timeout_ms = kRendezvousTimeoutMs;
-    auto core = MasterCore::Create(options);
-    ASSERT_TRUE(core.ok()) << core.status();
-    core_ = *std::move(core);
-  }
-  void Restart() {
-    core_.reset();
-    Open();
+  void Customize(MasterOptions* options) override {
+    options->heartbeat_timeout_ms = kHeartbeatTimeoutMs;
+    options->stop_timeout_ms = kStopTimeoutMs;
+    options->rendezvous_timeout_ms = kRendezvousTimeoutMs;
   }
 
   // Registers agent `id` with `slots` CPU slots and attaches its stream.
@@ -173,9 +161,6 @@ class MasterCoreTest : public ::testing::Test {
     return core_->AllocationRendezvous(req, start.allocation_token(), std::chrono::milliseconds(0));
   }
 
-  det::testing::TempDir dir_;
-  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
-  std::unique_ptr<MasterCore> core_;
   std::map<std::string, agentv1::RegisterAgentResponse> registered_;
   std::map<std::string, std::string> credentials_;  // per agent id
 };

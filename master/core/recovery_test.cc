@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "master/core/master_core.h"
+#include "master/core/core_test_fixture.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 
@@ -34,22 +34,8 @@ checkpoint_storage:
   host_path: )" + checkpoint_dir + "\n";
 }
 
-class RecoveryTest : public ::testing::Test {
+class RecoveryTest : public MasterCoreFixture {
  protected:
-  void SetUp() override { Open(); }
-  void Open() {
-    MasterOptions options;
-    options.data_dir = dir_.path();
-    options.background_thread = false;
-    auto core = MasterCore::Create(options);
-    ASSERT_TRUE(core.ok()) << core.status();
-    core_ = *std::move(core);
-  }
-  void Restart() {
-    core_.reset();
-    Open();
-  }
-
   // Created paused: its searcher has planned nothing yet.
   int64_t CreatePaused() {
     apiv1::CreateExperimentRequest req;
@@ -87,9 +73,6 @@ class RecoveryTest : public ::testing::Test {
     for (const auto& t : *trials) out.push_back(absl::StrCat(t.hparams_json, " seed ", t.seed));
     return out;
   }
-
-  det::testing::TempDir dir_;
-  std::unique_ptr<MasterCore> core_;
 };
 
 TEST_F(RecoveryTest, RestartedMasterKeepsTheDefaultsTheExperimentWasCreatedWith) {

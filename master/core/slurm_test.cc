@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "master/core/master_core.h"
+#include "master/core/core_test_fixture.h"
 #include "master/core/slurm_driver.h"
 #include "master/core/slurm_jobs.h"
 #include "nlohmann/json.hpp"
@@ -193,22 +193,14 @@ TEST(SlurmDriverTest, AnExistingJobDirectoryIsRefused) {
   EXPECT_TRUE(slurm->scripts.empty());
 }
 
-class SlurmCoreTest : public ::testing::Test {
+class SlurmCoreTest : public MasterCoreFixture {
  protected:
-  void SetUp() override { Open(); }
-  void Open() {
-    MasterOptions options;
-    options.data_dir = dir_.path();
-    options.clock = clock_;
-    options.background_thread = false;
-    options.resource_manager.type = ResourceManagerType::kSlurm;
-    options.resource_manager.slurm.det_trial = "/opt/det/det-trial";
-    options.resource_manager.runner = slurm_;
-    auto core = MasterCore::Create(options);
-    ASSERT_TRUE(core.ok()) << core.status();
-    core_ = *std::move(core);
-    core_->set_trial_master_address("127.0.0.1:8090");
+  void Customize(MasterOptions* options) override {
+    options->resource_manager.type = ResourceManagerType::kSlurm;
+    options->resource_manager.slurm.det_trial = "/opt/det/det-trial";
+    options->resource_manager.runner = slurm_;
   }
+  void Opened() override { core_->set_trial_master_address("127.0.0.1:8090"); }
   int64_t CreateExperiment(int slots) {
     apiv1::CreateExperimentRequest req;
     req.set_config_yaml(det::testing::SingleTrialConfig("slurm", dir_ / "checkpoints", slots));
@@ -238,10 +230,7 @@ class SlurmCoreTest : public ::testing::Test {
     return trials.ok() && trials->trials_size() > 0 ? trials->trials(0) : apiv1::Trial();
   }
 
-  det::testing::TempDir dir_;
-  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
   std::shared_ptr<FakeSlurm> slurm_ = std::make_shared<FakeSlurm>();
-  std::unique_ptr<MasterCore> core_;
 };
 
 TEST_F(SlurmCoreTest, SubmitsAJobPendingIsQueuedRunningIsScheduled) {
@@ -331,8 +320,7 @@ TEST_F(SlurmCoreTest, ARestartedMasterReattachesToItsRunningJob) {
   const std::string name = slurm_->jobs.begin()->first;
   slurm_->jobs[name].second = "RUNNING";
   Pass();
-  core_.reset();
-  Open();
+  Restart();
   Pass();
   Pass();
   EXPECT_EQ(slurm_->jobs.size(), 1u);  // no second submission

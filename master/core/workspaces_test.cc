@@ -13,8 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "master/core/clock.h"
-#include "master/core/master_core.h"
+#include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
 namespace det::master {
@@ -58,24 +57,11 @@ TEST(WorkspaceNameTest, BoundsCharsetAndSpaces) {
               HasSubstr("description: control character U+000D"));
 }
 
-class WorkspacesTest : public ::testing::Test {
+class WorkspacesTest : public MasterCoreFixture {
  protected:
   void SetUp() override {
     alice_.set_id(7);
     alice_.set_username("alice");
-    Open();
-  }
-  void Open() {
-    MasterOptions options;
-    options.data_dir = dir_.path();
-    options.clock = clock_;
-    options.background_thread = false;
-    auto core = MasterCore::Create(options);
-    ASSERT_TRUE(core.ok()) << core.status();
-    core_ = *std::move(core);
-  }
-  void Restart() {
-    core_.reset();
     Open();
   }
 
@@ -118,9 +104,6 @@ class WorkspacesTest : public ::testing::Test {
     return ids;
   }
 
-  det::testing::TempDir dir_;
-  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
-  std::unique_ptr<MasterCore> core_;
   apiv1::User alice_;
 };
 
