@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/client.h"
+#include "cli/experiment_fork_commands.h"
 #include "cli/trial_metrics_command.h"
 
 namespace det::cli {
@@ -229,6 +230,21 @@ TEST_F(CommandsTest, CreateSendsConfigTextAndTrialBytes) {
   EXPECT_EQ(req.trial_so(), trial_bytes);
   EXPECT_TRUE(req.activate());
   EXPECT_EQ(fake_.last_authorization(), "Bearer secret-token");
+}
+
+// An overrides file is untrusted input: one over 1 MiB is refused, naming
+// it, before the master is asked anything (it was read cut at the bound and
+// merged before).
+TEST_F(CommandsTest, ForkRefusesAnOverridesFileOverTheBoundBeforeAskingTheMaster) {
+  const std::string big = WriteFile("overrides.yaml", "name: x\n" + std::string(1 << 20, '#'));
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(ExperimentFork(client, 1, big, true, io), 2);
+  EXPECT_EQ(err_.str(), "det-cli: error: overrides file '" + big + "' is larger than 1048576 bytes\n");
+  EXPECT_EQ(fake_.last_create().parent_id(), 0) << "no experiment may be created";
+  err_.str("");
+  EXPECT_EQ(ExperimentFork(client, 1, (dir_ / "none.yaml").string(), true, io), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("none.yaml': cannot read it"));
 }
 
 TEST_F(CommandsTest, CreatePausedDoesNotActivate) {

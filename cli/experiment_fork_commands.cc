@@ -1,11 +1,11 @@
 #include "cli/experiment_fork_commands.h"
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "cli/cli_errors.h"
 #include "cli/yaml_merge.h"
+#include "common/bounded_file.h"
 #include "det/api/v1/api.grpc.pb.h"
 
 namespace det::cli {
@@ -15,21 +15,23 @@ namespace v1 = det::api::v1;
 using Stub = Client::Stub;
 
 // The largest overrides file read (the master bounds the merged config too).
-constexpr std::streamsize kMaxOverridesBytes = 1 << 20;
-
-bool ReadSmallFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  out->assign(static_cast<size_t>(kMaxOverridesBytes) + 1, '\0');
-  in.read(out->data(), kMaxOverridesBytes + 1);
-  out->resize(static_cast<size_t>(in.gcount()));
-  return !in.bad();
-}
+constexpr int64_t kMaxOverridesBytes = 1 << 20;
 
 }  // namespace
 
 int ExperimentFork(Client& client, int64_t parent_id, const std::string& overrides_path, bool activate,
                    const CommandIo& io) {
+  // A bad overrides file is an error before anything is asked of the master.
+  std::string overrides;
+  if (!overrides_path.empty()) {
+    absl::StatusOr<std::string> text =
+        ReadBoundedFile(overrides_path, kMaxOverridesBytes, absl::StrCat("overrides file '", overrides_path, "'"));
+    if (!text.ok()) {
+      io.err << "det-cli: error: " << text.status().message() << '\n';
+      return 2;
+    }
+    overrides = *std::move(text);
+  }
   v1::GetExperimentRequest get;
   get.set_experiment_id(parent_id);
   v1::GetExperimentResponse parent;
@@ -38,11 +40,6 @@ int ExperimentFork(Client& client, int64_t parent_id, const std::string& overrid
   v1::CreateExperimentRequest req;
   req.set_config_yaml(parent.experiment().config_yaml());
   if (!overrides_path.empty()) {
-    std::string overrides;
-    if (!ReadSmallFile(overrides_path, &overrides)) {
-      io.err << "det-cli: error: cannot read " << overrides_path << '\n';
-      return 2;
-    }
     auto merged = MergeYaml(req.config_yaml(), overrides, overrides_path);
     if (!merged.ok()) {
       io.err << "det-cli: error: " << merged.status().message() << '\n';

@@ -1,10 +1,10 @@
 #include "master/core/resource_pools.h"
 
-#include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bounded_file.h"
 #include "common/config_reader.h"
 #include "common/status_macros.h"
 
@@ -106,16 +106,8 @@ absl::StatusOr<ResourcePoolsConfig> ParseResourcePools(std::string_view yaml_tex
 }
 
 absl::StatusOr<ResourcePoolsConfig> LoadResourcePoolsFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("resource pools file '", path, "': cannot read it"));
-  std::string text(static_cast<size_t>(kMaxPoolsFileBytes) + 1, '\0');
-  in.read(text.data(), kMaxPoolsFileBytes + 1);
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("resource pools file '", path, "': cannot read it"));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<int64_t>(text.size()) > kMaxPoolsFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("resource pools file '", path, "' is larger than ", kMaxPoolsFileBytes, " bytes"));
-  }
+  DET_ASSIGN_OR_RETURN(std::string text,
+                       ReadBoundedFile(path, kMaxPoolsFileBytes, absl::StrCat("resource pools file '", path, "'")));
   return ParseResourcePools(text, path);
 }
 

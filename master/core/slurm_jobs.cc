@@ -1,11 +1,10 @@
 #include "master/core/slurm_jobs.h"
 
-#include <fstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/bounded_file.h"
 #include "common/config_reader.h"
 #include "common/status_macros.h"
 
@@ -132,15 +131,8 @@ absl::StatusOr<ResourceManagerConfig> ParseResourceManagerConfig(std::string_vie
 }
 
 absl::StatusOr<ResourceManagerConfig> LoadResourceManagerFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("master config file '", path, "': cannot read it"));
-  std::string text(static_cast<size_t>(kMaxResourceManagerFileBytes) + 1, '\0');
-  in.read(text.data(), kMaxResourceManagerFileBytes + 1);
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<int64_t>(text.size()) > kMaxResourceManagerFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("master config file '", path, "' is larger than ", kMaxResourceManagerFileBytes, " bytes"));
-  }
+  DET_ASSIGN_OR_RETURN(std::string text, ReadBoundedFile(path, kMaxResourceManagerFileBytes,
+                                                        absl::StrCat("master config file '", path, "'")));
   return ParseResourceManagerConfig(text, path);
 }
 

@@ -18,6 +18,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/bounded_file.h"
+#include "common/status_macros.h"
 #include "det/trial/v1/trial.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "trial_runtime/runtime/managed_mode.h"
@@ -196,14 +198,8 @@ class LogShipper {
 }  // namespace
 
 absl::StatusOr<SlurmJobFile> ReadSlurmJobFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("--slurm-job-file ", path, ": cannot read it"));
-  std::string text(kMaxJobFileBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > kMaxJobFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("--slurm-job-file ", path, ": larger than ", kMaxJobFileBytes, " bytes"));
-  }
+  DET_ASSIGN_OR_RETURN(std::string text,
+                       ReadBoundedFile(path, static_cast<int64_t>(kMaxJobFileBytes), absl::StrCat("--slurm-job-file ", path)));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat("--slurm-job-file ", path, ": not a JSON object"));
   SlurmJobFile job;
