@@ -1,35 +1,24 @@
 #include "common/bounded_file.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 namespace det {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 class BoundedFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "det-bounded-file-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string Write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary) << text;
-    return path;
+    det::testing::WriteFile(dir_ / name, text);
+    return dir_ / name;
   }
-  fs::path dir_;
+  det::testing::TempDir dir_;
 };
 
 TEST_F(BoundedFileTest, ReadsAFileOfAtMostTheBoundWhole) {
@@ -51,10 +40,10 @@ TEST_F(BoundedFileTest, OneByteOverTheBoundIsRefusedNamingTheFile) {
 }
 
 TEST_F(BoundedFileTest, MissingFileAndDirectoryCannotBeRead) {
-  auto missing = ReadBoundedFile((dir_ / "none.json").string(), 100, "--slurm-job-file none.json");
+  auto missing = ReadBoundedFile(dir_ / "none.json", 100, "--slurm-job-file none.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().message(), "--slurm-job-file none.json: cannot read it");
-  auto directory = ReadBoundedFile(dir_.string(), 100, "overrides");
+  auto directory = ReadBoundedFile(dir_.path(), 100, "overrides");
   ASSERT_FALSE(directory.ok());
   EXPECT_THAT(directory.status().message(), HasSubstr("overrides: cannot read it"));
 }

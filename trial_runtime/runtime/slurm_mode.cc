@@ -32,7 +32,7 @@ namespace {
 namespace tv1 = ::det::trial::v1;
 namespace apiv1 = ::det::api::v1;
 
-constexpr size_t kMaxJobFileBytes = 64 << 10;
+constexpr int64_t kMaxJobFileBytes = 64 << 10;
 constexpr size_t kMaxLineBytes = 64 << 10;
 constexpr int kMaxLinesPerCall = 1000;
 
@@ -199,7 +199,7 @@ class LogShipper {
 
 absl::StatusOr<SlurmJobFile> ReadSlurmJobFile(const std::string& path) {
   DET_ASSIGN_OR_RETURN(std::string text,
-                       ReadBoundedFile(path, static_cast<int64_t>(kMaxJobFileBytes), absl::StrCat("--slurm-job-file ", path)));
+                       ReadBoundedFile(path, kMaxJobFileBytes, absl::StrCat("--slurm-job-file ", path)));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat("--slurm-job-file ", path, ": not a JSON object"));
   SlurmJobFile job;
