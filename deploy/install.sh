@@ -9,23 +9,44 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${DET_BUILD_DIR:-$root/build}"
 prefix="${PREFIX:-/usr/local}"
 role="${1:-all}"
+# The cluster secret is made once, on the master node; every agent node gets
+# a copy of that file (CLUSTER_SECRET_FILE=...), never a fresh one, which the
+# master would refuse. Checked before anything is installed.
+if [ "$role" = agent ] && [ ! -s /etc/det/cluster-secret ] && [ ! -s "${CLUSTER_SECRET_FILE:-}" ]; then
+  echo "install.sh: error: an agent node needs the master's cluster secret: copy /etc/det/cluster-secret" \
+    "from the master node, e.g. scp det-master:/etc/det/cluster-secret /tmp/, then run" \
+    "CLUSTER_SECRET_FILE=/tmp/cluster-secret $0 agent" >&2
+  exit 2
+fi
 cmake --install "$build" --prefix "$prefix"
 ldconfig || true
 id det >/dev/null 2>&1 || useradd --system --home-dir /var/lib/det --shell /usr/sbin/nologin det
 install -d -m 0755 /etc/det
+# A file readable by the det user only.
+install_secret() { install -m 0600 "$1" "$2"; chown det:det "$2" 2>/dev/null || true; }
+new_secret() {
+  [ -s "$1" ] && return 0
+  (umask 077; head -c 32 /dev/urandom | base64 > "$1")
+  chown det:det "$1" 2>/dev/null || true
+}
 for unit in master agent; do
   if [ "$role" = all ] || [ "$role" = "$unit" ]; then
-    [ -f "/etc/det/$unit.toml" ] || install -m 0644 "$root/deploy/config/$unit.toml" "/etc/det/$unit.toml"
-    # Secrets the configs name, generated here (never checked in), readable
-    # by the det user only. Copy cluster-secret to every agent node.
-    secrets=(cluster-secret)
-    [ "$unit" = master ] && secrets+=(initial-admin-password)
-    for s in "${secrets[@]}"; do
-      if [ ! -s "/etc/det/$s" ]; then
-        (umask 077; head -c 32 /dev/urandom | base64 > "/etc/det/$s")
-        chown det:det "/etc/det/$s" 2>/dev/null || true
+    toml="/etc/det/$unit.toml"
+    if [ ! -f "$toml" ]; then
+      install -m 0644 "$root/deploy/config/$unit.toml" "$toml"
+      if [ "$unit" = master ]; then
+        # Trials on the agents dial this address; 0.0.0.0 is refused.
+        sed -i "s|^# advertise-address = .*|advertise-address = \"$(hostname -f)\"|" "$toml"
+      elif [ -n "${MASTER:-}" ]; then
+        sed -i "s|^master = .*|master = \"$MASTER\"|" "$toml"
       fi
-    done
+    fi
+    if [ "$unit" = master ]; then
+      new_secret /etc/det/cluster-secret
+      new_secret /etc/det/initial-admin-password
+    elif [ -s "${CLUSTER_SECRET_FILE:-}" ]; then
+      install_secret "$CLUSTER_SECRET_FILE" /etc/det/cluster-secret
+    fi
     install -m 0644 "$root/deploy/systemd/det-$unit.service" /etc/systemd/system/
   fi
 done

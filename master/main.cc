@@ -32,6 +32,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "master/core/auth.h"
+#include "master/core/listen_address.h"
 #include "master/core/master_core.h"
 #include "master/core/master_log_ring.h"
 #include "master/http/rest_server.h"
@@ -112,7 +113,9 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--grpc-port", f.grpc_port, "gRPC port (0: any free port)")->capture_default_str();
   app.add_option("--http-port", f.http_port, "REST port (0: any free port)")->capture_default_str();
   app.add_option("--ports-file", f.ports_file, "Write the bound ports here as JSON once serving");
-  app.add_option("--advertise-address", f.advertise, "gRPC address trial processes use (default HOST:GRPC_PORT)");
+  app.add_option("--advertise-address", f.advertise,
+                 "gRPC address trial processes dial: HOST[:PORT], the bound gRPC port when PORT is omitted "
+                 "(default HOST:GRPC_PORT; required when --host is 0.0.0.0 or ::)");
   app.add_option("--heartbeat-timeout-ms", f.options.heartbeat_timeout_ms, "Agent heartbeat timeout")
       ->capture_default_str();
   f.stop_timeout_s = f.options.stop_timeout_ms / 1000.0;
@@ -266,7 +269,8 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
     std::fprintf(stderr, "det-master: error: cannot listen for gRPC on %s:%d\n", f.host.c_str(), f.grpc_port);
     return 1;
   }
-  core->set_trial_master_address(f.advertise.empty() ? absl::StrCat(f.host, ":", bound_grpc) : f.advertise);
+  // main() checked the address already, with a stand-in port.
+  core->set_trial_master_address(*det::master::TrialMasterAddress(f.host, f.advertise, bound_grpc));
 
   det::master::RestServer rest(core, auth);
   if (!f.tls_cert.empty()) {
@@ -305,6 +309,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (f.tls_cert.empty() != f.tls_key.empty()) {
     std::fprintf(stderr, "det-master: error: --tls-cert and --tls-key go together\n");
+    return 2;
+  }
+  if (auto address = det::master::TrialMasterAddress(f.host, f.advertise, 1); !address.ok()) {
+    std::fprintf(stderr, "det-master: error: %s\n", std::string(address.status().message()).c_str());
     return 2;
   }
   det::master::AuthOptions auth_options;

@@ -313,7 +313,7 @@ std::string RawHttp(int port, const std::string& request) {
 TEST(SecurityTest, NonLoopbackMasterRefusesEmptyPasswords) {
   TempDir dir;
   Subprocess refused({std::string(kTestBinDir) + "/det-master", "--data-dir", dir / "refused", "--host", "0.0.0.0",
-                      "--grpc-port", "0", "--http-port", "0", "--ports-file", dir / "refused-ports.json"},
+                      "--advertise-address", "127.0.0.1", "--grpc-port", "0", "--http-port", "0", "--ports-file", dir / "refused-ports.json"},
                      dir / "refused.out", dir / "refused.err");
   const int code = refused.Wait(30s);
   EXPECT_NE(code, 0);
@@ -326,7 +326,8 @@ TEST(SecurityTest, NonLoopbackMasterRefusesEmptyPasswords) {
   {
     TempDir allowed_dir;
     TestCluster allowed(allowed_dir,
-                        TestClusterOptions().add_master_flags({"--host", "0.0.0.0", "--allow-empty-passwords"}));
+                        TestClusterOptions().add_master_flags(
+                            {"--host", "0.0.0.0", "--advertise-address", "127.0.0.1", "--allow-empty-passwords"}));
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
     EXPECT_THAT(allowed.MasterLog(), ::testing::HasSubstr("--allow-empty-passwords"));
     ExpectMasterHealthy(allowed);
@@ -335,7 +336,8 @@ TEST(SecurityTest, NonLoopbackMasterRefusesEmptyPasswords) {
   WriteFile(dir / "first-password", "  c0rrect-h0rse\n");
   TempDir pw_dir;
   TestCluster cluster(pw_dir, TestClusterOptions().add_master_flags(
-                                  {"--host", "0.0.0.0", "--initial-admin-password-file", dir / "first-password"}));
+                                  {"--host", "0.0.0.0", "--advertise-address", "127.0.0.1",
+                                   "--initial-admin-password-file", dir / "first-password"}));
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   EXPECT_EQ(RestLogin(cluster.http_port(), "admin", ""), "");
   EXPECT_EQ(RestLogin(cluster.http_port(), "determined", ""), "");
@@ -1714,6 +1716,32 @@ TEST(SecurityFuzzersTest, ConfigFuzzerPassesTheAliasBombWithinItsLimits) {
   std::ifstream in(log);
   std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(rc, 0) << output;
+}
+
+// A master listening on every interface with no --advertise-address would
+// hand trials "0.0.0.0:PORT" to dial from other nodes: it refuses to start,
+// naming the key. With the address given as a bare host, trials dial it
+// with the bound gRPC port appended, and a trial completes.
+TEST(SecurityTest, WildcardMasterNeedsAnAdvertiseAddress) {
+  TempDir dir;
+  Subprocess refused({std::string(kTestBinDir) + "/det-master", "--data-dir", dir / "refused", "--host", "0.0.0.0",
+                      "--grpc-port", "0", "--http-port", "0", "--allow-empty-passwords", "--ports-file",
+                      dir / "refused-ports.json"},
+                     dir / "refused.out", dir / "refused.err");
+  const int code = refused.Wait(30s);
+  EXPECT_EQ(code, 2) << refused.Stderr();
+  EXPECT_THAT(refused.Stderr(), ::testing::HasSubstr("advertise-address"));
+  EXPECT_TRUE(ReadFile(dir / "refused-ports.json").empty()) << "it served";
+
+  TempDir cluster_dir;
+  TestCluster cluster(cluster_dir, TestClusterOptions().add_master_flags(
+                                       {"--host", "0.0.0.0", "--advertise-address", "127.0.0.1",
+                                        "--allow-empty-passwords"}));
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  cluster.StartAgent("a");
+  const int exp = cluster.CreateExperiment(OneTrial("advertised", 20, 0), "advertised");
+  ASSERT_GT(exp, 0);
+  EXPECT_TRUE(cluster.WaitForState(exp, "STATE_COMPLETED", 120s)) << cluster.MasterLog() << cluster.AgentLogs();
 }
 
 }  // namespace
