@@ -38,7 +38,7 @@
 // searcher) is not run again: a run of many seeds can be stopped and taken up
 // later, or spread over several machines and the files concatenated.
 // --report prints the summary of FILE for --seeds/--searchers and trains
-// nothing. bench/results/ holds the files behind the README's figures.
+// nothing. bench/results/ holds the files behind the figures of docs/benchmarks.md.
 //
 // --lr-min/--lr-max: log10 bounds of the learning rate. Each ASHA variant
 // gets as many trials as its brackets fit in the same budget (by the

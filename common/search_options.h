@@ -59,7 +59,7 @@ struct PbtOptions {
   // before this length exploits and explores nothing, so that no member is
   // replaced on a ranking made that early; NewPbtSearch refuses one that is
   // not below max_length (nothing would ever be exploited). Unset: half of
-  // max_length (BurnInOrDefault; Ray's default is 0, measured in README).
+  // max_length (BurnInOrDefault; Ray's default is 0, measured in docs/design/2026-11-search-study.md).
   std::optional<int64_t> burn_in_period;
   double truncate_fraction = 0.25;
   double resample_probability = 0.25;
@@ -77,7 +77,7 @@ inline int64_t BurnInOrDefault(const PbtOptions& p, int64_t max_length) {
 }
 
 // TPE's random_fraction under ASHA unless the config gives one (BOHB's rho;
-// measured in README, "Searchers: PBT, TPE and robust ASHA").
+// measured in docs/design/2026-11-search-study.md).
 inline constexpr double kAshaTpeRandomFraction = 1.0 / 3;
 
 struct TpeOptions {
@@ -93,7 +93,7 @@ struct TpeOptions {
   // per trial over all the hparams at once) instead of a product of one
   // estimator per hparam, so interactions (a learning rate that is good only
   // with a small width) shape the proposals. Unset: true for `searcher.name:
-  // tpe`, false under ASHA (measured in README; a sampler given unset
+  // tpe`, false under ASHA (measured in docs/design/2026-11-search-study.md; a sampler given unset
   // options models univariately).
   std::optional<bool> multivariate;
 };

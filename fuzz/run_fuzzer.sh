@@ -25,7 +25,7 @@ if [ $# -lt 3 ]; then
 fi
 fuzzer="$1"; seeds="$2"; seconds="${DET_FUZZ_SECONDS:-$3}"; shift 3
 if [ ! -x "$fuzzer" ]; then
-  echo "SKIP: $fuzzer was not built (the fuzzers need clang++ with libFuzzer; see README 'Fuzzing')"
+  echo "SKIP: $fuzzer was not built (the fuzzers need clang++ with libFuzzer; see CONTRIBUTING.md, 'Fuzzing')"
   exit 77
 fi
 artifacts="${DET_FUZZ_ARTIFACTS:-$(dirname "$fuzzer")/artifacts}"

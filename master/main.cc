@@ -167,7 +167,7 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "none: one pool 'default'");
   app.add_option("--resource-manager", f.resource_manager_file,
                  "YAML file with resource_manager: {type: agent} (default) or {type: slurm, partition_pools, ...}: "
-                 "run allocations as Slurm jobs, no agents (README: Running on Slurm)");
+                 "run allocations as Slurm jobs, no agents (docs/operations/slurm.md)");
 }
 
 // The AuthCore options the flags set; false with a

@@ -1704,7 +1704,7 @@ TEST(SecurityFuzzersTest, ConfigFuzzerPassesTheAliasBombWithinItsLimits) {
   // The fuzz-only clang build lives beside bin/ (fuzz/CMakeLists.txt).
   std::string fuzzer = std::string(DET_BIN_DIR) + "/../fuzz/bin/experiment_config_fuzzer";
   if (access(fuzzer.c_str(), X_OK) != 0) {
-    GTEST_SKIP() << fuzzer << " was not built (the fuzzers need clang++ with libFuzzer; see README 'Fuzzing')";
+    GTEST_SKIP() << fuzzer << " was not built (the fuzzers need clang++ with libFuzzer; see CONTRIBUTING.md, 'Fuzzing')";
   }
   std::string bomb = std::string(DET_SOURCE_DIR) + "/fuzz/corpus/experiment_config/alias_bomb.yaml";
   ASSERT_EQ(access(bomb.c_str(), R_OK), 0) << bomb;
