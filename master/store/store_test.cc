@@ -2,11 +2,15 @@
 
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <ostream>
@@ -29,6 +33,28 @@ MetricRow Metric(int64_t trial, int64_t batches) {
   m.total_batches = batches;
   m.metrics = {{"loss", 0.5}};
   return m;
+}
+
+// Polls (every millisecond, for up to 10 s) until thread `tid` of this
+// process (0: not started yet) is blocked in futex(2) on a word inside
+// [object, object + size), as /proc/self/task/TID/syscall shows it: the
+// syscall number, then its arguments, the futex word's address first.
+bool WaitUntilBlockedOnFutexIn(const std::atomic<pid_t>& tid, const void* object, size_t size) {
+  const auto base = reinterpret_cast<uintptr_t>(object);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (tid.load() != 0) {
+      std::ifstream in("/proc/self/task/" + std::to_string(tid.load()) + "/syscall");
+      long nr = -1;
+      std::string addr;
+      if (in >> nr >> addr && nr == SYS_futex) {
+        const uintptr_t word = std::stoull(addr, nullptr, 16);
+        if (word >= base && word < base + size) return true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
 }
 
 class StoreTest : public ::testing::Test {
@@ -1031,18 +1057,32 @@ TEST_F(StoreTest, TransactionCommitsAllOrNothingAtCrash) {
   EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM metrics"), 1);
   EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'k'"), 1);
   EXPECT_EQ(store_->GetTrial(trial).value().state, "COMPLETED");
-  // Another thread's call waits for the transaction instead of joining it.
+  // Another thread's call waits for the transaction instead of joining it:
+  // once that thread is seen blocked on a lock inside the Store, this
+  // transaction rolls back. Had the call joined it, it would have returned
+  // before the rollback (`ended` still false) and its row would be gone.
+  const std::string other_key = "other", one = "1";
+  std::atomic<pid_t> other_tid{0};
+  std::atomic<bool> ended{false};
+  bool other_ok = false, ended_first = false;
   std::thread other;
   {
     Store::Transaction txn(store_.get());
     ASSERT_TRUE(store_->PutValue("mine", "1").ok());
-    other = std::thread([&] { ASSERT_TRUE(store_->PutValue("other", "1").ok()); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'other'"), 0);
-    ASSERT_TRUE(txn.Commit().ok());
+    other = std::thread([&] {
+      other_tid = static_cast<pid_t>(syscall(SYS_gettid));
+      other_ok = store_->PutValue(other_key, one).ok();  // first blocking point: the Store's lock
+      ended_first = ended.load();
+    });
+    const bool blocked = WaitUntilBlockedOnFutexIn(other_tid, store_.get(), sizeof(Store));
+    EXPECT_TRUE(blocked) << "the other thread's PutValue never waited on the Store's lock";
+    ended = true;
+    // Rolled back (no Commit) at the end of this scope.
   }
   other.join();
-  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'mine'"), 1);
+  EXPECT_TRUE(other_ok);
+  EXPECT_TRUE(ended_first) << "the other thread's PutValue returned inside this thread's transaction";
+  EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'mine'"), 0);
   EXPECT_EQ(RawQueryInt("SELECT COUNT(*) FROM kv WHERE key = 'other'"), 1);
 }
 
