@@ -131,7 +131,7 @@ std::vector<Rpc> AllRpcs() {
     pb::internal::AssignDescriptors(table);
   }
   const pb::DescriptorPool* pool = pb::DescriptorPool::generated_pool();
-  for (const std::string& name : {det::api::v1::Determined::service_full_name(),
+  for (const char* name : {det::api::v1::Determined::service_full_name(),
                                   det::agent::v1::AgentService::service_full_name(),
                                   det::trial::v1::TrialService::service_full_name()}) {
     const pb::ServiceDescriptor* found = pool->FindServiceByName(name);

@@ -288,7 +288,7 @@ TEST_F(MasterCoreTest, CheckpointIdsAreUuidsAndGcNeverFollowsASymlink) {
     req.set_total_batches(batches);
     return core_->ReportCheckpoint(req, start.allocation_token()).status();
   };
-  for (const std::string& bad : {"../det.db", "det.db", "checkpoint-1", "0F3C9A1E-5B2D-4C6E-8F10-112233445566"}) {
+  for (const char* bad : {"../det.db", "det.db", "checkpoint-1", "0F3C9A1E-5B2D-4C6E-8F10-112233445566"}) {
     absl::Status st = report(bad, 10);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(st.message(), HasSubstr("uuid"));

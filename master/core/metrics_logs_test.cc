@@ -17,12 +17,12 @@ namespace {
 namespace apiv1 = ::det::api::v1;
 
 TEST(MetricsLogsTest, MetricGroupNames) {
-  for (const std::string ok : {std::string("inference"), std::string("training"), std::string("a"),
-                               std::string("x_1"), std::string(64, 'a')}) {
+  for (const std::string& ok : {std::string("inference"), std::string("training"), std::string("a"),
+                                std::string("x_1"), std::string(64, 'a')}) {
     EXPECT_TRUE(ValidateMetricGroup(ok).ok()) << ok;
   }
-  for (const std::string bad : {std::string(), std::string(65, 'a'), std::string("Inference"),
-                                std::string("a-b"), std::string("a b"), std::string("../x"), std::string("é")}) {
+  for (const std::string& bad : {std::string(), std::string(65, 'a'), std::string("Inference"),
+                                 std::string("a-b"), std::string("a b"), std::string("../x"), std::string("é")}) {
     absl::Status st = ValidateMetricGroup(bad);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(st.message().find("group"), absl::string_view::npos);

@@ -60,7 +60,11 @@ Reply Parse(const std::string& raw) {
   if (end == std::string::npos) return r;
   std::vector<std::string> lines = absl::StrSplit(raw.substr(0, end), "\r\n");
   std::vector<std::string> first = absl::StrSplit(lines[0], ' ');
-  if (first.size() >= 2) EXPECT_TRUE(absl::SimpleAtoi(first[1], &r.status)) << lines[0];
+  // A status line without a code fails here instead of leaving status 0.
+  EXPECT_GE(first.size(), 2u) << lines[0];
+  if (first.size() >= 2) {
+    EXPECT_TRUE(absl::SimpleAtoi(first[1], &r.status)) << lines[0];
+  }
   for (size_t i = 1; i < lines.size(); ++i) {
     size_t colon = lines[i].find(':');
     if (colon == std::string::npos) continue;

@@ -122,7 +122,9 @@ TEST_F(OwnershipTest, AnotherUserCannotChangeAnExperimentThroughAnyMethod) {
     std::unique_ptr<pb::Message> req = RequestFor(m, exp, trial);
     EXPECT_EQ(handlers_->Authorize(m->name(), bob_, *req).code(), absl::StatusCode::kPermissionDenied);
     EXPECT_TRUE(handlers_->Authorize(m->name(), admin_, *req).ok());
-    if (a.access == Access::kExperimentOwner) EXPECT_TRUE(handlers_->Authorize(m->name(), alice_, *req).ok());
+    if (a.access == Access::kExperimentOwner) {
+      EXPECT_TRUE(handlers_->Authorize(m->name(), alice_, *req).ok());
+    }
     if (!m->client_streaming() && !m->server_streaming()) {
       std::unique_ptr<pb::Message> resp(
           pb::MessageFactory::generated_factory()->GetPrototype(m->output_type())->New());
