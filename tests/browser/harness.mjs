@@ -26,7 +26,9 @@
 //
 // Env: DET_BUILD_DIR (default <repo>/build), DET_CHROMIUM (default
 // /usr/bin/chromium), DET_KEEP_TMP=1 (keep the master's and agent's data dirs
-// after a pass; the temp dir with the logs is always kept).
+// after a pass; the temp dir with the logs is always kept),
+// DET_TEST_NO_CHROMIUM=1 (act as if Chromium were missing: the test skips,
+// which deploy/test-report.py then counts; see CONTRIBUTING.md, "Tests").
 import {spawn, execFile} from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -59,14 +61,19 @@ export function log(...a) {
 }
 
 // Checks the test can run and prepares it; returns the temp dir
-// (det-<name>-test-XXXXXX, where logs and screenshots go). Exits 77 without
-// Chromium or playwright-core, 1 when a binary or the trial is not built.
+// (det-<name>-test-XXXXXX, where logs and screenshots go). Exits 77 after a
+// `SKIP: reason` line without Chromium (or with DET_TEST_NO_CHROMIUM=1) or
+// playwright-core, 1 when a binary or the trial is not built.
 // Options: name (log prefix and temp dir), verbose (the fuller messages of
 // the dashboard test: how to get Chromium, the login's status and body, a
 // line when a child needs SIGKILL), retryErrors (waitFor() retries errors
 // that fn throws, other than TestFailure, until its deadline).
 export async function setup({name, verbose = false, retryErrors = false}) {
   Object.assign(opts, {name, verbose, retryErrors});
+  if (process.env.DET_TEST_NO_CHROMIUM === '1') {
+    console.log(`SKIP: Chromium hidden by DET_TEST_NO_CHROMIUM=1 (unset it to run the browser tests)`);
+    process.exit(SKIP);
+  }
   if (!fs.existsSync(chromiumPath)) {
     const hint = verbose ? ' (apt-get install chromium, or set DET_CHROMIUM)' : '';
     console.log(`SKIP: no Chromium at ${chromiumPath}${hint}`);
