@@ -104,20 +104,18 @@ absl::Status Agent::PrepareHost() {
       }
     }
   }
-  if (!options_.use_cgroups) return absl::OkStatus();
-  absl::StatusOr<std::string> own = OwnCgroupDir();
+  absl::StatusOr<std::string> own = options_.use_cgroups ? OwnCgroupDir() : absl::NotFoundError("--no-cgroups");
   if (own.ok()) {
     const int stale = RemoveStaleAgentCgroups(*own);
     if (stale > 0) spdlog::info("removed {} cgroup(s) of agents that are gone, and what ran in them", stale);
   }
-  std::string parent = own.ok() ? absl::StrCat(*own, "/det-agent-", getpid()) : "";
-  absl::Status made = own.ok() ? CreateCgroup(parent) : own.status();
-  if (made.ok()) {
-    cgroup_parent_ = parent;
-    spdlog::info("trial processes run in cgroups under {}", parent);
+  // Which containment is in force is always logged: a fallback is visible.
+  Containment containment = PrepareContainment(options_.use_cgroups, own, getpid());
+  cgroup_parent_ = containment.cgroup_parent;
+  if (cgroup_parent_.empty() && options_.use_cgroups) {
+    spdlog::warn("{}", containment.description);
   } else {
-    spdlog::info("no cgroup for trial processes ({}): they are contained by process group and reaper",
-                 std::string(made.message()));
+    spdlog::info("{}", containment.description);
   }
   return absl::OkStatus();
 }

@@ -83,6 +83,19 @@ absl::Status KillAndRemoveCgroup(const std::string& dir, absl::Duration timeout)
   }
 }
 
+Containment PrepareContainment(bool use_cgroups, const absl::StatusOr<std::string>& own_cgroup, pid_t pid) {
+  constexpr char kReaperOnly[] = "trial containment: process group and reaper only";
+  if (!use_cgroups) return {"", absl::StrCat(kReaperOnly, " (--no-cgroups)")};
+  absl::Status made = own_cgroup.status();
+  const std::string parent = own_cgroup.ok() ? absl::StrCat(*own_cgroup, "/det-agent-", pid) : "";
+  if (own_cgroup.ok()) made = CreateCgroup(parent);
+  if (!made.ok()) {
+    return {"", absl::StrCat(kReaperOnly, ", no cgroups: ", made.message(),
+                             " (cgroups need a writable cgroup v2 tree: det-agent as root, or systemd's Delegate=yes)")};
+  }
+  return {parent, absl::StrCat("trial containment: cgroup v2 under ", parent)};
+}
+
 int RemoveStaleAgentCgroups(const std::string& dir) {
   int removed = 0;
   std::error_code ec;

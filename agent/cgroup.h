@@ -5,6 +5,8 @@
 #ifndef DET_AGENT_CGROUP_H_
 #define DET_AGENT_CGROUP_H_
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "absl/status/status.h"
@@ -31,6 +33,22 @@ absl::Status KillAndRemoveCgroup(const std::string& dir, absl::Duration timeout)
 // gone (it crashed or was killed), killing what is left in its trial
 // cgroups first. Returns how many it removed. Thread-safe.
 int RemoveStaleAgentCgroups(const std::string& dir);
+
+// How an agent contains its trial processes.
+struct Containment {
+  // <own cgroup>/det-agent-<pid>, created: each trial process tree runs in a
+  // cgroup below it. "": process group and reaper only.
+  std::string cgroup_parent;
+  // The line the agent logs at start: "trial containment: " and which, with
+  // the reason when it is not cgroups.
+  std::string description;
+};
+
+// Chooses how agent `pid` contains trial processes: cgroups when
+// `use_cgroups` (no --no-cgroups) and the agent's cgroup `own_cgroup`
+// (OwnCgroupDir()) takes a child "det-agent-<pid>", which it creates; else
+// process group and reaper only, saying why.
+Containment PrepareContainment(bool use_cgroups, const absl::StatusOr<std::string>& own_cgroup, pid_t pid);
 
 }  // namespace det::agent
 

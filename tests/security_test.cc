@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -1044,33 +1045,99 @@ TEST(SecurityTest, TrialUserRunsTrialsAsThatUser) {
 // 5. Containment
 // ---------------------------------------------------------------------------
 
+// The cgroup v2 path of process `pid` ("0::PATH" of /proc/PID/cgroup,
+// relative to the hierarchy's root), or "" when it has none or is gone.
+std::string CgroupOf(pid_t pid) {
+  std::istringstream in(ReadFile(absl::StrCat("/proc/", pid, "/cgroup")));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  }
+  return "";
+}
+
+// Where the cgroup v2 hierarchy is mounted, or "".
+std::string CgroupV2Mount() {
+  std::istringstream in(ReadFile("/proc/self/mountinfo"));
+  for (std::string line; std::getline(in, line);) {
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line.substr(0, dash));
+    std::string f[5];
+    for (std::string& field : f) fields >> field;
+    if (f[3] == "/") return f[4];
+  }
+  return "";
+}
+
+// Why an agent this test starts cannot put trials in cgroups, or "" when it
+// can: the agent runs in this test's cgroup and must create a child there,
+// and ending a cgroup's processes needs cgroup.kill.
+std::string WhyNoCgroups() {
+  const std::string mount = CgroupV2Mount();
+  if (mount.empty()) return "no cgroup v2 hierarchy is mounted (/proc/self/mountinfo)";
+  const std::string own = CgroupOf(getpid());
+  if (own.empty() || absl::StrContains(own, "/..")) return "this test is in no cgroup v2 group it can see";
+  const std::string probe = absl::StrCat(mount, own == "/" ? "" : own, "/det-security-probe-", getpid());
+  if (mkdir(probe.c_str(), 0755) != 0) {
+    return absl::StrCat("cannot create a cgroup v2 group (mkdir ", probe, ": ", std::strerror(errno),
+                        "): run the tests as root or in a delegated cgroup");
+  }
+  const bool has_kill = access((probe + "/cgroup.kill").c_str(), F_OK) == 0;
+  rmdir(probe.c_str());
+  return has_kill ? "" : "this kernel's cgroup v2 has no cgroup.kill (Linux 5.14 or later has)";
+}
+
 // A trial that starts a daemon escaping its process group (setsid, like
 // `setsid sleep inf &`) and then finishes: once the trial has ended, the
-// daemon is gone too. With the agent's cgroups, and without them (process
-// group and reaper only).
-void ExpectEscapedProcessEndsWithTheTrial(const std::vector<std::string>& agent_flags) {
+// daemon is gone too. With the agent's cgroups (the agent says so, and the
+// daemon is in the trial's cgroup under the agent's, removed at the end),
+// and without them (process group and reaper only: the agent says so, and
+// the daemon stays in the agent's own cgroup).
+void ExpectEscapedProcessEndsWithTheTrial(bool cgroups) {
   TempDir dir;
   TestCluster cluster(dir, SecretClusterOptions(dir));
-  cluster.StartAgent("a", SecretAgent(dir).add_flags(agent_flags));
+  std::vector<std::string> flags;
+  if (!cgroups) flags.push_back("--no-cgroups");
+  const pid_t agent = cluster.StartAgent("a", SecretAgent(dir).add_flags(flags)).pid();
   // escape_trial.so runs `setsid sleep $ESCAPE_SLEEP_SECONDS &` when loaded.
-  const std::string marker = absl::StrCat("3141.", getpid(), agent_flags.size());
+  const std::string marker = absl::StrCat("3141.", getpid(), cgroups ? 0 : 1);
   const int exp = cluster.CreateExperiment(OneTrial("escape", 60, 50, {"ESCAPE_SLEEP_SECONDS=" + marker}), "escape",
                                            std::string(DET_TRIALS_DIR) + "/escape_trial.so");
   ASSERT_GT(exp, 0);
-  ASSERT_TRUE(PollUntil([&] { return !PidsWithCmdline("sleep " + marker).empty(); }, 60s))
+  std::string daemon_cgroup;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        for (pid_t pid : PidsWithCmdline("sleep " + marker)) daemon_cgroup = CgroupOf(pid);
+        return !daemon_cgroup.empty();
+      },
+      60s))
       << "the trial never started its daemon\n" << cluster.AgentLogs();
+  const std::string agent_cgroup = CgroupOf(agent);
+  const std::string agent_dir = absl::StrCat(agent_cgroup == "/" ? "" : agent_cgroup, "/det-agent-", agent);
+  if (cgroups) {
+    EXPECT_THAT(cluster.AgentLogs(), ::testing::HasSubstr("trial containment: cgroup v2 under " + CgroupV2Mount() + agent_dir));
+    EXPECT_THAT(daemon_cgroup, ::testing::StartsWith(agent_dir + "/det-alloc-"))
+        << "the escaped daemon is not in its trial's cgroup\n" << cluster.AgentLogs();
+  } else {
+    EXPECT_THAT(cluster.AgentLogs(), ::testing::HasSubstr("trial containment: process group and reaper only (--no-cgroups)"));
+    EXPECT_EQ(daemon_cgroup, agent_cgroup);
+  }
   ASSERT_TRUE(cluster.WaitForState(exp, "STATE_COMPLETED", 120s)) << cluster.MasterLog() << cluster.AgentLogs();
   // The rank's exit is reported only after its processes are gone.
   EXPECT_EQ(PidsWithCmdline("sleep " + marker), std::vector<pid_t>{}) << "a process outlived its trial";
+  if (cgroups && absl::StartsWith(daemon_cgroup, agent_dir + "/")) {
+    EXPECT_FALSE(std::filesystem::exists(CgroupV2Mount() + daemon_cgroup)) << "the trial's cgroup is left";
+  }
   EXPECT_EQ(cluster.BusySlots(), 0);
   ExpectMasterHealthy(cluster);
 }
 
-TEST(SecurityTest, EscapedTrialProcessEndsWithTheTrial) { ExpectEscapedProcessEndsWithTheTrial({}); }
-
-TEST(SecurityTest, EscapedTrialProcessEndsWithTheTrialWithoutCgroups) {
-  ExpectEscapedProcessEndsWithTheTrial({"--no-cgroups"});
+TEST(SecurityTest, EscapedTrialProcessEndsWithTheTrialInItsCgroup) {
+  if (std::string why = WhyNoCgroups(); !why.empty()) GTEST_SKIP() << "no cgroups for the agent here: " << why;
+  ExpectEscapedProcessEndsWithTheTrial(true);
 }
+
+TEST(SecurityTest, EscapedTrialProcessEndsWithTheTrialWithoutCgroups) { ExpectEscapedProcessEndsWithTheTrial(false); }
 
 // The agent's artifact cache: a cached trial.so is read-only, and one
 // swapped by someone with the agent's uid (who chmods it writable first) is
