@@ -128,7 +128,7 @@ def allowlisted(name, entries):
     return None
 
 
-def report(cases, entries, slowest, wall_seconds):
+def report(cases, entries, slowest, wall_seconds, allowlist_path):
     """Prints the report; returns the number of skips the allowlist does not cover."""
     print('\n==== test report (deploy/test-report.py) ====')
     skips = [(name, kind(c), skip_reason(c)) for name, status, _, c in cases if status in ('notrun', 'disabled')]
@@ -150,9 +150,9 @@ def report(cases, entries, slowest, wall_seconds):
     wall = f', {wall_seconds:.0f} s wall clock' if wall_seconds is not None else ''
     print(f'Total test time: {total:.0f} s summed over tests ({total / 60:.1f} min){wall}')
     if required:
-        print(f'FAIL: {required} test(s) skipped that are not in the allowlist: provide the capability they name '
-              '(deploy/install-deps.sh, run as root), or, only when no CI host can have it, add an entry with a '
-              'reason to the allowlist')
+        print(f'FAIL: {required} test(s) did not run and {allowlist_path} does not allow it: give this host what '
+              'each reason names (deploy/install-deps.sh installs the packages; run as root), or, only when no CI '
+              'host can have it, add the test there with a reason')
     print(f'skipped: {required} (allowlisted: {len(skips) - required})')
     return required
 
@@ -177,7 +177,7 @@ def main(argv):
         print(f'test-report: {e}; did ctest run with --output-junit?', file=sys.stderr)
         print('skipped: unknown (no ctest results)')
         return args.ctest_status or 1
-    required = report(cases, entries, args.slowest, args.wall_seconds)
+    required = report(cases, entries, args.slowest, args.wall_seconds, args.allowlist)
     if args.ctest_status:
         print(f'ctest failed (exit status {args.ctest_status}); see its output above')
         return args.ctest_status
