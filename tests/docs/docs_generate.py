@@ -67,14 +67,23 @@ def group_name(comment):
 def method_groups(service):
     """[(group or "", comment without its divider line)] per method: a group
     starts at a divider comment detached above a method, leading it, or (for
-    the first method) right after the service's opening brace."""
+    the first method) right after the service's opening brace. A method
+    without a comment after one with a comment in its group (one comment
+    above several RPCs) gets a line pointing there."""
     out = []
+    commented = ""  # the last method of the group with a comment
     for i, m in enumerate(service["methods"]):
         comment = m["comment"]
         group = group_name(m["group"]) or (group_name(service.get("trailing_comment", "")) if i == 0 else "")
         if not group and group_name(comment):
             group = group_name(comment)
             comment = "\n".join(comment.strip("\n").split("\n")[1:])
+        if group:
+            commented = ""
+        if comment.strip():
+            commented = m["name"]
+        elif commented:
+            comment = "No comment of its own in the proto; see [%s](#%s)." % (commented, commented.lower())
         out.append((group, comment))
     return out
 
