@@ -117,8 +117,14 @@ def load_cases(junit_path):
         root = ET.fromstring(data)
     except ET.ParseError as e:
         raise ReportError(f'ctest JUnit file {junit_path}: not valid XML ({e})') from e
-    cases = root.iter('testcase')
-    return [(c.get('name', '?'), c.get('status', ''), float(c.get('time') or 0), c) for c in cases]
+    cases = []
+    for c in root.iter('testcase'):
+        try:
+            seconds = float(c.get('time') or 0)
+        except ValueError:
+            raise ReportError(f'ctest JUnit file {junit_path}: test {c.get("name")!r} has time={c.get("time")!r}')
+        cases.append((c.get('name', '?'), c.get('status', ''), seconds, c))
+    return cases
 
 
 def allowlisted(name, entries):
