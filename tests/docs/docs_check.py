@@ -36,7 +36,8 @@ Checks (--check, comma-separated; default all):
            REPO_TOP (a directory needs a '/' after it); a ":LINE" suffix and a
            "#anchor" are dropped first.
   includes a fenced block directly after `<!-- include: PATH -->` equals the
-           file PATH (relative to the repository root) byte for byte; --fix
+           file PATH (relative to the repository root) byte for byte, the
+           file's final newline aside; --fix
            rewrites such blocks from the files.
   env      every DET_* variable the code uses (see docs_facts.py) appears in a
            code span of docs/reference/environment.md, and every exit code of

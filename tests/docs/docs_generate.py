@@ -176,7 +176,6 @@ def generate_api(facts):
     summaries = {m["name"]: first_sentence(c) for s in services
                  for m, (_, c) in zip(s["methods"], groups[s["full_name"]])}
     by_rpc = _routes_by_rpc(facts)
-    declared = {(d["method"], d["path"]): d for d in facts["declared"]}
     out += ["## Contents", "", "- [Transport, authentication, errors](#transport-authentication-errors)",
             "- [REST routes](#rest-routes)"]
     for s in services:
