@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -399,8 +400,8 @@ data:
 }
 
 // A ~300 MB trial.so goes through det-cli's chunked UploadArtifact; the
-// master streams it to disk (its RSS stays under 400 MiB) and stores it
-// under its hash.
+// master streams it to disk (its peak RSS, VmHWM, stays under 200 MiB,
+// less than the file) and stores it under its hash.
 TEST(CheckpointApiTest, A300MbTrialSoUploadsWithFlatMasterMemory) {
   TempDir dir;
   TestCluster cluster(dir, Options());
@@ -423,14 +424,15 @@ TEST(CheckpointApiTest, A300MbTrialSoUploadsWithFlatMasterMemory) {
   EXPECT_EQ(size.is_string() ? std::stoll(size.get<std::string>()) : size.get<int64_t>(),
             static_cast<int64_t>(fs::file_size(so)))
       << e.dump();
-  std::ifstream in(absl::StrCat("/proc/", cluster.master().pid(), "/status"));
-  std::string line;
-  int64_t rss_mib = -1;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) rss_mib = std::stoll(line.substr(6)) / 1024;
-  }
-  EXPECT_GT(rss_mib, 0);
-  EXPECT_LT(rss_mib, 400) << "master RSS " << rss_mib << " MiB";
+  // The master's peak RSS over its whole life (VmHWM), the upload included:
+  // a master that held the 300 MB for a moment and then freed them fails.
+  // Measured: 66-78 MiB over 4 runs on 2 loaded cores; one that buffered the
+  // file would peak above 300 MiB, so the bound is 200 (not 400: the file
+  // plus a 76 MiB master would fit under 400).
+  const int64_t peak_mib = PeakRssMiB(cluster.master().pid());
+  std::printf("master peak RSS (VmHWM) after the 300 MB upload: %lld MiB\n", static_cast<long long>(peak_mib));
+  EXPECT_GT(peak_mib, 0);
+  EXPECT_LT(peak_mib, 200) << "master peak RSS " << peak_mib << " MiB during a 300 MB upload";
   // No temporary upload file is left behind.
   for (const auto& f : fs::recursive_directory_iterator(dir / "master")) {
     EXPECT_EQ(f.path().filename().string().find("upload.tmp"), std::string::npos) << f.path();

@@ -135,6 +135,53 @@ bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds time
   return pred();
 }
 
+namespace {
+
+// The "KEY:   N kB" line of /proc/PID/status, in MiB; -1 when missing.
+int64_t StatusMiB(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 && line[key.size()] == ':') {
+      return std::stoll(line.substr(key.size() + 1)) / 1024;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t RssMiB(pid_t pid) { return StatusMiB(pid, "VmRSS"); }
+
+int64_t PeakRssMiB(pid_t pid) { return StatusMiB(pid, "VmHWM"); }
+
+bool ResetPeakRss(pid_t pid) {
+  std::ofstream out("/proc/" + std::to_string(pid) + "/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+std::vector<pid_t> PidsWithEnv(const std::string& entry) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& proc : fs::directory_iterator("/proc", ec)) {
+    const std::string name = proc.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string env = ReadFile(proc.path() / "environ");  // empty for a zombie
+    for (size_t pos = 0; pos < env.size();) {
+      size_t end = env.find('\0', pos);
+      if (end == std::string::npos) end = env.size();
+      if (env.compare(pos, end - pos, entry) == 0) {
+        pids.push_back(static_cast<pid_t>(std::stol(name)));
+        break;
+      }
+      pos = end + 1;
+    }
+  }
+  return pids;
+}
+
 std::string SingleTrialConfig(const std::string& name, const std::string& checkpoint_dir, int slots_per_trial) {
   return "name: " + name + R"(
 hyperparameters:

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -54,6 +55,23 @@ int RunProcess(const std::vector<std::string>& argv, std::string* out, std::stri
 
 // Polls `pred` every 20 ms until it is true or `timeout` passes.
 bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+// Process `pid`'s resident set size in MiB, read from /proc/PID/status:
+// RssMiB is the current one (VmRSS), PeakRssMiB the high-water mark of the
+// process's whole life so far (VmHWM), which is what a memory bound must be
+// checked against: a process that held 300 MB for a moment and freed it has
+// a small VmRSS but a VmHWM of 300 MB. -1 when unknown (no such process).
+// ResetPeakRss(pid) writes 5 to /proc/PID/clear_refs, after which VmHWM
+// starts again from the current RSS (to measure one phase); false when the
+// write failed (another user's process without CAP_SYS_PTRACE).
+int64_t RssMiB(pid_t pid);
+int64_t PeakRssMiB(pid_t pid);
+bool ResetPeakRss(pid_t pid);
+
+// The processes (not zombies) whose environment holds `entry` exactly
+// ("KEY=VALUE"), e.g. DET_ALLOCATION_ID=... for every process of one
+// allocation (children inherit it), read from /proc/PID/environ.
+std::vector<pid_t> PidsWithEnv(const std::string& entry);
 
 // Logs in through the master's REST API at 127.0.0.1:`http_port`
 // (POST /api/v1/auth/login) and returns the token ("" on failure). The
