@@ -10,6 +10,7 @@
 //   det-cli experiment set priority|weight|max-slots ID VALUE
 //   det-cli job list [--pool P] | update JOB_ID [--priority N] [--weight W] [--max-slots N] [--ahead-of|--behind JOB]
 //   det-cli trial describe|logs|metrics|kill|pause|activate ID
+//   det-cli trial new NAME [--dir DIR]   (a trial project from examples/minimal; no master)
 //   det-cli experiment fork ID [--config overrides.yaml] [--paused] | continue ID [--max-length N]
 //   det-cli checkpoint list EXPERIMENT_ID | describe UUID | download UUID -o DIR | delete UUID... [--yes]
 //   det-cli checkpoint set-metadata UUID key=value... [--remove KEY]
@@ -48,6 +49,7 @@
 #include "cli/experiment_lifecycle_commands.h"
 #include "cli/metrics_log_commands.h"
 #include "cli/trial_metrics_command.h"
+#include "cli/trial_new_command.h"
 #include "cli/experiment_fork_commands.h"
 #include "cli/job_commands.h"
 #include "cli/user_commands.h"
@@ -405,6 +407,10 @@ int Main(int argc, char** argv) {
   AddExperimentCommands(app, cl);
   AddExperimentLifecycleCommands(app.get_subcommand("experiment"), &cl.run);
   AddTrialCommands(app, cl);
+  // trial new NAME [--dir DIR] (cli/trial_new_command.h): local, no master.
+  TrialNewArgs trial_new_args;
+  AddTrialNewCommand(app.get_subcommand("trial"), trial_new_args,
+                     [&cl](std::function<int()> run) { cl.local_run = std::move(run); });
   // experiment fork|continue, trial pause|activate (cli/experiment_fork_commands.h)
   AddForkCommands(app, [&cl](RunCommand run) { cl.run = std::move(run); });
   AddCheckpointCommands(app, cl);

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Installs a built det-cpp on this node: binaries, libdet_sdk.so, the SDK
-# headers and CMake helper (to /usr/local, or $PREFIX), the systemd units and
-# example configs (to /etc/det, not overwriting existing ones), and a `det`
-# system user. Then: systemctl enable --now det-master (and/or det-agent).
+# Installs a built det-cpp on this node. Under /usr/local (or $PREFIX), by
+# `cmake --install`: bin/det-master, det-agent, det-trial and det-cli (which
+# find the SDK in ../lib); the Trial SDK lib/libdet_sdk.so.VERSION with its
+# SONAME link libdet_sdk.so.0 and libdet_sdk.so; its headers in include/det/
+# (det/version.h among them); its CMake package in lib/cmake/det
+# (find_package(det): det::sdk, det_add_trial); its pkg-config file
+# lib/pkgconfig/det-sdk.pc. Then the systemd units and example configs (to
+# /etc/det, not overwriting existing ones) and a `det` system user.
+# Then: systemctl enable --now det-master (and/or det-agent).
 #   deploy/build.sh && sudo deploy/install.sh [master|agent|all]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,5 +56,7 @@ for unit in master agent; do
   fi
 done
 systemctl daemon-reload 2>/dev/null || true
-echo "installed to $prefix; edit /etc/det/*.toml, then: systemctl enable --now det-master det-agent"
+echo "installed to $prefix: bin/det-{master,agent,trial,cli}, lib/libdet_sdk.so.0 (the Trial SDK), include/det/,"
+echo "  lib/cmake/det (find_package(det)), lib/pkgconfig/det-sdk.pc; trial projects: det-cli trial new NAME"
+echo "edit /etc/det/*.toml, then: systemctl enable --now det-master det-agent"
 echo "admin/determined's first password: /etc/det/initial-admin-password (log in, change it, delete the file)"

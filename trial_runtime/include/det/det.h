@@ -7,5 +7,6 @@
 #include "det/data_loader.h"
 #include "det/metrics.h"
 #include "det/trial.h"
+#include "det/version.h"
 
 #endif  // DET_DET_H_

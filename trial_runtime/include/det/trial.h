@@ -18,6 +18,7 @@
 #include "det/context.h"
 #include "det/data_loader.h"
 #include "det/metrics.h"
+#include "det/version.h"  // DET_SDK_VERSION
 
 namespace det {
 
@@ -74,7 +75,6 @@ class Trial {
 #ifndef DET_TRIAL_ABI_VERSION
 #define DET_TRIAL_ABI_VERSION 1
 #endif
-#define DET_SDK_VERSION "0.1.0"
 #define DET_TRIAL_ENTRY_SYMBOL "det_trial_plugin_entry"
 
 extern "C" {
