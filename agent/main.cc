@@ -130,6 +130,10 @@ int main(int argc, char** argv) {
   // Every flag can also come from a TOML file (keys = flag names without
   // "--"), e.g. deploy/config/agent.toml; flags on the command line win.
   app.set_config("--config", "", "Read flags from this TOML file (see deploy/config/agent.toml)");
+  // A key that names no flag (a typo) is an error naming it, not ignored.
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  // --help shows every option's default.
+  app.option_defaults()->always_capture_default();
   det::agent::AgentOptions opts;
   opts.master_address = Env("DET_MASTER");
   int slots = 1;

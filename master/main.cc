@@ -88,6 +88,10 @@ void AddFlags(CLI::App& app, Flags& f) {
   // Every flag can also come from a TOML file (keys = flag names without
   // "--"), e.g. deploy/config/master.toml; flags on the command line win.
   app.set_config("--config", "", "Read flags from this TOML file (see deploy/config/master.toml)");
+  // A key that names no flag (a typo) is an error naming it, not ignored.
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  // --help shows every option's default.
+  app.option_defaults()->always_capture_default();
   app.add_option("--data-dir", f.options.data_dir, "Directory for the SQLite database, artifacts and checkpoints")
       ->capture_default_str();
   app.add_option("--db", f.options.db_path, "SQLite database file (default DATA_DIR/det.db)");
