@@ -59,7 +59,7 @@ import docs_generate  # noqa: E402
 import docs_markdown as md  # noqa: E402
 
 REPO_TOP = ("CMakeLists.txt", "proto", "common", "master", "agent", "trial_runtime", "cli", "examples", "bench",
-            "deploy", "tests", "fuzz", "docs", ".ci", "README.md", "CONTRIBUTING.md")
+            "deploy", "tests", "fuzz", "docs", ".ci", "cmake", "README.md", "CONTRIBUTING.md")
 OPTIONAL_PAGES = ("CONTRIBUTING.md", "bench/README.md")
 CONFIG_PAGE = "docs/reference/experiment-config.md"
 ENV_PAGE = "docs/reference/environment.md"

@@ -258,9 +258,8 @@ Each key is a flag's name without the leading `--`, with the same value
 array (`checkpoint-storage-root = ["/mnt/a", "/mnt/b"]`) and a switch takes
 `true` or `false`. A flag given on the command line wins over the file.
 Values from the file are checked like flags (`slots = 0` fails as
-`--slots 0` does); a file that cannot be read is an error; a key that names
-no flag is ignored, so check the spelling against the "TOML key" column
-above. Commented examples:
+`--slots 0` does); a file that cannot be read is an error, and so is a key
+that names no flag (a typo): the daemon exits naming it. Commented examples:
 `deploy/config/master.toml` and `deploy/config/agent.toml`. This is CLI11's
 config-file support (`set_config("--config")` in `master/main.cc` and
 `agent/main.cc`).""".split("\n")
