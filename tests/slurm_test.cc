@@ -5,12 +5,16 @@
 // completes with the metrics of an agent-based run; det-cli, REST and the
 // dashboard work unchanged; pause and activate; kill -9 of a rank restarts
 // the trial from its checkpoint; a master kill -9 mid-trial reattaches.
+// Each claim about a Slurm job is checked in Slurm itself (squeue).
 // Skipped (with the reason) only when the Slurm daemons cannot start here.
+// DET_SLURM_CPUS=N runs them on a node of N CPUs (deploy/slurm-local.sh).
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,7 +24,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -153,6 +160,77 @@ TempDir* SlurmTest::slurm_dir_ = nullptr;
 std::string* SlurmTest::skip_reason_ = new std::string();
 std::string* SlurmTest::missing_ = new std::string();
 
+// A Slurm job as squeue lists it.
+struct SlurmJob {
+  std::string id;
+  std::string state;  // RUNNING, PENDING, COMPLETED, CANCELLED...
+};
+
+// Every job Slurm lists under the name the master gives allocation
+// `allocation`'s job (det-<allocation>), ended ones included (they stay
+// listed for MinJobAge, 300 s), oldest first.
+std::vector<SlurmJob> SlurmJobsOf(const std::string& allocation) {
+  std::string out, err;
+  std::vector<SlurmJob> jobs;
+  if (RunProcess({"/usr/bin/squeue", "-h", "-t", "all", "-n", "det-" + allocation, "-o", "%i|%T"}, &out, &err) != 0) {
+    ADD_FAILURE() << "squeue failed: " << err;
+    return jobs;
+  }
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
+    std::vector<std::string> f = absl::StrSplit(absl::StripAsciiWhitespace(line), '|');
+    if (f.size() == 2) jobs.push_back({f[0], f[1]});
+  }
+  std::sort(jobs.begin(), jobs.end(), [](const SlurmJob& a, const SlurmJob& b) {
+    return a.id.size() != b.id.size() ? a.id.size() < b.id.size() : a.id < b.id;
+  });
+  return jobs;
+}
+
+// squeue's state of job `id` ("" when squeue does not list it).
+std::string SlurmJobState(const std::string& id) {
+  std::string out, err;
+  RunProcess({"/usr/bin/squeue", "-h", "-t", "all", "-j", id, "-o", "%T"}, &out, &err);
+  return std::string(absl::StripAsciiWhitespace(out));
+}
+
+bool SlurmJobEnded(const std::string& state) { return state == "COMPLETED" || state == "CANCELLED"; }
+
+// The Slurm job ids the master logged for a trial ("submitted as Slurm job N").
+std::vector<std::string> SubmittedJobIds(const std::string& logs) {
+  const std::string key = "submitted as Slurm job ";
+  std::vector<std::string> ids;
+  for (size_t pos = logs.find(key); pos != std::string::npos; pos = logs.find(key, pos + 1)) {
+    const size_t start = pos + key.size();
+    const size_t end = logs.find_first_not_of("0123456789", start);
+    ids.push_back(logs.substr(start, end == std::string::npos ? std::string::npos : end - start));
+  }
+  return ids;
+}
+
+// The node's CPUs as Slurm counts them (sinfo %c), or 0.
+int NodeCpus() {
+  std::string out, err;
+  int cpus = 0;
+  if (RunProcess({"/usr/bin/sinfo", "-h", "-o", "%c"}, &out, &err) != 0) return 0;
+  return absl::SimpleAtoi(absl::StripAsciiWhitespace(out.substr(0, out.find('\n'))), &cpus) ? cpus : 0;
+}
+
+// scancels a Slurm job when it goes out of scope, so that a failed
+// assertion does not leave it holding the node.
+class ScancelAtExit {
+ public:
+  explicit ScancelAtExit(std::string id) : id_(std::move(id)) {}
+  ~ScancelAtExit() {
+    std::string out, err;
+    if (!id_.empty()) RunProcess({"/usr/bin/scancel", id_}, &out, &err);
+  }
+  ScancelAtExit(const ScancelAtExit&) = delete;
+  ScancelAtExit& operator=(const ScancelAtExit&) = delete;
+
+ private:
+  std::string id_;
+};
+
 // The process of det-trial rank `rank` of the Slurm job named `job_name`
 // (found by srun's environment), or 0.
 pid_t FindRankPid(const std::string& job_name, int rank) {
@@ -218,7 +296,9 @@ TEST_F(SlurmTest, OneAndTwoSlotTrialsCompleteWithTheAgentRunsMetrics) {
     std::string logs = TrialLogs(*cluster, t.value("id", 0));
     EXPECT_THAT(logs, HasSubstr("submitted as Slurm job")) << logs;
     EXPECT_THAT(logs, HasSubstr("[det-trial] validation batches")) << logs;  // shipped by det-trial itself
-    if (slots == 2) EXPECT_THAT(logs, HasSubstr("rank 0 of 2: process group over")) << logs;
+    if (slots == 2) {
+      EXPECT_THAT(logs, HasSubstr("rank 0 of 2: process group over")) << logs;
+    }
   }
   std::string described;
   EXPECT_EQ(cluster->Cli({"experiment", "describe", std::to_string(ids[2])}, &described), 0);
@@ -234,6 +314,9 @@ TEST_F(SlurmTest, OneAndTwoSlotTrialsCompleteWithTheAgentRunsMetrics) {
   EXPECT_TRUE(!agents.contains("agents") || agents["agents"].empty()) << agents.dump();
 }
 
+// Pause checkpoints and ends the trial's Slurm job (squeue: COMPLETED or
+// CANCELLED, no longer running); activate submits a new job, which resumes
+// from the checkpoint.
 TEST_F(SlurmTest, PauseCheckpointsAndEndsTheJobActivateResumes) {
   auto cluster = SlurmCluster();
   Extra extra;
@@ -243,48 +326,79 @@ TEST_F(SlurmTest, PauseCheckpointsAndEndsTheJobActivateResumes) {
   int id = cluster->CreateExperiment(Yaml("pause", 1, dir_ / "checkpoints", extra), "pause");
   ASSERT_GT(id, 0);
   ASSERT_TRUE(WaitForCheckpoint(*cluster, id)) << cluster->MasterLog();
+  const std::string allocation = Trial(*cluster, id).value("allocation_id", "");
+  const std::vector<SlurmJob> running = SlurmJobsOf(allocation);
+  ASSERT_EQ(running.size(), 1u) << allocation;
+  ScancelAtExit cancel(running[0].id);
+  EXPECT_EQ(running[0].state, "RUNNING");
   ASSERT_EQ(cluster->Cli({"experiment", "pause", std::to_string(id)}), 0);
   ASSERT_TRUE(PollUntil([&] { return Trial(*cluster, id).value("state", "") == "STATE_PAUSED"; }, kLong))
       << Trial(*cluster, id).dump() << cluster->MasterLog();
   EXPECT_TRUE(Trial(*cluster, id).value("allocation_id", "").empty());
+  std::string state;
+  EXPECT_TRUE(PollUntil([&] { return SlurmJobEnded(state = SlurmJobState(running[0].id)); }, std::chrono::seconds(30)))
+      << "Slurm job " << running[0].id << " is " << state << " after the pause";
   ASSERT_EQ(cluster->Cli({"experiment", "activate", std::to_string(id)}), 0);
   ASSERT_EQ(WaitUntilEnded(*cluster, id), "STATE_COMPLETED") << cluster->MasterLog();
   json t = Trial(*cluster, id);
   EXPECT_EQ(t.value("restarts", 0), 0);
   std::string logs = TrialLogs(*cluster, t.value("id", 0));
   EXPECT_THAT(logs, HasSubstr("resumed from checkpoint")) << logs;
+  // Activated, it ran as a second job.
+  std::vector<std::string> jobs = SubmittedJobIds(logs);
+  ASSERT_EQ(jobs.size(), 2u) << logs;
+  EXPECT_EQ(jobs[0], running[0].id);
+  EXPECT_NE(jobs[1], jobs[0]);
+  EXPECT_TRUE(PollUntil([&] { return (state = SlurmJobState(jobs[1])) == "COMPLETED"; }, std::chrono::seconds(30)))
+      << "Slurm job " << jobs[1] << " is " << state;
 }
 
-// A job Slurm cannot place yet (another job holds every CPU of the node) is
-// QUEUED in det-cli job list; pausing it cancels it in Slurm at once (it has
-// nothing to checkpoint); activated again, it runs once the node is free.
+// A job Slurm cannot place yet (another job holds every CPU of the node,
+// however many it has) is QUEUED in det-cli job list; pausing it cancels it
+// in Slurm at once (it has nothing to checkpoint); activated again, it runs
+// once the node is free.
 TEST_F(SlurmTest, AJobPendingInSlurmIsQueuedAndPausesAtOnce) {
   auto cluster = SlurmCluster();
+  const int cpus = NodeCpus();
+  ASSERT_GT(cpus, 0) << "sinfo -h -o %c names no CPU count";
   std::string out, err;
-  ASSERT_EQ(RunProcess({"/usr/bin/sbatch", "--parsable", "--job-name=blocker", "--ntasks=4", "--output=/dev/null",
-                        "--wrap", "sleep 300"},
+  ASSERT_EQ(RunProcess({"/usr/bin/sbatch", "--parsable", "--job-name=blocker", absl::StrCat("--ntasks=", cpus),
+                        "--output=/dev/null", "--wrap", "sleep 300"},
                        &out, &err),
             0)
       << err;
   const std::string blocker = out.substr(0, out.find_first_of(";\n"));
+  ScancelAtExit cancel_blocker(blocker);
+  std::cout << "[ slurm    ] the node has " << cpus << " CPUs; the blocker (job " << blocker << ") takes them all\n";
+  std::string blocker_state;
+  ASSERT_TRUE(PollUntil([&] { return (blocker_state = SlurmJobState(blocker)) == "RUNNING"; }, std::chrono::seconds(30)))
+      << "the blocker (" << cpus << " tasks) is " << blocker_state;
   int id = cluster->CreateExperiment(Yaml("pending", 1, dir_ / "checkpoints"), "pending");
   ASSERT_GT(id, 0);
-  std::string queue;
+  std::string queue, pending;
+  // Pending for want of CPUs (reason Resources: the blocker holds them), not
+  // only until the scheduler's next pass (reason None, briefly, on any node).
   ASSERT_TRUE(PollUntil(
       [&] {
-        std::string pending;
-        RunProcess({"/usr/bin/squeue", "-h", "-t", "PD", "-o", "%j"}, &pending, &err);
+        RunProcess({"/usr/bin/squeue", "-h", "-t", "PD", "-o", "%j|%r"}, &pending, &err);
         cluster->Cli({"job", "list"}, &queue);
         json q = cluster->Get("/api/v1/job-queue");
-        return pending.find("det-trial-") != std::string::npos && queue.find("QUEUED") != std::string::npos &&
+        return pending.find("det-trial-") != std::string::npos &&
+               pending.find("|Resources") != std::string::npos && queue.find("QUEUED") != std::string::npos &&
                q.dump().find("ALLOCATION_STATE_PENDING") != std::string::npos;
       },
       std::chrono::seconds(30)))
-      << queue << cluster->MasterLog();
+      << "pending in Slurm: " << pending << "\n" << queue << cluster->MasterLog();
   EXPECT_THAT(TrialLogs(*cluster, Trial(*cluster, id).value("id", 0)), HasSubstr("(PENDING"));
   ASSERT_EQ(cluster->Cli({"experiment", "pause", std::to_string(id)}), 0);
   ASSERT_TRUE(PollUntil([&] { return Trial(*cluster, id).value("state", "") == "STATE_PAUSED"; }, std::chrono::seconds(30)))
       << Trial(*cluster, id).dump() << cluster->MasterLog();
+  // The pending job was cancelled in Slurm, never run.
+  const std::vector<std::string> jobs = SubmittedJobIds(TrialLogs(*cluster, Trial(*cluster, id).value("id", 0)));
+  ASSERT_EQ(jobs.size(), 1u);
+  std::string state;
+  EXPECT_TRUE(PollUntil([&] { return (state = SlurmJobState(jobs[0])) == "CANCELLED"; }, std::chrono::seconds(30)))
+      << "Slurm job " << jobs[0] << " is " << state << " after the pause";
   ASSERT_EQ(cluster->Cli({"experiment", "activate", std::to_string(id)}), 0);
   RunProcess({"/usr/bin/scancel", blocker}, &out, &err);
   ASSERT_EQ(WaitUntilEnded(*cluster, id), "STATE_COMPLETED") << cluster->MasterLog();
@@ -324,6 +438,10 @@ TEST_F(SlurmTest, KillNineOfARankRestartsTheTrialFromItsCheckpoint) {
   EXPECT_THAT(logs, HasSubstr("resumed from checkpoint")) << logs;
 }
 
+// A master kill -9 mid-trial: the Slurm job runs on while the master is
+// down (its rank has noticed, and squeue still says RUNNING); the restarted
+// master reattaches to that same job (no second job under the allocation's
+// name), which completes the trial.
 TEST_F(SlurmTest, AMasterKilledMidTrialReattachesToTheRunningJob) {
   auto cluster = SlurmCluster();
   Extra extra;
@@ -334,7 +452,23 @@ TEST_F(SlurmTest, AMasterKilledMidTrialReattachesToTheRunningJob) {
   ASSERT_GT(id, 0);
   ASSERT_TRUE(WaitForCheckpoint(*cluster, id)) << cluster->MasterLog();
   const std::string allocation = Trial(*cluster, id).value("allocation_id", "");
+  const std::vector<SlurmJob> before = SlurmJobsOf(allocation);
+  ASSERT_EQ(before.size(), 1u) << allocation;
+  const std::string job = before[0].id;
+  ScancelAtExit cancel(job);
   cluster->KillMaster();
+  // Until the rank has found the master gone (it says so in the job's
+  // output file) or the job has left RUNNING, whichever comes first.
+  const fs::path job_out = fs::path(dir_ / "jobs") / allocation / ("slurm-" + job + ".out");
+  std::string state;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        state = SlurmJobState(job);
+        return state != "RUNNING" || ReadFile(job_out).find("[det-trial] master unreachable") != std::string::npos;
+      },
+      std::chrono::seconds(60)))
+      << ReadFile(job_out);
+  EXPECT_EQ(state, "RUNNING") << "Slurm job " << job << " while the master was down\n" << ReadFile(job_out);
   cluster->RestartMaster();
   ASSERT_EQ(WaitUntilEnded(*cluster, id), "STATE_COMPLETED") << cluster->MasterLog();
   json t = Trial(*cluster, id);
@@ -346,6 +480,17 @@ TEST_F(SlurmTest, AMasterKilledMidTrialReattachesToTheRunningJob) {
   for (size_t pos = 0; (pos = logs.find("submitted as Slurm job", pos)) != std::string::npos; ++pos) ++submissions;
   EXPECT_EQ(submissions, 1u) << logs;
   EXPECT_THAT(logs, ::testing::Not(HasSubstr("resumed from checkpoint"))) << logs;
+  // In Slurm: that one job under the allocation's name, and it completed.
+  std::vector<SlurmJob> after;
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        after = SlurmJobsOf(allocation);
+        return after.size() != 1 || after[0].state == "COMPLETED";
+      },
+      std::chrono::seconds(30)));
+  ASSERT_EQ(after.size(), 1u) << "jobs named det-" << allocation << ": " << after.size();
+  EXPECT_EQ(after[0].id, job);
+  EXPECT_EQ(after[0].state, "COMPLETED");
 }
 
 // det-trial's Slurm mode refuses what it cannot use with a clear error and
