@@ -302,7 +302,8 @@ absl::Status MasterCore::StopExperimentLocked(int64_t id, bool kill) {
     }
     SetTrialState(t, t.row.state);
     if (kill) {
-      KillAllocationLocked(*ait->second, "experiment killed");
+      // SIGKILL at once, as KillTrial: a SIGTERMed det-trial checkpoints.
+      KillAllocationLocked(*ait->second, "experiment killed", /*grace_seconds=*/0);
     } else {
       RequestStopLocked(*ait->second);
     }
