@@ -10,32 +10,14 @@
 #include <iostream>
 #include <system_error>
 
+#include "absl/strings/str_replace.h"
 #include "cli/minimal_trial_template.h"  // generated: kMinimalTrialTemplate
+#include "common/shell_quote.h"
 
 namespace det::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReplaceAll(std::string_view text, std::string_view from, std::string_view to) {
-  std::string result;
-  size_t start = 0;
-  for (size_t pos = text.find(from); pos != std::string_view::npos; pos = text.find(from, start)) {
-    result.append(text.substr(start, pos - start)).append(to);
-    start = pos + from.size();
-  }
-  return result.append(text.substr(start));
-}
-
-// `path` as a shell word: as is when it holds only safe characters, else in
-// single quotes.
-std::string ShellWord(const std::string& path) {
-  bool safe = !path.empty();
-  for (char c : path) {
-    safe = safe && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_./-+:@%", c) != nullptr);
-  }
-  return safe ? path : "'" + ReplaceAll(path, "'", "'\\''") + "'";
-}
 
 // " -DCMAKE_PREFIX_PATH=PREFIX" when this det-cli is installed (PREFIX/bin)
 // next to the SDK's CMake package under a prefix CMake does not search by
@@ -89,6 +71,18 @@ std::string ValidateTrialName(std::string_view name) {
   bool ok = !name.empty() && name.size() <= kMaxTrialNameChars &&
             (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
   for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  // Names CMake or the packages find_package(det) loads already take: the
+  // generated project would not configure.
+  static constexpr std::string_view kTaken[] = {
+      "all", "clean", "help", "install", "package", "package_source", "test", "edit_cache", "rebuild_cache",
+      "list_install_components", "ALL_BUILD", "ZERO_CHECK", "RUN_TESTS", "torch", "torch_cpu", "torch_library",
+      "c10", "caffe2", "gloo"};
+  for (std::string_view taken : kTaken) {
+    if (ok && name == taken) {
+      return "NAME '" + std::string(name) + "' is a name CMake or LibTorch already uses; choose another, e.g. my_" +
+             std::string(name);
+    }
+  }
   if (ok) return "";
   return "NAME '" + std::string(name.substr(0, kMaxTrialNameChars)) + (name.size() > kMaxTrialNameChars ? "..." : "") +
          "' is not a valid trial name: use a letter or '_' followed by letters, digits or '_' (at most " +
@@ -98,7 +92,11 @@ std::string ValidateTrialName(std::string_view name) {
 std::vector<std::pair<std::string, std::string>> TrialProjectFiles(std::string_view name) {
   std::vector<std::pair<std::string, std::string>> files;
   for (const EmbeddedFile& f : kMinimalTrialTemplate) {
-    files.emplace_back(ReplaceAll(f.name, kTemplateTrialName, name), ReplaceAll(f.content, kTemplateTrialName, name));
+    const std::vector<std::pair<absl::string_view, absl::string_view>> rename = {
+        {absl::string_view(kTemplateTrialName.data(), kTemplateTrialName.size()),
+         absl::string_view(name.data(), name.size())}};
+    files.emplace_back(absl::StrReplaceAll(absl::string_view(f.name.data(), f.name.size()), rename),
+                       absl::StrReplaceAll(absl::string_view(f.content.data(), f.content.size()), rename));
   }
   return files;
 }

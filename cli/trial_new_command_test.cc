@@ -39,6 +39,15 @@ TEST(TrialNewTest, RejectsWhatIsNotAnIdentifier) {
   }
 }
 
+// A target CMake or LibTorch's package already defines: the generated
+// project would fail to configure.
+TEST(TrialNewTest, RejectsNamesCMakeOrTorchAlreadyUse) {
+  for (const std::string name : {"all", "test", "install", "torch", "c10"}) {
+    EXPECT_THAT(ValidateTrialName(name), HasSubstr("already uses")) << name;
+  }
+  EXPECT_EQ(ValidateTrialName("torch_trial"), "");
+}
+
 TEST(TrialNewTest, FilesAreTheMinimalExampleUnderTheNewName) {
   const auto files = TrialProjectFiles("cats");
   ASSERT_EQ(files.size(), 4u);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "common/bounded_file.h"
 #include "common/config_reader.h"
+#include "common/shell_quote.h"
 #include "common/status_macros.h"
 
 namespace det::master {
@@ -21,19 +22,6 @@ bool SafeChars(std::string_view s, std::string_view extra) {
     if (!ok) return false;
   }
   return true;
-}
-
-// Single-quoted for sh: 'it'\''s'.
-std::string ShellQuote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
 }
 
 absl::Status ParseSlurmSection(const ConfigSource& source, const ConfigMapReader& r, SlurmConfig* out) {
