@@ -215,14 +215,14 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
   allocations_[alloc->id] = std::move(alloc);
 }
 
-void MasterCore::KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason, int grace_seconds) {
+void MasterCore::KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason) {
   if (alloc.slurm) return CancelSlurmJobLocked(alloc);  // scancel: SIGTERM, then SIGKILL after Slurm's KillWait
   alloc.kill_sent = true;
   if (alloc.stop_requested_mono_ms == 0) alloc.stop_requested_mono_ms = MonoMs();
   for (const auto& placement : alloc.placements) {
     agentv1::MasterMessage msg;
     msg.mutable_kill_allocation()->set_allocation_id(alloc.id);
-    msg.mutable_kill_allocation()->set_grace_period_seconds(grace_seconds);
+    msg.mutable_kill_allocation()->set_grace_period_seconds(0);
     msg.mutable_kill_allocation()->set_reason(reason);
     SendToAgentLocked(placement.agent_id, std::move(msg));
   }
@@ -277,7 +277,7 @@ void MasterCore::OnProcessTerminated(const std::string& allocation_id, int exit_
     alloc.failed = true;
     alloc.failed_unasked = alloc.stop_requested_mono_ms == 0;
     alloc.failure = why;
-    if (alloc.terminated < alloc.processes) KillAllocationLocked(alloc, "another rank failed", 0);
+    if (alloc.terminated < alloc.processes) KillAllocationLocked(alloc, "another rank failed");
   }
   if (alloc.terminated < alloc.processes) {
     SaveAllocation(alloc);

@@ -302,8 +302,7 @@ absl::Status MasterCore::StopExperimentLocked(int64_t id, bool kill) {
     }
     SetTrialState(t, t.row.state);
     if (kill) {
-      // SIGKILL at once, as KillTrial: a SIGTERMed det-trial checkpoints.
-      KillAllocationLocked(*ait->second, "experiment killed", /*grace_seconds=*/0);
+      KillAllocationLocked(*ait->second, "experiment killed");
     } else {
       RequestStopLocked(*ait->second);
     }

@@ -526,9 +526,10 @@ class MasterCore {
   void SaveAllocation(const AllocationRuntime& alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the allocation's processes to checkpoint and exit.
   void RequestStopLocked(AllocationRuntime& alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends KillAllocation to every agent of `alloc` (SIGTERM, then SIGKILL
-  // after `grace_seconds`; 0: SIGKILL at once).
-  void KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason, int grace_seconds = 10)
+  // Sends KillAllocation to every agent of `alloc`: SIGKILL at once, no
+  // grace period (a SIGTERMed det-trial would checkpoint; a kill takes no
+  // checkpoint). A Slurm job is scancelled instead (CancelSlurmJobLocked).
+  void KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndAllocation(AllocationRuntime& alloc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

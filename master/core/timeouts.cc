@@ -93,7 +93,7 @@ void MasterCore::CheckStopTimeoutsLocked(int64_t now) {
     spdlog::warn("trial {}: allocation {} {}", alloc->trial_id, id, why);
     TrialLogLocked(alloc->trial_id, id, absl::StrCat("[det-master] allocation ", id, " ", why));
     alloc->force_killed = true;
-    KillAllocationLocked(*alloc, "stop timeout", /*grace_seconds=*/0);
+    KillAllocationLocked(*alloc, "stop timeout");
   }
 }
 
@@ -120,7 +120,7 @@ void MasterCore::CheckRendezvousTimeoutsLocked(int64_t now) {
       alloc->failed_unasked = alloc->stop_requested_mono_ms == 0;
       alloc->failure = why;
     }
-    KillAllocationLocked(*alloc, "rendezvous timeout", /*grace_seconds=*/0);
+    KillAllocationLocked(*alloc, "rendezvous timeout");
   }
   if (any) rendezvous_cv_.notify_all();  // its waiting ranks answer at once
 }

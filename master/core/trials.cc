@@ -66,9 +66,7 @@ absl::StatusOr<apiv1::KillTrialResponse> MasterCore::KillTrial(const apiv1::Kill
   auto ait = allocations_.find(t->allocation_id);
   if (ait != allocations_.end()) {
     SetTrialState(*t, t->row.state);
-    // SIGKILL at once: a grace period SIGTERMs det-trial, which takes that for
-    // a preemption and checkpoints, and a kill takes no checkpoint.
-    KillAllocationLocked(*ait->second, "trial killed", /*grace_seconds=*/0);
+    KillAllocationLocked(*ait->second, "trial killed");
     return Committed(w, apiv1::KillTrialResponse());
   }
   const std::string prefix = absl::StrCat("trial-", id, ".");
