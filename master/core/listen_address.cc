@@ -31,6 +31,10 @@ absl::StatusOr<std::string> TrialMasterAddress(absl::string_view host, absl::str
           "--advertise-address (TOML key advertise-address) to this host's name or IP as the agents see it, "
           "e.g. advertise-address = \"det-master.example.internal\" (the gRPC port is appended when omitted)"));
     }
+    // A bare IPv6 address ("::1") is bracketed before its port.
+    if (host.find(':') != absl::string_view::npos && !absl::StartsWith(host, "[")) {
+      return absl::StrCat("[", host, "]:", port);
+    }
     return absl::StrCat(host, ":", port);
   }
   if (HasPort(advertise)) return std::string(advertise);

@@ -18,7 +18,7 @@ namespace det::master {
 bool IsWildcardHost(absl::string_view host);
 
 // The gRPC address the master gives its trial processes.
-// - `advertise` empty: HOST:PORT, where `port` is the bound gRPC port; a
+// - `advertise` empty: HOST:PORT ([HOST]:PORT for IPv6), where `port` is the bound gRPC port; a
 //   wildcard `host` is refused (InvalidArgument naming advertise-address),
 //   because trials on other nodes would dial it.
 // - `advertise` without a port ("det-master.internal", "10.0.0.5",

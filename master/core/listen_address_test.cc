@@ -23,6 +23,8 @@ TEST(ListenAddressTest, WildcardHostWithoutAdvertiseAddressIsRefusedNamingTheKey
 TEST(ListenAddressTest, DefaultsToHostAndBoundPort) {
   EXPECT_EQ(*TrialMasterAddress("127.0.0.1", "", 41234), "127.0.0.1:41234");
   EXPECT_EQ(*TrialMasterAddress("10.0.0.5", "", 8090), "10.0.0.5:8090");
+  EXPECT_EQ(*TrialMasterAddress("::1", "", 8090), "[::1]:8090");
+  EXPECT_EQ(*TrialMasterAddress("[::1]", "", 8090), "[::1]:8090");
 }
 
 TEST(ListenAddressTest, AdvertiseAddressGetsTheBoundPortWhenItHasNone) {
