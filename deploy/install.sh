@@ -17,10 +17,21 @@ role="${1:-all}"
 # The cluster secret is made once, on the master node; every agent node gets
 # a copy of that file (CLUSTER_SECRET_FILE=...), never a fresh one, which the
 # master would refuse. Checked before anything is installed.
-if [ "$role" = agent ] && [ ! -s /etc/det/cluster-secret ] && [ ! -s "${CLUSTER_SECRET_FILE:-}" ]; then
+if [ -n "${CLUSTER_SECRET_FILE:-}" ] && [ ! -s "$CLUSTER_SECRET_FILE" ]; then
+  echo "install.sh: error: CLUSTER_SECRET_FILE=$CLUSTER_SECRET_FILE is missing or empty" >&2
+  exit 2
+fi
+if [ "$role" = agent ] && [ ! -s /etc/det/cluster-secret ] && [ -z "${CLUSTER_SECRET_FILE:-}" ]; then
   echo "install.sh: error: an agent node needs the master's cluster secret: copy /etc/det/cluster-secret" \
-    "from the master node, e.g. scp det-master:/etc/det/cluster-secret /tmp/, then run" \
-    "CLUSTER_SECRET_FILE=/tmp/cluster-secret $0 agent" >&2
+    "from the master node into a private directory, e.g. scp det-master:/etc/det/cluster-secret /root/, then run" \
+    "CLUSTER_SECRET_FILE=/root/cluster-secret $0 agent" >&2
+  exit 2
+fi
+# The master address written into agent.toml: HOST:PORT, nothing TOML or sed
+# would read as syntax.
+master_re='^[]A-Za-z0-9.:[-]{1,253}:[0-9]{1,5}$'
+if [ -n "${MASTER:-}" ] && ! [[ $MASTER =~ $master_re ]]; then
+  echo "install.sh: error: MASTER='${MASTER:0:64}' must be HOST:PORT, e.g. det-master.example.internal:8090" >&2
   exit 2
 fi
 cmake --install "$build" --prefix "$prefix"
@@ -49,7 +60,7 @@ for unit in master agent; do
     if [ "$unit" = master ]; then
       new_secret /etc/det/cluster-secret
       new_secret /etc/det/initial-admin-password
-    elif [ -s "${CLUSTER_SECRET_FILE:-}" ]; then
+    elif [ -n "${CLUSTER_SECRET_FILE:-}" ]; then
       install_secret "$CLUSTER_SECRET_FILE" /etc/det/cluster-secret
     fi
     install -m 0644 "$root/deploy/systemd/det-$unit.service" /etc/systemd/system/

@@ -135,10 +135,16 @@ def main():
                    "CCACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "ccache")))
     env.pop("DET_MASTER", None)
     print("running in", tmp, "with ports", grpc, http, flush=True)
-    proc = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, errors="replace", timeout=1500)
+    try:
+        # Under ctest's TIMEOUT (1500 s), so that the cluster is stopped below.
+        proc = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace", timeout=1320)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        proc = subprocess.CompletedProcess(e.cmd, 124, out + "\ndocs_quickstart: timed out after 1320 s\n")
+    finally:
+        subprocess.run(["bash", "-c", "./deploy/cluster.sh stop"], cwd=tmp, env=env, capture_output=True)
     print(proc.stdout)
-    subprocess.run(["bash", "-c", "./deploy/cluster.sh stop"], cwd=tmp, env=env, capture_output=True)
     outputs = dict(re.findall(r"@@docs_quickstart (\d+)@@\n(.*?)(?=@@docs_quickstart )", proc.stdout, re.S))
     failures = []
     if proc.returncode != 0:
