@@ -1,6 +1,7 @@
 #include "common/yaml_limits.h"
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -53,7 +54,11 @@ TEST(YamlLimitsTest, AliasBombIsRefusedQuicklyNamingTheLimit) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("YAML expands to more than 100000 nodes (aliases included); the limit is 100000"));
   EXPECT_THAT(std::string(s.message()), testing::StartsWith("config:"));
   // Generous (the check takes microseconds): the bomb took over a minute.
-  EXPECT_LT(took, std::chrono::seconds(5));
+  // Labelled latency (tests/latency_tests.cmake); the bound is far above 5x
+  // the median measured (see the printed figure).
+  const double secs = std::chrono::duration<double>(took).count();
+  std::printf("[ latency  ] alias bomb refused in %.6f s (bound 5.0 s)\n", secs);
+  EXPECT_LT(secs, 5.0);
 }
 
 TEST(YamlLimitsTest, AliasBombThroughTheConfigParsers) {

@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -209,7 +211,11 @@ TEST(DistributedTest, LocalFailingRankStopsTheOthers) {
   EXPECT_EQ(rc, 1) << out << err;
   EXPECT_THAT(err, HasSubstr("synthetic failure at batch 5"));
   EXPECT_THAT(err, HasSubstr("of 2"));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(50)) << "a rank waited for a dead peer";
+  // Labelled latency (tests/latency_tests.cmake): the bound is 5x or more the
+  // median measured, printed here.
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[ latency  ] 2 ranks, one failing at batch 5, ended in %.3f s (bound 50.0 s)\n", secs);
+  EXPECT_LT(secs, 50.0) << "a rank waited for a dead peer";
 }
 
 // ---------------------------------------------------------------- clusters

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -1228,18 +1229,32 @@ TEST(SecurityBoundsTest, AliasBombIsRefusedQuicklyAndTheMasterStaysSmall) {
 
   // Each call is bounded by det-cli's deadline / the harness's 10 s REST read
   // timeout: before the limits one bomb kept a core busy for over 60 s.
-  ExpectCliInvalid(cluster, {"preview-search", path}, limit);
-  ExpectCreateInvalid(cluster, bomb, "bomb-create", limit);
+  // Labelled latency (tests/latency_tests.cmake): the slowest refusal is
+  // timed and printed; the 10 s bound is 5x or more its median.
+  double slowest = 0;
+  auto timed = [&](auto call) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    slowest = std::max(slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+  timed([&] { ExpectCliInvalid(cluster, {"preview-search", path}, limit); });
+  timed([&] { ExpectCreateInvalid(cluster, bomb, "bomb-create", limit); });
   // REST too (the generic route and the experiments route answer 400).
   int status = 0;
-  nlohmann::json preview = cluster.Send("POST", "/api/v1/PreviewSearch",
-                                        nlohmann::json{{"config_yaml", bomb}}.dump(), &status);
+  nlohmann::json preview, created;
+  timed([&] {
+    preview = cluster.Send("POST", "/api/v1/PreviewSearch", nlohmann::json{{"config_yaml", bomb}}.dump(), &status);
+  });
   EXPECT_EQ(status, 400) << preview.dump();
   EXPECT_NE(preview.dump().find("100000 nodes"), std::string::npos) << preview.dump();
-  nlohmann::json created = cluster.Send("POST", "/api/v1/experiments",
-                                        nlohmann::json{{"config_yaml", bomb}, {"trial_so", "f0VMRg=="}}.dump(),
-                                        &status);
+  timed([&] {
+    created = cluster.Send("POST", "/api/v1/experiments",
+                           nlohmann::json{{"config_yaml", bomb}, {"trial_so", "f0VMRg=="}}.dump(), &status);
+  });
   EXPECT_EQ(status, 400) << created.dump();
+  std::printf("[ latency  ] slowest of 4 alias-bomb refusals (2 det-cli, 2 REST) took %.3f s (bound 10.0 s)\n",
+              slowest);
+  EXPECT_LT(slowest, 10.0);
 
   EXPECT_EQ(ExperimentCount(cluster), 0) << "nothing created";
   ExpectMasterHealthy(cluster);
@@ -1494,6 +1509,12 @@ TEST(SecurityTest, OneAllocationsLongPollsDoNotStarveAnother) {
   std::mutex mu;
   std::condition_variable cv;
   int finished = 0, finished_ok = 0;
+  // Labelled latency (tests/latency_tests.cmake): both bounds below are 5x
+  // or more the medians measured, printed here.
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  const auto polls_sent = std::chrono::steady_clock::now();
   for (int i = 0; i < kPolls; ++i) {
     auto p = std::make_unique<Poll>();
     p->ctx.AddMetadata("x-det-allocation-token", attacker.token);
@@ -1512,6 +1533,8 @@ TEST(SecurityTest, OneAllocationsLongPollsDoNotStarveAnother) {
   {
     std::unique_lock<std::mutex> l(mu);
     EXPECT_TRUE(cv.wait_for(l, 20s, [&] { return finished >= kPolls - 2; })) << finished << " of " << kPolls;
+    std::printf("[ latency  ] %d of %d long-polls of one allocation answered in %.3f s (bound 20.0 s)\n", finished,
+                kPolls, seconds_since(polls_sent));
     EXPECT_EQ(finished_ok, finished);
   }
   // The victim's call has a 5 s deadline (without the per-allocation bound
@@ -1519,7 +1542,9 @@ TEST(SecurityTest, OneAllocationsLongPollsDoNotStarveAnother) {
   trialv1::ShouldPreemptRequest quick;
   quick.set_timeout_ms(0);
   trialv1::ShouldPreemptResponse resp;
+  const auto victim_sent = std::chrono::steady_clock::now();
   grpc::Status st = cluster.Call(&trialv1::TrialService::Stub::ShouldPreempt, victim, quick, &resp, 5s);
+  std::printf("[ latency  ] the victim's ShouldPreempt answered in %.3f s (bound 5.0 s)\n", seconds_since(victim_sent));
   EXPECT_TRUE(st.ok()) << st.error_message() << " (the victim's ShouldPreempt waited behind the attacker's)";
   EXPECT_FALSE(resp.preempt());
   {
