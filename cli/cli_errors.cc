@@ -35,4 +35,10 @@ std::string FailureMessage(const CLI::App* /*app*/, const CLI::Error& e) {
   return "det-cli: error: " + message + "\nRun 'det-cli [COMMAND...] --help' for usage.\n";
 }
 
+std::string NameConfigFile(const std::string& message, const std::string& config_path) {
+  constexpr char kPrefix[] = "config:";
+  if (message.rfind(kPrefix, 0) != 0) return message;
+  return config_path + message.substr(sizeof(kPrefix) - 2);
+}
+
 }  // namespace det::cli

@@ -19,6 +19,12 @@ CLI::Validator ReadableFile();
 // errors add a hint to --help.
 std::string FailureMessage(const CLI::App* app, const CLI::Error& e);
 
+// The master names the config of CreateExperiment "config" in its errors
+// ("config:12: unknown field 'x'"); det-cli knows the file: returns `message`
+// with a leading "config:" rewritten to "CONFIG_PATH:" (other messages as
+// they are). The master never learns or opens the path.
+std::string NameConfigFile(const std::string& message, const std::string& config_path);
+
 }  // namespace det::cli
 
 #endif  // DET_CLI_CLI_ERRORS_H_

@@ -55,13 +55,32 @@ void Client::PrepareContext(grpc::ClientContext* ctx, bool streaming) const {
 }
 
 std::string Client::ErrorMessage(const grpc::Status& status) const {
-  std::string code = StatusCodeName(status.error_code());
-  bool transport = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                   status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-  if (transport && channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
-    return "cannot reach master at " + options_.master + " (" + code + ": " + status.error_message() + ")";
+  return FormatRpcError(options_.master, status, channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY);
+}
+
+bool LooksLikeHttp1Server(const std::string& grpc_message) {
+  // gRPC's words when the far end answers HTTP/1.x: a real master's REST
+  // port gives "Trying to connect an http1.x server", other HTTP/1 servers
+  // "Failed parsing HTTP/2" (or a version/preface complaint).
+  for (const char* sign : {"http1.x server", "Failed parsing HTTP/2", "HTTP/1."}) {
+    if (grpc_message.find(sign) != std::string::npos) return true;
   }
-  return status.error_message() + " (" + code + ")";
+  return false;
+}
+
+std::string FormatRpcError(const std::string& master, const grpc::Status& status, bool connected) {
+  const std::string code = StatusCodeName(status.error_code());
+  const bool transport = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  if (!transport || connected) return status.error_message() + " (" + code + ")";
+  const std::string why = " (" + code + ": " + status.error_message() + ")";
+  if (LooksLikeHttp1Server(status.error_message())) {
+    return "cannot talk to a master at " + master + why +
+           ": this looks like the master's REST port; det-cli speaks gRPC: use the gRPC port (8090 by default), "
+           "with -m HOST:PORT or DET_MASTER";
+  }
+  return "no master answered at " + master + why +
+         ": start one (deploy/cluster.sh start) or point det-cli at yours with -m HOST:PORT or DET_MASTER";
 }
 
 const char* StatusCodeName(grpc::StatusCode code) {

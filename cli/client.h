@@ -61,8 +61,7 @@ class Client {
   }
 
   // The text det-cli prints after "det-cli: error: " for a failed call:
-  // "<message> (<CODE_NAME>)", or "cannot reach master at HOST:PORT (...)"
-  // when the channel never connected.
+  // FormatRpcError with whether the channel is connected.
   std::string ErrorMessage(const grpc::Status& status) const;
 
  private:
@@ -70,6 +69,17 @@ class Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stub> stub_;
 };
+
+// True when gRPC's message for a failed connection says the far end spoke
+// HTTP/1.x (e.g. the master's REST port).
+bool LooksLikeHttp1Server(const std::string& grpc_message);
+
+// The one-line text of a failed call to `master`: "<message> (<CODE_NAME>)"
+// when the master answered (`connected`, or a code other than UNAVAILABLE or
+// DEADLINE_EXCEEDED); otherwise one that names the fix: the gRPC port when
+// the far end spoke HTTP/1 (the REST port), else "no master answered at
+// MASTER ...: start one (deploy/cluster.sh start) or ... -m / DET_MASTER".
+std::string FormatRpcError(const std::string& master, const grpc::Status& status, bool connected);
 
 // "NOT_FOUND", "INVALID_ARGUMENT", ... for a gRPC status code.
 const char* StatusCodeName(grpc::StatusCode code);

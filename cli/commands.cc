@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "cli/cli_errors.h"
 #include "cli/follow_progress.h"
 #include "cli/metrics_log_commands.h"
 #include "cli/table.h"
@@ -278,6 +279,10 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
   req.set_activate(!args.paused);
   v1::CreateExperimentResponse resp;
   grpc::Status status = client.Call(&Stub::CreateExperiment, req, &resp);
+  if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    // Name the user's file where the master says "config:LINE".
+    status = grpc::Status(status.error_code(), NameConfigFile(status.error_message(), args.config_path));
+  }
   if (!status.ok()) return ReportError(client, status, io.err);
   for (const auto& w : resp.warnings()) io.err << "det-cli: warning: " << w << '\n';
   io.out << "Created experiment " << resp.experiment().id() << '\n';

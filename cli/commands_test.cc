@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "cli/cli_errors.h"
 #include "cli/client.h"
 #include "cli/experiment_fork_commands.h"
 #include "cli/trial_metrics_command.h"
@@ -36,6 +37,9 @@ class FakeMaster final : public v1::Determined::Service {
     last_create_ = *req;
     auto md = ctx->client_metadata().find("authorization");
     if (md != ctx->client_metadata().end()) last_authorization_ = std::string(md->second.data(), md->second.size());
+    if (req->config_yaml().find("bogus") != std::string::npos) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "config:3: unknown field 'bogus'");
+    }
     resp->mutable_experiment()->set_id(1);
     resp->mutable_experiment()->set_state(req->activate() ? v1::STATE_ACTIVE : v1::STATE_PAUSED);
     return grpc::Status::OK;
@@ -400,7 +404,58 @@ TEST(ClientTest, UnreachableMasterIsNamed) {
   std::ostringstream out, err;
   CommandIo io{out, err};
   EXPECT_EQ(MasterInfo(client, io), 1);
-  EXPECT_THAT(err.str(), HasSubstr("det-cli: error: cannot reach master at 127.0.0.1:1"));
+  EXPECT_THAT(err.str(), HasSubstr("det-cli: error: no master answered at 127.0.0.1:1"));
+}
+
+// Issue 45: errors that name the fix. (tests/cli_errors_test.cc runs det-cli
+// against a real master's REST port and a port nobody listens on.)
+TEST(ClientTest, NoMasterSaysStartOneOrSetDetMaster) {
+  grpc::Status refused(grpc::StatusCode::UNAVAILABLE,
+                       "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:9: Failed to connect "
+                       "to remote host: Connection refused");
+  std::string msg = FormatRpcError("127.0.0.1:9", refused, /*connected=*/false);
+  EXPECT_THAT(msg, ::testing::StartsWith("no master answered at 127.0.0.1:9 (UNAVAILABLE: "));
+  EXPECT_THAT(msg, HasSubstr("start one (deploy/cluster.sh start) or point det-cli at yours with -m HOST:PORT or "
+                             "DET_MASTER"));
+}
+
+TEST(ClientTest, RestPortSaysUseTheGrpcPort) {
+  // A real master's REST port, and another HTTP/1 server.
+  for (const char* grpc_message :
+       {"failed to connect to all addresses; last error: INTERNAL: ipv4:127.0.0.1:8080: Trying to connect an "
+        "http1.x server",
+        "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:8080: Failed parsing HTTP/2"}) {
+    grpc::Status status(grpc::StatusCode::UNAVAILABLE, grpc_message);
+    std::string msg = FormatRpcError("127.0.0.1:8080", status, /*connected=*/false);
+    EXPECT_THAT(msg, HasSubstr("127.0.0.1:8080")) << msg;
+    EXPECT_THAT(msg, HasSubstr("this looks like the master's REST port; det-cli speaks gRPC: use the gRPC port "
+                               "(8090 by default)"))
+        << msg;
+  }
+}
+
+TEST(ClientTest, AnAnsweringMastersErrorIsPrintedAsItIs) {
+  grpc::Status denied(grpc::StatusCode::UNAUTHENTICATED, "invalid credentials");
+  EXPECT_EQ(FormatRpcError("m:1", denied, /*connected=*/false), "invalid credentials (UNAUTHENTICATED)");
+  grpc::Status busy(grpc::StatusCode::UNAVAILABLE, "shutting down");
+  EXPECT_EQ(FormatRpcError("m:1", busy, /*connected=*/true), "shutting down (UNAVAILABLE)");
+}
+
+TEST(NameConfigFileTest, RewritesOnlyTheLeadingConfigPrefix) {
+  EXPECT_EQ(NameConfigFile("config:12: field x", "const.yaml"), "const.yaml:12: field x");
+  EXPECT_EQ(NameConfigFile("config: not a mapping", "a b.yaml"), "a b.yaml: not a mapping");
+  EXPECT_EQ(NameConfigFile("trial.so: not an ELF file", "const.yaml"), "trial.so: not an ELF file");
+  EXPECT_EQ(NameConfigFile("configuration: x", "const.yaml"), "configuration: x");
+}
+
+TEST_F(CommandsTest, CreateConfigErrorNamesTheUsersFile) {
+  ExperimentCreateArgs args;
+  args.config_path = WriteFile("const.yaml", "name: x\nsearcher:\nbogus: 1\n");
+  args.trial_path = WriteFile("trial.so", "x");
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(ExperimentCreate(client, args, io), 1);
+  EXPECT_EQ(err_.str(), "det-cli: error: " + args.config_path + ":3: unknown field 'bogus' (INVALID_ARGUMENT)\n");
 }
 
 TEST(ClientTest, OptionsFromEnv) {

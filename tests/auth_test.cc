@@ -445,6 +445,9 @@ TEST(AuthTest, CliLoginAndUsers) {
 
   EXPECT_EQ(cluster.Cli({"user", "login", "alice", "--password-stdin"}, &out, &err, "wrong\n"), 1);
   EXPECT_THAT(err, HasSubstr("UNAUTHENTICATED"));
+  // It says where the first password is written (issue 45).
+  EXPECT_THAT(err, HasSubstr("det-cluster/master/initial-admin-password (deploy/cluster.sh)")) << err;
+  EXPECT_THAT(err, HasSubstr("/etc/det/initial-admin-password (deploy/install.sh)")) << err;
   ASSERT_EQ(cluster.Cli({"user", "login", "alice", "--password-stdin"}, &out, &err, "s3cret\n"), 0) << err;
   ASSERT_EQ(cluster.Cli({"user", "whoami"}, &out, &err), 0) << err;
   EXPECT_THAT(out, HasSubstr("'alice'"));

@@ -19,6 +19,13 @@ namespace det::master {
 namespace {
 
 // The trial id of an allocation id "trial-<id>.<run>.<hex>" (0 if none).
+// Where a trial that runs again starts, for the log: never "its latest
+// checkpoint" when it has none.
+std::string RestartPoint(const TrialRuntime& trial) {
+  return trial.row.latest_checkpoint_uuid.empty() ? "from the beginning (no checkpoint yet)"
+                                                  : "from its latest checkpoint";
+}
+
 int64_t TrialIdOfAllocation(const std::string& allocation_id) {
   long long id = 0;
   return std::sscanf(allocation_id.c_str(), "trial-%lld.", &id) == 1 ? id : 0;
@@ -340,7 +347,7 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
     // latest checkpoint without counting a restart.
     if (done.failed) {
       log(absl::StrCat("trial ", trial.row.id, ": allocation ", done.id, " ended (", done.failure,
-                       "); it resumes from its latest checkpoint (not counted as a restart)"));
+                       "); it resumes ", RestartPoint(trial), " (not counted as a restart)"));
     }
     if (exp.row.state == kPaused) {
       SetTrialState(trial, kPaused);
@@ -356,7 +363,7 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
   }
   trial.row.restarts += 1;
   log(absl::StrCat("trial ", trial.row.id, " failed (", done.failure, "); restart ", trial.row.restarts, " of ",
-                   exp.config.max_restarts, " from its latest checkpoint"));
+                   exp.config.max_restarts, " ", RestartPoint(trial)));
   SetTrialState(trial, trial.row.state);
   if (exp.row.state == kActive) RequestAllocation(exp, trial);
   return ops;

@@ -62,7 +62,14 @@ absl::Status ValidUsername(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::Status Unauthenticated() { return absl::UnauthenticatedError("invalid credentials"); }
+// The same for an unknown user and a wrong password (no user enumeration);
+// it names where the first password is written (gRPC and REST share it).
+absl::Status Unauthenticated() {
+  return absl::UnauthenticatedError(
+      "invalid credentials (wrong username or password); the first password of admin and determined is in "
+      "det-cluster/master/initial-admin-password (deploy/cluster.sh) or /etc/det/initial-admin-password "
+      "(deploy/install.sh)");
+}
 
 }  // namespace
 

@@ -59,6 +59,10 @@ TEST_F(AuthCoreTest, LoginAuthenticateLogout) {
   EXPECT_EQ(auth_->Login("nobody", "").status().code(), absl::StatusCode::kUnauthenticated);
   // The same message whether the user exists or not.
   EXPECT_EQ(auth_->Login("nobody", "").status().message(), auth_->Login("determined", "x").status().message());
+  // It says where the first password is written (issue 45).
+  const std::string wrong(auth_->Login("nobody", "").status().message());
+  EXPECT_THAT(wrong, ::testing::HasSubstr("det-cluster/master/initial-admin-password (deploy/cluster.sh)")) << wrong;
+  EXPECT_THAT(wrong, ::testing::HasSubstr("/etc/det/initial-admin-password (deploy/install.sh)")) << wrong;
   auto login = auth_->Login("determined", "");
   ASSERT_TRUE(login.ok()) << login.status();
   EXPECT_EQ(login->token().size(), 64u);

@@ -15,6 +15,7 @@
 #include <sqlite3.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
@@ -342,6 +343,21 @@ TEST_F(MasterCoreTest, RendezvousThatNeverCompletesFailsTheAllocation) {
   EXPECT_EQ(Trial().restarts(), 1);
   agentv1::StartAllocation again = ExpectStart(*a);
   EXPECT_THAT(again.allocation_id(), ::testing::StartsWith("trial-1.2."));
+}
+
+// A trial that fails before its first checkpoint starts over: the log must
+// not promise "its latest checkpoint" (issue 45).
+TEST_F(MasterCoreTest, RestartWithoutACheckpointSaysItStartsFromTheBeginning) {
+  auto a = Agent("a", 1);
+  CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  ASSERT_TRUE(Trial().latest_checkpoint_uuid().empty());
+  Exited("a", start.allocation_id(), 0, det::kExitTrialError);
+  EXPECT_EQ(Trial().restarts(), 1);
+  const std::string logs = TrialLogs();
+  EXPECT_THAT(logs, HasSubstr("restart 1 of ")) << logs;
+  EXPECT_THAT(logs, HasSubstr(" from the beginning (no checkpoint yet)")) << logs;
+  EXPECT_THAT(logs, ::testing::Not(HasSubstr("latest checkpoint"))) << logs;
 }
 
 TEST_F(MasterCoreTest, CompletedRendezvousIsNotTimedOut) {

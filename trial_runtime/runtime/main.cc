@@ -35,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
 #include "common/experiment_config.h"
+#include "common/shell_quote.h"
 #include "spdlog/spdlog.h"
 #include "common/hparams.h"
 #include "trial_runtime/runtime/checkpoint.h"
@@ -58,18 +59,21 @@ int Fail(int code, const absl::Status& status) {
   return code;
 }
 
+constexpr char kDefaultOutputDir[] = "det-output";
+constexpr char kDefaultDevice[] = "auto";
+
 struct Flags {
   bool local = false;
   std::string config_path;
   std::string trial_path;
   std::string resume;
-  std::string output_dir = "det-output";
+  std::string output_dir = kDefaultOutputDir;
   std::string checkpoint_dir;
   std::string metrics_csv;
   int threads = 0;
   bool no_progress = false;
   int nproc = 1;
-  std::string device = "auto";
+  std::string device = kDefaultDevice;
   std::string seed;  // decimal; empty: from the checkpoint, the config, or random
 };
 
@@ -280,6 +284,26 @@ absl::StatusOr<std::unique_ptr<Reporter>> OpenLocalReporter(const Flags& flags, 
   return std::unique_ptr<Reporter>(*std::move(reporter));
 }
 
+// The command that resumes a paused local run from `checkpoint`: every flag
+// the user gave that shapes the run (not --seed: the checkpoint has it), each
+// word shell-quoted.
+std::string LocalResumeCommand(const Flags& flags, const DistributedEnv& env, const std::string& checkpoint) {
+  std::vector<std::string> words = {"det-trial", "--local"};
+  if (!flags.config_path.empty()) words.push_back(flags.config_path);
+  words.push_back(flags.trial_path);
+  if (env.distributed()) words.insert(words.end(), {"--nproc", std::to_string(env.world_size)});
+  if (flags.threads > 0) words.insert(words.end(), {"--threads", std::to_string(flags.threads)});
+  if (flags.output_dir != kDefaultOutputDir) words.insert(words.end(), {"--output-dir", flags.output_dir});
+  if (!flags.checkpoint_dir.empty()) words.insert(words.end(), {"--checkpoint-dir", flags.checkpoint_dir});
+  if (!flags.metrics_csv.empty()) words.insert(words.end(), {"--metrics-csv", flags.metrics_csv});
+  if (flags.no_progress) words.push_back("--no-progress");
+  if (flags.device != kDefaultDevice) words.insert(words.end(), {"--device", flags.device});
+  words.insert(words.end(), {"--resume", checkpoint});
+  std::string command;
+  for (const auto& w : words) absl::StrAppend(&command, command.empty() ? "" : " ", ShellWord(w));
+  return command;
+}
+
 // The chief's last lines: throughput, then where it paused (with the command
 // that resumes it) or what it completed and its best validation metric.
 void PrintLocalResult(const Flags& flags, const DistributedEnv& env, const ExperimentConfig& config,
@@ -291,10 +315,9 @@ void PrintLocalResult(const Flags& flags, const DistributedEnv& env, const Exper
               static_cast<long long>(c.batches_this_run()), secs);
   const std::string ckpt = c.latest_checkpoint() ? c.latest_checkpoint()->path : "";
   if (outcome == TrialOutcome::kPaused) {
-    const std::string nproc = env.distributed() ? absl::StrCat(" --nproc ", env.world_size) : "";
-    std::printf("[det-trial] paused at batch %lld; checkpoint %s\n[det-trial] resume with: det-trial --local %s %s%s --resume %s\n",
-                static_cast<long long>(c.batches_trained()), ckpt.c_str(), flags.config_path.c_str(),
-                flags.trial_path.c_str(), nproc.c_str(), ckpt.c_str());
+    std::printf("[det-trial] paused at batch %lld; checkpoint %s\n[det-trial] resume with: %s\n",
+                static_cast<long long>(c.batches_trained()), ckpt.c_str(),
+                LocalResumeCommand(flags, env, ckpt).c_str());
   } else {
     std::printf("[det-trial] completed %lld batches; checkpoint %s\n", static_cast<long long>(c.batches_trained()),
                 ckpt.c_str());
