@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <utility>
 
@@ -57,6 +58,37 @@ absl::Status CheckOrder(const ConfigMapReader& r, const Hyperparameter& h) {
   return absl::OkStatus();
 }
 
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.5g", v);
+  return buf;
+}
+
+// type: log bounds are exponents (base^minval..base^maxval). Bounds that look
+// like the values themselves -- both in (0, 1] (minval: 0.0001, maxval: 0.1
+// samples 1.0002..1.2589), or base^maxval above 1e10 (maxval > 10 in base
+// 10) -- are refused, naming the range they would sample and the exponents
+// that were probably meant.
+absl::Status CheckLogExponents(const ConfigMapReader& r, const Hyperparameter& h) {
+  bool unit = h.minval > 0 && h.minval <= 1 && h.maxval > 0 && h.maxval <= 1;
+  bool huge = h.maxval * std::log10(h.base) > 10;
+  if (!unit && !huge) return absl::OkStatus();
+  std::string key = unit ? "minval" : "maxval";
+  std::string b = Num(h.base);
+  std::string msg = absl::StrCat(
+      "field '", r.PathOf(key), "': type: log bounds are exponents of base ", b, ", and minval: ", Num(h.minval),
+      ", maxval: ", Num(h.maxval), " would sample ", b, "^", Num(h.minval), "..", b, "^", Num(h.maxval), " = ",
+      Num(std::pow(h.base, h.minval)), "..", Num(std::pow(h.base, h.maxval)), "; give exponents");
+  double lb = std::log(h.base);
+  if (h.minval > 0) {
+    absl::StrAppend(&msg, ": minval: ", Num(std::log(h.minval) / lb), ", maxval: ", Num(std::log(h.maxval) / lb),
+                    " for ", Num(h.minval), "..", Num(h.maxval));
+  } else if (h.maxval > 0) {
+    absl::StrAppend(&msg, " (maxval: ", Num(std::log(h.maxval) / lb), " for ", Num(h.maxval), ")");
+  }
+  return r.Error(key, msg);
+}
+
 absl::StatusOr<double> RequiredFiniteDouble(const ConfigMapReader& r, std::string_view key) {
   const json* v = r.Find(key);
   if (v == nullptr) return r.Missing(key);
@@ -78,6 +110,11 @@ absl::StatusOr<Hyperparameter> ParseSpec(const ConfigMapReader& r, std::string_v
     for (const char* key : {"minval", "maxval"}) {
       const json* v = r.Find(key);
       if (v == nullptr) return r.Missing(key);
+      if (v->is_number_float()) {
+        return r.Error(key, absl::StrCat("field '", r.PathOf(key), "' must be an integer, got '", v->dump(),
+                                         "': type: int draws integers; write an integer bound, or use "
+                                         "type: double for real values"));
+      }
       DET_ASSIGN_OR_RETURN(int64_t n,
                            ConfigMapReader::CheckInt(r.source(), *v, r.PathOf(key), -kMaxIntHParam, kMaxIntHParam));
       (std::string_view(key) == "minval" ? h.minval : h.maxval) = static_cast<double>(n);
@@ -100,6 +137,7 @@ absl::StatusOr<Hyperparameter> ParseSpec(const ConfigMapReader& r, std::string_v
       if (!(h.base > 0) || h.base == 1 || !std::isfinite(h.base)) {
         return r.TypeError("base", "a positive number other than 1");
       }
+      DET_RETURN_IF_ERROR(CheckLogExponents(r, h));
     }
     DET_RETURN_IF_ERROR(ParseCount(r, &h));
   } else {  // categorical

@@ -62,7 +62,10 @@ bool IsSearched(const Hyperparameter& hp);
 
 // Parses a hyperparameters section (a JSON object, e.g. from ParseYamlToJson)
 // found at dotted `path`. Validates each spec: required fields, no unknown
-// fields, minval <= maxval, count >= 1, base > 0 and != 1, non-empty vals.
+// fields, minval <= maxval, count >= 1, base > 0 and != 1, non-empty vals;
+// int bounds are integers; log bounds that look like values rather than
+// exponents (both in (0, 1], or base^maxval > 1e10) are refused naming the
+// range they would sample and the exponents probably meant.
 // Errors are InvalidArgument naming the field path, with source name and line
 // when `source` is given (otherwise the source name is "hyperparameters").
 absl::StatusOr<HyperparameterSpace> HyperparameterSpaceFromJson(const nlohmann::json& spec,

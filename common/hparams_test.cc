@@ -75,6 +75,47 @@ TEST(HParamsParseTest, SpecErrorsNameTheField) {
   EXPECT_EQ(ParseError(R"([1, 2])").code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(HParamsParseTest, IntBoundsThatAreNotIntegersAreRefused) {
+  EXPECT_THAT(ParseErrorMessage(R"({"u": {"type": "int", "minval": 8, "maxval": 64.5}})"),
+              HasSubstr("field 'hyperparameters.u.maxval' must be an integer, got '64.5': type: int draws "
+                        "integers; write an integer bound, or use type: double"));
+  EXPECT_THAT(ParseErrorMessage(R"({"u": {"type": "int", "minval": 8.0, "maxval": 64}})"),
+              HasSubstr("field 'hyperparameters.u.minval' must be an integer, got '8.0'"));
+  EXPECT_THAT(ParseErrorMessage(R"({"u": {"type": "int", "minval": "8", "maxval": 64}})"),
+              HasSubstr("field 'hyperparameters.u.minval' must be an integer"));
+}
+
+TEST(HParamsParseTest, LogBoundsThatLookLikeValuesAreRefused) {
+  // Both in (0, 1]: the values 1e-4..1e-1 written instead of their exponents.
+  EXPECT_THAT(ParseErrorMessage(R"({"lr": {"type": "log", "minval": 0.0001, "maxval": 0.1}})"),
+              HasSubstr("field 'hyperparameters.lr.minval': type: log bounds are exponents of base 10, and "
+                        "minval: 0.0001, maxval: 0.1 would sample 10^0.0001..10^0.1 = 1.0002..1.2589; "
+                        "give exponents: minval: -4, maxval: -1 for 0.0001..0.1"));
+  EXPECT_THAT(ParseErrorMessage(R"({"lr": {"type": "log", "minval": 0.5, "maxval": 1}})"),
+              HasSubstr("field 'hyperparameters.lr.minval'"));
+  // base^maxval above 1e10: maxval > 10 in base 10, > 33.2 in base 2.
+  EXPECT_THAT(ParseErrorMessage(R"({"o": {"units": {"type": "log", "minval": 16, "maxval": 512}}})"),
+              HasSubstr("field 'hyperparameters.o.units.maxval': type: log bounds are exponents of base 10, and "
+                        "minval: 16, maxval: 512 would sample 10^16..10^512 = 1e+16..inf; give exponents: "
+                        "minval: 1.2041, maxval: 2.7093 for 16..512"));
+  EXPECT_THAT(ParseErrorMessage(R"({"u": {"type": "log", "minval": 0, "maxval": 100}})"),
+              HasSubstr("field 'hyperparameters.u.maxval': type: log bounds are exponents of base 10, and minval: 0, "
+                        "maxval: 100 would sample 10^0..10^100 = 1..1e+100; give exponents (maxval: 2 for 100)"));
+  EXPECT_THAT(ParseErrorMessage(R"({"u": {"type": "log", "base": 2, "minval": 4, "maxval": 40}})"),
+              HasSubstr("field 'hyperparameters.u.maxval'"));
+}
+
+TEST(HParamsParseTest, LogExponentsThatArePlausibleAreAccepted) {
+  for (const char* spec : {R"({"lr": {"type": "log", "minval": -4, "maxval": -1}})",
+                           R"({"lr": {"type": "log", "minval": -3, "maxval": 0}})",
+                           R"({"lr": {"type": "log", "minval": 0, "maxval": 1}})",
+                           R"({"lr": {"type": "log", "minval": -1, "maxval": 0.5}})",
+                           R"({"lr": {"type": "log", "minval": 1, "maxval": 10}})",
+                           R"({"w": {"type": "log", "base": 2, "minval": 4, "maxval": 12}})"}) {
+    EXPECT_TRUE(ParseError(spec).ok()) << spec << ": " << ParseError(spec);
+  }
+}
+
 TEST(HParamsParseTest, ErrorsCarryTheSourceLine) {
   ConfigSource source;
   source.name = "config.yaml";

@@ -142,6 +142,94 @@ const nlohmann::json& TrialContext::hparam_json(const std::string& name) const {
   }
 }
 
+void TrialContext::ThrowLossyHparam(const std::string& name, const nlohmann::json& v, const std::string& type,
+                                    const std::string& why) {
+  throw std::invalid_argument("hyperparameter '" + name + "' has value " + v.dump() + ", which get_hparam<" + type +
+                              "> cannot convert without loss: " + why);
+}
+
+namespace {
+
+// Why `v` is no number (empty when it is one).
+std::string NotANumber(const nlohmann::json& v) {
+  if (v.is_boolean()) return "it is a bool, not a number (read it as get_hparam<bool>)";
+  if (v.is_string()) return "it is a string, not a number (write it unquoted in the config, or read it as std::string)";
+  if (!v.is_number()) return std::string("it is ") + v.type_name() + ", not a number";
+  return "";
+}
+
+// The integral value of a JSON float in [-2^63, 2^64), or why it has none.
+std::string IntegralFloat(const nlohmann::json& v, long double* out) {
+  double d = v.get<double>();
+  if (!std::isfinite(d)) return "it is not finite";
+  if (std::trunc(d) != d) return "it has a fractional part (read it as double, or make the hyperparameter an integer)";
+  if (d < -0x1p63 || d >= 0x1p64) return "it is out of range";
+  *out = static_cast<long double>(d);
+  return "";
+}
+
+}  // namespace
+
+int64_t TrialContext::HparamAsSigned(const std::string& name, const nlohmann::json& v, int64_t lo, int64_t hi,
+                                     const std::string& type) {
+  std::string why = NotANumber(v);
+  if (!why.empty()) ThrowLossyHparam(name, v, type, why);
+  std::string range = "it is outside " + type + "'s range " + std::to_string(lo) + ".." + std::to_string(hi);
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(hi)) ThrowLossyHparam(name, v, type, range);
+    return static_cast<int64_t>(v.get<uint64_t>());
+  }
+  if (v.is_number_integer()) {
+    int64_t n = v.get<int64_t>();
+    if (n < lo || n > hi) ThrowLossyHparam(name, v, type, range);
+    return n;
+  }
+  long double d = 0;
+  why = IntegralFloat(v, &d);
+  if (!why.empty()) ThrowLossyHparam(name, v, type, why == "it is out of range" ? range : why);
+  if (d < static_cast<long double>(lo) || d > static_cast<long double>(hi)) ThrowLossyHparam(name, v, type, range);
+  return static_cast<int64_t>(d);
+}
+
+uint64_t TrialContext::HparamAsUnsigned(const std::string& name, const nlohmann::json& v, uint64_t hi,
+                                        const std::string& type) {
+  std::string why = NotANumber(v);
+  if (!why.empty()) ThrowLossyHparam(name, v, type, why);
+  std::string range = "it is outside " + type + "'s range 0.." + std::to_string(hi);
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > hi) ThrowLossyHparam(name, v, type, range);
+    return v.get<uint64_t>();
+  }
+  if (v.is_number_integer()) ThrowLossyHparam(name, v, type, range);  // nlohmann keeps n >= 0 unsigned
+  long double d = 0;
+  why = IntegralFloat(v, &d);
+  if (!why.empty()) ThrowLossyHparam(name, v, type, why == "it is out of range" ? range : why);
+  if (d < 0 || d > static_cast<long double>(hi)) ThrowLossyHparam(name, v, type, range);
+  return static_cast<uint64_t>(d);
+}
+
+double TrialContext::HparamAsFloating(const std::string& name, const nlohmann::json& v, double max_abs,
+                                      const std::string& type) {
+  std::string why = NotANumber(v);
+  if (!why.empty()) ThrowLossyHparam(name, v, type, why);
+  constexpr uint64_t kExact = uint64_t{1} << 53;
+  std::string inexact = "integers beyond 2^53 are not exact in a double (read it as int64_t)";
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > kExact) ThrowLossyHparam(name, v, type, inexact);
+    return static_cast<double>(v.get<uint64_t>());
+  }
+  if (v.is_number_integer()) {
+    int64_t n = v.get<int64_t>();
+    if (n < -static_cast<int64_t>(kExact)) ThrowLossyHparam(name, v, type, inexact);
+    return static_cast<double>(n);
+  }
+  double d = v.get<double>();
+  if (std::isfinite(d) && std::fabs(d) > max_abs) {
+    ThrowLossyHparam(name, v, type, "it is outside " + type + "'s range");
+  }
+  return d;
+}
+
 const nlohmann::json& TrialContext::get_data_config() const {
   static const nlohmann::json kNull;
   auto it = info_.experiment_config.find("data");

@@ -158,3 +158,79 @@ TEST(MixedPrecisionTest, Bfloat16TrainingStillLearns) {
 
 }  // namespace
 }  // namespace det
+
+namespace det {
+namespace {
+
+TrialInfo HparamInfo() {
+  TrialInfo info;
+  info.hparams = nlohmann::json::parse(R"({"hidden_size": 64.5, "units": 64, "units_f": 64.0, "big": 3e10,
+    "big_int": 30000000000, "lr": 0.01, "lr_text": "0.01", "flag": true, "neg": -1, "name": "adam",
+    "huge": 9007199254740993, "opt": {"momentum": 0.9}})");
+  return info;
+}
+
+bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// get_hparam<T>(name) with an expected error: the hparam, its value, T and why.
+std::string HparamError(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(GetHparamTest, LosslessConversionsWork) {
+  TrialContext ctx(HparamInfo());
+  EXPECT_EQ(ctx.get_hparam<int64_t>("units"), 64);
+  EXPECT_EQ(ctx.get_hparam<int>("units_f"), 64);  // an integral float: the master may store ints as doubles
+  EXPECT_EQ(ctx.get_hparam<int64_t>("big"), 30000000000);
+  EXPECT_EQ(ctx.get_hparam<uint32_t>("units"), 64u);
+  EXPECT_EQ(ctx.get_hparam<double>("units"), 64.0);
+  EXPECT_EQ(ctx.get_hparam<double>("lr"), 0.01);
+  EXPECT_FLOAT_EQ(ctx.get_hparam<float>("lr"), 0.01f);
+  EXPECT_EQ(ctx.get_hparam<double>("opt.momentum"), 0.9);
+  EXPECT_TRUE(ctx.get_hparam<bool>("flag"));
+  EXPECT_EQ(ctx.get_hparam<std::string>("name"), "adam");
+  EXPECT_EQ(ctx.get_hparam<int64_t>("neg"), -1);
+  EXPECT_EQ(ctx.get_hparam<int8_t>("units_f"), 64);
+  EXPECT_EQ(ctx.get_hparam<int64_t>("huge"), 9007199254740993);
+}
+
+TEST(GetHparamTest, LossyConversionsNameTheHparamValueAndType) {
+  TrialContext ctx(HparamInfo());
+  EXPECT_EQ(HparamError([&] { ctx.get_hparam<int64_t>("hidden_size"); }),
+            "hyperparameter 'hidden_size' has value 64.5, which get_hparam<int64_t> cannot convert without loss: "
+            "it has a fractional part (read it as double, or make the hyperparameter an integer)");
+  EXPECT_EQ(HparamError([&] { ctx.get_hparam<double>("lr_text"); }),
+            "hyperparameter 'lr_text' has value \"0.01\", which get_hparam<double> cannot convert without loss: "
+            "it is a string, not a number (write it unquoted in the config, or read it as std::string)");
+  EXPECT_EQ(HparamError([&] { ctx.get_hparam<int32_t>("big"); }),
+            "hyperparameter 'big' has value 30000000000.0, which get_hparam<int32_t> cannot convert without loss: "
+            "it is outside int32_t's range -2147483648..2147483647");
+  EXPECT_EQ(HparamError([&] { ctx.get_hparam<int32_t>("big_int"); }),
+            "hyperparameter 'big_int' has value 30000000000, which get_hparam<int32_t> cannot convert without loss: "
+            "it is outside int32_t's range -2147483648..2147483647");
+  EXPECT_EQ(HparamError([&] { ctx.get_hparam<int>("flag"); }),
+            "hyperparameter 'flag' has value true, which get_hparam<int32_t> cannot convert without loss: "
+            "it is a bool, not a number (read it as get_hparam<bool>)");
+  EXPECT_EQ(HparamError([&] { ctx.get_hparam<bool>("units"); }),
+            "hyperparameter 'units' has value 64, which get_hparam<bool> cannot convert without loss: "
+            "it is not true or false");
+  EXPECT_EQ(HparamError([&] { ctx.get_hparam<double>("flag"); }),
+            "hyperparameter 'flag' has value true, which get_hparam<double> cannot convert without loss: "
+            "it is a bool, not a number (read it as get_hparam<bool>)");
+  EXPECT_EQ(HparamError([&] { ctx.get_hparam<uint64_t>("neg"); }),
+            "hyperparameter 'neg' has value -1, which get_hparam<uint64_t> cannot convert without loss: "
+            "it is outside uint64_t's range 0..18446744073709551615");
+  EXPECT_PRED2(Contains, HparamError([&] { ctx.get_hparam<double>("huge"); }), "integers beyond 2^53");
+  EXPECT_PRED2(Contains, HparamError([&] { ctx.get_hparam<std::string>("units"); }),
+                  "hyperparameter 'units' has value 64 of the wrong type");
+  EXPECT_PRED2(Contains, HparamError([&] { ctx.get_hparam<double>("missing"); }),
+                  "hyperparameter 'missing' is not defined");
+}
+
+}  // namespace
+}  // namespace det

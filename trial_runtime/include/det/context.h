@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -171,15 +173,39 @@ class TrialContext {
   TrialContext& operator=(const TrialContext&) = delete;
 
   // Hyperparameter `name` ("a.b" reaches into nested hparams) as T. Throws
-  // std::invalid_argument naming the hyperparameter when absent or mistyped.
+  // std::invalid_argument naming the hyperparameter, its value and T when it
+  // is absent or does not convert to T without loss:
+  //  - bool: a JSON true/false only (not 0/1, not "true");
+  //  - an integer type: a JSON integer within T's range, or a JSON number
+  //    with an integral value (64.0 -> 64: the master may store integers as
+  //    doubles); 64.5, 3e10 as int32_t, -1 as an unsigned type, a bool or a
+  //    string are refused;
+  //  - double/float: any JSON number within T's range (an integer beyond
+  //    2^53 only when exact); float rounds to the nearest float; a bool or a
+  //    string is refused;
+  //  - anything else (std::string, std::vector<...>, nlohmann::json):
+  //    nlohmann's get<T>(), which refuses a mismatched JSON type.
   template <typename T>
   T get_hparam(const std::string& name) const {
     const nlohmann::json& v = hparam_json(name);
-    try {
-      return v.get<T>();
-    } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument("hyperparameter '" + name + "' has value " + v.dump() +
-                                  " of the wrong type: " + e.what());
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) ThrowLossyHparam(name, v, "bool", "it is not true or false");
+      return v.get<bool>();
+    } else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+      return static_cast<T>(HparamAsSigned(name, v, std::numeric_limits<T>::min(), std::numeric_limits<T>::max(),
+                                           IntTypeName<T>()));
+    } else if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(HparamAsUnsigned(name, v, std::numeric_limits<T>::max(), IntTypeName<T>()));
+    } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
+      const char* type = std::is_same_v<T, float> ? "float" : "double";
+      return static_cast<T>(HparamAsFloating(name, v, std::numeric_limits<T>::max(), type));
+    } else {
+      try {
+        return v.get<T>();
+      } catch (const nlohmann::json::exception& e) {
+        throw std::invalid_argument("hyperparameter '" + name + "' has value " + v.dump() +
+                                    " of the wrong type: " + e.what());
+      }
     }
   }
   const nlohmann::json& hparams() const { return info_.hparams; }
@@ -286,6 +312,19 @@ class TrialContext {
 
  private:
   const nlohmann::json& hparam_json(const std::string& name) const;
+  // get_hparam's checked conversions (see there); throw std::invalid_argument.
+  template <typename T>
+  static std::string IntTypeName() {
+    return std::string(std::is_signed_v<T> ? "int" : "uint") + std::to_string(sizeof(T) * 8) + "_t";
+  }
+  [[noreturn]] static void ThrowLossyHparam(const std::string& name, const nlohmann::json& v, const std::string& type,
+                                            const std::string& why);
+  static int64_t HparamAsSigned(const std::string& name, const nlohmann::json& v, int64_t lo, int64_t hi,
+                                const std::string& type);
+  static uint64_t HparamAsUnsigned(const std::string& name, const nlohmann::json& v, uint64_t hi,
+                                   const std::string& type);
+  static double HparamAsFloating(const std::string& name, const nlohmann::json& v, double max_abs,
+                                 const std::string& type);
   void register_model(std::shared_ptr<torch::nn::Module> model);
   void register_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
   void register_lr_scheduler(std::shared_ptr<torch::optim::LRScheduler> scheduler, LRSchedulerStepMode mode);
