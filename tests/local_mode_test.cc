@@ -72,6 +72,13 @@ std::string PausedCheckpoint(const std::string& out) {
   return std::regex_search(out, m, re) ? m[1].str() : "";
 }
 
+// The command after "resume with: " in det-trial's stdout, or "".
+std::string ResumeCommand(const std::string& out) {
+  static const std::regex re(R"(\[det-trial\] resume with: ([^\n]*))");
+  std::smatch m;
+  return std::regex_search(out, m, re) ? m[1].str() : "";
+}
+
 TEST(LocalModeTest, RunsToCompletionAndWritesCheckpoint) {
   TempDir dir;
   WriteFile(dir / "config.yaml", SyntheticConfig(100));
@@ -155,6 +162,7 @@ TEST_P(PauseResumeTest, PausedTwiceAndResumedMatchesUninterruptedRun) {
   ASSERT_THAT(expected, HasSubstr(absl::StrCat("validation,", kBatches, ",")));
 
   std::string resume_from;
+  std::string resume_line;  // the command the last paused run printed
   int64_t paused_at = 0;
   for (int round = 0; round < 2; ++round) {
     args = base;
@@ -168,6 +176,7 @@ TEST_P(PauseResumeTest, PausedTwiceAndResumedMatchesUninterruptedRun) {
     p.Signal(SIGTERM);
     ASSERT_EQ(p.Wait(std::chrono::seconds(60)), 0) << p.Stdout() << p.Stderr();
     std::string stdout_text = p.Stdout();
+    resume_line = ResumeCommand(stdout_text);
     resume_from = PausedCheckpoint(stdout_text);
     ASSERT_FALSE(resume_from.empty()) << "run was not paused:\n" << stdout_text;
     std::smatch m;
@@ -177,9 +186,14 @@ TEST_P(PauseResumeTest, PausedTwiceAndResumedMatchesUninterruptedRun) {
     ASSERT_LT(at, kBatches);
     paused_at = at;
   }
-  args = base;
-  args.insert(args.end(), {"--output-dir", dir / "paused", "--resume", resume_from});
-  ASSERT_EQ(RunProcess(args, &out, &err), 0) << out << err;
+  // The printed command keeps every flag given (issue 45: it dropped
+  // --output-dir): run as printed, it continues into the same directory.
+  EXPECT_EQ(resume_line, absl::StrCat("det-trial --local ", dir / "config.yaml", " ", kSynthetic,
+                                      " --threads 1 --output-dir ", dir / "paused", " --resume ",
+                                      resume_from));
+  const std::string bin_dir = std::filesystem::path(kDetTrial).parent_path().string();
+  const std::string run_as_printed = absl::StrCat("PATH='", bin_dir, "':\"$PATH\"; exec ", resume_line);
+  ASSERT_EQ(RunProcess({"/bin/sh", "-c", run_as_printed}, &out, &err), 0) << resume_line << "\n" << out << err;
   EXPECT_THAT(out, HasSubstr(absl::StrCat("resumed from ", resume_from, " at batch ", paused_at)));
   EXPECT_EQ(ReadFile(dir / "paused/metrics.csv"), expected);
 }
