@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -66,6 +67,36 @@ absl::StatusOr<ValueLists> ToValueLists(const nlohmann::json& j, const char* wha
   } catch (const nlohmann::json::exception& e) {
     return absl::InternalError(absl::StrCat("malformed ", what, " from another rank: ", e.what()));
   }
+}
+
+using CountLists = std::map<std::string, std::vector<int64_t>>;
+
+// Samples in a validation batch: dim 0 of its first tensor (Batch::size());
+// 0 when the batch holds no tensor with a first dimension.
+int64_t SampleCount(const Batch& batch) {
+  try {
+    return std::max<int64_t>(batch.size(), 0);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// Appends one rank's {"values": ValueLists, "counts": CountLists} to *values
+// and *counts, each value with its count.
+absl::Status AppendRankValues(const nlohmann::json& j, ValueLists* values, CountLists* counts) {
+  try {
+    auto v = j.at("values").get<ValueLists>();
+    auto n = j.at("counts").get<CountLists>();
+    for (auto& [name, list] : v) {
+      const std::vector<int64_t>& c = n.at(name);
+      if (c.size() != list.size()) throw std::out_of_range("counts and values differ in length");
+      (*values)[name].insert((*values)[name].end(), list.begin(), list.end());
+      (*counts)[name].insert((*counts)[name].end(), c.begin(), c.end());
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("malformed validation metrics from another rank: ", e.what()));
+  }
+  return absl::OkStatus();
 }
 
 // The per-batch mean over ranks of every rank's training metrics (index =
@@ -359,39 +390,38 @@ absl::StatusOr<MetricsMap> TrialController::Validate() {
       result = std::move(*full);
     } else {
       ValueLists values;
+      CountLists counts;  // each value's batch sample count (0: unknown)
       const torch::Device device = context_->device();
       auto stream = validation_loader_->Stream(0, validation_loader_->batches_per_epoch());
       for (int64_t idx = 0;; ++idx) {
         DET_ASSIGN_OR_RETURN(std::optional<Batch> next, NextBatch(*stream, "validation"));
         if (!next) break;
         Batch batch = device.is_cpu() ? std::move(*next) : next->to(device);
+        const int64_t samples = SampleCount(batch);  // before the trial sees (and may change) it
         absl::StatusOr<MetricsMap> evaluated;
         {
           AutocastGuard autocast(*context_);
           evaluated = handle_->EvaluateBatch(batch, idx);
         }
         DET_ASSIGN_OR_RETURN(MetricsMap m, std::move(evaluated));
-        for (const auto& [name, v] : m) values[name].push_back(v);
+        for (const auto& [name, v] : m) {
+          values[name].push_back(v);
+          counts[name].push_back(samples);
+        }
       }
       if (distributed()) {
-        // Every rank's batch values, in rank order: reducing them all at once
-        // weighs each rank by its number of batches, as one rank would.
-        DET_ASSIGN_OR_RETURN(std::vector<std::string> all, dist_->AllGather(Pack(values)));
+        // Every rank's batch values and sample counts, in rank order: reducing
+        // them all at once weighs each batch of each rank as one rank would.
+        DET_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                             dist_->AllGather(Pack(nlohmann::json{{"values", values}, {"counts", counts}})));
         values.clear();
+        counts.clear();
         for (const std::string& bytes : all) {
           DET_ASSIGN_OR_RETURN(nlohmann::json j, Unpack(bytes, "validation metrics"));
-          DET_ASSIGN_OR_RETURN(ValueLists lists, ToValueLists(j, "validation metrics"));
-          for (auto& [name, v] : lists) values[name].insert(values[name].end(), v.begin(), v.end());
+          DET_RETURN_IF_ERROR(AppendRankValues(j, &values, &counts));
         }
       }
-      for (const auto& [name, v] : values) {
-        auto it = reducers_.find(name);
-        if (it == reducers_.end()) {
-          DET_ASSIGN_OR_RETURN(Reducer r, handle_->EvaluationReducer(name));
-          it = reducers_.emplace(name, r).first;
-        }
-        result[name] = Reduce(it->second, v);
-      }
+      DET_ASSIGN_OR_RETURN(result, ReduceValidation(values, counts));
     }
   }
   for (const auto& m : context_->models()) m->train();
@@ -406,6 +436,31 @@ absl::StatusOr<MetricsMap> TrialController::Validate() {
   if (reports()) DET_RETURN_IF_ERROR(reporter_->ReportValidationMetrics(batches_trained_, epochs(), result));
   DET_RETURN_IF_ERROR(
       ForEachCallback(callbacks_, "on_validation_end", [&](Callback& cb) { cb.on_validation_end(result); }));
+  return result;
+}
+
+absl::StatusOr<MetricsMap> TrialController::ReduceValidation(
+    const std::map<std::string, std::vector<double>>& values,
+    const std::map<std::string, std::vector<int64_t>>& counts) {
+  MetricsMap result;
+  for (const auto& [name, v] : values) {
+    auto it = reducers_.find(name);
+    if (it == reducers_.end()) {
+      DET_ASSIGN_OR_RETURN(Reducer r, handle_->EvaluationReducer(name));
+      it = reducers_.emplace(name, r).first;
+    }
+    auto c = counts.find(name);
+    bool unweighted = false;
+    result[name] = Reduce(it->second, v, c == counts.end() ? std::vector<int64_t>() : c->second, &unweighted);
+    if (unweighted && warned_unweighted_.insert(name).second && reports()) {
+      std::fprintf(stderr,
+                   "det-trial: warning: validation metric '%s': a validation batch holds no tensor with a first "
+                   "dimension, so its sample count is unknown and the default kAvg reducer averages the per-batch "
+                   "values (each batch counts once); yield tensor batches for a per-sample mean, or return "
+                   "det::Reducer::kAvgPerBatch from evaluation_reducer to say so\n",
+                   name.c_str());
+    }
+  }
   return result;
 }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,7 @@ inline constexpr int64_t kTimeMetricProbeUnits = 10;
 // the ranks in step: each rank trains on its shard of every global batch;
 // training metrics are averaged over ranks and batches; validation metrics
 // are reduced over all ranks' batches with the trial's evaluation_reducer
+// (kAvg weighs each batch by its sample count, so it is the per-sample mean)
 // (evaluate_full_dataset runs on the chief alone, over the whole validation
 // set); every rank stops at the same batch when any rank's preemption source
 // fires; only the chief reports and writes checkpoints (holding every rank's
@@ -156,6 +158,11 @@ class TrialController {
   absl::StatusOr<bool> ShouldStop();
   // Replaces pending_ by its per-batch mean over the ranks (collective).
   absl::Status AverageMetricsAcrossRanks();
+  // Reduces every validation metric's per-batch values (with each batch's
+  // sample count, 0 when unknown) with the trial's evaluation_reducer; warns
+  // once per metric when kAvg had to fall back to the per-batch mean.
+  absl::StatusOr<MetricsMap> ReduceValidation(const std::map<std::string, std::vector<double>>& values,
+                                              const std::map<std::string, std::vector<int64_t>>& counts);
   // The chief runs evaluate_full_dataset over the whole validation set and
   // hands the result (or "not overridden") to the others.
   absl::StatusOr<std::optional<MetricsMap>> EvaluateFullDatasetOnChief();
@@ -178,6 +185,7 @@ class TrialController {
   std::unique_ptr<BatchStream> train_stream_;
   CallbackMap callbacks_;
   std::map<std::string, Reducer> reducers_;
+  std::set<std::string> warned_unweighted_;  // metrics warned of a batch without a sample count
 
   int64_t max_batches_ = 0;
   int64_t batches_per_epoch_ = 0;

@@ -141,7 +141,7 @@ absl::StatusOr<Reducer> TrialHandle::EvaluationReducer(const std::string& metric
   if (plugin_->evaluation_reducer(trial_, metric.c_str(), &r, err, sizeof(err)) != 0) {
     return Error("evaluation_reducer", err);
   }
-  if (r < static_cast<int>(Reducer::kAvg) || r > static_cast<int>(Reducer::kMin)) {
+  if (r < static_cast<int>(Reducer::kAvg) || r > static_cast<int>(Reducer::kAvgPerBatch)) {
     return absl::InvalidArgumentError(absl::StrCat("trial ", trial_class_, ": evaluation_reducer('", metric,
                                                    "') returned unknown reducer ", r));
   }

@@ -27,12 +27,31 @@ double Reduce(Reducer reducer, const std::vector<double>& values) {
     case Reducer::kMin:
       return *std::min_element(values.begin(), values.end());
     case Reducer::kAvg:
+    case Reducer::kAvgPerBatch:
     default: {
       double s = 0;
       for (double v : values) s += v;
       return s / static_cast<double>(values.size());
     }
   }
+}
+
+double Reduce(Reducer reducer, const std::vector<double>& values, const std::vector<int64_t>& counts,
+              bool* unweighted) {
+  if (reducer != Reducer::kAvg) return Reduce(reducer, values);
+  bool weighted = !values.empty() && counts.size() == values.size();
+  for (int64_t n : counts) weighted = weighted && n > 0;
+  if (!weighted) {
+    if (unweighted != nullptr) *unweighted = true;
+    return Reduce(Reducer::kAvgPerBatch, values);
+  }
+  double sum = 0;
+  double total = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    sum += values[i] * static_cast<double>(counts[i]);
+    total += static_cast<double>(counts[i]);
+  }
+  return sum / total;
 }
 
 }  // namespace det
