@@ -126,7 +126,8 @@ TEST(WorkspacesEndToEndTest, AnExperimentRunsInItsProjectAndTheListFiltersByIt) 
   const std::string bad_yaml = dir / "bad.yaml";
   WriteFile(bad_yaml, ShortConfig("bad", dir / "checkpoints", "workspace: team-a\nproject: nope\n"));
   EXPECT_EQ(cluster.Cli({"experiment", "create", bad_yaml, kTestSyntheticTrial}, &out, &err), 1);
-  EXPECT_THAT(err, HasSubstr("config: field 'project': workspace 'team-a' has no project named 'nope'"));
+  // det-cli names the user's file where the master says "config".
+  EXPECT_THAT(err, HasSubstr(bad_yaml + ": field 'project': workspace 'team-a' has no project named 'nope'"));
   EXPECT_THAT(err, HasSubstr("INVALID_ARGUMENT"));
 
   // REST, Determined's paths.
@@ -223,7 +224,7 @@ TEST(WorkspacesEndToEndTest, OnlyTheOwnerOrAnAdminArchivesAWorkspaceOrProject) {
   const std::string yaml = dir / "archived.yaml";
   WriteFile(yaml, ShortConfig("archived", dir / "checkpoints", "workspace: mine\nproject: p\n"));
   EXPECT_EQ(cluster.Cli({"experiment", "create", yaml, kTestSyntheticTrial}, &out, &err), 1);
-  EXPECT_THAT(err, HasSubstr("config: field 'project': project 'p' of workspace 'mine' is archived"));
+  EXPECT_THAT(err, HasSubstr(yaml + ": field 'project': project 'p' of workspace 'mine' is archived"));
   auto archived = cluster.Http("POST", "/api/v1/workspaces/2/archive", {{"Authorization", "Bearer " + admin}});
   ASSERT_TRUE(archived);
   EXPECT_EQ(archived->status, 200) << archived->body;
