@@ -134,13 +134,6 @@ pid_t FindTrialPid(const std::string& allocation_id) {
   return 0;
 }
 
-bool ProcessAlive(pid_t pid) {
-  std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  if (stat.empty()) return false;
-  auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-}
-
 int64_t TotalBatches(const json& trial) { return Int(trial.value("total_batches_processed", json(0))); }
 
 // The invariants of a trial's stored state at any moment, read straight from

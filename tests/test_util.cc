@@ -155,11 +155,11 @@ int64_t RssMiB(pid_t pid) { return StatusMiB(pid, "VmRSS"); }
 
 int64_t PeakRssMiB(pid_t pid) { return StatusMiB(pid, "VmHWM"); }
 
-bool ResetPeakRss(pid_t pid) {
-  std::ofstream out("/proc/" + std::to_string(pid) + "/clear_refs");
-  out << "5";
-  out.flush();
-  return static_cast<bool>(out);
+bool ProcessAlive(pid_t pid) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
 
 std::vector<pid_t> PidsWithEnv(const std::string& entry) {

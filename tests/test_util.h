@@ -61,12 +61,11 @@ bool PollUntil(const std::function<bool()>& pred, std::chrono::milliseconds time
 // process's whole life so far (VmHWM), which is what a memory bound must be
 // checked against: a process that held 300 MB for a moment and freed it has
 // a small VmRSS but a VmHWM of 300 MB. -1 when unknown (no such process).
-// ResetPeakRss(pid) writes 5 to /proc/PID/clear_refs, after which VmHWM
-// starts again from the current RSS (to measure one phase); false when the
-// write failed (another user's process without CAP_SYS_PTRACE).
 int64_t RssMiB(pid_t pid);
 int64_t PeakRssMiB(pid_t pid);
-bool ResetPeakRss(pid_t pid);
+
+// Whether `pid` exists and is not a zombie (its /proc/PID/stat state).
+bool ProcessAlive(pid_t pid);
 
 // The processes (not zombies) whose environment holds `entry` exactly
 // ("KEY=VALUE"), e.g. DET_ALLOCATION_ID=... for every process of one

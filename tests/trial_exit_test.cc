@@ -60,13 +60,6 @@ int64_t Int64Field(const json& j, const std::string& key) {
   return v.is_number() ? v.get<int64_t>() : -1;
 }
 
-bool ProcessAlive(pid_t pid) {
-  std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  if (stat.empty()) return false;
-  auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-}
-
 // The experiment's only trial (null until there is exactly one).
 json OnlyTrial(TestCluster& cluster, int experiment_id) {
   json trials = cluster.Trials(experiment_id);
