@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "tests/test_util.h"
 
 namespace det {
 namespace {
@@ -40,7 +41,9 @@ class ElfSymbolsTest : public ::testing::Test {
     bytes_ = Slurp(libc_);
     ASSERT_GT(bytes_.size(), sizeof(Elf64_Ehdr));
     std::memcpy(&eh_, bytes_.data(), sizeof(eh_));
-    path_ = ::testing::TempDir() + "/elf_symbols_test.so";
+    // A directory of this test's own: ctest runs the cases as parallel
+    // processes, which overwrote one shared file under /tmp.
+    path_ = dir_ / "elf_symbols_test.so";
   }
   std::string Check(const std::string& bytes, const std::string& symbol = "malloc") {
     std::ofstream(path_, std::ios::binary | std::ios::trunc) << bytes;
@@ -52,6 +55,7 @@ class ElfSymbolsTest : public ::testing::Test {
     std::memcpy(b.data(), &eh, sizeof(eh));
     return b;
   }
+  det::testing::TempDir dir_;
   std::string libc_, bytes_, path_;
   Elf64_Ehdr eh_{};
 };
