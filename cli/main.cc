@@ -4,6 +4,7 @@
 //   det-cli [-m HOST:PORT] experiment create CONFIG TRIAL.so [--follow] [--paused]
 //   det-cli experiment create --local CONFIG TRIAL.so [--resume DIR] [det-trial options]
 //   det-cli experiment list|describe|logs|list-trials|list-checkpoints|pause|activate|cancel|kill ...
+//   det-cli experiment list-checkpoints ID --best N | download ID --top-n N -o DIR
 //   det-cli experiment set gc-policy ID [--save-experiment-best N] [--save-trial-best N] [--save-trial-latest N]
 //   det-cli experiment archive|unarchive|delete [--yes]|wait [--timeout S] ID
 //   det-cli experiment set name|description|labels ID VALUE | label add|remove ID LABEL
@@ -46,6 +47,7 @@
 #include "cli/client.h"
 #include "cli/cluster_commands.h"
 #include "cli/commands.h"
+#include "cli/experiment_best_commands.h"
 #include "cli/experiment_lifecycle_commands.h"
 #include "cli/metrics_log_commands.h"
 #include "cli/trial_metrics_command.h"
@@ -234,7 +236,6 @@ void AddExperimentCommands(CLI::App& app, CommandLine& cl) {
       {"describe", "Show an experiment and its trials", true, ExperimentDescribe},
       {"logs", "Print the logs of all the experiment's trials", true, ExperimentLogs},
       {"list-trials", "List an experiment's trials", true, ExperimentListTrials},
-      {"list-checkpoints", "List an experiment's checkpoints", true, ExperimentListCheckpoints},
       {"pause", "Pause an experiment (its trials checkpoint and stop)", false, action(ExperimentAction::kPause)},
       {"activate", "Activate a paused experiment", false, action(ExperimentAction::kActivate)},
       {"cancel", "Cancel an experiment (its trials checkpoint and stop)", false, action(ExperimentAction::kCancel)},
@@ -413,6 +414,11 @@ int Main(int argc, char** argv) {
                      [&cl](std::function<int()> run) { cl.local_run = std::move(run); });
   // experiment fork|continue, trial pause|activate (cli/experiment_fork_commands.h)
   AddForkCommands(app, [&cl](RunCommand run) { cl.run = std::move(run); });
+  // experiment list-checkpoints [--best N] | download --top-n N -o DIR
+  // (cli/experiment_best_commands.h)
+  ExperimentBestArgs best_args;
+  AddExperimentBestCommands(app.get_subcommand("experiment"), best_args,
+                            [&cl](Command command) { cl.run = std::move(command); });
   AddCheckpointCommands(app, cl);
   // checkpoint download | delete | set-metadata (cli/checkpoint_commands.h)
   CheckpointFileArgs checkpoint_file_args;

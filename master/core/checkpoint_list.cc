@@ -1,6 +1,7 @@
 #include "master/core/checkpoint_list.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -58,9 +59,11 @@ absl::Status SortFilterPageCheckpoints(const CheckpointListQuery& q, std::vector
   }
   const bool desc = q.order_by == apiv1::ORDER_BY_DESC;
   if (q.sort_by == Req::SORT_BY_SEARCHER_METRIC) {
-    // Best first ascending; without a metric last in either direction.
-    auto with = std::stable_partition(v.begin(), v.end(),
-                                      [](const apiv1::Checkpoint& c) { return c.has_searcher_metric(); });
+    // Best first ascending; without a metric (or with NaN, which has no
+    // order) last in either direction.
+    auto with = std::stable_partition(v.begin(), v.end(), [](const apiv1::Checkpoint& c) {
+      return c.has_searcher_metric() && !std::isnan(c.searcher_metric());
+    });
     std::sort(v.begin(), with, [&](const apiv1::Checkpoint& a, const apiv1::Checkpoint& b) {
       if (a.searcher_metric() != b.searcher_metric()) {
         const bool better = q.smaller_is_better ? a.searcher_metric() < b.searcher_metric()

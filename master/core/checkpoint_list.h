@@ -24,8 +24,9 @@ struct CheckpointListQuery {
 };
 
 // Keeps the checkpoints in one of `q.states`, sorts them by `q.sort_by`
-// (UNSPECIFIED = END_TIME; SEARCHER_METRIC ascending = best first, those
-// without a metric last in either direction; ties by uuid), reverses for
+// (UNSPECIFIED = END_TIME; SEARCHER_METRIC ascending = best first by
+// `smaller_is_better`, those without a metric or with a NaN one last in
+// either direction, by uuid; ties by uuid), reverses for
 // ORDER_BY_DESC, then keeps [offset, offset + limit) and fills `page`.
 // INVALID_ARGUMENT names offset, limit, sort_by or order_by when out of range
 // (an unknown enum value).

@@ -1,5 +1,6 @@
 #include "master/core/checkpoint_list.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +69,29 @@ TEST(CheckpointListTest, SearcherMetricBestFirstAndMissingLast) {
   q.smaller_is_better = false;
   q.order_by = apiv1::ORDER_BY_ASC;
   EXPECT_EQ(Listed(q), "dacb");
+}
+
+// NaN has no order: such a checkpoint is never "best", it sorts with those
+// without a metric (by uuid, last), in both senses and directions. Before,
+// NaN compared equal to every metric and left the list in no defined order.
+TEST(CheckpointListTest, SearcherMetricNanSortsLastLikeNoMetric) {
+  const double nan = std::nan("");
+  std::vector<apiv1::Checkpoint> v = {Cp("n1", 1, 1, 1, nan), Cp("x", 1, 2, 2, 0.3), Cp("n0", 1, 3, 3, nan),
+                                      Cp("y", 1, 4, 4, 0.1), Cp("m", 1, 5, 5, std::nullopt), Cp("z", 1, 6, 6, 0.2)};
+  for (bool smaller : {true, false}) {
+    for (auto order : {apiv1::ORDER_BY_ASC, apiv1::ORDER_BY_DESC}) {
+      CheckpointListQuery q;
+      q.sort_by = Req::SORT_BY_SEARCHER_METRIC;
+      q.smaller_is_better = smaller;
+      q.order_by = order;
+      auto got = v;
+      apiv1::Pagination page;
+      ASSERT_TRUE(SortFilterPageCheckpoints(q, &got, &page).ok());
+      const bool best_first = order == apiv1::ORDER_BY_ASC;
+      EXPECT_EQ(Uuids(got), std::string(smaller == best_first ? "yzx" : "xzy") + "mn0n1")
+          << "smaller_is_better " << smaller << " order " << order;
+    }
+  }
 }
 
 TEST(CheckpointListTest, StatesFilterAndPaging) {

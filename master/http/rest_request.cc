@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -107,12 +108,43 @@ absl::Status SetBool(pb::Message* m, const pb::FieldDescriptor* f, absl::string_
   return absl::OkStatus();
 }
 
+// "SORT_BY_" for SortBy, "CHECKPOINT_STATE_" for CheckpointState: the
+// enum's name in upper snake case, which prefixes its values by convention.
+std::string EnumValuePrefix(const pb::EnumDescriptor* type) {
+  std::string prefix;
+  for (char c : type->name()) {
+    if (absl::ascii_isupper(c) && !prefix.empty()) prefix += '_';
+    prefix += absl::ascii_toupper(c);
+  }
+  return prefix + "_";
+}
+
+// A value's short name: "searcher_metric" for SORT_BY_SEARCHER_METRIC.
+std::string ShortEnumName(const pb::EnumValueDescriptor* value, const std::string& prefix) {
+  return absl::AsciiStrToLower(absl::StripPrefix(value->name(), prefix));
+}
+
+// "...: 'x'; allowed: uuid, trial_id, ..." (every value but *_UNSPECIFIED).
+absl::Status BadEnum(const pb::FieldDescriptor* f, const std::string& prefix, absl::string_view text) {
+  const pb::EnumDescriptor* type = f->enum_type();
+  std::string allowed;
+  for (int i = 0; i < type->value_count(); ++i) {
+    if (absl::EndsWith(type->value(i)->name(), "_UNSPECIFIED")) continue;
+    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", ShortEnumName(type->value(i), prefix));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(f->name(), ": not a value of ", type->full_name(), ": ", Quote(text),
+                                                 "; allowed: ", allowed, " (or ", prefix, "NAME, or the number)"));
+}
+
 absl::Status SetEnum(pb::Message* m, const pb::FieldDescriptor* f, absl::string_view text) {
   const pb::EnumDescriptor* type = f->enum_type();
-  const pb::EnumValueDescriptor* value = type->FindValueByName(std::string(text));
+  const std::string prefix = EnumValuePrefix(type);
+  const std::string upper = absl::AsciiStrToUpper(text);
+  const pb::EnumValueDescriptor* value = type->FindValueByName(upper);
+  if (value == nullptr && !upper.empty()) value = type->FindValueByName(prefix + upper);
   int number = 0;
   if (value == nullptr && absl::SimpleAtoi(text, &number)) value = type->FindValueByNumber(number);
-  if (value == nullptr) return Bad(f, absl::StrCat("not a value of ", type->full_name()), text);
+  if (value == nullptr) return BadEnum(f, prefix, text);
   f->is_repeated() ? m->GetReflection()->AddEnum(m, f, value) : m->GetReflection()->SetEnum(m, f, value);
   return absl::OkStatus();
 }

@@ -47,9 +47,12 @@ bool IsTextSettable(const google::protobuf::FieldDescriptor* field);
 
 // Sets `field` of `message` from `text` (a repeated field gets `text`
 // appended): integers in decimal, floats, bools as true/false/1/0, enums by
-// value name or number, strings and bytes as they are. InvalidArgument
-// naming the field otherwise, e.g. "limit: not an integer: 'abc'" (the value
-// quoted, at most 64 bytes of it).
+// value name ("SORT_BY_SEARCHER_METRIC"), short name without the enum's
+// prefix ("searcher_metric"; the prefix is the enum's name in upper snake
+// case), either in any case, or number; strings and bytes as they are.
+// InvalidArgument naming the field otherwise, e.g. "limit: not an integer:
+// 'abc'" (the value quoted, at most 64 bytes of it); an unknown enum value's
+// error lists the allowed short names.
 absl::Status SetFieldFromText(google::protobuf::Message* message, const google::protobuf::FieldDescriptor* field,
                               absl::string_view text);
 

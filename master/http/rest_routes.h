@@ -7,7 +7,8 @@
 //   1. body == RestBody::kJson: the request body as protobuf JSON (empty: {});
 //      RestBody::kNone: the query parameters, each naming a field of the
 //      request (proto or JSON name; repeated fields: repeat the parameter;
-//      enums by value name or number). Unknown parameters are ignored; a
+//      enums by value name, short name or number: sort_by=searcher_metric,
+//      see SetFieldFromText). Unknown parameters are ignored; a
 //      malformed value for a known field is INVALID_ARGUMENT naming it, e.g.
 //      "limit: not an integer: 'abc'".
 //   2. the path parameters: "{experiment_id}" fills the field of that name.

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -443,7 +444,8 @@ TEST_F(RestApiTest, MalformedValuesAre400NamingTheField) {
       {"/api/v1/experiments?limit=abc", "limit: not an integer: 'abc'"},
       {"/api/v1/experiments?offset=1.5", "offset: not an integer: '1.5'"},
       {"/api/v1/experiments?limit=99999999999", "limit: out of range: '99999999999'"},
-      {"/api/v1/experiments?states=STATE_NOPE", "states: not a value of det.api.v1.State: 'STATE_NOPE'"},
+      {"/api/v1/experiments?order_by=sideways",
+       "order_by: not a value of det.api.v1.OrderBy: 'sideways'; allowed: asc, desc (or ORDER_BY_NAME, or the number)"},
       {"/api/v1/experiments?archived=maybe", "archived: not a bool (true or false): 'maybe'"},
       {"/api/v1/experiments/abc", "experiment_id: not an integer: 'abc'"},
       {"/api/v1/experiments/1/trials?limit=x", "limit: not an integer: 'x'"},
@@ -464,6 +466,53 @@ TEST_F(RestApiTest, MalformedValuesAre400NamingTheField) {
   EXPECT_LT(r.body.size(), 200u) << r.body;
   // A malformed JSON body.
   EXPECT_EQ(Call("PATCH", "/api/v1/experiments/1", "{\"name\": 5").status, 400);
+}
+
+// The best model over REST (issue 45): sort_by by its short lower-case name
+// (or its full name, any case, or number) lists the best first, honouring
+// smaller_is_better; an unknown sort_by is a 400 listing the allowed names;
+// a page holds at most 1000.
+TEST_F(RestApiTest, ExperimentCheckpointsSortBySearcherMetricByShortName) {
+  ASSERT_EQ(CreateExperiment("best"), 1);
+  const int64_t trial = CallJson("GET", "/api/v1/experiments/1/trials")["trials"][0].value("id", 0);
+  const std::vector<std::optional<double>> metrics = {0.5, std::nullopt, 0.2, 0.9};  // uuids ...a to ...d
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    CheckpointRow row;
+    row.uuid = absl::StrCat("00000000-0000-4000-8000-00000000000", std::string(1, static_cast<char>('a' + i)));
+    row.trial_id = trial;
+    row.experiment_id = 1;
+    row.state = "COMPLETED";
+    row.total_batches = row.time_ms = 10 * static_cast<int64_t>(i + 1);
+    row.searcher_metric = metrics[i];
+    ASSERT_TRUE(core_->store()->InsertCheckpoint(row).ok());
+  }
+  auto uuids = [&](const std::string& query) {  // last characters, in the answer's order
+    std::string out;
+    nlohmann::json r = CallJson("GET", "/api/v1/experiments/1/checkpoints" + query);
+    for (const auto& c : r["checkpoints"]) out += c["uuid"].get<std::string>().back();
+    return out;
+  };
+  // validation_loss, smaller is better (SingleTrialConfig).
+  EXPECT_EQ(uuids("?sort_by=searcher_metric&limit=2"), "ca");
+  EXPECT_EQ(uuids("?sort_by=searcher_metric"), "cadb");  // without a metric last
+  EXPECT_EQ(uuids("?sort_by=SORT_BY_SEARCHER_METRIC&limit=2"), "ca");
+  EXPECT_EQ(uuids("?sortBy=Searcher_Metric&order_by=desc&limit=1"), "d");
+  EXPECT_EQ(uuids("?sort_by=6&limit=1"), "c");
+  EXPECT_EQ(uuids("?sort_by=searcher_metric&states=completed&limit=1"), "c");
+  for (const char* name : {"uuid", "trial_id", "total_batches", "end_time", "state", "searcher_metric"}) {
+    EXPECT_EQ(uuids(absl::StrCat("?sort_by=", name)).size(), 4u) << name;
+  }
+  EXPECT_EQ(uuids("?sort_by=total_batches&order_by=desc"), "dcba");
+  Reply bad = Call("GET", "/api/v1/experiments/1/checkpoints?sort_by=best");
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(nlohmann::json::parse(bad.body, nullptr, false).value("message", ""),
+            "sort_by: not a value of det.api.v1.GetExperimentCheckpointsRequest.SortBy: 'best'; allowed: uuid, "
+            "trial_id, total_batches, end_time, state, searcher_metric (or SORT_BY_NAME, or the number)")
+      << bad.body;
+  for (const char* query : {"?limit=5000", ""}) {  // a page holds at most 1000
+    nlohmann::json page = CallJson("GET", absl::StrCat("/api/v1/experiments/1/checkpoints", query))["pagination"];
+    EXPECT_TRUE(page.value("limit", 0) == 1000 && page.value("total", 0) == 4) << query << page.dump();
+  }
 }
 
 TEST_F(RestApiTest, UnknownRpcIs404AndClientStreamingIsGrpcOnly) {

@@ -12,7 +12,12 @@ std::vector<RestRoute> ExperimentRoutes() {
       {"PATCH", "/api/v1/experiments/{experiment_id}", "PatchExperiment", RestBody::kJson},
       {"DELETE", "/api/v1/experiments/{experiment_id}", "DeleteExperiment"},
       {"GET", "/api/v1/experiments/{experiment_id}/trials", "GetExperimentTrials"},
-      {"GET", "/api/v1/experiments/{experiment_id}/checkpoints", "GetExperimentCheckpoints"},
+      // The best model (issue 45): ?sort_by=searcher_metric&limit=N lists
+      // the N best first (smaller_is_better honoured; states=completed for
+      // restorable ones). A page holds at most 1000 (also the default);
+      // pagination.total says how many there are.
+      {"GET", "/api/v1/experiments/{experiment_id}/checkpoints", "GetExperimentCheckpoints", RestBody::kNone, "",
+       nullptr, "limit=1000"},
       {"GET", "/api/v1/experiments/{experiment_id}/validation-history", "GetExperimentValidationHistory"},
       {"POST", "/api/v1/experiments/{experiment_id}/activate", "ActivateExperiment"},
       {"POST", "/api/v1/experiments/{experiment_id}/pause", "PauseExperiment"},

@@ -8,6 +8,8 @@
 //   * the experiment list shows the finished experiment COMPLETED with the
 //     REST API's best validation metric,
 //   * its trials table shows every trial's stored best validation value,
+//   * its top-checkpoints table lists REST's best checkpoints by the
+//     searcher metric in order, and a row's download link downloads the tar,
 //   * the learning-curve SVG has one path per trial with exactly the stored
 //     validation (and, after switching the metric, training) points,
 //   * the hyperparameter scatter has a point per trial at (hparam, best),
@@ -246,6 +248,37 @@ async function main() {
         `trial ${t.id}: best ${want} is not among the stored validation rows`);
     }
     log(`experiment page: ${trials.length} trial rows with the stored best ${metric}`);
+
+    // Top checkpoints (issue 45): the REST ranking (sort_by=searcher_metric,
+    // best first), in that order, each row with its metric and a download
+    // link to the checkpoint download route, which downloads the tar.
+    const top = (await api(`/api/v1/experiments/${finished}/checkpoints` +
+      '?sort_by=searcher_metric&states=completed&limit=5')).checkpoints || [];
+    const all = (await api(`/api/v1/experiments/${finished}/checkpoints`)).checkpoints || [];
+    const scored = all.filter((c) => c.state === 'CHECKPOINT_STATE_COMPLETED' && c.searcher_metric !== undefined);
+    check(top.length > 0 && top.length === Math.min(5, all.filter((c) => c.state === 'CHECKPOINT_STATE_COMPLETED')
+      .length), `REST top checkpoints: ${top.length} of ${all.length}`);
+    check(top[0].searcher_metric === Math.min(...scored.map((c) => c.searcher_metric)),
+      `REST top checkpoint ${top[0].uuid} (${top[0].searcher_metric}) is not the smallest ${metric}`);
+    const topRows = `${byId('top-checkpoints-table')} tbody tr[data-testid^="top-checkpoint-"]`;
+    await page.waitForFunction(([s, want]) => Array.from(document.querySelectorAll(s))
+      .map((r) => r.getAttribute('data-testid')).join() === want, [topRows, top.map((c) => `top-checkpoint-${c.uuid}`)
+      .join()]);
+    for (const c of top) {
+      const shown = await page.getAttribute(`${byId(`top-checkpoint-${c.uuid}`)} td[data-value]`, 'data-value');
+      check(Number(shown) === c.searcher_metric, `top checkpoint ${c.uuid}: metric ${shown} != REST ${c.searcher_metric}`);
+      const href = await page.getAttribute(byId(`top-checkpoint-download-${c.uuid}`), 'href');
+      check(href === `/api/v1/checkpoints/${c.uuid}/download`, `top checkpoint ${c.uuid}: link ${href}`);
+    }
+    const [download] = await Promise.all([page.waitForEvent('download'),
+      page.click(byId(`top-checkpoint-download-${top[0].uuid}`))]);
+    check(download.suggestedFilename() === `${top[0].uuid}.tar`, `download named ${download.suggestedFilename()}`);
+    const tarPath = path.join(tmp, 'top-checkpoint.tar');
+    await download.saveAs(tarPath);
+    const tar = fs.readFileSync(tarPath);
+    check(tar.length > 1024 && tar.includes(Buffer.from('metadata.json')), `downloaded tar: ${tar.length} bytes`);
+    log(`top checkpoints: ${top.map((c) => `${c.uuid} ${c.searcher_metric}`).join(', ')}; ` +
+        `the first's link downloaded ${tar.length} bytes`);
 
     // Learning curves: one path per trial, one point per stored row.
     const checkCurves = async (group, name) => {

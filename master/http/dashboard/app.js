@@ -2,7 +2,7 @@
 // (/api/v1/...), refreshed in place every POLL_MS while the tab is visible.
 //
 //   #/experiments            experiment list
-//   #/experiments/<id>       one experiment: trials, learning curves, hparam scatter
+//   #/experiments/<id>       one experiment: trials, top checkpoints, learning curves, hparam scatter
 //   #/trials/<id>            one trial: hparams, metrics, checkpoints, logs
 //   #/agents                 agents and slots
 //   #/queue                  the job queue (job_queue.js)
@@ -12,6 +12,7 @@ import {fetchExperimentList} from './experiment_actions.js';
 import {MetricsStreamCache} from './metrics_stream.js';
 import {TrialPager} from './trial_pager.js';
 import {renderCheckpointUuid} from './checkpoints.js';
+import {TopCheckpoints} from './top_checkpoints.js';
 import {JobQueueView} from './job_queue.js';
 import {
   h, setText, setAttr, setHidden, setChildrenKeyed, syncRows, syncEmpty, num, stateLabel, enumLabel,
@@ -245,12 +246,14 @@ class ExperimentView {
     this.hparamSelect = h('select', {id: 'scatter-hparam', 'data-testid': 'scatter-hparam',
       onchange: () => this.render()});
     this.scatter = new ScatterChart({onPointClick: (p) => { location.hash = `#/trials/${p.key}`; }});
+    this.top = new TopCheckpoints();
     this.el = h('div', {class: 'view', 'data-testid': 'experiment-view'},
       h('nav', {class: 'crumbs'}, link('#/experiments', 'Experiments'), ' / ', `Experiment ${id}`),
       h('div', {class: 'page-head'}, h('h2', {}, this.heading), this.state, this.actions),
       card(null, this.info.el, this.error,
         h('details', {}, h('summary', {text: 'Configuration'}), this.config)),
       card('Trials', this.pager.el, this.trials.el),
+      card('Top checkpoints', this.top.el),
       h('div', {class: 'grid2'},
         card('Learning curves',
           h('div', {class: 'controls'}, h('label', {for: 'curve-metric', text: 'Metric '}), this.metricSelect),
@@ -270,6 +273,7 @@ class ExperimentView {
     this.trialList = (tr.trials || []).slice().sort((a, b) => a.id - b.id);
     this.renderHeader();
     this.renderTrials();
+    await this.top.refresh(this.exp);
     await this.metrics.load(this.pageTrials, ['validation', 'training']);
     this.render();
   }

@@ -55,3 +55,24 @@ export function renderCheckpointUuid(td, c) {
   }
   td.lastChild.hidden = c.state !== 'CHECKPOINT_STATE_COMPLETED';
 }
+
+// A link to the checkpoint download route (GET
+// /api/v1/checkpoints/<uuid>/download, a tar). A click fetches it with the
+// bearer token (downloadCheckpoint); the href is the route itself, for
+// copying. Errors show in the link's title.
+export function checkpointDownloadLink(uuid, testid) {
+  const a = h('a', {href: `/api/v1/checkpoints/${encodeURIComponent(uuid)}/download`, 'data-testid': testid,
+    text: 'Download', download: `${uuid}.tar`,
+    onclick: (ev) => {
+      ev.preventDefault();
+      setText(a, 'Downloading…');
+      downloadCheckpoint(uuid).then(() => {
+        setText(a, 'Download');
+        a.title = '';
+      }, (err) => {
+        setText(a, 'Download failed');
+        a.title = err.message;
+      });
+    }});
+  return a;
+}
