@@ -510,6 +510,7 @@ int TrialDescribe(Client& client, int64_t trial_id, const CommandIo& io) {
       {"ID", absl::StrCat(t.id())},
       {"Experiment", absl::StrCat(t.experiment_id())},
       {"State", StateLabel(t.state())},
+      {"State reason", t.state_reason()},
       {"Runner state", EnumLabel(v1::AllocationState_Name(t.runner_state()), "ALLOCATION_STATE_")},
       {"Hyperparameters", StructJson(t.hparams())},
       {"Seed", absl::StrCat(t.seed())},

@@ -162,6 +162,20 @@ TEST(PreemptionTest, HigherPriorityPreemptsAndThePreemptedTrialResumesBitForBit)
   std::string out, err;
   ASSERT_EQ(cluster.Cli({"trial", "describe", std::to_string(preempted)}, &out, &err), 0) << err;
   EXPECT_THAT(out, HasSubstr("Preempted"));
+  // The state reason and the trial's log say preempted, with the runtime
+  // told EXIT_REASON_PREEMPTED (issue 45: not a pause, not a completion).
+  const std::string why = absl::StrCat("preempted for experiment ", urgent, " (priority 1)");
+  EXPECT_THAT(cluster.Trial(preempted).value("state_reason", ""), HasSubstr(why));
+  EXPECT_THAT(out, HasSubstr("State reason:"));
+  const std::string stopped = absl::StrCat("[det-master] trial ", preempted, " stopped at ");
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        const std::string logs = cluster.TrialLogs(preempted);
+        return logs.find("(EXIT_REASON_PREEMPTED)") != std::string::npos && logs.find(stopped) != std::string::npos;
+      },
+      std::chrono::seconds(30)))
+      << cluster.TrialLogs(preempted);
+  EXPECT_THAT(cluster.TrialLogs(preempted), HasSubstr(absl::StrCat(": ", why, "; it resumes from its latest checkpoint")));
 
   ASSERT_TRUE(cluster.WaitForState(urgent, "STATE_COMPLETED", kLong)) << cluster.Trials(urgent).dump();
   ASSERT_TRUE(cluster.WaitForState(low, "STATE_COMPLETED", kLong)) << cluster.Trials(low).dump();

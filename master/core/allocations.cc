@@ -14,6 +14,7 @@
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
+#include "master/core/trial_states.h"
 
 namespace det::master {
 namespace {
@@ -324,13 +325,20 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
     SetTrialState(trial, kError);
     return exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kErrored);
   };
+  // The run's end in the trial's log, with its true reason (trial_states.h).
+  auto log_end = [&](trialv1::ExitReason reason) {
+    const std::string line = RunEndLine(exp, trial, trial.row.state, reason);
+    if (!line.empty()) TrialLogLocked(trial.row.id, done.id, line);
+  };
   std::vector<SearcherOp> ops;
   if (trial.exit_completed && !done.failed) {
     SetTrialState(trial, kCompleted);
+    log_end(trialv1::EXIT_REASON_COMPLETED);
     return exp.searcher->TrialClosed(trial.row.request_id);
   }
   if (trial.killed) {
     SetTrialState(trial, kCanceled);
+    log_end(trialv1::EXIT_REASON_STOPPED);
     return exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kUserCanceled);
   }
   if (trial.invalid_hp) {
@@ -349,12 +357,14 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
       log(absl::StrCat("trial ", trial.row.id, ": allocation ", done.id, " ended (", done.failure,
                        "); it resumes ", RestartPoint(trial), " (not counted as a restart)"));
     }
+    const trialv1::ExitReason reason = StopReason(exp, trial);
     if (exp.row.state == kPaused) {
       SetTrialState(trial, kPaused);
     } else if (exp.row.state == kActive && !CompleteIfCheckpointedLocked(exp, trial, &ops)) {
       SetTrialState(trial, trial.row.state);
       RequestAllocation(exp, trial);
     }
+    if (!done.failed) log_end(reason);
     return ops;
   }
   if (trial.row.restarts >= exp.config.max_restarts) {

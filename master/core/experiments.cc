@@ -17,6 +17,7 @@
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
 #include "master/core/trial_lengths.h"
+#include "master/core/trial_states.h"
 #include "master/core/workspaces.h"
 
 namespace det::master {
@@ -493,11 +494,13 @@ absl::Status MasterCore::ApplySearcherOps(ExperimentRuntime& exp, std::vector<Se
       auto it = exp.trial_by_request.find(close->request_id);
       if (it == exp.trial_by_request.end()) continue;
       TrialRuntime& t = *trials_[it->second];
+      const bool waited = WaitsForSearcher(t);
       t.close_requested = true;
       if (t.allocation_id.empty() && !Terminal(t.row.state) && t.row.total_batches > 0 &&
           t.last_checkpoint == t.row.total_batches) {
-        // Already checkpointed and off its slot: nothing left to run.
+        // Already checkpointed and off its slot (waiting): nothing left to run.
         SetTrialState(t, kCompleted);
+        if (waited) TrialLogLocked(t.row.id, "", CompletedWhileWaitingLine(t));
         more = exp.searcher->TrialClosed(close->request_id);
       } else {
         SetTrialState(t, t.row.state);
@@ -522,6 +525,7 @@ bool MasterCore::CompleteIfCheckpointedLocked(ExperimentRuntime& exp, TrialRunti
     return false;
   }
   SetTrialState(trial, kCompleted);
+  TrialLogLocked(trial.row.id, "", RunEndLine(exp, trial, trial.row.state, trialv1::EXIT_REASON_COMPLETED));
   auto more = exp.searcher->TrialClosed(trial.row.request_id);
   ops->insert(ops->end(), more.begin(), more.end());
   return true;

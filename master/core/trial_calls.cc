@@ -16,6 +16,7 @@
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
 #include "master/core/trial_lengths.h"
+#include "master/core/trial_states.h"
 
 namespace det::master {
 
@@ -97,7 +98,7 @@ trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntim
   if (alloc.preempt || exp.row.state != kActive) {
     if (trial.last_checkpoint != batches && batches > 0) return make(trialv1::OPERATION_KIND_CHECKPOINT);
     auto op = make(trialv1::OPERATION_KIND_EXIT);
-    op.set_exit_reason(trial.killed ? trialv1::EXIT_REASON_STOPPED : trialv1::EXIT_REASON_PREEMPTED);
+    op.set_exit_reason(StopReason(exp, trial));  // canceled, paused by the user, or preempted
     RequestStopLocked(alloc);
     return op;
   }
@@ -152,7 +153,7 @@ trialv1::Operation MasterCore::NextOperation(ExperimentRuntime& exp, TrialRuntim
   if (batches > 0 && trial.last_checkpoint != batches) return make(trialv1::OPERATION_KIND_CHECKPOINT);
   if (batches > 0) {
     auto op = make(trialv1::OPERATION_KIND_EXIT);
-    op.set_exit_reason(trialv1::EXIT_REASON_PREEMPTED);
+    op.set_exit_reason(trialv1::EXIT_REASON_WAITING);  // shown WAITING once its run ends (trial_states.h)
     RequestStopLocked(alloc);
     return op;
   }
@@ -374,10 +375,14 @@ absl::StatusOr<trialv1::ShouldPreemptResponse> MasterCore::ShouldPreempt(const t
   while (true) {
     DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
     resp.set_preempt(alloc->preempt);
+    if (alloc->preempt) resp.set_reason(StopReason(*experiments_.at(alloc->experiment_id), *trials_.at(alloc->trial_id)));
     if (alloc->preempt || stop_) return resp;
     if (preempt_cv_.wait_until(l, deadline) == std::cv_status::timeout) {
       DET_ASSIGN_OR_RETURN(AllocationRuntime * again, Authorize(req.allocation_id(), token));
       resp.set_preempt(again->preempt);
+      if (again->preempt) {
+        resp.set_reason(StopReason(*experiments_.at(again->experiment_id), *trials_.at(again->trial_id)));
+      }
       return resp;
     }
   }

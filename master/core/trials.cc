@@ -12,6 +12,7 @@
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
+#include "master/core/trial_states.h"
 
 namespace det::master {
 
@@ -19,7 +20,7 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   apiv1::Trial t;
   t.set_id(trial.row.id);
   t.set_experiment_id(trial.row.experiment_id);
-  t.set_state(StateEnum(trial.row.state));
+  t.set_state(ShownState(trial));  // WAITING: ACTIVE without work or a slot (trial_states.h)
   auto hp = JsonToStruct(nlohmann::json::parse(trial.row.hparams_json, nullptr, false));
   if (hp.ok()) *t.mutable_hparams() = *hp;
   t.set_seed(trial.row.seed);
@@ -45,6 +46,10 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   if (!Terminal(trial.row.state)) t.set_preemption(trial.preemption);
   t.set_parent_trial_id(trial.row.parent_trial_id);
   t.set_parent_checkpoint_uuid(trial.row.parent_checkpoint_uuid);
+  if (eit != experiments_.end()) {
+    const int slots = static_cast<int>(eit->second->config.resources.slots_per_trial);
+    t.set_state_reason(StateReason(*eit->second, trial, pending_trials_.count(trial.row.id) != 0, slots));
+  }
   return t;
 }
 

@@ -224,7 +224,11 @@ class MasterPreemption final : public PreemptionSource {
     cv_.notify_all();
     thread_.join();
   }
-  bool ShouldPreempt() override { return StopRequested() || preempt_.load(std::memory_order_relaxed); }
+  bool ShouldPreempt() override { return StopRequested() || preempt_.load(std::memory_order_acquire); }
+  std::string Why() const override {
+    if (!preempt_.load(std::memory_order_acquire)) return StopRequested() ? "SIGTERM" : "";
+    return tv1::ExitReason_Name(static_cast<tv1::ExitReason>(reason_.load(std::memory_order_relaxed)));
+  }
 
  private:
   void Poll() {
@@ -242,7 +246,8 @@ class MasterPreemption final : public PreemptionSource {
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
       grpc::Status s = client_->stub()->ShouldPreempt(&ctx, req, &resp);
       if (s.ok() && resp.preempt()) {
-        preempt_ = true;
+        reason_.store(resp.reason(), std::memory_order_relaxed);
+        preempt_.store(true, std::memory_order_release);
         return;
       }
       client_->Note(s.error_code());
@@ -265,6 +270,7 @@ class MasterPreemption final : public PreemptionSource {
   MasterClient* client_;
   const pid_t parent_;
   std::atomic<bool> preempt_{false};
+  std::atomic<int> reason_{tv1::EXIT_REASON_UNSPECIFIED};  // the master's reason, set before preempt_
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // guarded by mu_
@@ -600,7 +606,11 @@ std::optional<int> ManagedRank::Train(const tv1::Operation& op) {
   tv1::AckPreemptionRequest ack;
   tv1::AckPreemptionResponse ack_resp;
   (void)client_.Call("AckPreemption", &tv1::TrialService::Stub::AckPreemption, ack, &ack_resp);
-  std::printf("[det-trial] preempted at batch %lld\n", static_cast<long long>(controller_->batches_trained()));
+  // The master's reason (EXIT_REASON_PAUSED, _PREEMPTED, _STOPPED), not
+  // always a preemption.
+  const std::string why = preemption_->Why();
+  std::printf("[det-trial] asked to stop at batch %lld (%s)\n", static_cast<long long>(controller_->batches_trained()),
+              why.empty() ? "no reason given" : why.c_str());
   std::fflush(stdout);
   return Finish();
 }

@@ -77,7 +77,8 @@ int RunRelayedOperations(TrialController& c, Distributed& dist) {
         // Every rank agreed to stop at this batch; the chief checkpoints.
         auto saved = c.Checkpoint();
         if (!saved.ok()) return Error(dist, kExitTrialError, saved.status());
-        std::printf("[det-trial] rank %d preempted at batch %lld\n", dist.rank(),
+        // The chief's line names the master's reason (pause, preemption, ...).
+        std::printf("[det-trial] rank %d asked to stop at batch %lld\n", dist.rank(),
                     static_cast<long long>(c.batches_trained()));
         std::fflush(stdout);
         return 0;

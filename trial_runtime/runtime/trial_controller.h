@@ -46,6 +46,9 @@ class PreemptionSource {
  public:
   virtual ~PreemptionSource() = default;
   virtual bool ShouldPreempt() = 0;
+  // Why, once ShouldPreempt() is true, in words for the trial's log (e.g.
+  // "EXIT_REASON_PAUSED" as the master said); "" when unknown.
+  virtual std::string Why() const { return ""; }
 };
 
 struct TrainingPlan {

@@ -27,9 +27,12 @@ function stateBadge(testid) {
   return h('span', {class: 'state', 'data-testid': testid});
 }
 
-function updateStateBadge(el, state) {
+// `reason`: a trial's state_reason ("waiting for promotion: ..."), shown as
+// the badge's tooltip.
+function updateStateBadge(el, state, reason) {
   setText(el, stateLabel(state));
   setAttr(el, 'data-state', state || '');
+  setAttr(el, 'title', reason || null);
   const cls = `state state-${stateLabel(state).toLowerCase()}`;
   if (el.className !== cls) el.className = cls;
 }
@@ -319,7 +322,7 @@ class ExperimentView {
       h('td', {class: 'time'})),
     (tr, t) => {
       const c = tr.children;
-      updateStateBadge(c[1].firstChild, t.state);
+      updateStateBadge(c[1].firstChild, t.state, t.state_reason);
       const target = num(t.searcher_target_batches);
       setText(c[2], `${num(t.total_batches_processed) || 0}${target > 0 ? ` / ${target}` : ''}`);
       updateMetric(c[3], t.best_validation && t.best_validation.metrics ? t.best_validation.metrics[metric] : null);
@@ -414,7 +417,8 @@ class TrialView {
     this.killButton = h('button', {type: 'button', class: 'danger', 'data-testid': `kill-trial-${id}`, disabled: true,
       text: 'Kill trial', onclick: () => this.kill()});
     this.info = infoGrid([
-      ['experiment', 'Experiment', 'trial-experiment'], ['batches', 'Batches', `trial-batches-${id}`],
+      ['experiment', 'Experiment', 'trial-experiment'], ['reason', 'State reason', `trial-state-reason-${id}`],
+      ['batches', 'Batches', `trial-batches-${id}`],
       ['best', 'Best validation', `trial-best-${id}`], ['latest', 'Latest validation', `trial-latest-${id}`],
       ['restarts', 'Restarts', 'trial-restarts'], ['runner', 'Allocation', 'trial-runner'],
       ['seed', 'Seed', 'trial-seed'], ['checkpoint', 'Latest checkpoint', 'trial-latest-checkpoint'],
@@ -484,7 +488,8 @@ class TrialView {
       () => [link(`#/experiments/${t.experiment_id}`, `Experiment ${t.experiment_id}`)]);
     setChildrenKeyed(dd.experiment, `${t.experiment_id}:${this.exp && this.exp.name}`,
       () => [link(`#/experiments/${t.experiment_id}`, `${t.experiment_id}: ${(this.exp && this.exp.name) || ''}`)]);
-    updateStateBadge(this.state, t.state);
+    updateStateBadge(this.state, t.state, t.state_reason);
+    setText(dd.reason, t.state_reason || '–');
     const killable = !isTerminal(t.state) && t.state !== 'STATE_STOPPING_KILLED';
     if (this.killButton.disabled === killable) this.killButton.disabled = !killable;
     const target = num(t.searcher_target_batches);

@@ -32,7 +32,7 @@ function trialButtons(view) {
     head.append(pause, activate);
   }
   const state = badge.getAttribute('data-state') || '';
-  pause.disabled = state !== 'STATE_ACTIVE';
+  pause.disabled = state !== 'STATE_ACTIVE' && state !== 'STATE_WAITING';  // a waiting trial can be paused
   activate.disabled = state !== 'STATE_PAUSED';
 }
 
