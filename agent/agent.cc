@@ -15,8 +15,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "agent/agent_credential.h"
 #include "agent/cgroup.h"
+#include "common/abi_check.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -212,6 +214,38 @@ absl::Status Agent::Run() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The ABI manifest of the libraries `det_trial` loads (common/abi_check.h),
+// built once per det-trial path; null when they cannot be read (logged: the
+// master then skips this agent in its create-time check).
+std::shared_ptr<const av1::AbiManifest> TrialRuntimeManifest(const std::string& det_trial) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* built = new std::map<std::string, std::shared_ptr<const av1::AbiManifest>>();
+  absl::MutexLock lock(&mu);
+  auto it = built->find(det_trial);
+  if (it != built->end()) return it->second;
+  std::shared_ptr<av1::AbiManifest> proto;
+  absl::StatusOr<std::vector<std::string>> libs = FindTrialRuntimeLibraries(det_trial);
+  absl::StatusOr<AbiManifest> m = libs.ok() ? BuildAbiManifest(*libs) : absl::StatusOr<AbiManifest>(libs.status());
+  if (m.ok()) {
+    proto = std::make_shared<av1::AbiManifest>();
+    proto->mutable_symbol_hashes()->Add(m->symbol_hashes.begin(), m->symbol_hashes.end());
+    for (const auto& s : m->sdk_sonames) proto->add_sdk_sonames(s);
+    proto->set_sdk_version(m->sdk_version);
+    for (const auto& s : m->libraries) proto->add_libraries(s);
+    spdlog::info("ABI manifest for the master: {} symbols of {}", m->symbol_hashes.size(),
+                 absl::StrJoin(m->libraries, ", "));
+  } else {
+    spdlog::warn("no ABI manifest for the master (it cannot check trial.so files against this agent): {}",
+                 m.status().ToString());
+  }
+  built->emplace(det_trial, proto);
+  return proto;
+}
+
+}  // namespace
+
 absl::Status Agent::Register(bool re_register) {
   av1::RegisterAgentRequest req;
   req.set_agent_id(options_.agent_id);
@@ -227,6 +261,7 @@ absl::Status Agent::Register(bool re_register) {
   req.set_cluster_secret(options_.cluster_secret);
   req.mutable_rendezvous_ports()->set_first(options_.rendezvous_first_port);
   req.mutable_rendezvous_ports()->set_last(options_.rendezvous_last_port);
+  if (auto manifest = TrialRuntimeManifest(options_.det_trial_path)) *req.mutable_abi_manifest() = *manifest;
   std::string previous_token;
   {
     absl::MutexLock lock(&mu_);

@@ -136,7 +136,9 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
   if (!so_path.ok()) {
     spdlog::error("allocation {}: artifact fetch failed: {}", id, so_path.status().ToString());
     FailStart(seq, *alloc,
-              absl::UnavailableError(absl::StrCat("artifact fetch failed: ", so_path.status().ToString())));
+              absl::UnavailableError(absl::StrCat("artifact fetch failed for ",
+                                                  start.trial_so_name().empty() ? "trial.so" : start.trial_so_name(),
+                                                  ": ", so_path.status().ToString())));
     return;
   }
   absl::StatusOr<std::string> config_path = WriteConfig(*dir, start.config_yaml(), options_.trial_user);
@@ -327,6 +329,8 @@ Agent::Env Agent::RankEnvironment(const av1::StartAllocation& start, const av1::
   env["DET_CHIEF_ADDR"] = rdv.chief_address();
   env["DET_CHIEF_PORT"] = std::to_string(rdv.chief_port());
   env["DET_TRIAL_SO"] = so_path;
+  // det-trial names the user's file in load errors, not the cache path.
+  if (!start.trial_so_name().empty()) env["DET_TRIAL_SO_NAME"] = start.trial_so_name();
   env["DET_CONFIG"] = config_path;
   env["DET_AGENT_ID"] = options_.agent_id;
   if (ConfigDebug(start.config_yaml())) env["DET_DEBUG"] = "1";

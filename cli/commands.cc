@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -21,6 +22,7 @@
 #include "cli/follow_progress.h"
 #include "cli/metrics_log_commands.h"
 #include "cli/table.h"
+#include "cli/trial_abi_check.h"
 #include "common/proto_json.h"
 #include "common/sha256.h"
 
@@ -269,6 +271,16 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
     io.err << "det-cli: error: cannot read " << args.trial_path << '\n';
     return 2;
   }
+  if (!args.no_local_abi_check) {
+    const std::string det_trial = args.det_trial.empty() ? DetTrialBeside() : args.det_trial;
+    if (int rc = CheckTrialAbiLocally(args.trial_path, det_trial, /*before_upload=*/true, io.err); rc != 0) return rc;
+  }
+  // The master names the file in its ABI error and the agents' load errors.
+  std::string so_name = std::filesystem::path(args.trial_path).filename().string().substr(0, 255);
+  for (char& c : so_name) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  req.set_trial_so_name(so_name);
   if (req.trial_so().size() > kInlineTrialSoBytes) {
     std::string sha;
     grpc::Status uploaded = UploadTrialSo(client, req.trial_so(), &sha);

@@ -55,6 +55,11 @@ struct ExperimentCreateArgs {
   // Wait for the experiment to end (see ExperimentFollow).
   bool follow = false;
   std::chrono::milliseconds poll_interval{500};
+  // Skip det-cli's own ABI check (cli/trial_abi_check.h) before the upload;
+  // the master still checks. det_trial: whose libraries it checks against
+  // ("" = the det-trial beside det-cli).
+  bool no_local_abi_check = false;
+  std::string det_trial;
 };
 
 // experiment create CONFIG TRIAL.so [--follow] [--paused]: sends the config

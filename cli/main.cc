@@ -1,7 +1,7 @@
 // det-cli: the command-line client of the det-cpp master (CLI11 wiring only;
 // the commands live in commands.cc).
 //
-//   det-cli [-m HOST:PORT] experiment create CONFIG TRIAL.so [--follow] [--paused]
+//   det-cli [-m HOST:PORT] experiment create CONFIG TRIAL.so [--follow] [--paused] [--no-local-abi-check]
 //   det-cli experiment create --local CONFIG TRIAL.so [--resume DIR] [det-trial options]
 //   det-cli experiment list|describe|logs|list-trials|list-checkpoints|pause|activate|cancel|kill ...
 //   det-cli experiment list-checkpoints ID --best N | download ID --top-n N -o DIR
@@ -50,12 +50,14 @@
 #include "cli/experiment_best_commands.h"
 #include "cli/experiment_lifecycle_commands.h"
 #include "cli/metrics_log_commands.h"
+#include "cli/trial_abi_check.h"
 #include "cli/trial_metrics_command.h"
 #include "cli/trial_new_command.h"
 #include "cli/experiment_fork_commands.h"
 #include "cli/job_commands.h"
 #include "cli/user_commands.h"
 #include "cli/workspace_commands.h"
+#include "common/exit_codes.h"
 #include "common/experiment_config.h"
 
 namespace det::cli {
@@ -81,6 +83,10 @@ int CreateLocal(const std::string& config, const std::string& trial, const std::
     return 2;
   }
   std::string exe = FindDetTrial();
+  // The trial.so's symbols against the libraries this det-trial loads, with
+  // the same message as before an upload (dlopen's would be mangled).
+  // Exits as det-trial would for an unusable trial.so.
+  if (CheckTrialAbiLocally(trial, exe, /*before_upload=*/false, std::cerr) != 0) return kExitLibraryError;
   std::vector<std::string> args = {exe, "--local", config, trial};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
@@ -168,6 +174,9 @@ void AddExperimentCreate(CLI::App* experiment, CommandLine& cl) {
       ->check(ReadableFile());
   create->add_flag("--follow,-f", cl.create_args.follow, "Wait for the experiment to end, printing its progress");
   create->add_flag("--paused", cl.create_args.paused, "Create the experiment PAUSED instead of ACTIVE");
+  create->add_flag("--no-local-abi-check", cl.create_args.no_local_abi_check,
+                   "Skip det-cli's check of the trial.so's symbols against the LibTorch and SDK beside it "
+                   "(the master still checks against its agents')");
   create->add_flag("--local", cl.local, "Train in this process tree with no master");
   create->add_option("--resume", cl.resume, "(local) checkpoint directory to continue from");
   // Unknown arguments are det-trial options in local mode; they must stay here.

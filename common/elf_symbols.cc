@@ -6,14 +6,14 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace det {
 namespace {
-
-constexpr uint64_t kMaxTableBytes = uint64_t{64} << 20;
 
 class Fd {
  public:
@@ -29,9 +29,19 @@ class Fd {
   int fd_;
 };
 
-// Reads [offset, offset + n) of the file, which must lie inside `size`.
-bool ReadAt(int fd, uint64_t size, uint64_t offset, uint64_t n, void* out) {
-  if (offset > size || n > size - offset) return false;
+// Reads [offset, offset + n) of a file or buffer of `size` bytes; false when
+// the range is not inside it.
+struct Source {
+  uint64_t size = 0;
+  std::function<bool(uint64_t offset, uint64_t n, void* out)> read;
+
+  bool ReadAt(uint64_t offset, uint64_t n, void* out) const {
+    if (offset > size || n > size - offset) return false;
+    return n == 0 || read(offset, n, out);
+  }
+};
+
+bool PreadAll(int fd, uint64_t offset, uint64_t n, void* out) {
   auto* p = static_cast<char*>(out);
   while (n > 0) {
     ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
@@ -43,55 +53,157 @@ bool ReadAt(int fd, uint64_t size, uint64_t offset, uint64_t n, void* out) {
   return true;
 }
 
+// The NUL-terminated name at `offset` of a string table, cut at its end.
+std::string NameAt(const std::string& table, uint64_t offset) {
+  if (offset >= table.size()) return "";
+  const char* p = table.data() + offset;
+  return std::string(p, strnlen(p, table.size() - offset));
+}
+
+class Reader {
+ public:
+  Reader(const Source& src, const std::string& label) : src_(src), label_(label) {}
+
+  absl::StatusOr<ElfDynamicInfo> Read() {
+    Elf64_Ehdr eh{};
+    if (!src_.ReadAt(0, sizeof(eh), &eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+      return Bad("not an ELF file (build it as a shared library of this platform)");
+    }
+    if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB) {
+      return Bad("not a 64-bit little-endian ELF file");
+    }
+    if (eh.e_type != ET_DYN) return Bad("not a shared library (link it with -shared)");
+    if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0) return Bad("has no section headers to read");
+    sections_.resize(eh.e_shnum);
+    if (!src_.ReadAt(eh.e_shoff, uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr), sections_.data())) {
+      return Bad("truncated section headers");
+    }
+    ElfDynamicInfo info;
+    bool have_dynsym = false;
+    for (const Elf64_Shdr& sh : sections_) {
+      if (sh.sh_type == SHT_DYNSYM && !have_dynsym) {
+        if (absl::Status st = ReadSymbols(sh, &info); !st.ok()) return st;
+        have_dynsym = true;
+      } else if (sh.sh_type == SHT_DYNAMIC) {
+        if (absl::Status st = ReadDynamic(sh, &info); !st.ok()) return st;
+      }
+    }
+    if (!have_dynsym) return Bad("has no dynamic symbol table");
+    return info;
+  }
+
+ private:
+  absl::Status Bad(const std::string& why) const { return absl::InvalidArgumentError(absl::StrCat(label_, ": ", why)); }
+
+  // The string table section `link` names, read whole.
+  absl::StatusOr<std::string> StringTable(uint32_t link, const char* what) const {
+    if (link >= sections_.size() || sections_[link].sh_type != SHT_STRTAB) {
+      return Bad(absl::StrCat("malformed ", what, " (its string table)"));
+    }
+    const Elf64_Shdr& sh = sections_[link];
+    if (sh.sh_size > kMaxElfTableBytes) return Bad(absl::StrCat("oversized string table of ", what));
+    std::string names(sh.sh_size, '\0');
+    if (!src_.ReadAt(sh.sh_offset, names.size(), names.data())) {
+      return Bad(absl::StrCat("truncated string table of ", what));
+    }
+    return names;
+  }
+
+  absl::Status ReadSymbols(const Elf64_Shdr& sh, ElfDynamicInfo* info) const {
+    if (sh.sh_entsize != sizeof(Elf64_Sym) || sh.sh_link >= sections_.size()) return Bad("malformed .dynsym");
+    if (sh.sh_size > kMaxElfTableBytes || sh.sh_size / sizeof(Elf64_Sym) > kMaxElfSymbols) {
+      return Bad("malformed or oversized dynamic symbol table");
+    }
+    absl::StatusOr<std::string> names = StringTable(sh.sh_link, "dynamic symbol table");
+    if (!names.ok()) return names.status();
+    std::vector<Elf64_Sym> syms(sh.sh_size / sizeof(Elf64_Sym));
+    if (!src_.ReadAt(sh.sh_offset, syms.size() * sizeof(Elf64_Sym), syms.data())) {
+      return Bad("truncated dynamic symbol table");
+    }
+    for (const Elf64_Sym& sym : syms) {
+      const int bind = ELF64_ST_BIND(sym.st_info);
+      const int vis = ELF64_ST_VISIBILITY(sym.st_other);
+      if (sym.st_name == 0 || sym.st_name >= names->size()) continue;
+      if (sym.st_shndx == SHN_UNDEF) {
+        if (bind == STB_GLOBAL) info->undefined.push_back(NameAt(*names, sym.st_name));
+        continue;
+      }
+      if (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE) continue;
+      if (vis != STV_DEFAULT && vis != STV_PROTECTED) continue;
+      info->exported.push_back(NameAt(*names, sym.st_name));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadDynamic(const Elf64_Shdr& sh, ElfDynamicInfo* info) const {
+    if (sh.sh_entsize != sizeof(Elf64_Dyn) || sh.sh_size > kMaxElfTableBytes) return Bad("malformed .dynamic");
+    absl::StatusOr<std::string> names = StringTable(sh.sh_link, ".dynamic");
+    if (!names.ok()) return names.status();
+    std::vector<Elf64_Dyn> entries(sh.sh_size / sizeof(Elf64_Dyn));
+    if (!src_.ReadAt(sh.sh_offset, entries.size() * sizeof(Elf64_Dyn), entries.data())) {
+      return Bad("truncated .dynamic");
+    }
+    std::string runpath, rpath;
+    for (const Elf64_Dyn& d : entries) {
+      if (d.d_tag == DT_NULL) break;
+      if (d.d_tag == DT_NEEDED) {
+        if (info->needed.size() >= kMaxElfNeeded) return Bad(absl::StrCat("more than ", kMaxElfNeeded, " DT_NEEDED"));
+        info->needed.push_back(NameAt(*names, d.d_un.d_val));
+      } else if (d.d_tag == DT_SONAME) {
+        info->soname = NameAt(*names, d.d_un.d_val);
+      } else if (d.d_tag == DT_RUNPATH) {
+        runpath = NameAt(*names, d.d_un.d_val);
+      } else if (d.d_tag == DT_RPATH) {
+        rpath = NameAt(*names, d.d_un.d_val);
+      }
+    }
+    const std::string& path = runpath.empty() ? rpath : runpath;
+    for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
+      if (info->runpath.size() >= kMaxElfNeeded) break;
+      info->runpath.emplace_back(dir);
+    }
+    return absl::OkStatus();
+  }
+
+  const Source& src_;
+  const std::string& label_;
+  std::vector<Elf64_Shdr> sections_;
+};
+
 }  // namespace
 
-absl::Status CheckElfExports(const std::string& path, const std::string& symbol, const std::string& label) {
+absl::StatusOr<ElfDynamicInfo> ReadElfDynamic(const std::string& path, const std::string& label) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return absl::NotFoundError(absl::StrCat(label, ": cannot open ", path));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": not a regular file"));
   }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  auto bad = [&](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat(label, ": ", why)); };
-  Elf64_Ehdr eh{};
-  if (!ReadAt(fd.get(), size, 0, sizeof(eh), &eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
-    return bad("not an ELF file (build it as a shared library of this platform)");
+  Source src;
+  src.size = static_cast<uint64_t>(st.st_size);
+  const int raw = fd.get();
+  src.read = [raw](uint64_t offset, uint64_t n, void* out) { return PreadAll(raw, offset, n, out); };
+  return Reader(src, label).Read();
+}
+
+absl::StatusOr<ElfDynamicInfo> ReadElfDynamicFromBytes(std::string_view bytes, const std::string& label) {
+  Source src;
+  src.size = bytes.size();
+  src.read = [bytes](uint64_t offset, uint64_t n, void* out) {
+    std::memcpy(out, bytes.data() + offset, n);
+    return true;
+  };
+  return Reader(src, label).Read();
+}
+
+absl::Status CheckElfExports(const std::string& path, const std::string& symbol, const std::string& label) {
+  absl::StatusOr<ElfDynamicInfo> info = ReadElfDynamic(path, label);
+  if (!info.ok()) return info.status();
+  for (const std::string& name : info->exported) {
+    if (name == symbol) return absl::OkStatus();
   }
-  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB) {
-    return bad("not a 64-bit little-endian ELF file");
-  }
-  if (eh.e_type != ET_DYN) return bad("not a shared library (link it with -shared)");
-  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0) return bad("has no section headers to read");
-  const uint64_t sh_bytes = uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr);
-  std::vector<Elf64_Shdr> sections(eh.e_shnum);
-  if (!ReadAt(fd.get(), size, eh.e_shoff, sh_bytes, sections.data())) return bad("truncated section headers");
-  for (const Elf64_Shdr& sh : sections) {
-    if (sh.sh_type != SHT_DYNSYM) continue;
-    if (sh.sh_entsize != sizeof(Elf64_Sym) || sh.sh_link >= sections.size()) return bad("malformed .dynsym");
-    const Elf64_Shdr& strtab = sections[sh.sh_link];
-    if (sh.sh_size > kMaxTableBytes || strtab.sh_size > kMaxTableBytes || strtab.sh_type != SHT_STRTAB) {
-      return bad("malformed or oversized dynamic symbol table");
-    }
-    std::vector<Elf64_Sym> syms(sh.sh_size / sizeof(Elf64_Sym));
-    std::string names(strtab.sh_size, '\0');
-    if (!ReadAt(fd.get(), size, sh.sh_offset, syms.size() * sizeof(Elf64_Sym), syms.data()) ||
-        !ReadAt(fd.get(), size, strtab.sh_offset, names.size(), names.data())) {
-      return bad("truncated dynamic symbol table");
-    }
-    for (const Elf64_Sym& sym : syms) {
-      const int bind = ELF64_ST_BIND(sym.st_info);
-      const int vis = ELF64_ST_VISIBILITY(sym.st_other);
-      if (sym.st_shndx == SHN_UNDEF || (bind != STB_GLOBAL && bind != STB_WEAK)) continue;
-      if (vis != STV_DEFAULT && vis != STV_PROTECTED) continue;
-      if (sym.st_name >= names.size()) continue;
-      const char* name = names.data() + sym.st_name;
-      const size_t len = strnlen(name, names.size() - sym.st_name);
-      if (len == symbol.size() && std::memcmp(name, symbol.data(), len) == 0) return absl::OkStatus();
-    }
-    return bad(absl::StrCat("has no entry symbol '", symbol, "' (declare the trial with DET_REGISTER_TRIAL)"));
-  }
-  return bad("has no dynamic symbol table");
+  return absl::InvalidArgumentError(
+      absl::StrCat(label, ": has no entry symbol '", symbol, "' (declare the trial with DET_REGISTER_TRIAL)"));
 }
 
 }  // namespace det

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
@@ -15,13 +16,14 @@
 namespace det {
 namespace {
 
-// The path of this process's libc (a real, stripped-of-nothing shared library).
-std::string LibcPath() {
+// The path of a library this process has loaded (real, stripped-of-nothing
+// shared libraries): "libc.so", "libstdc++.so".
+std::string LoadedLibraryPath(const std::string& name = "libc.so") {
   std::ifstream maps("/proc/self/maps");
   std::string line;
   while (std::getline(maps, line)) {
     size_t at = line.find('/');
-    if (at != std::string::npos && line.find("libc.so") != std::string::npos) return line.substr(at);
+    if (at != std::string::npos && line.find("/" + name) != std::string::npos) return line.substr(at);
   }
   return "";
 }
@@ -36,7 +38,7 @@ std::string Slurp(const std::string& path) {
 class ElfSymbolsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    libc_ = LibcPath();
+    libc_ = LoadedLibraryPath();
     ASSERT_FALSE(libc_.empty());
     bytes_ = Slurp(libc_);
     ASSERT_GT(bytes_.size(), sizeof(Elf64_Ehdr));
@@ -122,6 +124,74 @@ TEST_F(ElfSymbolsTest, HostileOffsetsAndSizesAreRefused) {
       std::memcpy(b.data() + at, &sh, sizeof(sh));
     }
   }
+}
+
+// Undefined symbols, DT_NEEDED and DT_SONAME of a real library, the same from
+// the file and from its bytes.
+TEST_F(ElfSymbolsTest, ReadsUndefinedSymbolsNeededAndSoname) {
+  const std::string stdcxx = LoadedLibraryPath("libstdc++.so");
+  ASSERT_FALSE(stdcxx.empty());
+  absl::StatusOr<ElfDynamicInfo> info = ReadElfDynamic(stdcxx, "libstdc++");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->soname, "libstdc++.so.6");
+  EXPECT_THAT(info->needed, ::testing::Contains("libc.so.6"));
+  EXPECT_THAT(info->undefined, ::testing::Contains("malloc"));
+  EXPECT_THAT(info->exported, ::testing::Contains("_ZSt9terminatev"));
+  EXPECT_THAT(info->exported, ::testing::Not(::testing::Contains("malloc")));
+  absl::StatusOr<ElfDynamicInfo> same = ReadElfDynamicFromBytes(Slurp(stdcxx), "libstdc++");
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->undefined, info->undefined);
+  EXPECT_EQ(same->exported, info->exported);
+  EXPECT_EQ(same->needed, info->needed);
+}
+
+// A corrupted .dynamic (the section DT_NEEDED is read from) is refused, never
+// read out of bounds; a DT_NEEDED offset past its string table reads as "".
+TEST_F(ElfSymbolsTest, HostileDynamicSectionIsRefused) {
+  auto header_at = [&](int i) { return eh_.e_shoff + static_cast<size_t>(i) * sizeof(Elf64_Shdr); };
+  int dynamic = -1;
+  for (int i = 0; i < eh_.e_shnum && dynamic < 0; ++i) {
+    Elf64_Shdr sh;
+    std::memcpy(&sh, bytes_.data() + header_at(i), sizeof(sh));
+    if (sh.sh_type == SHT_DYNAMIC) dynamic = i;
+  }
+  ASSERT_GE(dynamic, 0);
+  Elf64_Shdr sh;
+  std::memcpy(&sh, bytes_.data() + header_at(dynamic), sizeof(sh));
+  auto with = [&](const Elf64_Shdr& evil) {
+    std::string b = bytes_;
+    std::memcpy(b.data() + header_at(dynamic), &evil, sizeof(evil));
+    absl::StatusOr<ElfDynamicInfo> info = ReadElfDynamicFromBytes(b, "trial.so");
+    return info.ok() ? std::string("OK") : std::string(info.status().message());
+  };
+  for (uint64_t bad : {~uint64_t{0}, uint64_t{1} << 40, static_cast<uint64_t>(bytes_.size())}) {
+    Elf64_Shdr evil = sh;
+    evil.sh_offset = bad;
+    EXPECT_THAT(with(evil), ::testing::HasSubstr("trial.so: ")) << "offset " << bad;
+    EXPECT_NE(with(evil), "OK");
+    evil = sh;
+    evil.sh_size = bad;
+    EXPECT_NE(with(evil), "OK") << "size " << bad;
+  }
+  Elf64_Shdr evil = sh;
+  evil.sh_entsize = 7;
+  EXPECT_THAT(with(evil), ::testing::HasSubstr("malformed .dynamic"));
+  evil = sh;
+  evil.sh_link = 0xffff;
+  EXPECT_THAT(with(evil), ::testing::HasSubstr("malformed .dynamic"));
+  // Every DT_NEEDED pointing past the string table.
+  std::string b = bytes_;
+  for (uint64_t off = sh.sh_offset; off + sizeof(Elf64_Dyn) <= sh.sh_offset + sh.sh_size; off += sizeof(Elf64_Dyn)) {
+    Elf64_Dyn d;
+    std::memcpy(&d, b.data() + off, sizeof(d));
+    if (d.d_tag != DT_NEEDED) continue;
+    d.d_un.d_val = ~uint64_t{0};
+    std::memcpy(b.data() + off, &d, sizeof(d));
+  }
+  absl::StatusOr<ElfDynamicInfo> info = ReadElfDynamicFromBytes(b, "trial.so");
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_FALSE(info->needed.empty());
+  for (const std::string& n : info->needed) EXPECT_EQ(n, "");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // MasterCore: det.agent.v1 (registration, the Connect stream, heartbeats,
 // process state, logs) and the det.api.v1 agent and slot listings.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,6 +20,25 @@
 
 namespace det::master {
 namespace {
+
+// The agent's AbiManifest, bounded (common/abi_check.h); null when it sent
+// none.
+absl::StatusOr<std::shared_ptr<const AbiManifest>> ReportedManifest(const agentv1::RegisterAgentRequest& req) {
+  if (!req.has_abi_manifest()) return std::shared_ptr<const AbiManifest>();
+  const agentv1::AbiManifest& m = req.abi_manifest();
+  const std::string who = absl::StrCat("agent '", req.agent_id().substr(0, 128), "'");
+  if (static_cast<size_t>(m.symbol_hashes_size()) > kMaxAbiManifestSymbols ||
+      static_cast<size_t>(m.sdk_sonames_size()) > kMaxAbiManifestLibraries ||
+      static_cast<size_t>(m.libraries_size()) > kMaxAbiManifestLibraries) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": abi_manifest over its bounds (", kMaxAbiManifestSymbols,
+                                                   " symbols, ", kMaxAbiManifestLibraries, " libraries)"));
+  }
+  DET_ASSIGN_OR_RETURN(AbiManifest manifest,
+                       AbiManifestFromParts({m.symbol_hashes().begin(), m.symbol_hashes().end()},
+                                            {m.sdk_sonames().begin(), m.sdk_sonames().end()}, m.sdk_version(),
+                                            {m.libraries().begin(), m.libraries().end()}, who));
+  return std::shared_ptr<const AbiManifest>(std::make_shared<AbiManifest>(std::move(manifest)));
+}
 
 absl::Status ValidateRegistration(const agentv1::RegisterAgentRequest& req) {
   if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id is required");
@@ -82,6 +102,7 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
   }
   DET_RETURN_IF_ERROR(CheckAgentPool(options_.resource_pools, req.agent_id(),
                                      req.resource_pool().empty() ? "default" : req.resource_pool()));
+  DET_ASSIGN_OR_RETURN(std::shared_ptr<const AbiManifest> manifest, ReportedManifest(req));
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   auto it = agents_.find(req.agent_id());
@@ -124,6 +145,7 @@ absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const a
   agent.row.last_seen_ms = WallMs();
   agent.devices.assign(req.devices().begin(), req.devices().end());
   agent.addresses.assign(req.addresses().begin(), req.addresses().end());
+  agent.abi_manifest = std::move(manifest);
   if (req.rendezvous_ports().first() != 0 || req.rendezvous_ports().last() != 0) {
     agent.rendezvous_first = req.rendezvous_ports().first();
     agent.rendezvous_last = req.rendezvous_ports().last();
@@ -354,6 +376,38 @@ absl::StatusOr<apiv1::GetSlotsResponse> MasterCore::GetSlots(const apiv1::GetSlo
     for (const auto& s : a.slots()) *resp.add_slots() = s;
   }
   return resp;
+}
+
+absl::StatusOr<std::vector<std::string>> MasterCore::CheckTrialAbiOnAgents(const std::string& sha256,
+                                                                       const std::string& file_name,
+                                                                       const std::string& pool) {
+  std::vector<std::pair<std::string, std::shared_ptr<const AbiManifest>>> manifests;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [id, agent] : agents_) {
+      if (agent->abi_manifest && agent->row.resource_pool == pool) manifests.emplace_back(id, agent->abi_manifest);
+    }
+  }
+  DET_ASSIGN_OR_RETURN(std::string path, artifacts_.FilePath(sha256));
+  DET_ASSIGN_OR_RETURN(ElfDynamicInfo trial, ReadElfDynamic(path, file_name));
+  const bool checked = std::any_of(trial.undefined.begin(), trial.undefined.end(),
+                                   [](const std::string& s) { return !AbiSymbolNamespace(s).empty(); });
+  if (manifests.empty()) {
+    if (!checked) return std::vector<std::string>();
+    return std::vector<std::string>{absl::StrCat(
+        "no agent of resource pool '", pool, "' has reported its libraries yet, so the master did not check ",
+        file_name, " against LibTorch and the Trial SDK (det-cli checks it against its own before the upload)")};
+  }
+  absl::Status first;
+  for (const auto& [id, m] : manifests) {
+    absl::Status st = CheckTrialAbi(trial, *m, file_name,
+                                    absl::StrCat("agent '", id, "' (", absl::StrJoin(m->libraries, ", "), ")"));
+    if (st.ok()) return std::vector<std::string>();
+    if (first.ok()) first = st;
+  }
+  if (manifests.size() == 1) return first;
+  return absl::InvalidArgumentError(absl::StrCat(first.message(), "; none of the ", manifests.size(),
+                                                 " agents of resource pool '", pool, "' can load it"));
 }
 
 }  // namespace det::master

@@ -200,6 +200,7 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
     start->set_allocation_token(token);
     start->mutable_trial_so()->set_sha256(exp.row.trial_so_sha256);
     start->mutable_trial_so()->set_size_bytes(artifacts_.Size(exp.row.trial_so_sha256).value_or(0));
+    start->set_trial_so_name(artifacts_.Name(exp.row.trial_so_sha256));
     start->set_config_yaml(exp.row.config_yaml);
     start->set_master_address(trial_master_address_);
     start->set_checkpoint_storage_path(exp.checkpoint_dir);

@@ -14,6 +14,8 @@
 #include "common/elf_symbols.h"
 #include "common/safe_path.h"
 #include "common/sha256.h"
+#include "common/status_macros.h"
+#include "master/core/proto_convert.h"
 
 namespace det::master {
 namespace fs = std::filesystem;
@@ -44,6 +46,51 @@ absl::Status CheckSharedLibrary(const std::string& bytes) {
   }
 #endif
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ValidateTrialSoName(const std::string& name) {
+  if (name.empty()) return std::string("trial.so");
+  if (name.size() > 255) {
+    return absl::InvalidArgumentError(absl::StrCat("trial_so_name: ", name.size(),
+                                                   " bytes; a file name of at most 255 bytes, e.g. my_trial.so"));
+  }
+  for (unsigned char c : name) {
+    if (c == '/' || c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          "trial_so_name: a file name without '/' or control characters (its last path component), e.g. my_trial.so");
+    }
+  }
+  if (name == "." || name == "..") return absl::InvalidArgumentError("trial_so_name: '.' and '..' are not file names");
+  return name;
+}
+
+absl::Status ArtifactStore::SetName(const std::string& sha256, const std::string& name) const {
+  if (absl::Status st = ValidateSha256(sha256, "sha256"); !st.ok()) return st;
+  DET_ASSIGN_OR_RETURN(std::string valid, ValidateTrialSoName(name));
+  const std::string path = (fs::path(dir_) / (sha256 + ".name")).string();
+  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + RandomHex(8);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << valid;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return absl::InternalError(absl::StrCat("cannot store the name of artifact ", sha256));
+  }
+  return absl::OkStatus();
+}
+
+std::string ArtifactStore::Name(const std::string& sha256) const {
+  if (!IsSha256Hex(sha256)) return "trial.so";
+  std::ifstream in(fs::path(dir_) / (sha256 + ".name"), std::ios::binary);
+  std::string name(256, '\0');
+  in.read(name.data(), static_cast<std::streamsize>(name.size()));
+  name.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
+  absl::StatusOr<std::string> valid = ValidateTrialSoName(name);
+  return valid.ok() ? *valid : "trial.so";
 }
 
 std::string ArtifactStore::PathOf(const std::string& sha256) const { return (fs::path(dir_) / (sha256 + ".so")).string(); }
@@ -136,6 +183,7 @@ absl::StatusOr<std::string> ArtifactStore::Read(const std::string& sha256, int64
 absl::Status ArtifactStore::Remove(const std::string& sha256) const {
   if (absl::Status st = ValidateSha256(sha256, "sha256"); !st.ok()) return st;
   std::error_code ec;
+  fs::remove(fs::path(dir_) / (sha256 + ".name"), ec);
   fs::remove(PathOf(sha256), ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot delete artifact ", sha256, ": ", ec.message()));
   return absl::OkStatus();

@@ -14,6 +14,12 @@ namespace det::master {
 // architecture; InvalidArgument naming what is wrong otherwise.
 absl::Status CheckSharedLibrary(const std::string& bytes);
 
+// The label a client gave its trial.so (CreateExperimentRequest
+// .trial_so_name): "" becomes "trial.so"; INVALID_ARGUMENT naming
+// trial_so_name when it is over 255 bytes, contains '/', a control
+// character or is "." or "..". Never a path: the master opens nothing by it.
+absl::StatusOr<std::string> ValidateTrialSoName(const std::string& name);
+
 // Thread-safe: files are written to a temporary name and renamed.
 class ArtifactStore {
  public:
@@ -40,6 +46,11 @@ class ArtifactStore {
   // uses it). OK when it is already gone; InvalidArgument for a malformed
   // hash (never a file outside dir).
   absl::Status Remove(const std::string& sha256) const;
+  // The file name the artifact was last uploaded as (ValidateTrialSoName's
+  // result), kept beside it as <sha256>.name for the agents' load errors;
+  // SetName overwrites it, Name returns "trial.so" when none is recorded.
+  absl::Status SetName(const std::string& sha256, const std::string& name) const;
+  std::string Name(const std::string& sha256) const;
   // The file of stored artifact `sha256` (the Slurm resource manager copies
   // it into a job's directory); NotFound for an unknown or malformed hash.
   absl::StatusOr<std::string> FilePath(const std::string& sha256) const;

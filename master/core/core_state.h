@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/abi_check.h"
 #include "common/batch_lengths.h"
 #include "common/experiment_config.h"
 #include "det/api/v1/cluster.pb.h"
@@ -187,6 +188,10 @@ struct AgentRuntime {
   std::deque<std::pair<std::string, int64_t>> recent_allocations;
   // Messages refused because they named an allocation not placed here.
   int64_t refused_messages = 0;
+  // What its det-trial's libraries export (RegisterAgentRequest.abi_manifest);
+  // null when it reported none. CreateExperiment checks trial.so files
+  // against it (CheckTrialAbiOnAgents).
+  std::shared_ptr<const AbiManifest> abi_manifest;
 };
 
 inline constexpr size_t kRecentAllocations = 64;

@@ -77,6 +77,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   const std::string checkpoint_dir = ExperimentCheckpointDir(config, options_.checkpoint_root);
   DET_RETURN_IF_ERROR(checkpoint_roots_.Check(checkpoint_dir, "checkpoint_storage.host_path"));
 
+  DET_ASSIGN_OR_RETURN(std::string so_name, ValidateTrialSoName(req.trial_so_name()));
   std::string sha;
   if (!req.trial_so().empty()) {
     if (static_cast<int64_t>(req.trial_so().size()) > options_.max_trial_so_bytes) {
@@ -93,9 +94,16 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   } else {
     return absl::InvalidArgumentError("trial_so is required: the bytes of the trial library");
   }
+  // The ABI check (agents.cc); a fork's request names no file: the name
+  // its trial.so was uploaded as.
+  if (req.trial_so_name().empty()) so_name = artifacts_.Name(sha);
+  DET_ASSIGN_OR_RETURN(std::vector<std::string> abi_warnings,
+                       CheckTrialAbiOnAgents(sha, so_name, config.resources.resource_pool));
   apiv1::CreateExperimentResponse resp;
   for (const auto& w : config.warnings) resp.add_warnings(w);
+  for (const auto& w : abi_warnings) resp.add_warnings(w);
   if (req.validate_only()) return resp;
+  if (!req.trial_so_name().empty()) DET_RETURN_IF_ERROR(artifacts_.SetName(sha, so_name));
 
   std::lock_guard<std::mutex> l(mu_);
   // A DeleteExperiment may have removed an unshared trial.so meanwhile (it

@@ -254,6 +254,15 @@ class MasterCore {
 
   // ---- det.agent.v1 (agents.cc)
   absl::StatusOr<agentv1::RegisterAgentResponse> RegisterAgent(const agentv1::RegisterAgentRequest& req);
+  // The create-time ABI check (agents.cc): OK with no warning when stored
+  // trial.so `sha256` can be loaded by at least one agent of resource pool
+  // `pool` that reported an AbiManifest; INVALID_ARGUMENT naming `file_name`
+  // (the client's label) and the first agent's unresolved symbol when none
+  // can; OK with a warning when no agent of the pool reported one (nothing
+  // to check against). Reads the stored file, never loads it. Thread-safe.
+  absl::StatusOr<std::vector<std::string>> CheckTrialAbiOnAgents(const std::string& sha256,
+                                                                 const std::string& file_name,
+                                                                 const std::string& pool);
   // Forgets agent `agent_id`'s per-agent credential: its next registration
   // is treated as its first and gets a new one (det-master --reset-agent).
   // NotFound for an unknown agent. Thread-safe.

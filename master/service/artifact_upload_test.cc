@@ -81,5 +81,29 @@ TEST_F(ArtifactUploadTest, RefusesBadAnnouncementsChunksAndMismatches) {
   EXPECT_EQ(elf.Finish().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The name a client gives its trial.so is a label, never a path: refused
+// when it could name another file, kept beside the artifact otherwise.
+TEST_F(ArtifactUploadTest, TrialSoNameIsALabelNeverAPath) {
+  EXPECT_EQ(ValidateTrialSoName("").value(), "trial.so");
+  EXPECT_EQ(ValidateTrialSoName("my_trial.so").value(), "my_trial.so");
+  for (const std::string& bad : std::vector<std::string>{"../x.so", "/etc/passwd", "a/b.so", ".", "..", "a\nb.so",
+                                std::string(256, 'x')}) {
+    absl::StatusOr<std::string> st = ValidateTrialSoName(bad);
+    ASSERT_FALSE(st.ok()) << bad;
+    EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(st.status().message()).rfind("trial_so_name: ", 0), 0u) << st.status();
+  }
+  const std::string sha = Sha256Hex(so_);
+  ASSERT_TRUE(store_.Put(so_).ok());
+  EXPECT_EQ(store_.Name(sha), "trial.so");
+  ASSERT_TRUE(store_.SetName(sha, "my_trial.so").ok());
+  EXPECT_EQ(store_.Name(sha), "my_trial.so");
+  EXPECT_FALSE(store_.SetName(sha, "../evil").ok());
+  EXPECT_FALSE(store_.SetName("../" + sha, "x.so").ok());
+  EXPECT_EQ(store_.Name("../" + sha), "trial.so");
+  ASSERT_TRUE(store_.Remove(sha).ok());
+  EXPECT_EQ(store_.Name(sha), "trial.so");
+}
+
 }  // namespace
 }  // namespace det::master

@@ -1,12 +1,16 @@
 #include "common/elf_symbols.h"
 #include "trial_runtime/runtime/trial_loader.h"
 
+#include "common/abi_check.h"
+
 #include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <cstddef>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 // The master checks uploads for the same name (common/elf_symbols.h).
 static_assert(std::string_view(DET_TRIAL_ENTRY_SYMBOL) == std::string_view(det::kTrialEntrySymbol));
@@ -22,51 +26,74 @@ constexpr int kCxx11Abi = _GLIBCXX_USE_CXX11_ABI;
 constexpr int kCxx11Abi = -1;
 #endif
 
+// How errors name the trial library: the file name the user uploaded
+// (DET_TRIAL_SO_NAME, which det-agent sets from the master's StartAllocation)
+// rather than the agent's cache path; the path itself otherwise.
+std::string LibraryLabel(const std::string& path) {
+  const char* name = std::getenv("DET_TRIAL_SO_NAME");
+  return name != nullptr && *name != '\0' ? std::string(name).substr(0, 255) : path;
+}
+
+// dlerror()'s text with the cache path replaced by `label`, and for an
+// undefined symbol, that symbol demangled and its likely cause.
+std::string DlopenError(const char* e, const std::string& open_path, const std::string& label) {
+  std::string text = absl::StrReplaceAll(e ? e : "unknown dlopen error", {{open_path, label}});
+  constexpr std::string_view kUndefined = "undefined symbol: ";
+  const size_t at = text.find(kUndefined);
+  if (at == std::string::npos) return text;
+  const size_t start = at + kUndefined.size();
+  const std::string mangled = text.substr(start, text.find_first_of(" ,(", start) - start);
+  const std::string demangled = Demangle(mangled);
+  if (demangled != mangled) absl::StrAppend(&text, " (", demangled, ")");
+  if (!AbiSymbolNamespace(mangled).empty()) absl::StrAppend(&text, ": likely ", LikelyAbiCause(mangled));
+  return text;
+}
+
 }  // namespace
 
 absl::StatusOr<const DetTrialPlugin*> LoadTrialLibrary(const std::string& path) {
+  const std::string label = LibraryLabel(path);
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat("trial library '", path, "' does not exist"));
-  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat("trial library '", path, "' is not a file"));
+  if (stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat("trial library '", label, "' does not exist"));
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat("trial library '", label, "' is not a file"));
   // A path without '/' would be searched in the library path; anchor it.
   std::string open_path = path.find('/') == std::string::npos ? "./" + path : path;
   void* handle = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    const char* e = dlerror();
-    return absl::InvalidArgumentError(absl::StrCat("cannot load trial library '", path,
-                                                   "' as a shared library: ", e ? e : "unknown dlopen error"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot load trial library '", label,
+                                                   "' as a shared library: ", DlopenError(dlerror(), open_path, label)));
   }
   // Never dlclose: objects and threads of the trial may outlive any scope.
   dlerror();
   void* sym = dlsym(handle, DET_TRIAL_ENTRY_SYMBOL);
   if (sym == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "trial library '", path, "' has no entry symbol '", DET_TRIAL_ENTRY_SYMBOL,
+        "trial library '", label, "' has no entry symbol '", DET_TRIAL_ENTRY_SYMBOL,
         "'; add DET_REGISTER_TRIAL(YourTrial) to one of its source files"));
   }
   auto entry = reinterpret_cast<DetTrialPluginEntryFn>(sym);
   const DetTrialPlugin* plugin = entry();
   if (plugin == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("trial library '", path, "': entry returned null"));
+    return absl::FailedPreconditionError(absl::StrCat("trial library '", label, "': entry returned null"));
   }
   if (plugin->abi_version != kTrialAbiVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "trial library '", path, "' was built for trial ABI version ", plugin->abi_version,
+        "trial library '", label, "' was built for trial ABI version ", plugin->abi_version,
         ", but this det-trial supports ABI version ", kTrialAbiVersion,
         "; rebuild the trial against this det-cpp SDK"));
   }
   if (plugin->struct_size < sizeof(DetTrialPlugin)) {
-    return absl::FailedPreconditionError(absl::StrCat("trial library '", path, "': plugin table has ",
+    return absl::FailedPreconditionError(absl::StrCat("trial library '", label, "': plugin table has ",
                                                       plugin->struct_size, " bytes, expected ",
                                                       sizeof(DetTrialPlugin)));
   }
   if (std::string(plugin->torch_version) != TORCH_VERSION) {
-    return absl::FailedPreconditionError(absl::StrCat("trial library '", path, "' was built against LibTorch ",
+    return absl::FailedPreconditionError(absl::StrCat("trial library '", label, "' was built against LibTorch ",
                                                       plugin->torch_version, " (", plugin->compiler,
                                                       "), this det-trial uses LibTorch ", TORCH_VERSION));
   }
   if (plugin->cxx11_abi != kCxx11Abi) {
-    return absl::FailedPreconditionError(absl::StrCat("trial library '", path, "' uses _GLIBCXX_USE_CXX11_ABI=",
+    return absl::FailedPreconditionError(absl::StrCat("trial library '", label, "' uses _GLIBCXX_USE_CXX11_ABI=",
                                                       plugin->cxx11_abi, ", this det-trial uses ", kCxx11Abi));
   }
   return plugin;
