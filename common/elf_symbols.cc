@@ -35,8 +35,11 @@ struct Source {
   uint64_t size = 0;
   std::function<bool(uint64_t offset, uint64_t n, void* out)> read;
 
+  // Whether [offset, offset + n) lies inside: checked before allocating a
+  // buffer for it, so a small hostile file cannot make us allocate much.
+  bool Contains(uint64_t offset, uint64_t n) const { return offset <= size && n <= size - offset; }
   bool ReadAt(uint64_t offset, uint64_t n, void* out) const {
-    if (offset > size || n > size - offset) return false;
+    if (!Contains(offset, n)) return false;
     return n == 0 || read(offset, n, out);
   }
 };
@@ -74,6 +77,7 @@ class Reader {
     }
     if (eh.e_type != ET_DYN) return Bad("not a shared library (link it with -shared)");
     if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0) return Bad("has no section headers to read");
+    if (!src_.Contains(eh.e_shoff, uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr))) return Bad("truncated section headers");
     sections_.resize(eh.e_shnum);
     if (!src_.ReadAt(eh.e_shoff, uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr), sections_.data())) {
       return Bad("truncated section headers");
@@ -102,6 +106,7 @@ class Reader {
     }
     const Elf64_Shdr& sh = sections_[link];
     if (sh.sh_size > kMaxElfTableBytes) return Bad(absl::StrCat("oversized string table of ", what));
+    if (!src_.Contains(sh.sh_offset, sh.sh_size)) return Bad(absl::StrCat("truncated string table of ", what));
     std::string names(sh.sh_size, '\0');
     if (!src_.ReadAt(sh.sh_offset, names.size(), names.data())) {
       return Bad(absl::StrCat("truncated string table of ", what));
@@ -114,6 +119,7 @@ class Reader {
     if (sh.sh_size > kMaxElfTableBytes || sh.sh_size / sizeof(Elf64_Sym) > kMaxElfSymbols) {
       return Bad("malformed or oversized dynamic symbol table");
     }
+    if (!src_.Contains(sh.sh_offset, sh.sh_size)) return Bad("truncated dynamic symbol table");
     absl::StatusOr<std::string> names = StringTable(sh.sh_link, "dynamic symbol table");
     if (!names.ok()) return names.status();
     std::vector<Elf64_Sym> syms(sh.sh_size / sizeof(Elf64_Sym));
@@ -137,6 +143,7 @@ class Reader {
 
   absl::Status ReadDynamic(const Elf64_Shdr& sh, ElfDynamicInfo* info) const {
     if (sh.sh_entsize != sizeof(Elf64_Dyn) || sh.sh_size > kMaxElfTableBytes) return Bad("malformed .dynamic");
+    if (!src_.Contains(sh.sh_offset, sh.sh_size)) return Bad("truncated .dynamic");
     absl::StatusOr<std::string> names = StringTable(sh.sh_link, ".dynamic");
     if (!names.ok()) return names.status();
     std::vector<Elf64_Dyn> entries(sh.sh_size / sizeof(Elf64_Dyn));

@@ -194,5 +194,19 @@ TEST_F(ElfSymbolsTest, HostileDynamicSectionIsRefused) {
   for (const std::string& n : info->needed) EXPECT_EQ(n, "");
 }
 
+// The fuzzer's seed (fuzz/corpus/elf_symbols/trial_seed.so, a hand-made
+// trial.so of section headers only) reads as what it was made of.
+TEST(ElfSymbolsSeedTest, FuzzSeedReadsAsMade) {
+  absl::StatusOr<ElfDynamicInfo> info =
+      ReadElfDynamic(std::string(DET_SOURCE_DIR) + "/fuzz/corpus/elf_symbols/trial_seed.so", "seed");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_THAT(info->exported, ::testing::ElementsAre(kTrialEntrySymbol));
+  EXPECT_THAT(info->undefined, ::testing::ElementsAre("_ZNK3det12TrialContext11hparam_jsonERKSs", "_ZSt9terminatev",
+                                                      "malloc"));
+  EXPECT_THAT(info->needed, ::testing::ElementsAre("libdet_sdk.so.0", "libstdc++.so.6"));
+  EXPECT_EQ(info->soname, "seed.so");
+  EXPECT_THAT(info->runpath, ::testing::ElementsAre("$ORIGIN/../lib"));
+}
+
 }  // namespace
 }  // namespace det
