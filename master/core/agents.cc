@@ -393,7 +393,8 @@ absl::StatusOr<std::vector<std::string>> MasterCore::CheckTrialAbiOnAgents(const
   const bool checked = std::any_of(trial.undefined.begin(), trial.undefined.end(),
                                    [](const std::string& s) { return !AbiSymbolNamespace(s).empty(); });
   if (manifests.empty()) {
-    if (!checked) return std::vector<std::string>();
+    // Under Slurm no agent runs det-trial: only det-cli's check applies.
+    if (!checked || options_.resource_manager.slurm_managed()) return std::vector<std::string>();
     return std::vector<std::string>{absl::StrCat(
         "no agent of resource pool '", pool, "' has reported its libraries yet, so the master did not check ",
         file_name, " against LibTorch and the Trial SDK (det-cli checks it against its own before the upload)")};
