@@ -218,7 +218,8 @@ namespace {
 
 // The ABI manifest of the libraries `det_trial` loads (common/abi_check.h),
 // built once per det-trial path; null when they cannot be read (logged: the
-// master then skips this agent in its create-time check).
+// master then skips this agent in its create-time check; tried again at the
+// next registration).
 std::shared_ptr<const av1::AbiManifest> TrialRuntimeManifest(const std::string& det_trial) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* built = new std::map<std::string, std::shared_ptr<const av1::AbiManifest>>();
@@ -240,7 +241,7 @@ std::shared_ptr<const av1::AbiManifest> TrialRuntimeManifest(const std::string& 
     spdlog::warn("no ABI manifest for the master (it cannot check trial.so files against this agent): {}",
                  m.status().ToString());
   }
-  built->emplace(det_trial, proto);
+  if (proto) built->emplace(det_trial, proto);
   return proto;
 }
 

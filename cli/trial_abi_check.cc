@@ -1,33 +1,16 @@
 #include "cli/trial_abi_check.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/abi_check.h"
 #include "common/elf_symbols.h"
 
 namespace det::cli {
-namespace {
 
 namespace fs = std::filesystem;
-
-// `name` resolved on PATH when it has no '/'.
-std::string OnPath(const std::string& name) {
-  if (name.find('/') != std::string::npos) return name;
-  const char* path = std::getenv("PATH");
-  for (absl::string_view dir : absl::StrSplit(path ? path : "", ':', absl::SkipEmpty())) {
-    std::error_code ec;
-    fs::path candidate = fs::path(std::string(dir)) / name;
-    if (fs::is_regular_file(candidate, ec)) return candidate.string();
-  }
-  return name;
-}
-
-}  // namespace
 
 std::string DetTrialBeside() {
   std::error_code ec;
@@ -44,8 +27,7 @@ int CheckTrialAbiLocally(const std::string& trial_path, const std::string& det_t
   const std::string file_name = fs::path(trial_path).filename().string();
   absl::StatusOr<ElfDynamicInfo> trial = ReadElfDynamic(trial_path, trial_path);
   if (!trial.ok()) return 0;  // not a shared library: the master says what is wrong
-  const std::string runtime = OnPath(det_trial);
-  absl::StatusOr<std::vector<std::string>> libs = FindTrialRuntimeLibraries(runtime);
+  absl::StatusOr<std::vector<std::string>> libs = FindTrialRuntimeLibraries(det_trial);
   absl::StatusOr<AbiManifest> manifest =
       libs.ok() ? BuildAbiManifest(*libs) : absl::StatusOr<AbiManifest>(libs.status());
   if (!manifest.ok()) {
@@ -54,7 +36,7 @@ int CheckTrialAbiLocally(const std::string& trial_path, const std::string& det_t
     return 0;
   }
   absl::Status st = CheckTrialAbi(*trial, *manifest, trial_path,
-                                  absl::StrCat("the libraries of ", runtime, " (", absl::StrJoin(*libs, ", "), ")"));
+                                  absl::StrCat("the libraries of ", det_trial, " (", absl::StrJoin(*libs, ", "), ")"));
   if (st.ok()) return 0;
   err << "det-cli: error: " << st.message()
       << (before_upload ? " (checked before the upload; --no-local-abi-check leaves the check to the master)" : "")

@@ -61,6 +61,18 @@ std::vector<std::string> SearchDirs(const std::string& origin, const std::vector
   return dirs;
 }
 
+// `name` resolved on PATH when it has no '/' (as execvp would run it).
+std::string OnPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "", ':', absl::SkipEmpty())) {
+    std::error_code ec;
+    const fs::path candidate = fs::path(std::string(dir)) / name;
+    if (fs::is_regular_file(candidate, ec)) return candidate.string();
+  }
+  return name;
+}
+
 std::string SdkVersionOf(const std::string& path) {
   std::error_code ec;
   const std::string real = fs::canonical(path, ec).filename().string();
@@ -201,7 +213,8 @@ absl::StatusOr<AbiManifest> AbiManifestFromParts(std::vector<uint64_t> hashes, s
   return m;
 }
 
-absl::StatusOr<std::vector<std::string>> FindTrialRuntimeLibraries(const std::string& det_trial) {
+absl::StatusOr<std::vector<std::string>> FindTrialRuntimeLibraries(const std::string& det_trial_arg) {
+  const std::string det_trial = OnPath(det_trial_arg);
   std::vector<std::string> found, queue{det_trial};
   std::set<std::string> seen;
   for (size_t q = 0; q < queue.size() && found.size() < kMaxAbiManifestLibraries; ++q) {

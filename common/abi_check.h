@@ -79,8 +79,8 @@ absl::StatusOr<AbiManifest> AbiManifestFromParts(std::vector<uint64_t> hashes, s
                                                  std::string sdk_version, std::vector<std::string> libraries,
                                                  const std::string& who);
 
-// The checked libraries the det-trial binary at `det_trial` loads, found the
-// way the dynamic loader does: its DT_NEEDED (and theirs, transitively) that
+// The checked libraries the det-trial binary at `det_trial` (a name without
+// '/' is looked up on PATH) loads, found the way the dynamic loader does: its DT_NEEDED (and theirs, transitively) that
 // IsAbiLibrary, searched in LD_LIBRARY_PATH, its DT_RUNPATH ($ORIGIN
 // expanded), the directories of the libraries this process has loaded, then
 // the default directories. FAILED_PRECONDITION when libdet_sdk or libstdc++
