@@ -18,6 +18,13 @@ inline constexpr int kExitLibraryError = 3;
 // up on it) or the agent that started it. Not the trial's fault: the master
 // resumes the trial from its latest checkpoint without counting a restart.
 inline constexpr int kExitMasterUnreachable = 4;
+// The trial's constructor or one of its data loader builders
+// (build_training_data_loader, build_validation_data_loader) threw, e.g. a
+// data file it opens is missing. A file system may have been briefly at
+// fault, so the master retries such a trial once; when the retry fails the
+// same way the trial is ERROR with the exception's text, whatever
+// max_restarts allows.
+inline constexpr int kExitTrialSetupError = 5;
 
 }  // namespace det
 

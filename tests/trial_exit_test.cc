@@ -1,8 +1,11 @@
 // End-to-end tests of how a trial ends besides completing, on a real
 // det-master, det-agent and det-trial: a config error (exit code 2) and a
 // library error (exit code 3) are final however many restarts are left
-// (common/exit_codes.h), and `det-cli trial kill` ends the trial's
-// processes, leaves it CANCELED and frees its slot.
+// (common/exit_codes.h); an exception from the trial's constructor or a data
+// loader builder (exit code 5) is retried once, then the trial is ERROR with
+// the exception's text, on one rank or two, and local mode exits 5 with the
+// text; `det-cli trial kill` ends the trial's processes, leaves it CANCELED
+// and frees its slot.
 #include <signal.h>
 #include <sys/types.h>
 
@@ -121,6 +124,160 @@ INSTANTIATE_TEST_SUITE_P(
                       ExitCase{"LibraryError", kSyntheticAbi2, "validation_loss", 3,
                                "was built for trial ABI version 2"}),
     [](const ::testing::TestParamInfo<ExitCase>& info) { return info.param.name; });
+
+const std::string kSetupFailure = std::string(DET_TRIALS_DIR) + "/setup_failure_trial.so";
+
+// A one-trial experiment of tests/data/setup_failure_trial.cc (20 batches,
+// max_restarts 3, `slots` ranks) that needs `data_file`; `data` adds lines to
+// its data section (throw_in, rank, appears_after_failure).
+std::string NeedsDataFile(const std::string& name, const TempDir& dir, const std::string& data_file, int slots,
+                          const std::string& data) {
+  return absl::StrCat("name: ", name,
+                      "\nhyperparameters:\n  global_batch_size: 8\nsearcher:\n  name: single\n  metric: loss\n"
+                      "  smaller_is_better: true\n  max_length:\n    batches: 20\nmin_validation_period:\n"
+                      "  batches: 10\nmax_restarts: 3\nscheduling_unit: 10\nresources:\n  slots_per_trial: ",
+                      slots, "\ncheckpoint_storage:\n  type: shared_fs\n  host_path: ", dir / "checkpoints",
+                      "\nenvironment:\n  environment_variables:\n    - OMP_NUM_THREADS=1\ndata:\n  required_file: ",
+                      data_file, "\n", data);
+}
+
+// How many runs of trial `id` started: det-trial's banner lines in its log.
+int Attempts(const std::string& logs, int id) {
+  const std::string banner = absl::StrCat("[det-trial] trial ", id, " (experiment");
+  int n = 0;
+  for (size_t at = logs.find(banner); at != std::string::npos; at = logs.find(banner, at + 1)) ++n;
+  return n;
+}
+
+// A cluster with one agent of `slots` slots.
+void StartCluster(TestCluster& cluster, int slots) {
+  cluster.StartAgent("a", AgentOptions().set_slots(slots));
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, 30s)) << cluster.MasterLog();
+}
+
+// Issue 45: the data file is missing at the first attempt and there at the
+// second (the failing attempt creates it, as a file system briefly at fault
+// would let it appear, with no race against the master's retry): the trial
+// is retried once and completes; its log shows the first failure and why it
+// was retried. Not retried (exit code 5 treated as 2 and 3) it would be ERROR.
+TEST(SetupErrorTest, ConstructorThatThrowsOnceIsRetriedAndCompletes) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(cluster, 1));
+  const std::string data_file = dir / "train.bin";
+  const int exp = cluster.CreateExperiment(
+      NeedsDataFile("once", dir, data_file, 1, "  appears_after_failure: true\n"), "once", kSetupFailure);
+  ASSERT_GT(exp, 0);
+  // Until the trial ends, however it ends.
+  json trial;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        trial = OnlyTrial(cluster, exp);
+        const std::string state = trial.value("state", "");
+        return state == "STATE_COMPLETED" || state == "STATE_ERROR" || state == "STATE_CANCELED";
+      },
+      120s))
+      << cluster.Trials(exp).dump() << cluster.MasterLog() << cluster.AgentLogs();
+  ASSERT_EQ(trial.value("state", ""), "STATE_COMPLETED") << trial.dump();
+  EXPECT_EQ(trial.value("restarts", -1), 1) << trial.dump();
+  EXPECT_EQ(Int64Field(trial, "total_batches_processed"), 20) << trial.dump();
+  std::string logs, err;
+  ASSERT_EQ(cluster.Cli({"trial", "logs", std::to_string(trial["id"].get<int>())}, &logs, &err), 0) << err;
+  EXPECT_THAT(logs, HasSubstr("failed in its constructor: cannot open data file '" + data_file + "'"));
+  EXPECT_THAT(logs, HasSubstr("exited with code 5"));
+  EXPECT_THAT(logs, HasSubstr("in its constructor or a data loader builder; retried once, as a file system may have "
+                              "been briefly at fault: restart 1 of 3 from the beginning (no checkpoint yet)"));
+  EXPECT_EQ(Attempts(logs, trial["id"].get<int>()), 2) << logs;
+}
+
+class SetupErrorAlwaysTest : public ::testing::TestWithParam<std::string> {};
+
+// The data file never appears: the constructor (or a loader builder) throws
+// at every attempt. The trial is ERROR after exactly 2 attempts (1 restart,
+// although max_restarts is 3), its error is the exception's text in REST and
+// `det-cli trial describe`, its log says why it was not retried again, and
+// its slot is free.
+TEST_P(SetupErrorAlwaysTest, EndsInErrorAfterTwoAttemptsWithTheExceptionText) {
+  const std::string& method = GetParam();
+  TempDir dir;
+  TestCluster cluster(dir);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(cluster, 1));
+  const std::string data_file = dir / "missing.bin";
+  const int exp = cluster.CreateExperiment(
+      NeedsDataFile(method, dir, data_file, 1, absl::StrCat("  throw_in: ", method, "\n")), method, kSetupFailure);
+  ASSERT_GT(exp, 0);
+  ASSERT_TRUE(cluster.WaitForState(exp, "STATE_ERROR", 120s))
+      << cluster.Trials(exp).dump() << cluster.MasterLog() << cluster.AgentLogs();
+  const json trial = OnlyTrial(cluster, exp);
+  const int id = trial["id"].get<int>();
+  const std::string text = absl::StrCat("trial SetupFailureTrial failed in ", method == "constructor" ? "its " : "",
+                                        method, ": cannot open data file '", data_file, "': No such file or directory");
+  const json rest = cluster.Get(absl::StrCat("/api/v1/trials/", id));
+  EXPECT_EQ(rest["trial"].value("state", ""), "STATE_ERROR") << rest.dump();
+  EXPECT_EQ(rest["trial"].value("restarts", -1), 1) << rest.dump();
+  EXPECT_EQ(rest["trial"].value("error_message", ""), text) << rest.dump();
+  std::string out, err;
+  ASSERT_EQ(cluster.Cli({"trial", "describe", std::to_string(id)}, &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr(text));
+  ASSERT_EQ(cluster.Cli({"trial", "logs", std::to_string(id)}, &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr(text));
+  EXPECT_THAT(out, HasSubstr("retried once, as a file system may have been briefly at fault: restart 1 of 3"));
+  EXPECT_THAT(out, HasSubstr("in its constructor or a data loader builder again; not retried (1 restart(s) used of "
+                             "max_restarts 3): ERROR"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("restart 2 of 3")));
+  EXPECT_EQ(Attempts(out, id), 2) << out;
+  EXPECT_EQ(cluster.BusySlots(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, SetupErrorAlwaysTest,
+                         ::testing::Values("constructor", "build_training_data_loader",
+                                           "build_validation_data_loader"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// Two ranks, and only rank 1's constructor throws (rank 0 then fails in its
+// broadcast): the trial is ERROR after 2 attempts with rank 1's exception.
+TEST(SetupErrorTest, DistributedRankOneConstructorThrowsTheTrialIsErrorWithItsText) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(cluster, 2));
+  const std::string data_file = dir / "shard1.bin";
+  const int exp =
+      cluster.CreateExperiment(NeedsDataFile("ranks", dir, data_file, 2, "  rank: 1\n"), "ranks", kSetupFailure);
+  ASSERT_GT(exp, 0);
+  ASSERT_TRUE(cluster.WaitForState(exp, "STATE_ERROR", 120s))
+      << cluster.Trials(exp).dump() << cluster.MasterLog() << cluster.AgentLogs();
+  const json trial = OnlyTrial(cluster, exp);
+  EXPECT_EQ(trial.value("restarts", -1), 1) << trial.dump();
+  EXPECT_EQ(trial.value("error_message", ""),
+            "rank 1: trial SetupFailureTrial failed in its constructor: cannot open data file '" + data_file +
+                "': No such file or directory")
+      << trial.dump();
+  std::string logs, err;
+  ASSERT_EQ(cluster.Cli({"trial", "logs", std::to_string(trial["id"].get<int>())}, &logs, &err), 0) << err;
+  EXPECT_THAT(logs, HasSubstr("again; not retried (1 restart(s) used of max_restarts 3): ERROR"));
+  EXPECT_TRUE(PollUntil([&] { return cluster.BusySlots() == 0; }, 30s)) << cluster.Get("/api/v1/slots").dump();
+}
+
+// Local mode: det-trial --local (also through --nproc 2, rank 1 failing)
+// prints the exception with the method and exits 5, as the master sees it.
+TEST(SetupErrorTest, LocalModeExitsFiveWithTheExceptionText) {
+  TempDir dir;
+  const std::string data_file = dir / "missing.bin";
+  for (int nproc : {1, 2}) {
+    const std::string config = dir / absl::StrCat("local", nproc, ".yaml");
+    WriteFile(config, NeedsDataFile("local", dir, data_file, 1, nproc == 2 ? "  rank: 1\n" : ""));
+    std::string out, err;
+    const int rc = RunProcess({std::string(DET_BIN_DIR) + "/det-trial", "--local", config, kSetupFailure, "--nproc",
+                               std::to_string(nproc), "--output-dir", dir / absl::StrCat("out", nproc)},
+                              &out, &err, 120s);
+    EXPECT_EQ(rc, 5) << "--nproc " << nproc << "\n" << out << err;
+    EXPECT_THAT(err, HasSubstr(absl::StrCat("det-trial: error: ", nproc == 2 ? "rank 1: " : "",
+                                            "trial SetupFailureTrial failed in its constructor: cannot open data "
+                                            "file '",
+                                            data_file, "': No such file or directory")))
+        << err;
+  }
+}
 
 // `det-cli trial kill ID` of a running trial: every process of its
 // allocation is gone, the trial ends CANCELED (the API has no KILLED trial

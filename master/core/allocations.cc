@@ -282,6 +282,7 @@ void MasterCore::OnProcessTerminated(const std::string& allocation_id, int exit_
   alloc.terminated++;
   if (lost || exit_code == kExitMasterUnreachable) alloc.lost = true;
   if (!lost && (exit_code == kExitConfigError || exit_code == kExitLibraryError)) alloc.deterministic = true;
+  if (!lost && exit_code == kExitTrialSetupError) alloc.setup_failed = true;
   if (exit_code != 0 && !alloc.failed) {
     alloc.failed = true;
     alloc.failed_unasked = alloc.stop_requested_mono_ms == 0;
@@ -351,6 +352,8 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
     return fail(absl::StrCat("trial ", trial.row.id, " failed (", done.failure,
                              "): a configuration or library error, not retried: ERROR"));
   }
+  if (done.failed && done.setup_failed && !done.lost && !stopped) return SettleSetupFailureLocked(exp, trial, done);
+  trial.setup_failures = 0;
   if (!done.failed || done.lost || stopped) {
     // Paused, preempted, or lost with its agent or master: resumes from its
     // latest checkpoint without counting a restart.
@@ -378,6 +381,36 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
   SetTrialState(trial, trial.row.state);
   if (exp.row.state == kActive) RequestAllocation(exp, trial);
   return ops;
+}
+
+// The trial's constructor or a data loader builder threw (det-trial's exit
+// code 5, e.g. a missing data file): retried once, since a file system may
+// have been briefly at fault (counted as a restart, within max_restarts);
+// the second such failure in a row is final, with the exception's text.
+std::vector<SearcherOp> MasterCore::SettleSetupFailureLocked(ExperimentRuntime& exp, TrialRuntime& trial,
+                                                             const AllocationRuntime& done) {
+  trial.setup_failures += 1;
+  const std::string what =
+      absl::StrCat("trial ", trial.row.id, " failed (", done.failure, ") in its constructor or a data loader builder");
+  if (trial.setup_failures >= 2 || trial.row.restarts >= exp.config.max_restarts) {
+    const std::string msg = absl::StrCat(what, trial.setup_failures >= 2 ? " again" : "", "; not retried (",
+                                         trial.row.restarts, " restart(s) used of max_restarts ",
+                                         exp.config.max_restarts, "): ERROR");
+    spdlog::warn("{}", msg);
+    TrialLogLocked(trial.row.id, done.id, absl::StrCat("[det-master] ", msg));
+    if (trial.error_message.empty()) trial.error_message = done.failure;
+    SetTrialState(trial, kError);
+    return exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kErrored);
+  }
+  trial.row.restarts += 1;
+  const std::string msg =
+      absl::StrCat(what, "; retried once, as a file system may have been briefly at fault: restart ",
+                   trial.row.restarts, " of ", exp.config.max_restarts, " ", RestartPoint(trial));
+  spdlog::warn("{}", msg);
+  TrialLogLocked(trial.row.id, done.id, absl::StrCat("[det-master] ", msg));
+  SetTrialState(trial, trial.row.state);
+  if (exp.row.state == kActive) RequestAllocation(exp, trial);
+  return {};
 }
 
 void MasterCore::GiveUpAllocationLocked(const std::string& allocation_id, const std::string& except_agent,

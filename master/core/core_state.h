@@ -64,6 +64,11 @@ struct TrialRuntime {
   bool killed = false;  // killed or canceled by the user
   bool invalid_hp = false;
   std::string error_message;
+  // Allocations in a row that ended with det-trial's setup error (exit code
+  // 5: the constructor or a data loader builder threw). The first is retried,
+  // the second is final (allocations.cc). Not stored: a restarted master may
+  // retry once more.
+  int setup_failures = 0;
   // Set when the scheduler preempts the trial ("preempted for experiment M
   // (priority P)"), cleared when its next allocation starts (Trial.preemption).
   std::string preemption;
@@ -123,6 +128,10 @@ struct AllocationRuntime {
   bool kill_sent = false;  // KillAllocation was sent
   bool failed_unasked = false;  // a rank failed before any stop was asked
   bool deterministic = false;  // a rank exited with det-trial's config/library error code
+  bool setup_failed = false;  // a rank exited with det-trial's setup error code (5)
+  // A rank reported why it fails (ReportEarlyExit): the first report is the
+  // trial's error_message; a peer that fails because of it reports later.
+  bool early_exit_reported = false;
   int64_t stop_requested_mono_ms = 0;  // when preempt/kill was first asked (0: never)
   bool force_killed = false;  // the stop timeout escalated to SIGKILL
   int64_t created_ms = 0;  // wall (stored)

@@ -528,6 +528,10 @@ class MasterCore {
   // ended; returns the searcher ops that follow.
   std::vector<SearcherOp> SettleTrialLocked(ExperimentRuntime& exp, TrialRuntime& trial,
                                             const AllocationRuntime& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SettleTrialLocked of an allocation that failed in the trial's constructor
+  // or a data loader builder (exit code 5): retried once, then ERROR.
+  std::vector<SearcherOp> SettleSetupFailureLocked(ExperimentRuntime& exp, TrialRuntime& trial,
+                                                   const AllocationRuntime& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends `alloc` now as lost: kills what may still run of it on other agents
   // (marking them zombies there) and reschedules its trial.
   void GiveUpAllocationLocked(const std::string& allocation_id, const std::string& except_agent,

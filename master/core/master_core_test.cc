@@ -360,6 +360,123 @@ TEST_F(MasterCoreTest, RestartWithoutACheckpointSaysItStartsFromTheBeginning) {
   EXPECT_THAT(logs, ::testing::Not(HasSubstr("latest checkpoint"))) << logs;
 }
 
+// What det-trial reports before it exits: ReportEarlyExit (ERRORED) of
+// `start`'s allocation with `message`.
+void ReportError(MasterCore& core, const agentv1::StartAllocation& start, const std::string& message) {
+  trialv1::ReportEarlyExitRequest req;
+  req.set_allocation_id(start.allocation_id());
+  req.set_reason(trialv1::EARLY_EXIT_REASON_ERRORED);
+  req.set_message(message);
+  ASSERT_TRUE(core.ReportEarlyExit(req, start.allocation_token()).ok());
+}
+
+// An exception from the trial's constructor or a data loader builder
+// (det-trial's exit code 5) is retried once, then the trial is ERROR with the
+// exception's text, although max_restarts (3) would allow more (issue 45).
+TEST_F(MasterCoreTest, SetupErrorIsRetriedOnceThenTheTrialIsError) {
+  auto a = Agent("a", 1);
+  CreateExperiment();
+  const std::string why = "trial T failed in its constructor: cannot open data file 'train.bin'";
+  agentv1::StartAllocation first = ExpectStart(*a);
+  ReportError(*core_, first, why);
+  Exited("a", first.allocation_id(), 0, det::kExitTrialSetupError);
+  EXPECT_EQ(Trial().restarts(), 1);
+  EXPECT_THAT(TrialLogs(), HasSubstr("in its constructor or a data loader builder; retried once, as a file system "
+                                     "may have been briefly at fault: restart 1 of 3 from the beginning"));
+  agentv1::StartAllocation second = ExpectStart(*a);
+  ReportError(*core_, second, why);
+  Exited("a", second.allocation_id(), 0, det::kExitTrialSetupError);
+  EXPECT_EQ(Trial().state(), apiv1::STATE_ERROR);
+  EXPECT_EQ(Trial().restarts(), 1);
+  EXPECT_EQ(Trial().error_message(), why);
+  EXPECT_THAT(TrialLogs(), HasSubstr("in its constructor or a data loader builder again; not retried (1 restart(s) "
+                                     "used of max_restarts 3): ERROR"));
+  core_->RunBackgroundPass();
+  EXPECT_TRUE(Starts(Drain(*a)).empty()) << "exactly 2 attempts";
+}
+
+// Only setup errors in a row are final: a run that got past its constructor
+// and failed otherwise (exit code 1) gives the next setup error its retry.
+TEST_F(MasterCoreTest, OnlyASecondSetupErrorInARowIsFinal) {
+  auto a = Agent("a", 1);
+  CreateExperiment();
+  for (int code : {det::kExitTrialSetupError, det::kExitTrialError, det::kExitTrialSetupError}) {
+    agentv1::StartAllocation start = ExpectStart(*a);
+    Exited("a", start.allocation_id(), 0, code);
+  }
+  EXPECT_EQ(Trial().restarts(), 3);
+  EXPECT_NE(Trial().state(), apiv1::STATE_ERROR);
+  agentv1::StartAllocation fourth = ExpectStart(*a);
+  Exited("a", fourth.allocation_id(), 0, det::kExitTrialSetupError);
+  EXPECT_EQ(Trial().state(), apiv1::STATE_ERROR);
+  EXPECT_EQ(Trial().restarts(), 3);
+}
+
+// A distributed trial: rank 1's constructor throws; rank 0 fails after it
+// (its broadcast lost the peer) and reports too. The first report is the
+// trial's error; the allocation counts as a setup error whichever rank's exit
+// arrives first.
+TEST_F(MasterCoreTest, DistributedSetupErrorKeepsTheFailedRanksMessage) {
+  auto a = Agent("a", 2);
+  CreateExperiment(/*slots=*/2);
+  const std::string why = "rank 1: trial T failed in its constructor: cannot open data file 'train.bin'";
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    agentv1::StartAllocation start = ExpectStart(*a);
+    ASSERT_EQ(start.processes_size(), 2);
+    ReportError(*core_, start, why);
+    ReportError(*core_, start, "rank 0: trial T failed in its constructor: Connection closed by peer");
+    Exited("a", start.allocation_id(), 0, det::kExitTrialError);
+    Exited("a", start.allocation_id(), 1, det::kExitTrialSetupError);
+  }
+  EXPECT_EQ(Trial().state(), apiv1::STATE_ERROR);
+  EXPECT_EQ(Trial().restarts(), 1);
+  EXPECT_EQ(Trial().error_message(), why);
+}
+
+// max_restarts 0: no retry at all, not even for a setup error.
+TEST_F(MasterCoreTest, SetupErrorWithMaxRestartsZeroIsFinal) {
+  auto a = Agent("a", 1);
+  apiv1::CreateExperimentRequest req;
+  std::string config = Config(dir_ / "checkpoints", 1);
+  config.replace(config.find("max_restarts: 3"), 15, "max_restarts: 0");
+  req.set_config_yaml(config);
+  req.set_trial_so(det::testing::FakeTrialSo());
+  req.set_activate(true);
+  ASSERT_TRUE(core_->CreateExperiment(req).ok());
+  agentv1::StartAllocation start = ExpectStart(*a);
+  Exited("a", start.allocation_id(), 0, det::kExitTrialSetupError);
+  EXPECT_EQ(Trial().state(), apiv1::STATE_ERROR);
+  EXPECT_EQ(Trial().restarts(), 0);
+  EXPECT_THAT(TrialLogs(), HasSubstr("not retried (0 restart(s) used of max_restarts 0): ERROR"));
+}
+
+// Issue 45, must-show 4, at the master's create (det-cli's local mode has its
+// own test): type: int bounds that are not integers and type: log bounds
+// written as values are refused, naming the field and what it would sample.
+TEST_F(MasterCoreTest, CreateRefusesIntAndLogBoundsNamingTheField) {
+  const std::string base = Config(dir_ / "checkpoints", 1);
+  const std::string at = "  global_batch_size: 16\n";
+  ASSERT_NE(base.find(at), std::string::npos);
+  const std::pair<std::string, std::string> cases[] = {
+      {"  units: {type: int, minval: 8, maxval: 64.5}\n",
+       "field 'hyperparameters.units.maxval' must be an integer, got '64.5': type: int draws integers"},
+      {"  lr: {type: log, minval: 0.0001, maxval: 0.1}\n",
+       "field 'hyperparameters.lr.minval': type: log bounds are exponents of base 10, and minval: 0.0001, "
+       "maxval: 0.1 would sample 10^0.0001..10^0.1 = 1.0002..1.2589"}};
+  for (const auto& [hparam, error] : cases) {
+    std::string config = base;
+    config.insert(config.find(at) + at.size(), hparam);
+    apiv1::CreateExperimentRequest req;
+    req.set_config_yaml(config);
+    req.set_trial_so(det::testing::FakeTrialSo());
+    auto resp = core_->CreateExperiment(req);
+    ASSERT_FALSE(resp.ok()) << hparam;
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument) << resp.status();
+    EXPECT_THAT(resp.status().message(), HasSubstr(error)) << resp.status();
+  }
+  EXPECT_EQ(core_->GetExperiments(apiv1::GetExperimentsRequest())->experiments_size(), 0);
+}
+
 TEST_F(MasterCoreTest, CompletedRendezvousIsNotTimedOut) {
   auto a = Agent("a", 2);
   CreateExperiment(/*slots=*/2);

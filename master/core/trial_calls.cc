@@ -355,13 +355,26 @@ absl::StatusOr<trialv1::ReportProgressResponse> MasterCore::ReportProgress(const
   return trialv1::ReportProgressResponse();
 }
 
+// An early exit's message, at most 8 KiB: cut at a character boundary (a
+// proto3 string is valid UTF-8) and marked when cut.
+static std::string BoundedEarlyExitMessage(const std::string& message) {
+  constexpr size_t kMaxBytes = 8192;
+  if (message.size() <= kMaxBytes) return message;
+  size_t n = kMaxBytes;
+  while (n > 0 && (static_cast<unsigned char>(message[n]) & 0xC0) == 0x80) --n;
+  return message.substr(0, n) + " ... (truncated)";
+}
+
 absl::StatusOr<trialv1::ReportEarlyExitResponse> MasterCore::ReportEarlyExit(const trialv1::ReportEarlyExitRequest& req,
                                                                              const std::string& token) {
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
   TrialRuntime& trial = *trials_.at(alloc->trial_id);
-  trial.error_message = req.message();
+  // The first report of an allocation names the cause: a rank whose peer
+  // failed reports after it.
+  if (!alloc->early_exit_reported) trial.error_message = BoundedEarlyExitMessage(req.message());
+  alloc->early_exit_reported = true;
   if (req.reason() == trialv1::EARLY_EXIT_REASON_INVALID_HP) trial.invalid_hp = true;
   SetTrialState(trial, trial.row.state);
   return Committed(w, trialv1::ReportEarlyExitResponse());

@@ -16,7 +16,8 @@
 // only the chief (rank 0) writes metrics.csv and checkpoints.
 //
 // Exit codes: 0 completed or paused; 1 the trial failed; 2 bad usage or
-// config; 3 the trial library cannot be used.
+// config; 3 the trial library cannot be used; 5 the trial's constructor or a
+// data loader builder threw (common/exit_codes.h).
 #include <unistd.h>
 
 #include <torch/torch.h>
@@ -35,11 +36,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
 #include "common/experiment_config.h"
-#include "common/shell_quote.h"
 #include "spdlog/spdlog.h"
 #include "common/hparams.h"
 #include "trial_runtime/runtime/checkpoint.h"
 #include "trial_runtime/runtime/distributed.h"
+#include "trial_runtime/runtime/local_flags.h"
 #include "trial_runtime/runtime/local_launcher.h"
 #include "trial_runtime/runtime/local_reporter.h"
 #include "trial_runtime/runtime/managed_mode.h"
@@ -58,24 +59,6 @@ int Fail(int code, const absl::Status& status) {
   std::fprintf(stderr, "det-trial: error: %s\n", std::string(status.message()).c_str());
   return code;
 }
-
-constexpr char kDefaultOutputDir[] = "det-output";
-constexpr char kDefaultDevice[] = "auto";
-
-struct Flags {
-  bool local = false;
-  std::string config_path;
-  std::string trial_path;
-  std::string resume;
-  std::string output_dir = kDefaultOutputDir;
-  std::string checkpoint_dir;
-  std::string metrics_csv;
-  int threads = 0;
-  bool no_progress = false;
-  int nproc = 1;
-  std::string device = kDefaultDevice;
-  std::string seed;  // decimal; empty: from the checkpoint, the config, or random
-};
 
 // What local mode derives from the flags before building the trial.
 struct LocalSetup {
@@ -284,26 +267,6 @@ absl::StatusOr<std::unique_ptr<Reporter>> OpenLocalReporter(const Flags& flags, 
   return std::unique_ptr<Reporter>(*std::move(reporter));
 }
 
-// The command that resumes a paused local run from `checkpoint`: every flag
-// the user gave that shapes the run (not --seed: the checkpoint has it), each
-// word shell-quoted.
-std::string LocalResumeCommand(const Flags& flags, const DistributedEnv& env, const std::string& checkpoint) {
-  std::vector<std::string> words = {"det-trial", "--local"};
-  if (!flags.config_path.empty()) words.push_back(flags.config_path);
-  words.push_back(flags.trial_path);
-  if (env.distributed()) words.insert(words.end(), {"--nproc", std::to_string(env.world_size)});
-  if (flags.threads > 0) words.insert(words.end(), {"--threads", std::to_string(flags.threads)});
-  if (flags.output_dir != kDefaultOutputDir) words.insert(words.end(), {"--output-dir", flags.output_dir});
-  if (!flags.checkpoint_dir.empty()) words.insert(words.end(), {"--checkpoint-dir", flags.checkpoint_dir});
-  if (!flags.metrics_csv.empty()) words.insert(words.end(), {"--metrics-csv", flags.metrics_csv});
-  if (flags.no_progress) words.push_back("--no-progress");
-  if (flags.device != kDefaultDevice) words.insert(words.end(), {"--device", flags.device});
-  words.insert(words.end(), {"--resume", checkpoint});
-  std::string command;
-  for (const auto& w : words) absl::StrAppend(&command, command.empty() ? "" : " ", ShellWord(w));
-  return command;
-}
-
 // The chief's last lines: throughput, then where it paused (with the command
 // that resumes it) or what it completed and its best validation metric.
 void PrintLocalResult(const Flags& flags, const DistributedEnv& env, const ExperimentConfig& config,
@@ -317,7 +280,7 @@ void PrintLocalResult(const Flags& flags, const DistributedEnv& env, const Exper
   if (outcome == TrialOutcome::kPaused) {
     std::printf("[det-trial] paused at batch %lld; checkpoint %s\n[det-trial] resume with: %s\n",
                 static_cast<long long>(c.batches_trained()), ckpt.c_str(),
-                LocalResumeCommand(flags, env, ckpt).c_str());
+                LocalResumeCommand(flags, env.world_size, ckpt).c_str());
   } else {
     std::printf("[det-trial] completed %lld batches; checkpoint %s\n", static_cast<long long>(c.batches_trained()),
                 ckpt.c_str());
@@ -359,8 +322,10 @@ int TrainLocal(const Flags& flags, const DistributedEnv& env, const LocalSetup& 
   InstallStopSignalHandlers();
   if (chief) PrintLocalBanner(flags, env, setup, plugin->trial_class);
 
+  // The constructor or a data loader builder throwing (a missing data file)
+  // exits kExitTrialSetupError, as on a cluster.
   auto handle = TrialHandle::Create(plugin, &context);
-  if (!handle.ok()) return FailRank(env, kExitTrialError, handle.status());
+  if (!handle.ok()) return FailRank(env, kExitTrialSetupError, handle.status());
   // Local reporter after the trial is built, so a failing constructor leaves
   // no metrics file behind. Only the chief reports.
   LocalReporter* local_reporter = nullptr;
@@ -369,10 +334,10 @@ int TrainLocal(const Flags& flags, const DistributedEnv& env, const LocalSetup& 
   SignalPreemption preemption;
   auto controller = TrialController::Create(handle->get(), &context, reporter->get(), &preemption, plan, dist);
   if (!controller.ok()) {
-    return FailRank(env,
-                    controller.status().code() == absl::StatusCode::kInvalidArgument ? kExitConfigError
-                                                                                      : kExitTrialError,
-                    controller.status());
+    const absl::Status& st = controller.status();
+    int code = st.code() == absl::StatusCode::kInvalidArgument ? kExitConfigError : kExitTrialError;
+    if (IsTrialSetupError(st)) code = kExitTrialSetupError;
+    return FailRank(env, code, st);
   }
   if (!flags.resume.empty()) {
     absl::Status st = (*controller)->Restore(flags.resume);

@@ -278,16 +278,18 @@ class MasterPreemption final : public PreemptionSource {
 };
 
 // Ends the run on an error. A config or library error (codes 2 and 3) fails
-// the same way every time: the master does not retry those. A run that lost
-// its master or allocation exits kExitMasterUnreachable, which the master
-// does not count as a restart.
+// the same way every time: the master does not retry those; a setup error
+// (code 5) it retries once. A run that lost its master or allocation exits
+// kExitMasterUnreachable, which the master does not count as a restart,
+// unless `deterministic` (the code is the trial's fault however the master
+// is doing). The message reported is bounded (ReportableMessage).
 int Fail(int code, MasterClient* client, const absl::Status& status, bool deterministic) {
   std::fprintf(stderr, "det-trial: error: %s\n", std::string(status.message()).c_str());
   if (client != nullptr && client->lost() && !deterministic) return kExitMasterUnreachable;
   if (client != nullptr) {
     tv1::ReportEarlyExitRequest req;
     req.set_reason(tv1::EARLY_EXIT_REASON_ERRORED);
-    req.set_message(std::string(status.message()));
+    req.set_message(ReportableMessage(status.message()));
     tv1::ReportEarlyExitResponse resp;
     (void)client->Call("ReportEarlyExit", &tv1::TrialService::Stub::ReportEarlyExit, req, &resp,
                        std::chrono::seconds(5));
@@ -321,6 +323,7 @@ class ManagedRank {
   // joining the process group.
   std::optional<int> Rendezvous();
   std::optional<int> BuildTrial();
+  int FailSetup(const absl::Status& status);
   TrialInfo MakeTrialInfo() const;
   TrainingPlan MakeTrainingPlan() const;
   std::optional<int> RestoreLatestCheckpoint();
@@ -494,7 +497,7 @@ std::optional<int> ManagedRank::BuildTrial() {
   std::fflush(stdout);
 
   auto handle = TrialHandle::Create(plugin_, &*context_);
-  if (!handle.ok()) return Fail(kExitTrialError, reporting_client_, handle.status(), false);
+  if (!handle.ok()) return FailSetup(handle.status());
   handle_ = *std::move(handle);
 
   TrainingPlan plan = MakeTrainingPlan();
@@ -508,9 +511,25 @@ std::optional<int> ManagedRank::BuildTrial() {
   }
   auto controller =
       TrialController::Create(handle_.get(), &*context_, &*reporter_, preemption_.get(), plan, dist_.get());
-  if (!controller.ok()) return Fail(kExitTrialError, reporting_client_, controller.status(), false);
+  if (!controller.ok()) {
+    if (IsTrialSetupError(controller.status())) return FailSetup(controller.status());
+    return Fail(kExitTrialError, reporting_client_, controller.status(), false);
+  }
   controller_ = *std::move(controller);
   return std::nullopt;
+}
+
+// The trial's constructor or a data loader builder threw (a missing data
+// file, ...): exit kExitTrialSetupError, which the master retries once. Any
+// rank reports it, naming itself in a distributed trial: the master keeps
+// the first report of an allocation, and a peer of the failed rank only
+// fails after it.
+int ManagedRank::FailSetup(const absl::Status& status) {
+  absl::Status named = status;
+  if (denv_.distributed()) {
+    named = absl::Status(status.code(), absl::StrCat("rank ", denv_.rank, ": ", status.message()));
+  }
+  return Fail(kExitTrialSetupError, &client_, named, /*deterministic=*/true);
 }
 
 std::optional<int> ManagedRank::RestoreLatestCheckpoint() {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/exit_codes.h"
 #include "trial_runtime/runtime/trial_controller.h"
 
@@ -14,6 +15,17 @@ namespace det::runtime {
 using det::kExitConfigError;
 using det::kExitLibraryError;
 using det::kExitTrialError;
+using det::kExitTrialSetupError;
+
+// The most bytes of an error message det-trial sends the master
+// (ReportEarlyExit; shown as the trial's error).
+inline constexpr size_t kMaxReportedErrorBytes = 4096;
+
+// `message` as the master may store and show it: valid UTF-8 (each byte
+// that is not part of a valid sequence becomes '?') and at most `max_bytes`
+// bytes, cut at a character boundary and ending in " ... (truncated)" when
+// it was longer. A trial's exception text may hold anything.
+std::string ReportableMessage(absl::string_view message, size_t max_bytes = kMaxReportedErrorBytes);
 
 // Training allocates and frees the same large activation buffers every batch;
 // glibc would serve each with mmap/munmap (page faults and syscalls, up to half

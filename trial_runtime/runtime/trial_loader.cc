@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdlib>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 
@@ -19,6 +20,14 @@ namespace det::runtime {
 namespace {
 
 constexpr size_t kErrLen = 8192;
+
+// The payload that marks a status as IsTrialSetupError.
+constexpr char kSetupErrorPayload[] = "type.det-cpp.dev/det.runtime.TrialSetupError";
+
+absl::Status MarkSetupError(absl::Status status) {
+  status.SetPayload(kSetupErrorPayload, absl::Cord("1"));
+  return status;
+}
 
 #ifdef _GLIBCXX_USE_CXX11_ABI
 constexpr int kCxx11Abi = _GLIBCXX_USE_CXX11_ABI;
@@ -50,6 +59,10 @@ std::string DlopenError(const char* e, const std::string& open_path, const std::
 }
 
 }  // namespace
+
+bool IsTrialSetupError(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kSetupErrorPayload).has_value();
+}
 
 absl::StatusOr<const DetTrialPlugin*> LoadTrialLibrary(const std::string& path) {
   const std::string label = LibraryLabel(path);
@@ -104,7 +117,8 @@ absl::StatusOr<std::unique_ptr<TrialHandle>> TrialHandle::Create(const DetTrialP
   char err[kErrLen] = {0};
   void* trial = nullptr;
   if (plugin->create(context, &trial, err, sizeof(err)) != 0 || trial == nullptr) {
-    return absl::InternalError(absl::StrCat("trial ", plugin->trial_class, " failed in its constructor: ", err));
+    return MarkSetupError(
+        absl::InternalError(absl::StrCat("trial ", plugin->trial_class, " failed in its constructor: ", err)));
   }
   return std::unique_ptr<TrialHandle>(new TrialHandle(plugin, trial));
 }
@@ -119,7 +133,7 @@ absl::StatusOr<std::unique_ptr<DataLoader>> TrialHandle::BuildTrainingDataLoader
   char err[kErrLen] = {0};
   void* out = nullptr;
   if (plugin_->build_training_data_loader(trial_, &out, err, sizeof(err)) != 0) {
-    return Error("build_training_data_loader", err);
+    return MarkSetupError(Error("build_training_data_loader", err));
   }
   return std::unique_ptr<DataLoader>(static_cast<DataLoader*>(out));
 }
@@ -128,7 +142,7 @@ absl::StatusOr<std::unique_ptr<DataLoader>> TrialHandle::BuildValidationDataLoad
   char err[kErrLen] = {0};
   void* out = nullptr;
   if (plugin_->build_validation_data_loader(trial_, &out, err, sizeof(err)) != 0) {
-    return Error("build_validation_data_loader", err);
+    return MarkSetupError(Error("build_validation_data_loader", err));
   }
   return std::unique_ptr<DataLoader>(static_cast<DataLoader*>(out));
 }

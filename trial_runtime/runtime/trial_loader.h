@@ -26,6 +26,13 @@ using CallbackMap = std::map<std::string, std::shared_ptr<Callback>>;
 // symbol, ABI or build mismatch). Thread-safe.
 absl::StatusOr<const DetTrialPlugin*> LoadTrialLibrary(const std::string& path);
 
+// Whether `status` came from an exception in the trial's constructor
+// (TrialHandle::Create) or one of its data loader builders
+// (BuildTrainingDataLoader, BuildValidationDataLoader): det-trial exits
+// kExitTrialSetupError on it (common/exit_codes.h). The mark is a status
+// payload, so it survives being returned through other calls.
+bool IsTrialSetupError(const absl::Status& status);
+
 // One trial instance created through a plugin. Every method converts the
 // trial's exceptions into a status naming the method; never throws.
 // Not thread-safe.
