@@ -19,6 +19,7 @@
 #include "agent/artifact_cache.h"
 #include "agent/trial_env.h"
 #include "common/sha256.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace det::agent {
@@ -441,6 +442,7 @@ TEST_F(AgentTest, ArtifactFetchFailureFailsTheStart) {
   WriteScript("exit 0\n");
   StartAgent(Options("agent-1"));
   auto m = StartMessage(1, "alloc-f", "bytes");
+  m.mutable_start_allocation()->set_trial_so_name("my_trial.so");
   {
     absl::MutexLock lock(&master_.mu_);
     master_.artifacts_.clear();
@@ -449,6 +451,8 @@ TEST_F(AgentTest, ArtifactFetchFailureFailsTheStart) {
   ASSERT_TRUE(master_.WaitUntil([&] { return master_.Result(1) != nullptr; }));
   absl::MutexLock lock(&master_.mu_);
   EXPECT_EQ(master_.Result(1)->code(), static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+  // The user's file, not the cache's hash (issue 45).
+  EXPECT_THAT(master_.Result(1)->message(), ::testing::HasSubstr("artifact fetch failed for my_trial.so: "));
   EXPECT_TRUE(master_.HasState("alloc-f", av1::PROCESS_STATE_TERMINATED));
 }
 
