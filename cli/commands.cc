@@ -168,11 +168,17 @@ void PrintTrials(const google::protobuf::RepeatedPtrField<v1::Trial>& trials, st
   t.Print(out);
 }
 
+// A checkpoint's epochs: "unknown" where the master knows no epoch length
+// (no records_per_epoch) rather than 0.
+std::string EpochsText(const v1::Checkpoint& c) {
+  return c.total_epochs() == 0 && c.total_batches() > 0 ? "unknown" : FormatDouble(c.total_epochs());
+}
+
 void PrintCheckpoints(const google::protobuf::RepeatedPtrField<v1::Checkpoint>& cps, std::ostream& out) {
   Table t({"UUID", "TRIAL", "STATE", "BATCHES", "EPOCHS", "SEARCHER METRIC", "SIZE", "REPORT TIME"});
   for (const auto& c : cps) {
     t.AddRow({c.uuid(), absl::StrCat(c.trial_id()), EnumLabel(v1::CheckpointState_Name(c.state()), "CHECKPOINT_STATE_"),
-              absl::StrCat(c.total_batches()), FormatDouble(c.total_epochs()),
+              absl::StrCat(c.total_batches()), EpochsText(c),
               c.has_searcher_metric() ? FormatDouble(c.searcher_metric()) : "", FormatBytes(c.size_bytes()),
               FormatTime(c.report_time())});
   }
@@ -400,6 +406,8 @@ int ExperimentDescribe(Client& client, int64_t experiment_id, const CommandIo& i
       {"Best metric", e.has_best_validation_metric()
                           ? absl::StrCat(FormatDouble(e.best_validation_metric()), " (trial ", e.best_trial_id(), ")")
                           : ""},
+      {"Best checkpoint", e.best_checkpoint_uuid()},
+      {"Latest checkpoint", e.latest_checkpoint_uuid()},
       {"Trials", absl::StrCat(e.num_trials())},
       {"User", e.username()},
       {"Resource pool", e.resource_pool()},
@@ -604,7 +612,7 @@ int CheckpointDescribe(Client& client, const std::string& uuid, const CommandIo&
                              {"State", EnumLabel(v1::CheckpointState_Name(c.state()), "CHECKPOINT_STATE_")},
                              {"Batches", absl::StrCat(c.total_batches())},
                              {"Records", absl::StrCat(c.total_records())},
-                             {"Epochs", FormatDouble(c.total_epochs())},
+                             {"Epochs", EpochsText(c)},
                              {"Validation", FormatMetrics(c.validation_metrics())},
                              {"Searcher metric", c.has_searcher_metric() ? FormatDouble(c.searcher_metric()) : ""},
                              {"Size", FormatBytes(c.size_bytes())},

@@ -60,6 +60,18 @@ class FakeMaster final : public v1::Determined::Service {
     return grpc::Status::OK;
   }
 
+  // Checkpoint "...-000000000001" is at 40 batches, 2.5 epochs; any other
+  // at 40 batches with no epoch length known (total_epochs 0).
+  grpc::Status GetCheckpoint(grpc::ServerContext*, const v1::GetCheckpointRequest* req,
+                             v1::GetCheckpointResponse* resp) override {
+    auto* c = resp->mutable_checkpoint();
+    c->set_uuid(req->checkpoint_uuid());
+    c->set_total_batches(40);
+    if (req->checkpoint_uuid() == "0f3c9a1e-5b2d-4c6e-8f10-000000000001") c->set_total_epochs(2.5);
+    c->set_size_bytes(2048);
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetExperimentTrials(grpc::ServerContext*, const v1::GetExperimentTrialsRequest* req,
                                    v1::GetExperimentTrialsResponse* resp) override {
     if (req->experiment_id() != 1) return grpc::Status(grpc::StatusCode::NOT_FOUND, "experiment not found");
@@ -299,6 +311,17 @@ TEST_F(CommandsTest, DescribeJsonUsesProtoFieldNames) {
   EXPECT_EQ(ExperimentDescribe(client, 1, io), 0) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("\"searcher_metric\": \"loss\""));
   EXPECT_THAT(out_.str(), HasSubstr("\"num_trials\": 0"));  // primitive fields always printed
+}
+
+// Issue 45: a checkpoint whose epoch length is unknown says so, not 0.
+TEST_F(CommandsTest, CheckpointDescribeSaysEpochsUnknownWithoutAnEpochLength) {
+  Client client(options_);
+  CommandIo io{out_, err_};
+  ASSERT_EQ(CheckpointDescribe(client, "0f3c9a1e-5b2d-4c6e-8f10-000000000002", io), 0) << err_.str();
+  EXPECT_THAT(out_.str(), ::testing::ContainsRegex("Epochs: +unknown\n"));
+  out_.str("");
+  ASSERT_EQ(CheckpointDescribe(client, "0f3c9a1e-5b2d-4c6e-8f10-000000000001", io), 0) << err_.str();
+  EXPECT_THAT(out_.str(), ::testing::ContainsRegex("Epochs: +2.5\n"));
 }
 
 TEST_F(CommandsTest, TrialMetricsTableAndJson) {

@@ -52,6 +52,16 @@ int OpenNoFollowAt(int dir_fd, const std::string& relative) {
 
 }  // namespace
 
+absl::StatusOr<int64_t> CheckpointMetadataSize(const CheckpointRoots& roots, const std::string& storage_path,
+                                               const std::string& uuid) {
+  DET_ASSIGN_OR_RETURN(int fd, roots.OpenCheckpoint(storage_path, uuid));
+  struct stat st;
+  const bool regular = fstatat(fd, kCheckpointMetadataFile, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+  close(fd);
+  if (!regular) return absl::NotFoundError(absl::StrCat(storage_path, " has no regular ", kCheckpointMetadataFile));
+  return static_cast<int64_t>(st.st_size);
+}
+
 absl::StatusOr<std::unique_ptr<CheckpointFiles>> CheckpointFiles::Open(const CheckpointRoots& roots,
                                                                        const CheckpointRow& row,
                                                                        const CheckpointFileLimits& limits) {

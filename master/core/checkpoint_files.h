@@ -26,6 +26,16 @@ struct CheckpointFileLimits {
   int64_t chunk_bytes = int64_t{1} << 20;  // DownloadCheckpointResponse.data
 };
 
+// The name and size of the file det-trial writes last into a checkpoint
+// directory, after it listed the other files as the checkpoint's resources:
+// "metadata.json" at its size in checkpoint `uuid`'s directory
+// `storage_path` (opened as CheckpointRoots::OpenCheckpoint does; the file
+// not followed if a symlink). NotFound when there is no such regular file.
+// Thread-safe; reads the file system.
+inline constexpr char kCheckpointMetadataFile[] = "metadata.json";
+absl::StatusOr<int64_t> CheckpointMetadataSize(const CheckpointRoots& roots, const std::string& storage_path,
+                                               const std::string& uuid);
+
 // Not thread-safe: one per download.
 class CheckpointFiles {
  public:

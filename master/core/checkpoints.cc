@@ -60,7 +60,11 @@ absl::StatusOr<apiv1::DeleteCheckpointsResponse> MasterCore::DeleteCheckpoints(
       }
       doomed.push_back(std::move(row));
     }
-    for (const CheckpointRow& c : doomed) DET_RETURN_IF_ERROR(store_->UpdateCheckpointState(c.uuid, "DELETED"));
+    for (const CheckpointRow& c : doomed) {
+      DET_RETURN_IF_ERROR(store_->UpdateCheckpointState(c.uuid, "DELETED"));
+      auto tit = trials_.find(c.trial_id);
+      if (tit != trials_.end()) tit->second->facts.reset();  // its best checkpoint may have gone
+    }
     // A finished trial whose latest checkpoint went falls back to its newest
     // remaining completed one (or none), so `experiment continue` and the
     // trial's page never name a deleted checkpoint.
@@ -112,8 +116,10 @@ absl::StatusOr<apiv1::PatchCheckpointResponse> MasterCore::PatchCheckpoint(const
                                                    " bytes as JSON once changed; at most ", kMaxMetadataBytes));
   }
   DET_RETURN_IF_ERROR(store_->UpdateCheckpointMetadata(row.uuid, row.metadata_json));
+  std::vector<CheckpointRow> completed{std::move(row)};
+  CompleteCheckpointRowsLocked(&completed);
   apiv1::PatchCheckpointResponse resp;
-  *resp.mutable_checkpoint() = CheckpointProto(row);
+  *resp.mutable_checkpoint() = CheckpointProto(completed.front());
   return Committed(w, std::move(resp));
 }
 

@@ -42,8 +42,26 @@ inline bool Terminal(const std::string& state) {
 }
 inline bool Stopping(const std::string& state) { return state == kStoppingCanceled || state == kStoppingKilled; }
 
+// What a trial's stored checkpoints and validations say (checkpoint_facts.h;
+// MasterCore::TrialFactsLocked computes it from the store).
+struct TrialFacts {
+  // The best COMPLETED checkpoint by its validation's searcher metric ("":
+  // none) and that metric.
+  std::string best_checkpoint_uuid;
+  std::optional<double> best_checkpoint_metric;
+  // When row.latest_checkpoint_uuid was reported (0: none).
+  int64_t latest_checkpoint_ms = 0;
+  // The validation with the best searcher metric (archived ones included, as
+  // row.best_validation), and the newest unarchived one.
+  std::optional<MetricRow> best_validation;
+  std::optional<MetricRow> latest_validation;
+};
+
 struct TrialRuntime {
   TrialRow row;
+  // TrialFactsLocked's cache; reset wherever a checkpoint or validation of
+  // the trial is stored, deleted or archived.
+  mutable std::optional<TrialFacts> facts;
   // Pending ValidateAfter length in the searcher's unit (0: none), and the
   // same in this trial's batches (0 for a training metric such as tokens):
   // trial_lengths.h.

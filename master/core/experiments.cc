@@ -11,6 +11,7 @@
 #include "common/proto_json.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
+#include "master/core/checkpoint_facts.h"
 #include "master/core/checkpoint_gc.h"
 #include "master/core/checkpoint_list.h"
 #include "master/core/core_state.h"
@@ -144,6 +145,20 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   return Committed(w, resp);
 }
 
+std::map<RequestId, double> MasterCore::TrainedUnitsLocked(const ExperimentRuntime& exp) const {
+  std::map<RequestId, double> out;
+  for (const auto& [request, tid] : exp.trial_by_request) {
+    const TrialRuntime& t = *trials_.at(tid);
+    if (t.searcher_target <= 0) continue;
+    if (exp.searcher_length.is_metric()) {
+      if (t.time_metric_value) out[request] = std::min(*t.time_metric_value, static_cast<double>(t.searcher_target));
+    } else {
+      out[request] = TrainedUnits(t.searcher_target, t.target_batches, t.row.total_batches);
+    }
+  }
+  return out;
+}
+
 apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   apiv1::Experiment e;
   e.set_id(exp.row.id);
@@ -160,12 +175,25 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   e.set_searcher_name(std::string(SearcherNameToString(exp.config.searcher.name)));
   e.set_searcher_metric(exp.config.searcher.metric);
   e.set_smaller_is_better(exp.config.searcher.smaller_is_better);
-  e.set_progress(exp.searcher ? exp.searcher->Progress() : exp.row.progress);
+  e.set_progress(exp.searcher ? exp.searcher->ProgressWithTraining(TrainedUnitsLocked(exp)) : exp.row.progress);
   std::optional<double> best;
   int64_t best_trial = 0;
+  std::optional<double> best_checkpoint_metric;
+  int64_t latest_checkpoint_ms = -1;
   for (const auto& [req, tid] : exp.trial_by_request) {
     const TrialRuntime& t = *trials_.at(tid);
     (*e.mutable_num_trials_by_state())[t.row.state] += 1;
+    const TrialFacts facts = TrialFactsLocked(t);
+    if (facts.best_checkpoint_metric &&
+        (!best_checkpoint_metric || BetterMetric(exp.config.searcher.smaller_is_better, *facts.best_checkpoint_metric,
+                                                 *best_checkpoint_metric))) {
+      best_checkpoint_metric = facts.best_checkpoint_metric;
+      e.set_best_checkpoint_uuid(facts.best_checkpoint_uuid);
+    }
+    if (!t.row.latest_checkpoint_uuid.empty() && facts.latest_checkpoint_ms > latest_checkpoint_ms) {
+      latest_checkpoint_ms = facts.latest_checkpoint_ms;
+      e.set_latest_checkpoint_uuid(t.row.latest_checkpoint_uuid);
+    }
     if (t.row.best_validation) {
       double v = *t.row.best_validation;
       if (!best || (exp.config.searcher.smaller_is_better ? v < *best : v > *best)) {

@@ -62,6 +62,7 @@ namespace apiv1 = ::det::api::v1;
 namespace agentv1 = ::det::agent::v1;
 namespace trialv1 = ::det::trial::v1;
 
+struct TrialFacts;
 struct TrialRuntime;
 struct ExperimentRuntime;
 struct AllocationRuntime;
@@ -458,6 +459,11 @@ class MasterCore {
   // Drops the experiment's pending allocation requests.
   void DropPendingLocked(int64_t experiment_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   apiv1::Experiment ExperimentProto(const ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // For Searcher::ProgressWithTraining: each trial with a pending searcher
+  // target -> the units it trained toward it (checkpoint_facts.h TrainedUnits;
+  // a time metric's last value).
+  std::map<RequestId, double> TrainedUnitsLocked(const ExperimentRuntime& exp) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A trial the searcher has closed whose latest checkpoint is at its last
   // batch has nothing left to run: COMPLETED without an allocation.
   bool CompleteIfCheckpointedLocked(ExperimentRuntime& exp, TrialRuntime& trial, std::vector<SearcherOp>* ops)
@@ -491,6 +497,12 @@ class MasterCore {
 
   // ---- trials.cc
   apiv1::Trial TrialProto(const TrialRuntime& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The trial's checkpoint and validation facts (trial.facts, computed from
+  // the store when unset; a store error is logged and not cached).
+  TrialFacts TrialFactsLocked(const TrialRuntime& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CompleteCheckpointRow for each row with its experiment's searcher metric
+  // and its trial's epoch length (rows of unknown experiments stay as read).
+  void CompleteCheckpointRowsLocked(std::vector<CheckpointRow>* rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checkpoints of an experiment and/or a trial (NotFound for unknown ids).
   absl::StatusOr<std::vector<apiv1::Checkpoint>> ListCheckpoints(std::optional<int64_t> experiment_id,
                                                                  std::optional<int64_t> trial_id);

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "common/proto_json.h"
+#include "master/core/checkpoint_facts.h"
 
 namespace det::master {
 namespace apiv1 = ::det::api::v1;
@@ -55,7 +56,11 @@ apiv1::Checkpoint CheckpointProto(const CheckpointRow& r) {
   apiv1::CheckpointState_Parse("CHECKPOINT_STATE_" + r.state, &state);
   c.set_state(state);
   c.set_total_batches(r.total_batches);
+  c.set_total_epochs(r.total_epochs);
+  c.set_total_records(r.total_records);
   for (const auto& [k, v] : r.resources) (*c.mutable_resources())[k] = v;
+  c.set_size_bytes(CheckpointSizeBytes(r.resources));
+  for (const auto& [k, v] : r.validation_metrics) (*c.mutable_validation_metrics())[k] = v;
   c.set_storage_path(r.storage_path);
   nlohmann::json metadata = nlohmann::json::parse(r.metadata_json, nullptr, false);
   if (metadata.is_object()) {

@@ -132,6 +132,7 @@ std::vector<CheckpointRow> MasterCore::CollectGarbageLocked(ExperimentRuntime& e
     spdlog::error("experiment {}: checkpoint GC: {}", exp.row.id, rows.status().ToString());
     return doomed;
   }
+  CompleteCheckpointRowsLocked(&*rows);  // the searcher metric of a validation reported after its checkpoint
   const std::set<std::string> keep =
       CheckpointsToKeep(*rows, EffectiveGcPolicy(exp.config, exp.row.checkpoint_gc_policy_json),
                         exp.config.searcher.smaller_is_better);
@@ -146,6 +147,7 @@ std::vector<CheckpointRow> MasterCore::CollectGarbageLocked(ExperimentRuntime& e
       spdlog::error("checkpoint GC: {}", st.ToString());
       continue;
     }
+    tit->second->facts.reset();  // its best checkpoint may have gone
     doomed.push_back(c);  // its directory: only through CheckpointRoots
   }
   if (!doomed.empty()) {

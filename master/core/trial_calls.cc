@@ -12,6 +12,8 @@
 #include "common/safe_path.h"
 #include "common/validation_policy.h"
 #include "common/status_macros.h"
+#include "master/core/checkpoint_facts.h"
+#include "master/core/checkpoint_files.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
@@ -68,6 +70,7 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
 void MasterCore::RewindTrialLocked(TrialRuntime& trial, int64_t restored_batches) {
   // A restart continues from the checkpoint: what the earlier run reported
   // after it is archived, and the sequencer rewinds to it.
+  trial.facts.reset();  // its latest validation may be archived
   absl::Status st = store_->ArchiveMetricsAfter(trial.row.id, restored_batches);
   if (!st.ok()) spdlog::error("trial {}: archiving metrics: {}", trial.row.id, st.ToString());
   trial.row.total_batches = restored_batches;
@@ -278,12 +281,37 @@ absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValid
     alloc->made_progress = true;
   }
   DET_RETURN_IF_ERROR(store_->InsertMetrics(rows));
+  // A checkpoint taken at these batches before its validation was reported
+  // gets its searcher metric now (best checkpoint, GC's save_*_best).
+  for (const MetricRow& r : rows) {
+    auto it = r.metrics.find(exp.config.searcher.metric);
+    if (it == r.metrics.end() || std::isnan(it->second)) continue;
+    DET_RETURN_IF_ERROR(store_->SetCheckpointSearcherMetric(trial.row.id, r.total_batches, it->second));
+  }
+  trial.facts.reset();
   SetTrialState(trial, trial.row.state);
   return Committed(w, trialv1::ReportValidationMetricsResponse());
 }
 
 absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
     const trialv1::ReportCheckpointRequest& req, const std::string& token) {
+  // det-trial writes metadata.json after it listed the resources: measured
+  // here (outside the lock: a file system call), so that the resources and
+  // size_bytes are every file of the checkpoint.
+  std::optional<int64_t> metadata_size;
+  if (req.resources().count(kCheckpointMetadataFile) == 0 && ValidateUuid(req.uuid(), "uuid").ok()) {
+    std::string storage_path;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+      auto path = JoinUnder(experiments_.at(alloc->experiment_id)->checkpoint_dir, req.uuid(), "uuid");
+      if (path.ok()) storage_path = *path;
+    }
+    if (!storage_path.empty()) {
+      absl::StatusOr<int64_t> size = CheckpointMetadataSize(checkpoint_roots_, storage_path, req.uuid());
+      if (size.ok()) metadata_size = *size;
+    }
+  }
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
@@ -298,6 +326,7 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
       return absl::AlreadyExistsError(absl::StrCat("checkpoint ", req.uuid(), " belongs to trial ", existing->trial_id));
     }
     // A retried report (the reply was lost, e.g. to a master restart).
+    trial.facts.reset();
     trial.row.latest_checkpoint_uuid = existing->uuid;
     trial.last_checkpoint = existing->total_batches;
     SetTrialState(trial, trial.row.state);
@@ -310,8 +339,19 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
   row.trial_run_id = trial.row.run_id;
   row.state = "COMPLETED";
   row.total_batches = req.total_batches();
-  row.total_epochs = req.total_epochs();
+  // Epochs from the config's epoch length (records_per_epoch) when there is
+  // one; else what the runtime said (0: unknown).
+  row.total_epochs = trial.lengths.batches_per_epoch > 0
+                         ? EpochsAt(req.total_batches(), trial.lengths.batches_per_epoch)
+                         : std::max(0.0, req.total_epochs());
+  for (const auto& [path, size] : req.resources()) {
+    if (size < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("resources: file '", path.substr(0, 256), "' has size ", size,
+                                                     "; sizes are bytes, >= 0"));
+    }
+  }
   row.resources.insert(req.resources().begin(), req.resources().end());
+  if (metadata_size) row.resources[kCheckpointMetadataFile] = *metadata_size;
   row.metadata_json = StructToJson(req.metadata()).dump();
   DET_ASSIGN_OR_RETURN(row.storage_path, JoinUnder(exp.checkpoint_dir, req.uuid(), "uuid"));
   row.time_ms = WallMs();
@@ -319,6 +359,7 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
     row.searcher_metric = trial.row.latest_validation;
   }
   DET_RETURN_IF_ERROR(store_->InsertCheckpoint(row));
+  trial.facts.reset();
   alloc->made_progress = true;
   trial.row.latest_checkpoint_uuid = row.uuid;
   trial.last_checkpoint = req.total_batches();

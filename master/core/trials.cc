@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "master/core/checkpoint_facts.h"
 #include "master/core/checkpoint_list.h"
 #include "master/core/metrics_logs.h"
 #include "master/core/core_state.h"
@@ -27,14 +28,26 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   t.set_restarts(static_cast<int32_t>(trial.row.restarts));
   t.set_total_batches_processed(trial.row.total_batches);
   t.set_latest_checkpoint_uuid(trial.row.latest_checkpoint_uuid);
+  const TrialFacts facts = TrialFactsLocked(trial);
+  t.set_best_checkpoint_uuid(facts.best_checkpoint_uuid);
   auto eit = experiments_.find(trial.row.experiment_id);
-  auto validation = [&](apiv1::MetricsReport* m, double value) {
+  // The stored validation report (its batches, epochs, every metric); the
+  // searcher metric alone if the store could not be read.
+  auto validation = [&](apiv1::MetricsReport* m, const std::optional<MetricRow>& row, double value) {
+    if (row) {
+      *m = MetricProto(*row);
+      return;
+    }
     m->set_trial_id(t.id());
     m->set_group("validation");
     if (eit != experiments_.end()) (*m->mutable_metrics())[eit->second->config.searcher.metric] = value;
   };
-  if (trial.row.best_validation) validation(t.mutable_best_validation(), *trial.row.best_validation);
-  if (trial.row.latest_validation) validation(t.mutable_latest_validation(), *trial.row.latest_validation);
+  if (trial.row.best_validation) {
+    validation(t.mutable_best_validation(), facts.best_validation, *trial.row.best_validation);
+  }
+  if (trial.row.latest_validation) {
+    validation(t.mutable_latest_validation(), facts.latest_validation, *trial.row.latest_validation);
+  }
   SetTime(t.mutable_start_time(), trial.row.created_ms);
   if (trial.row.ended_ms > 0) SetTime(t.mutable_end_time(), trial.row.ended_ms);
   t.set_allocation_id(trial.allocation_id);
@@ -51,6 +64,47 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
     t.set_state_reason(StateReason(*eit->second, trial, pending_trials_.count(trial.row.id) != 0, slots));
   }
   return t;
+}
+
+void MasterCore::CompleteCheckpointRowsLocked(std::vector<CheckpointRow>* rows) {
+  for (CheckpointRow& r : *rows) {
+    auto eit = experiments_.find(r.experiment_id);
+    if (eit == experiments_.end()) continue;
+    auto tit = trials_.find(r.trial_id);
+    CompleteCheckpointRow(eit->second->config.searcher.metric,
+                          tit == trials_.end() ? BatchLengths() : tit->second->lengths, &r);
+  }
+}
+
+TrialFacts MasterCore::TrialFactsLocked(const TrialRuntime& trial) {
+  if (trial.facts) return *trial.facts;
+  TrialFacts f;
+  auto eit = experiments_.find(trial.row.experiment_id);
+  if (eit == experiments_.end()) return f;
+  const SearcherConfig& searcher = eit->second->config.searcher;
+  auto rows = store_->ListCheckpoints(std::nullopt, trial.row.id);
+  auto validations = store_->ListMetrics(trial.row.id, "validation", /*include_archived=*/true);
+  if (!rows.ok() || !validations.ok()) {
+    spdlog::warn("trial {}: reading its checkpoints and validations: {}", trial.row.id,
+                 (rows.ok() ? validations.status() : rows.status()).ToString());
+    return f;
+  }
+  CompleteCheckpointRowsLocked(&*rows);
+  if (const CheckpointRow* best = BestCheckpoint(*rows, searcher.smaller_is_better)) {
+    f.best_checkpoint_uuid = best->uuid;
+    f.best_checkpoint_metric = best->searcher_metric;
+  }
+  for (const CheckpointRow& r : *rows) {
+    if (r.uuid == trial.row.latest_checkpoint_uuid) f.latest_checkpoint_ms = r.time_ms;
+  }
+  if (const MetricRow* best = BestValidation(*validations, searcher.metric, searcher.smaller_is_better)) {
+    f.best_validation = *best;
+  }
+  for (const MetricRow& v : *validations) {
+    if (!v.archived) f.latest_validation = v;  // ordered by total_batches, then id
+  }
+  trial.facts = f;
+  return f;
 }
 
 absl::StatusOr<apiv1::GetTrialResponse> MasterCore::GetTrial(const apiv1::GetTrialRequest& req) {
@@ -91,6 +145,10 @@ absl::StatusOr<std::vector<apiv1::Checkpoint>> MasterCore::ListCheckpoints(std::
     if (trial_id) DET_RETURN_IF_ERROR(FindTrial(*trial_id).status());
   }
   DET_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, store_->ListCheckpoints(experiment_id, trial_id));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    CompleteCheckpointRowsLocked(&rows);
+  }
   std::vector<apiv1::Checkpoint> out;
   for (const auto& r : rows) out.push_back(CheckpointProto(r));
   return out;
@@ -117,6 +175,12 @@ absl::StatusOr<apiv1::GetTrialCheckpointsResponse> MasterCore::GetTrialCheckpoin
 
 absl::StatusOr<apiv1::GetCheckpointResponse> MasterCore::GetCheckpoint(const apiv1::GetCheckpointRequest& req) {
   DET_ASSIGN_OR_RETURN(CheckpointRow row, store_->GetCheckpoint(req.checkpoint_uuid()));
+  {
+    std::vector<CheckpointRow> rows{std::move(row)};
+    std::lock_guard<std::mutex> l(mu_);
+    CompleteCheckpointRowsLocked(&rows);
+    row = std::move(rows.front());
+  }
   apiv1::GetCheckpointResponse resp;
   *resp.mutable_checkpoint() = CheckpointProto(row);
   return resp;

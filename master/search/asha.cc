@@ -200,6 +200,22 @@ class AshaSearch final : public SearchMethod {
     return std::min(1.0, done_batches_ / planned_batches_);
   }
 
+  // A trial training toward rung k adds what it trained beyond rung k - 1,
+  // at most that rung's increment (the credit its validation will give).
+  double ProgressWithTraining(const std::map<RequestId, double>& trained) const override {
+    if (shutdown_sent_ || planned_batches_ <= 0) return 1;
+    double done = done_batches_;
+    for (const auto& [id, units] : trained) {
+      auto it = trials_.find(id);
+      if (it == trials_.end() || it->second.state != TrialState::kTraining) continue;
+      const Trial& t = it->second;
+      const double from = t.rung > 0 ? static_cast<double>(RungLength(t.bracket, t.rung - 1)) : 0.0;
+      const double to = static_cast<double>(RungLength(t.bracket, t.rung));
+      done += std::clamp(units - from, 0.0, std::max(0.0, to - from));
+    }
+    return std::min(1.0, done / planned_batches_);
+  }
+
   int64_t TrialBracket(RequestId id) const override {
     auto it = trials_.find(id);
     return it == trials_.end() ? 0 : static_cast<int64_t>(it->second.bracket);

@@ -775,6 +775,27 @@ TEST(PreviewTest, StopOnceAndErrors) {
   EXPECT_EQ(PreviewSearch(config, 0, 3).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Progress moves with the trials (issue 45: an experiment showed 0% while
+// its trials were 60% through their first rung): a trial training toward
+// rung k counts what it trained beyond rung k - 1, at most that rung's
+// increment; a waiting trial counts only what its validations credited.
+TEST(AsyncHalvingTest, ProgressCountsWhatTrialsTrainedTowardTheirRung) {
+  ExperimentConfig config = Halving(3, 4, 2);  // rungs 25, 50, 100; plan 200
+  Searcher s = Make(config);
+  s.InitialOperations();
+  s.TrialCreated(1);
+  s.TrialCreated(2);
+  EXPECT_EQ(s.Progress(), 0);
+  EXPECT_DOUBLE_EQ(s.ProgressWithTraining({{1, 15}, {2, 15}}), 30.0 / 200);  // 60% of rung 0 each
+  EXPECT_DOUBLE_EQ(s.ProgressWithTraining({{1, 40}}), 25.0 / 200);           // at most the rung
+  EXPECT_DOUBLE_EQ(s.ProgressWithTraining({{7, 40}}), 0);                   // unknown trial
+  s.ValidationCompleted(1, 0.5, 25);  // credited 25; 1 waits
+  EXPECT_DOUBLE_EQ(s.ProgressWithTraining({{1, 25}, {2, 10}}), 35.0 / 200);
+  s.ValidationCompleted(2, 0.3, 25);  // credited 25; 2 promoted toward 50
+  EXPECT_DOUBLE_EQ(s.ProgressWithTraining({{2, 35}}), (50.0 + 10) / 200);
+  EXPECT_DOUBLE_EQ(s.Progress(), 50.0 / 200);
+}
+
 }  // namespace
 }  // namespace master
 }  // namespace det

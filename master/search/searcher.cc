@@ -89,6 +89,22 @@ class FixedPoolSearch final : public SearchMethod {
     return std::min(1.0, static_cast<double>(ended_) / static_cast<double>(total_));
   }
 
+  // Each open trial counts the fraction of max_length it trained (all of it
+  // once its final validation asked for the close).
+  double ProgressWithTraining(const std::map<RequestId, double>& trained) const override {
+    if (total_ <= 0) return 1;
+    double done = static_cast<double>(ended_);
+    for (RequestId id : open_) {
+      auto it = trained.find(id);
+      if (close_requested_.count(id) != 0) {
+        done += 1;
+      } else if (it != trained.end() && max_length_ > 0) {
+        done += std::clamp(it->second / static_cast<double>(max_length_), 0.0, 1.0);
+      }
+    }
+    return std::min(1.0, done / static_cast<double>(total_));
+  }
+
   json Snapshot() const override {
     return json{{"searcher", name_},
                 {"total", total_},
@@ -405,6 +421,10 @@ std::vector<SearcherOp> Searcher::TrialExitedEarly(RequestId id, ExitedReason re
 }
 
 double Searcher::Progress() const { return method_->Progress(); }
+
+double Searcher::ProgressWithTraining(const std::map<RequestId, double>& trained) const {
+  return method_->ProgressWithTraining(trained);
+}
 
 int64_t Searcher::TrialBracket(RequestId id) const { return method_->TrialBracket(id); }
 

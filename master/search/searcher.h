@@ -110,6 +110,12 @@ class SearchMethod {
   // trials to run. async_halving/adaptive_asha: units credited / units
   // planned (see NewSearchMethod); 1 once Shutdown was returned.
   virtual double Progress() const = 0;
+  // Progress() counting also the units each trial trained so far toward the
+  // ValidateAfter it is working on (`trained`: request id -> units in the
+  // searcher's unit, from where the trial's training started, e.g. its batches
+  // so far): planned units trained / planned units. The default ignores
+  // `trained`.
+  virtual double ProgressWithTraining(const std::map<RequestId, double>& trained) const { return Progress(); }
   // The bracket of a trial: adaptive_asha's bracket index (0 = most rungs);
   // 0 for every other method and for unknown trials.
   virtual int64_t TrialBracket(RequestId id) const { return 0; }
@@ -225,6 +231,8 @@ class Searcher {
   std::vector<SearcherOp> TrialExitedEarly(RequestId id, ExitedReason reason);
 
   double Progress() const;
+  // SearchMethod::ProgressWithTraining.
+  double ProgressWithTraining(const std::map<RequestId, double>& trained) const;
   // SearchMethod::TrialBracket.
   int64_t TrialBracket(RequestId id) const;
   // Whether a ShutdownOp has been returned.

@@ -241,6 +241,25 @@ TEST(SearcherTest, Errors) {
   EXPECT_EQ(NewSearchMethod(no_count, kMaxLength).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Each open trial counts the fraction of max_length it trained; one whose
+// final validation asked for its close counts whole (issue 45).
+TEST(SearcherTest, ProgressCountsTheFractionOpenTrialsTrained) {
+  ExperimentConfig config = MakeConfig(SearcherName::kRandom, 4, 2);
+  Searcher s = MakeSearcher(config);
+  s.InitialOperations();
+  s.TrialCreated(1);
+  s.TrialCreated(2);
+  const double max = static_cast<double>(kMaxLength);
+  EXPECT_EQ(s.Progress(), 0);
+  EXPECT_DOUBLE_EQ(s.ProgressWithTraining({{1, 0.6 * max}, {2, 0.2 * max}}), 0.8 / 4);
+  EXPECT_DOUBLE_EQ(s.ProgressWithTraining({{1, 2 * max}}), 1.0 / 4);  // at most max_length
+  s.ValidationCompleted(2, 0.3, kMaxLength);  // Close(2)
+  EXPECT_DOUBLE_EQ(s.ProgressWithTraining({{1, 0.6 * max}}), 1.6 / 4);
+  s.TrialClosed(2);
+  EXPECT_DOUBLE_EQ(s.ProgressWithTraining({{1, 0.6 * max}}), 1.6 / 4);
+  EXPECT_DOUBLE_EQ(s.Progress(), 1.0 / 4);
+}
+
 }  // namespace
 }  // namespace master
 }  // namespace det

@@ -136,6 +136,13 @@ struct CheckpointRow {
   std::string storage_path;
   int64_t time_ms = 0;
   std::optional<double> searcher_metric;
+  // Not stored: total_batches * the trial's global_batch_size, set by the
+  // master's core when it knows that (0: unknown).
+  int64_t total_records = 0;
+  // Read only (not a column): the metrics of the trial's validation at
+  // total_batches, preferring the run that wrote the checkpoint, else the
+  // newest unarchived one; empty when there is none.
+  std::map<std::string, double> validation_metrics;
 };
 
 struct TaskLogRow {
@@ -503,6 +510,9 @@ class Store {
 
   // Sets the state of checkpoint `uuid`. NotFound if there is none.
   absl::Status UpdateCheckpointState(const std::string& uuid, const std::string& state);
+  // Sets searcher_metric of `trial_id`'s checkpoints at `total_batches` that
+  // have none yet (a validation reported after its checkpoint). OK if none.
+  absl::Status SetCheckpointSearcherMetric(int64_t trial_id, int64_t total_batches, double metric);
   // Sets the metadata JSON of checkpoint `uuid`. NotFound if there is none.
   absl::Status UpdateCheckpointMetadata(const std::string& uuid, const std::string& metadata_json);
 

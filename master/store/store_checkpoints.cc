@@ -30,18 +30,32 @@ using store_internal::ParseJson;
   "uuid, trial_id, experiment_id, trial_run_id, state, total_batches, total_epochs, resources, " \
   "metadata_json, storage_path, time_ms, searcher_metric"
 
+// The columns read back: the stored ones, then the metrics of the trial's
+// validation at the checkpoint's total_batches (NULL: none): the run's that
+// wrote the checkpoint if it validated there, else the newest unarchived one.
+// (SQLite does not resolve an outer column in a subquery's ORDER BY, hence
+// the two subqueries.)
+#define DET_CHECKPOINT_VALIDATION(extra)                                                        \
+  "(SELECT m.metrics FROM metrics m WHERE m.trial_id = c.trial_id AND m.metric_group = 'validation' " \
+  "AND m.total_batches = c.total_batches " extra " ORDER BY m.id DESC LIMIT 1)"
+#define DET_CHECKPOINT_SELECT                                                                             \
+  "SELECT uuid, trial_id, experiment_id, trial_run_id, state, total_batches, total_epochs, resources, " \
+  "metadata_json, storage_path, time_ms, searcher_metric, "                                            \
+  "COALESCE(" DET_CHECKPOINT_VALIDATION("AND m.trial_run_id = c.trial_run_id") ", "                     \
+  DET_CHECKPOINT_VALIDATION("AND m.archived = 0") ") FROM checkpoints c "
+
 constexpr char kInsertCheckpoint[] =
     "INSERT INTO checkpoints(" DET_CHECKPOINT_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-constexpr char kGetCheckpoint[] = "SELECT " DET_CHECKPOINT_COLUMNS " FROM checkpoints WHERE uuid = ?";
-constexpr char kListCheckpointsAll[] =
-    "SELECT " DET_CHECKPOINT_COLUMNS " FROM checkpoints ORDER BY time_ms, rowid";
+constexpr char kGetCheckpoint[] = DET_CHECKPOINT_SELECT "WHERE uuid = ?";
+constexpr char kListCheckpointsAll[] = DET_CHECKPOINT_SELECT "ORDER BY time_ms, rowid";
 constexpr char kListCheckpointsByExperiment[] =
-    "SELECT " DET_CHECKPOINT_COLUMNS " FROM checkpoints WHERE experiment_id = ? ORDER BY time_ms, rowid";
-constexpr char kListCheckpointsByTrial[] =
-    "SELECT " DET_CHECKPOINT_COLUMNS " FROM checkpoints WHERE trial_id = ? ORDER BY time_ms, rowid";
+    DET_CHECKPOINT_SELECT "WHERE experiment_id = ? ORDER BY time_ms, rowid";
+constexpr char kListCheckpointsByTrial[] = DET_CHECKPOINT_SELECT "WHERE trial_id = ? ORDER BY time_ms, rowid";
 constexpr char kListCheckpointsByBoth[] =
-    "SELECT " DET_CHECKPOINT_COLUMNS
-    " FROM checkpoints WHERE experiment_id = ? AND trial_id = ? ORDER BY time_ms, rowid";
+    DET_CHECKPOINT_SELECT "WHERE experiment_id = ? AND trial_id = ? ORDER BY time_ms, rowid";
+// A validation reported after its checkpoint gives the checkpoint its metric.
+constexpr char kSetCheckpointSearcherMetric[] =
+    "UPDATE checkpoints SET searcher_metric = ? WHERE trial_id = ? AND total_batches = ? AND searcher_metric IS NULL";
 constexpr char kUpdateCheckpointState[] = "UPDATE checkpoints SET state = ? WHERE uuid = ?";
 constexpr char kUpdateCheckpointMetadata[] = "UPDATE checkpoints SET metadata_json = ? WHERE uuid = ?";
 
@@ -76,6 +90,9 @@ absl::StatusOr<CheckpointRow> ReadCheckpoint(sqlite3_stmt* s) {
   r.storage_path = ColText(s, 9);
   r.time_ms = ColInt(s, 10);
   r.searcher_metric = ColOptDouble(s, 11);
+  if (sqlite3_column_type(s, 12) != SQLITE_NULL) {
+    DET_ASSIGN_OR_RETURN(r.validation_metrics, store_internal::DecodeMetrics(ColText(s, 12)));
+  }
   return r;
 }
 
@@ -157,6 +174,18 @@ absl::Status Store::UpdateCheckpointState(const std::string& uuid, const std::st
     int rc = sqlite3_step(st.get());
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("update checkpoint ", uuid));
     if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, " not found"));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Store::SetCheckpointSearcherMetric(int64_t trial_id, int64_t total_batches, double metric) {
+  return Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kSetCheckpointSearcherMetric));
+    Binder b(st.get());
+    b.Double(metric).Int(trial_id).Int(total_batches);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint searcher metric");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("set searcher metric of trial ", trial_id, "'s checkpoints"));
     return absl::OkStatus();
   });
 }

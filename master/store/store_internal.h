@@ -183,6 +183,8 @@ absl::StatusOr<nlohmann::json> ParseJson(const std::string& text, absl::string_v
 // order, each value the shortest text that reads back as the same double,
 // NaN and the infinities as strings (store_metrics_logs.cc).
 std::string EncodeMetrics(const std::map<std::string, double>& metrics);
+// The inverse of EncodeMetrics; DataLoss for text that is not such an object.
+absl::StatusOr<std::map<std::string, double>> DecodeMetrics(const std::string& text);
 
 }  // namespace store_internal
 }  // namespace master

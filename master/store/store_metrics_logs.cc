@@ -129,9 +129,7 @@ std::string store_internal::EncodeMetrics(const std::map<std::string, double>& m
   return out;
 }
 
-namespace {
-
-absl::StatusOr<std::map<std::string, double>> DecodeMetrics(const std::string& text) {
+absl::StatusOr<std::map<std::string, double>> store_internal::DecodeMetrics(const std::string& text) {
   DET_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, "metrics"));
   if (!j.is_object()) return absl::DataLossError(absl::StrCat("stored metrics are not an object: ", text));
   std::map<std::string, double> out;
@@ -150,6 +148,10 @@ absl::StatusOr<std::map<std::string, double>> DecodeMetrics(const std::string& t
   }
   return out;
 }
+
+namespace {
+
+using store_internal::DecodeMetrics;
 
 absl::StatusOr<MetricRow> ReadMetric(sqlite3_stmt* s) {
   MetricRow r;
