@@ -98,11 +98,19 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   // The ABI check (agents.cc); a fork's request names no file: the name
   // its trial.so was uploaded as.
   if (req.trial_so_name().empty()) so_name = artifacts_.Name(sha);
-  DET_ASSIGN_OR_RETURN(std::vector<std::string> abi_warnings,
-                       CheckTrialAbiOnAgents(sha, so_name, config.resources.resource_pool));
+  absl::StatusOr<std::vector<std::string>> abi_warnings =
+      CheckTrialAbiOnAgents(sha, so_name, config.resources.resource_pool);
+  if (!abi_warnings.ok()) {
+    // A trial.so no agent can load is not kept unless an experiment uses it
+    // (as DeletionStep, under the lock).
+    std::lock_guard<std::mutex> l(mu_);
+    auto users = store_->CountExperimentsWithArtifact(sha, 0);
+    if (users.ok() && *users == 0) (void)artifacts_.Remove(sha);
+    return abi_warnings.status();
+  }
   apiv1::CreateExperimentResponse resp;
   for (const auto& w : config.warnings) resp.add_warnings(w);
-  for (const auto& w : abi_warnings) resp.add_warnings(w);
+  for (const auto& w : *abi_warnings) resp.add_warnings(w);
   if (req.validate_only()) return resp;
   if (!req.trial_so_name().empty()) DET_RETURN_IF_ERROR(artifacts_.SetName(sha, so_name));
 

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "common/abi_check.h"
+#include "common/sha256.h"
 #include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
@@ -80,6 +81,8 @@ TEST_F(TrialAbiCoreTest, RefusedWhenNoAgentOfThePoolCanLoadIt) {
                         "(_ZNK3det12TrialContext11hparam_jsonERKSs) is not exported by agent 'a1' (libdet_sdk.so.0, "
                         "libstdc++.so.6): likely built with -D_GLIBCXX_USE_CXX11_ABI=0"));
   EXPECT_THAT(created.status().message(), HasSubstr("; none of the 2 agents of resource pool 'default' can load it"));
+  // The refused trial.so is not kept.
+  EXPECT_FALSE(core_->artifacts().Has(Sha256Hex(SeedTrialSo())));
 }
 
 TEST_F(TrialAbiCoreTest, OneAgentThatCanLoadItIsEnough) {
