@@ -356,7 +356,15 @@ async function main() {
       .length === n, [byId('checkpoints-table'), stored[t0.id].checkpoints.length]);
     await page.waitForFunction((s) => document.querySelectorAll(`${s} .log-line`).length > 0, byId('trial-logs'));
     const nLogs = await page.$$eval(`${byId('trial-logs')} .log-line`, (ls) => ls.length);
-    log(`trial ${t0.id} page: ${nVal} validation rows, ${stored[t0.id].checkpoints.length} checkpoint(s), ${nLogs} log lines`);
+    // Issue 45: the best checkpoint and the best validation's batch, as REST says.
+    const t0Rest = (await api(`/api/v1/trials/${t0.id}`)).trial;
+    check(t0Rest.best_checkpoint_uuid && Number(t0Rest.best_validation.total_batches) > 0,
+      `REST trial ${t0.id}: best checkpoint '${t0Rest.best_checkpoint_uuid}', best validation at batch ` +
+      `${t0Rest.best_validation.total_batches}`);
+    await waitText('trial-best-checkpoint', `${t0Rest.best_checkpoint_uuid} (best validation at batch ` +
+      `${Number(t0Rest.best_validation.total_batches)})`);
+    log(`trial ${t0.id} page: ${nVal} validation rows, ${stored[t0.id].checkpoints.length} checkpoint(s), ` +
+      `${nLogs} log lines, best checkpoint ${t0Rest.best_checkpoint_uuid}`);
     await page.mouse.move(0, 0);
     const trialShot = path.join(shotDir, `dashboard-trial-${t0.id}.png`);
     await page.screenshot({path: trialShot, fullPage: true});

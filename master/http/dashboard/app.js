@@ -422,6 +422,7 @@ class TrialView {
       ['best', 'Best validation', `trial-best-${id}`], ['latest', 'Latest validation', `trial-latest-${id}`],
       ['restarts', 'Restarts', 'trial-restarts'], ['runner', 'Allocation', 'trial-runner'],
       ['seed', 'Seed', 'trial-seed'], ['checkpoint', 'Latest checkpoint', 'trial-latest-checkpoint'],
+      ['bestCheckpoint', 'Best checkpoint', 'trial-best-checkpoint'],
       ['start', 'Started', 'trial-start'], ['end', 'Ended', 'trial-end'],
     ]);
     this.error = h('div', {class: 'error-box', 'data-testid': 'trial-error', hidden: true});
@@ -502,6 +503,11 @@ class TrialView {
     setText(dd.runner, t.allocation_id ? `${t.allocation_id} (${runner})` : runner === 'UNSPECIFIED' ? '–' : runner);
     setText(dd.seed, t.seed ?? '–');
     setText(dd.checkpoint, t.latest_checkpoint_uuid || '–');
+    // The checkpoint whose validation has the best searcher metric, and the
+    // batch of the best validation (Trial.best_validation.total_batches).
+    const bestBatch = t.best_validation ? num(t.best_validation.total_batches) : 0;
+    setText(dd.bestCheckpoint, t.best_checkpoint_uuid ?
+      `${t.best_checkpoint_uuid}${bestBatch > 0 ? ` (best validation at batch ${bestBatch})` : ''}` : '–');
     setText(dd.start, fmtTime(t.start_time));
     setText(dd.end, fmtTime(t.end_time));
     setText(this.error, t.error_message || '');
