@@ -22,6 +22,17 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr size_t kMaxDemangleBytes = 1024;
+constexpr size_t kMaxShownNameBytes = 512;
+
+bool IsDigitOrUpper(char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z'); }
+
+// `name` cut to kMaxShownNameBytes (not inside a UTF-8 sequence), "…" marking a cut.
+std::string Shown(const std::string& name) {
+  if (name.size() <= kMaxShownNameBytes) return name;
+  size_t n = kMaxShownNameBytes;
+  while (n > 0 && (static_cast<unsigned char>(name[n]) & 0xC0) == 0x80) --n;
+  return name.substr(0, n) + "\u2026";
+}
 
 bool Starts(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 bool Has(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
@@ -151,8 +162,27 @@ bool IsAbiLibrary(std::string_view soname) {
          (Starts(soname, "libc10") && Has(soname, ".so"));
 }
 
+size_t DemangleBackReferences(std::string_view mangled) {
+  size_t refs = 0;
+  for (size_t i = 0; i + 1 < mangled.size(); ++i) {
+    const char c = mangled[i];
+    if (c == 'f' && (mangled[i + 1] == 'p' || mangled[i + 1] == 'L')) {
+      ++refs;
+    } else if (c == 'S' || c == 'T') {
+      size_t j = i + 1;
+      while (j < mangled.size() && (c == 'S' ? IsDigitOrUpper(mangled[j]) : mangled[j] >= '0' && mangled[j] <= '9')) ++j;
+      if (j < mangled.size() && mangled[j] == '_') ++refs;
+    }
+  }
+  return refs;
+}
+
+bool DemangleTooComplex(std::string_view mangled) {
+  return mangled.size() > kMaxDemangleBytes || DemangleBackReferences(mangled) > kMaxDemangleBackReferences;
+}
+
 std::string Demangle(const std::string& mangled) {
-  if (mangled.size() > kMaxDemangleBytes) return mangled;
+  if (DemangleTooComplex(mangled)) return mangled;
   int status = 0;
   std::unique_ptr<char, decltype(&std::free)> out(abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status),
                                                   &std::free);
@@ -271,8 +301,10 @@ absl::Status CheckTrialAbi(const ElfDynamicInfo& trial, const AbiManifest& m, co
   }
   if (first == nullptr) return absl::OkStatus();
   const std::string demangled = Demangle(*first);
+  const std::string shown = demangled == *first ? Shown(*first)
+                                                : absl::StrCat(Shown(demangled), " (", Shown(*first), ")");
   return absl::InvalidArgumentError(absl::StrCat(
-      file_name, ": undefined symbol ", demangled, demangled == *first ? "" : absl::StrCat(" (", *first, ")"),
+      file_name, ": undefined symbol ", shown, DemangleTooComplex(*first) ? " (not demangled: too complex)" : "",
       " is not exported by ", against, unresolved > 1 ? absl::StrCat(" (nor are ", unresolved - 1, " more)") : "",
       ": likely ", LikelyCause(*first, demangled, first_ns, m)));
 }

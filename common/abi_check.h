@@ -61,8 +61,19 @@ std::string AbiSymbolNamespace(std::string_view mangled);
 bool IsAbiLibrary(std::string_view soname);
 bool IsSdkSoname(std::string_view soname);
 
+// Untrusted names (a trial.so's symbols) are demangled only when they are at
+// most 1024 bytes with at most kMaxDemangleBackReferences back-references
+// (substitutions S_/S<seq-id>_, template parameters T_/T<n>_, function
+// parameters fp/fL, counted over the whole name, so over-counted, never
+// under). Each reference can at most double the output, so a demangled name
+// is at most 1024 * 2^10 bytes (1 MiB); without the bound a 727-byte name
+// demangles to ~2^60 bytes.
+inline constexpr size_t kMaxDemangleBackReferences = 10;
+size_t DemangleBackReferences(std::string_view mangled);
+bool DemangleTooComplex(std::string_view mangled);
+
 // abi::__cxa_demangle of `mangled`, or `mangled` itself when it does not
-// demangle or is longer than 1024 bytes (untrusted input).
+// demangle or DemangleTooComplex (untrusted input).
 std::string Demangle(const std::string& mangled);
 
 // The likely cause of `mangled` being unresolved (CheckTrialAbi's wording,
