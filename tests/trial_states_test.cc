@@ -111,6 +111,11 @@ TEST(TrialStatesCliTest, WaitingPausedAndCompletedSayWhyInCliRestAndLogs) {
   out = cluster.CliOut({"experiment", "describe", std::to_string(exp)});
   EXPECT_THAT(out, HasSubstr("WAITING"));
   EXPECT_THAT(out, HasSubstr("PAUSED"));
+  // The experiment's counts are of the shown states, as the trial list's.
+  const json by_state = cluster.Get(absl::StrCat("/api/v1/experiments/", exp))["experiment"]["num_trials_by_state"];
+  EXPECT_EQ(by_state.value("WAITING", 0), 1) << by_state.dump();
+  EXPECT_EQ(by_state.value("PAUSED", 0), 1) << by_state.dump();
+  EXPECT_EQ(by_state.value("ACTIVE", 0), 0) << by_state.dump();
   EXPECT_TRUE(cluster.LogsShow(t1, "(EXIT_REASON_WAITING)")) << cluster.TrialLogs(t1);
   EXPECT_THAT(cluster.TrialLogs(t1), HasSubstr(absl::StrCat("[det-master] trial ", t1, " is waiting for promotion")));
   EXPECT_THAT(cluster.TrialLogs(t1), Not(HasSubstr("PREEMPTED")));

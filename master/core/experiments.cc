@@ -190,7 +190,8 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   int64_t latest_checkpoint_ms = -1;
   for (const auto& [req, tid] : exp.trial_by_request) {
     const TrialRuntime& t = *trials_.at(tid);
-    (*e.mutable_num_trials_by_state())[t.row.state] += 1;
+    // The shown state, as trial lists show it (a waiting trial is stored ACTIVE).
+    (*e.mutable_num_trials_by_state())[WaitsForSearcher(t) ? "WAITING" : t.row.state] += 1;
     const TrialFacts facts = TrialFactsLocked(t);
     if (facts.best_checkpoint_metric &&
         (!best_checkpoint_metric || BetterMetric(exp.config.searcher.smaller_is_better, *facts.best_checkpoint_metric,
