@@ -1,26 +1,18 @@
 #include "common/abi_check.h"
 
-#include <fstream>
 #include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "common/test_loaded_library.h"
 
 namespace det {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::string LoadedLibraryPath(const std::string& name) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    size_t at = line.find('/');
-    if (at != std::string::npos && line.find("/" + name) != std::string::npos) return line.substr(at);
-  }
-  return "";
-}
+using det::testing::LoadedLibraryPath;
 
 // A manifest of this process's libstdc++ plus made-up SDK and LibTorch exports.
 AbiManifest ClusterManifest() {

@@ -11,22 +11,13 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "common/test_loaded_library.h"
 #include "tests/test_util.h"
 
 namespace det {
 namespace {
 
-// The path of a library this process has loaded (real, stripped-of-nothing
-// shared libraries): "libc.so", "libstdc++.so".
-std::string LoadedLibraryPath(const std::string& name = "libc.so") {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    size_t at = line.find('/');
-    if (at != std::string::npos && line.find("/" + name) != std::string::npos) return line.substr(at);
-  }
-  return "";
-}
+using det::testing::LoadedLibraryPath;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -71,13 +71,6 @@ class CheckpointFactsCoreTest : public MasterCoreFixture {
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->checkpoint() : apiv1::Checkpoint();
   }
-  apiv1::Trial Trial() {
-    apiv1::GetTrialRequest req;
-    req.set_trial_id(1);
-    auto resp = core_->GetTrial(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->trial() : apiv1::Trial();
-  }
   apiv1::Experiment Experiment() {
     apiv1::GetExperimentRequest req;
     req.set_experiment_id(experiment_);

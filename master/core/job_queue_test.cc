@@ -125,14 +125,8 @@ class JobQueueTest : public MasterCoreFixture {
   int64_t Create(const std::string& name, int priority, const std::string& pool = "") {
     std::string resources = absl::StrCat("resources:\n  priority: ", priority, "\n");
     if (!pool.empty()) absl::StrAppend(&resources, "  resource_pool: ", pool, "\n");
-    apiv1::CreateExperimentRequest req;
-    req.set_config_yaml(absl::StrReplaceAll(det::testing::SingleTrialConfig(name, dir_ / "checkpoints"),
-                                            {{"resources:\n", resources}}));
-    req.set_trial_so(det::testing::FakeTrialSo());
-    req.set_activate(true);
-    auto resp = core_->CreateExperiment(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->experiment().id() : 0;
+    return CreateActiveExperiment(absl::StrReplaceAll(det::testing::SingleTrialConfig(name, dir_ / "checkpoints"),
+                                                      {{"resources:\n", resources}}));
   }
 
   std::vector<std::string> Queue(const std::string& pool = "") {
@@ -167,15 +161,6 @@ class JobQueueTest : public MasterCoreFixture {
     auto resp = core_->GetExperiment(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->experiment() : apiv1::Experiment();
-  }
-  // The StartAllocations queued for `session` so far.
-  static std::vector<agentv1::StartAllocation> Starts(AgentSession& session) {
-    std::vector<agentv1::StartAllocation> out;
-    agentv1::MasterMessage msg;
-    while (session.Pop(&msg, std::chrono::milliseconds(0))) {
-      if (msg.has_start_allocation()) out.push_back(msg.start_allocation());
-    }
-    return out;
   }
   // Kills experiment `id` whose one allocation runs on agent `agent`, and
   // reports its process gone.

@@ -60,15 +60,7 @@ class MasterCoreTest : public MasterCoreFixture {
     return session.ok() ? *session : nullptr;
   }
 
-  int64_t CreateExperiment(int slots = 1) {
-    apiv1::CreateExperimentRequest req;
-    req.set_config_yaml(Config(dir_ / "checkpoints", slots));
-    req.set_trial_so(det::testing::FakeTrialSo());
-    req.set_activate(true);
-    auto resp = core_->CreateExperiment(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->experiment().id() : 0;
-  }
+  int64_t CreateExperiment(int slots = 1) { return CreateActiveExperiment(Config(dir_ / "checkpoints", slots)); }
 
   // Every message queued for `session` so far.
   static std::vector<agentv1::MasterMessage> Drain(AgentSession& session) {
@@ -119,23 +111,6 @@ class MasterCoreTest : public MasterCoreFixture {
     pause.set_experiment_id(experiment_id);
     ASSERT_TRUE(core_->PauseExperiment(pause).ok());
   }
-  void Exited(const std::string& agent_id, const std::string& allocation_id, int rank, int code) {
-    agentv1::AgentMessage msg;
-    auto* ps = msg.mutable_process_state();
-    ps->set_allocation_id(allocation_id);
-    ps->set_rank(rank);
-    ps->set_state(agentv1::PROCESS_STATE_TERMINATED);
-    ps->set_exit_code(code);
-    core_->HandleAgentMessage(agent_id, msg);
-  }
-
-  apiv1::Trial Trial(int64_t id = 1) {
-    apiv1::GetTrialRequest req;
-    req.set_trial_id(id);
-    auto resp = core_->GetTrial(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->trial() : apiv1::Trial();
-  }
   apiv1::Agent AgentInfo(const std::string& id) {
     auto resp = core_->GetAgents(apiv1::GetAgentsRequest());
     EXPECT_TRUE(resp.ok());
@@ -144,15 +119,6 @@ class MasterCoreTest : public MasterCoreFixture {
     }
     ADD_FAILURE() << "no agent " << id;
     return apiv1::Agent();
-  }
-  std::string TrialLogs(int64_t trial_id = 1) {
-    apiv1::TrialLogsRequest req;
-    req.set_trial_id(trial_id);
-    auto batch = core_->ReadTrialLogs(req, 0, 1000);
-    EXPECT_TRUE(batch.ok()) << batch.status();
-    std::string out;
-    for (const auto& l : batch->logs.logs()) absl::StrAppend(&out, l.message(), "\n");
-    return out;
   }
   absl::StatusOr<trialv1::AllocationRendezvousResponse> Rendezvous(const agentv1::StartAllocation& start, int rank) {
     trialv1::AllocationRendezvousRequest req;

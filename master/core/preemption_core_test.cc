@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "master/core/master_core.h"
+#include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
 namespace det::master {
@@ -21,20 +21,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class PreemptionCoreTest : public ::testing::Test {
+class PreemptionCoreTest : public MasterCoreFixture {
  protected:
-  void SetUp() override { Start(ResourcePoolsConfig()); }
+  void Customize(MasterOptions* options) override { options->resource_pools = pools_; }
 
+  // Restarts the master with `pools` as its resource pools.
   void Start(ResourcePoolsConfig pools) {
-    core_.reset();
-    MasterOptions options;
-    options.resource_pools = std::move(pools);
-    options.data_dir = dir_.path();
-    options.clock = clock_;
-    options.background_thread = false;
-    auto core = MasterCore::Create(options);
-    ASSERT_TRUE(core.ok()) << core.status();
-    core_ = *std::move(core);
+    pools_ = std::move(pools);
+    Restart();
   }
 
   std::shared_ptr<AgentSession> Agent(const std::string& id, int slots) {
@@ -56,32 +50,7 @@ class PreemptionCoreTest : public ::testing::Test {
     std::string yaml = det::testing::SingleTrialConfig("preempt", dir_ / "checkpoints", 1);
     yaml = absl::StrReplaceAll(yaml, {{"resources:\n", absl::StrCat("resources:\n  ", resources, "\n")}});
     if (!searcher.empty()) yaml = absl::StrReplaceAll(yaml, {{"  name: single\n", searcher}});
-    apiv1::CreateExperimentRequest req;
-    req.set_config_yaml(yaml);
-    req.set_trial_so(det::testing::FakeTrialSo());
-    req.set_activate(true);
-    auto resp = core_->CreateExperiment(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->experiment().id() : 0;
-  }
-
-  static std::vector<agentv1::StartAllocation> Starts(AgentSession& session) {
-    std::vector<agentv1::StartAllocation> out;
-    agentv1::MasterMessage msg;
-    while (session.Pop(&msg, std::chrono::milliseconds(0))) {
-      if (msg.has_start_allocation()) out.push_back(msg.start_allocation());
-    }
-    return out;
-  }
-
-  void ReportTraining(const agentv1::StartAllocation& start, int64_t batches) {
-    trialv1::ReportTrainingMetricsRequest req;
-    req.set_allocation_id(start.allocation_id());
-    auto* row = req.add_rows();
-    row->set_total_batches(batches);
-    (*row->mutable_metrics())["loss"] = 1.0;
-    auto resp = core_->ReportTrainingMetrics(req, start.allocation_token());
-    ASSERT_TRUE(resp.ok()) << resp.status();
+    return CreateActiveExperiment(yaml);
   }
 
   bool Preempted(const agentv1::StartAllocation& start) {
@@ -93,40 +62,8 @@ class PreemptionCoreTest : public ::testing::Test {
     return resp.ok() && resp->preempt();
   }
 
-  void Exited(const std::string& agent_id, const std::string& allocation_id) {
-    agentv1::AgentMessage msg;
-    auto* ps = msg.mutable_process_state();
-    ps->set_allocation_id(allocation_id);
-    ps->set_rank(0);
-    ps->set_state(agentv1::PROCESS_STATE_TERMINATED);
-    ps->set_exit_code(0);
-    core_->HandleAgentMessage(agent_id, msg);
-  }
-
-  apiv1::Trial Trial(int64_t id) {
-    apiv1::GetTrialRequest req;
-    req.set_trial_id(id);
-    auto resp = core_->GetTrial(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->trial() : apiv1::Trial();
-  }
-
-  std::string TrialLogs(int64_t trial_id) {
-    apiv1::TrialLogsRequest req;
-    req.set_trial_id(trial_id);
-    auto batch = core_->ReadTrialLogs(req, 0, 1000);
-    EXPECT_TRUE(batch.ok()) << batch.status();
-    std::string out;
-    if (batch.ok()) {
-      for (const auto& l : batch->logs.logs()) absl::StrAppend(&out, l.message(), "\n");
-    }
-    return out;
-  }
-
+  ResourcePoolsConfig pools_;
   std::string pool_;
-  det::testing::TempDir dir_;
-  std::shared_ptr<FakeClock> clock_ = std::make_shared<FakeClock>();
-  std::unique_ptr<MasterCore> core_;
 };
 
 TEST_F(PreemptionCoreTest, BetterPriorityPreemptsOnceAfterProgressAndTakesTheSlot) {
@@ -144,7 +81,7 @@ TEST_F(PreemptionCoreTest, BetterPriorityPreemptsOnceAfterProgressAndTakesTheSlo
   EXPECT_FALSE(Preempted(low_start));
   EXPECT_EQ(Trial(low_trial).preemption(), "");
 
-  ReportTraining(low_start, 10);
+  Train(low_start, 10);
   core_->RunBackgroundPass();
   EXPECT_TRUE(Preempted(low_start));
   const std::string why = absl::StrCat("preempted for experiment ", urgent, " (priority 1)");
@@ -195,7 +132,7 @@ TEST_F(PreemptionCoreTest, PoolWithPreemptionOffNeverPreempts) {
   auto starts = Starts(*a);
   ASSERT_EQ(starts.size(), 1u);
   CreateExperiment("priority: 1");
-  ReportTraining(starts[0], 10);
+  Train(starts[0], 10);
   core_->RunBackgroundPass();
   core_->RunBackgroundPass();
   EXPECT_FALSE(Preempted(starts[0]));

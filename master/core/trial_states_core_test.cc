@@ -51,24 +51,10 @@ class TrialStatesTest : public MasterCoreFixture {
     return session.ok() ? *session : nullptr;
   }
 
-  int64_t Create(const std::string& yaml) {
-    apiv1::CreateExperimentRequest req;
-    req.set_config_yaml(yaml);
-    req.set_trial_so(det::testing::FakeTrialSo());
-    req.set_activate(true);
-    auto resp = core_->CreateExperiment(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->experiment().id() : 0;
-  }
-
+  // The background pass, then the StartAllocations queued for `session`.
   std::vector<agentv1::StartAllocation> Starts(AgentSession& session) {
     core_->RunBackgroundPass();
-    std::vector<agentv1::StartAllocation> out;
-    agentv1::MasterMessage msg;
-    while (session.Pop(&msg, std::chrono::milliseconds(0))) {
-      if (msg.has_start_allocation()) out.push_back(msg.start_allocation());
-    }
-    return out;
+    return MasterCoreFixture::Starts(session);
   }
 
   trialv1::Operation Next(const agentv1::StartAllocation& s, int64_t completed_op, int64_t batches) {
@@ -79,15 +65,6 @@ class TrialStatesTest : public MasterCoreFixture {
     auto resp = core_->GetNextOperation(req, s.allocation_token());
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->operation() : trialv1::Operation();
-  }
-
-  void Train(const agentv1::StartAllocation& s, int64_t batches) {
-    trialv1::ReportTrainingMetricsRequest req;
-    req.set_allocation_id(s.allocation_id());
-    auto* row = req.add_rows();
-    row->set_total_batches(batches);
-    (*row->mutable_metrics())["loss"] = 1.0;
-    ASSERT_TRUE(core_->ReportTrainingMetrics(req, s.allocation_token()).ok());
   }
 
   void Validate(const agentv1::StartAllocation& s, const trialv1::Operation& op, int64_t batches, double metric) {
@@ -146,6 +123,17 @@ class TrialStatesTest : public MasterCoreFixture {
     return trialv1::Operation();
   }
 
+  // The one start for `agent`, its first operation (a TRAIN) asked for and
+  // 10 batches of it trained: sets `start` and `train`.
+  void StartAndTrain10(AgentSession& agent, agentv1::StartAllocation* start, trialv1::Operation* train) {
+    auto starts = Starts(agent);
+    ASSERT_EQ(starts.size(), 1u);
+    *start = starts[0];
+    *train = Next(*start, 0, 0);
+    EXPECT_EQ(train->kind(), trialv1::OPERATION_KIND_TRAIN);
+    Train(*start, 10);
+  }
+
   trialv1::ShouldPreemptResponse ShouldPreempt(const agentv1::StartAllocation& s) {
     trialv1::ShouldPreemptRequest req;
     req.set_allocation_id(s.allocation_id());
@@ -155,42 +143,12 @@ class TrialStatesTest : public MasterCoreFixture {
     return resp.ok() ? *resp : trialv1::ShouldPreemptResponse();
   }
 
-  void Exited(const std::string& agent_id, const agentv1::StartAllocation& s) {
-    agentv1::AgentMessage msg;
-    auto* ps = msg.mutable_process_state();
-    ps->set_allocation_id(s.allocation_id());
-    ps->set_rank(0);
-    ps->set_state(agentv1::PROCESS_STATE_TERMINATED);
-    ps->set_exit_code(0);
-    core_->HandleAgentMessage(agent_id, msg);
-  }
-
-  apiv1::Trial Trial(int64_t id) {
-    apiv1::GetTrialRequest req;
-    req.set_trial_id(id);
-    auto resp = core_->GetTrial(req);
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? resp->trial() : apiv1::Trial();
-  }
-
   apiv1::State ExperimentState(int64_t id) {
     apiv1::GetExperimentRequest req;
     req.set_experiment_id(id);
     auto resp = core_->GetExperiment(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->experiment().state() : apiv1::STATE_UNSPECIFIED;
-  }
-
-  std::string Logs(int64_t trial_id) {
-    apiv1::TrialLogsRequest req;
-    req.set_trial_id(trial_id);
-    auto batch = core_->ReadTrialLogs(req, 0, 1000);
-    EXPECT_TRUE(batch.ok()) << batch.status();
-    std::string out;
-    if (batch.ok()) {
-      for (const auto& l : batch->logs.logs()) absl::StrAppend(&out, l.message(), "\n");
-    }
-    return out;
   }
 
   int checkpoints_ = 0;
@@ -205,7 +163,7 @@ class TrialStatesTest : public MasterCoreFixture {
 // ends rung 0, and is COMPLETED while waiting, saying so.
 TEST_F(TrialStatesTest, AshaTrialWaitsForPromotionWithoutASlotThenResumesOrCompletes) {
   auto a = Agent("a", 1);
-  const int64_t exp = Create(AshaConfig(dir_ / "checkpoints"));
+  const int64_t exp = CreateActiveExperiment(AshaConfig(dir_ / "checkpoints"));
   auto starts = Starts(*a);
   ASSERT_EQ(starts.size(), 1u);
   const agentv1::StartAllocation first = starts[0];
@@ -214,14 +172,14 @@ TEST_F(TrialStatesTest, AshaTrialWaitsForPromotionWithoutASlotThenResumesOrCompl
 
   const trialv1::Operation exit1 = RunToExit(first, 0, /*metric=*/0.5);
   EXPECT_EQ(exit1.exit_reason(), trialv1::EXIT_REASON_WAITING) << exit1.ShortDebugString();
-  Exited("a", first);
+  Exited("a", first.allocation_id());
   const apiv1::Trial waiting = Trial(t1);
   EXPECT_EQ(waiting.state(), apiv1::STATE_WAITING);
   EXPECT_EQ(waiting.total_batches_processed(), 50);
   EXPECT_EQ(waiting.allocation_id(), "");
   EXPECT_THAT(waiting.state_reason(), HasSubstr("waiting for promotion: its rung is done at 50 batches"));
   EXPECT_THAT(waiting.state_reason(), HasSubstr("it holds no slot"));
-  EXPECT_THAT(Logs(t1), HasSubstr(absl::StrCat("[det-master] trial ", t1, " is waiting for promotion: its rung is "
+  EXPECT_THAT(TrialLogs(t1), HasSubstr(absl::StrCat("[det-master] trial ", t1, " is waiting for promotion: its rung is "
                                                "done at 50 batches")));
   EXPECT_EQ(ExperimentState(exp), apiv1::STATE_ACTIVE);
 
@@ -250,7 +208,7 @@ TEST_F(TrialStatesTest, AshaTrialWaitsForPromotionWithoutASlotThenResumesOrCompl
   const trialv1::Operation exit2 = RunToExit(second, 0, /*metric=*/0.9);
   EXPECT_EQ(exit2.exit_reason(), trialv1::EXIT_REASON_WAITING);
   EXPECT_EQ(Trial(t1).state(), apiv1::STATE_ACTIVE) << "promoted";
-  Exited("a", second);
+  Exited("a", second.allocation_id());
   EXPECT_EQ(Trial(t2).state(), apiv1::STATE_WAITING);
 
   // The third trial (queued first) and the promoted first one run, in the
@@ -274,16 +232,16 @@ TEST_F(TrialStatesTest, AshaTrialWaitsForPromotionWithoutASlotThenResumesOrCompl
       const apiv1::Trial closed = Trial(t2);
       EXPECT_EQ(closed.state(), apiv1::STATE_COMPLETED);
       EXPECT_EQ(closed.state_reason(), "completed at 50 batches: the searcher is done with it");
-      EXPECT_THAT(Logs(t2), HasSubstr(absl::StrCat("[det-master] trial ", t2, " completed at 50 batches: the "
-                                                   "search ended without promoting it further")));
+      EXPECT_THAT(TrialLogs(t2), HasSubstr(absl::StrCat("[det-master] trial ", t2, " completed at 50 batches: the "
+                                                        "search ended without promoting it further")));
     }
-    Exited("a", s);
+    Exited("a", s.allocation_id());
   }
   ASSERT_NE(t3, 0);
   const apiv1::Trial done1 = Trial(t1);
   EXPECT_EQ(done1.state(), apiv1::STATE_COMPLETED);
   EXPECT_EQ(done1.state_reason(), "completed at 100 batches: the searcher is done with it");
-  EXPECT_THAT(Logs(t1), HasSubstr(absl::StrCat("[det-master] trial ", t1, " completed at 100 batches")));
+  EXPECT_THAT(TrialLogs(t1), HasSubstr(absl::StrCat("[det-master] trial ", t1, " completed at 100 batches")));
   EXPECT_EQ(Trial(t3).state(), apiv1::STATE_COMPLETED);
   EXPECT_EQ(ExperimentState(exp), apiv1::STATE_COMPLETED);
   EXPECT_TRUE(Starts(*a).empty());
@@ -293,14 +251,11 @@ TEST_F(TrialStatesTest, AshaTrialWaitsForPromotionWithoutASlotThenResumesOrCompl
 // EXIT_REASON_PAUSED, never PREEMPTED, and the trial says who paused it.
 TEST_F(TrialStatesTest, PauseByTheUserIsPausedNotPreempted) {
   auto a = Agent("a", 1);
-  const int64_t exp = Create(det::testing::SingleTrialConfig("states", dir_ / "checkpoints", 1));
-  auto starts = Starts(*a);
-  ASSERT_EQ(starts.size(), 1u);
-  const agentv1::StartAllocation s = starts[0];
+  const int64_t exp = CreateActiveExperiment(det::testing::SingleTrialConfig("states", dir_ / "checkpoints", 1));
+  agentv1::StartAllocation s;
+  trialv1::Operation train;
+  ASSERT_NO_FATAL_FAILURE(StartAndTrain10(*a, &s, &train));
   const int64_t t = s.trial_id();
-  const trialv1::Operation train = Next(s, 0, 0);
-  EXPECT_EQ(train.kind(), trialv1::OPERATION_KIND_TRAIN);
-  Train(s, 10);
   EXPECT_FALSE(ShouldPreempt(s).preempt());
 
   apiv1::PauseExperimentRequest pause;
@@ -313,19 +268,19 @@ TEST_F(TrialStatesTest, PauseByTheUserIsPausedNotPreempted) {
   // The runtime stops its TRAIN at batch 10 and asks for the next operation.
   const trialv1::Operation exit = RunToExit(s, 10, 0.5, train.op_id());
   EXPECT_EQ(exit.exit_reason(), trialv1::EXIT_REASON_PAUSED) << exit.ShortDebugString();
-  Exited("a", s);
+  Exited("a", s.allocation_id());
   apiv1::Trial paused = Trial(t);
   EXPECT_EQ(paused.state(), apiv1::STATE_PAUSED);
   EXPECT_EQ(paused.state_reason(), absl::StrCat("experiment ", exp, " paused by the user; resumes from its latest "
                                                 "checkpoint when activated"));
-  EXPECT_THAT(Logs(t), HasSubstr(absl::StrCat("[det-master] trial ", t, " paused by the user at 10 batches")));
-  EXPECT_THAT(Logs(t), Not(HasSubstr("preempt")));
+  EXPECT_THAT(TrialLogs(t), HasSubstr(absl::StrCat("[det-master] trial ", t, " paused by the user at 10 batches")));
+  EXPECT_THAT(TrialLogs(t), Not(HasSubstr("preempt")));
 
   // Activated, then the one trial paused on its own.
   apiv1::ActivateExperimentRequest activate;
   activate.set_experiment_id(exp);
   ASSERT_TRUE(core_->ActivateExperiment(activate).ok());
-  starts = Starts(*a);
+  auto starts = Starts(*a);
   ASSERT_EQ(starts.size(), 1u);
   const trialv1::Operation train2 = Next(starts[0], 0, 10);
   EXPECT_EQ(train2.kind(), trialv1::OPERATION_KIND_TRAIN);
@@ -335,12 +290,12 @@ TEST_F(TrialStatesTest, PauseByTheUserIsPausedNotPreempted) {
   ASSERT_TRUE(core_->PauseTrial(pause_trial).ok());
   EXPECT_EQ(ShouldPreempt(starts[0]).reason(), trialv1::EXIT_REASON_PAUSED);
   EXPECT_EQ(RunToExit(starts[0], 20, 0.5, train2.op_id()).exit_reason(), trialv1::EXIT_REASON_PAUSED);
-  Exited("a", starts[0]);
+  Exited("a", starts[0].allocation_id());
   paused = Trial(t);
   EXPECT_EQ(paused.state(), apiv1::STATE_PAUSED);
   EXPECT_EQ(paused.state_reason(), "paused by the user; resumes from its latest checkpoint when activated");
-  EXPECT_THAT(Logs(t), HasSubstr(absl::StrCat("[det-master] trial ", t, " paused by the user at 20 batches")));
-  EXPECT_THAT(Logs(t), Not(HasSubstr("preempt")));
+  EXPECT_THAT(TrialLogs(t), HasSubstr(absl::StrCat("[det-master] trial ", t, " paused by the user at 20 batches")));
+  EXPECT_THAT(TrialLogs(t), Not(HasSubstr("preempt")));
 }
 
 // Preempted by the scheduler for a better-priority experiment: the runtime
@@ -348,46 +303,44 @@ TEST_F(TrialStatesTest, PauseByTheUserIsPausedNotPreempted) {
 TEST_F(TrialStatesTest, SchedulerPreemptionIsPreempted) {
   auto a = Agent("a", 1);
   const std::string config = det::testing::SingleTrialConfig("states", dir_ / "checkpoints", 1);
-  Create(absl::StrReplaceAll(config, {{"resources:\n", "resources:\n  priority: 50\n"}}));
-  auto starts = Starts(*a);
-  ASSERT_EQ(starts.size(), 1u);
-  const agentv1::StartAllocation s = starts[0];
+  CreateActiveExperiment(absl::StrReplaceAll(config, {{"resources:\n", "resources:\n  priority: 50\n"}}));
+  agentv1::StartAllocation s;
+  trialv1::Operation train;
+  ASSERT_NO_FATAL_FAILURE(StartAndTrain10(*a, &s, &train));
   const int64_t t = s.trial_id();
-  const trialv1::Operation train = Next(s, 0, 0);
-  EXPECT_EQ(train.kind(), trialv1::OPERATION_KIND_TRAIN);
-  Train(s, 10);
-  const int64_t urgent = Create(absl::StrReplaceAll(config, {{"resources:\n", "resources:\n  priority: 1\n"}}));
+  const int64_t urgent =
+      CreateActiveExperiment(absl::StrReplaceAll(config, {{"resources:\n", "resources:\n  priority: 1\n"}}));
   core_->RunBackgroundPass();
   const trialv1::ShouldPreemptResponse asked = ShouldPreempt(s);
   EXPECT_TRUE(asked.preempt());
   EXPECT_EQ(asked.reason(), trialv1::EXIT_REASON_PREEMPTED);
   EXPECT_EQ(RunToExit(s, 10, 0.5, train.op_id()).exit_reason(), trialv1::EXIT_REASON_PREEMPTED);
-  Exited("a", s);
+  Exited("a", s.allocation_id());
   const apiv1::Trial preempted = Trial(t);
   EXPECT_EQ(preempted.state(), apiv1::STATE_ACTIVE);
   const std::string why = absl::StrCat("preempted for experiment ", urgent, " (priority 1)");
   EXPECT_THAT(preempted.state_reason(), HasSubstr(why));
-  EXPECT_THAT(Logs(t), HasSubstr(absl::StrCat("[det-master] trial ", t, " stopped at 10 batches: ", why,
-                                              "; it resumes from its latest checkpoint when slots are free")));
-  EXPECT_THAT(Logs(t), Not(HasSubstr("paused")));
+  EXPECT_THAT(TrialLogs(t), HasSubstr(absl::StrCat("[det-master] trial ", t, " stopped at 10 batches: ", why,
+                                                   "; it resumes from its latest checkpoint when slots are free")));
+  EXPECT_THAT(TrialLogs(t), Not(HasSubstr("paused")));
 }
 
 // Completed: the searcher is done with the trial.
 TEST_F(TrialStatesTest, CompletedTrialIsCompleted) {
   auto a = Agent("a", 1);
-  const int64_t exp = Create(det::testing::SingleTrialConfig("states", dir_ / "checkpoints", 1));
+  const int64_t exp = CreateActiveExperiment(det::testing::SingleTrialConfig("states", dir_ / "checkpoints", 1));
   auto starts = Starts(*a);
   ASSERT_EQ(starts.size(), 1u);
   const int64_t t = starts[0].trial_id();
   const trialv1::Operation exit = RunToExit(starts[0], 0, 0.5);
   EXPECT_EQ(exit.exit_reason(), trialv1::EXIT_REASON_COMPLETED) << exit.ShortDebugString();
-  Exited("a", starts[0]);
+  Exited("a", starts[0].allocation_id());
   const apiv1::Trial done = Trial(t);
   EXPECT_EQ(done.state(), apiv1::STATE_COMPLETED);
   EXPECT_EQ(done.state_reason(), "completed at 100 batches: the searcher is done with it");
-  EXPECT_THAT(Logs(t), HasSubstr(absl::StrCat("[det-master] trial ", t, " completed at 100 batches: the searcher "
-                                              "is done with it")));
-  EXPECT_THAT(Logs(t), Not(HasSubstr("preempt")));
+  EXPECT_THAT(TrialLogs(t), HasSubstr(absl::StrCat("[det-master] trial ", t, " completed at 100 batches: the searcher "
+                                                   "is done with it")));
+  EXPECT_THAT(TrialLogs(t), Not(HasSubstr("preempt")));
   EXPECT_EQ(ExperimentState(exp), apiv1::STATE_COMPLETED);
 }
 
