@@ -193,6 +193,25 @@ absl::StatusOr<trialv1::GetNextOperationResponse> MasterCore::GetNextOperation(
 
 namespace {
 
+// `id`'s runtime, or NOT_FOUND naming it (an experiment deleted, or a trial
+// gone, while a run of it still reports).
+template <typename T>
+absl::StatusOr<T*> FindRuntime(const std::map<int64_t, std::unique_ptr<T>>& m, int64_t id, const char* what) {
+  auto it = m.find(id);
+  if (it == m.end()) return absl::NotFoundError(absl::StrCat(what, " ", id, " not found (deleted while it ran?)"));
+  return it->second.get();
+}
+
+// Why `alloc` is being stopped (StopReason), or NOT_FOUND when its
+// experiment or trial is gone.
+absl::StatusOr<trialv1::ExitReason> PreemptReason(const std::map<int64_t, std::unique_ptr<ExperimentRuntime>>& exps,
+                                                  const std::map<int64_t, std::unique_ptr<TrialRuntime>>& trials,
+                                                  const AllocationRuntime& alloc) {
+  DET_ASSIGN_OR_RETURN(const ExperimentRuntime* exp, FindRuntime(exps, alloc.experiment_id, "experiment"));
+  DET_ASSIGN_OR_RETURN(const TrialRuntime* trial, FindRuntime(trials, alloc.trial_id, "trial"));
+  return StopReason(*exp, *trial);
+}
+
 MetricRow ToMetricRow(const trialv1::MetricsRow& r, int64_t trial_id, int64_t run_id, const char* group,
                       int64_t now_ms) {
   MetricRow m;
@@ -286,7 +305,8 @@ absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValid
   for (const MetricRow& r : rows) {
     auto it = r.metrics.find(exp.config.searcher.metric);
     if (it == r.metrics.end() || std::isnan(it->second)) continue;
-    DET_RETURN_IF_ERROR(store_->SetCheckpointSearcherMetric(trial.row.id, r.total_batches, it->second));
+    DET_RETURN_IF_ERROR(
+        store_->SetCheckpointSearcherMetric(trial.row.id, r.trial_run_id, r.total_batches, it->second));
   }
   trial.facts.reset();
   SetTrialState(trial, trial.row.state);
@@ -304,7 +324,8 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
     {
       std::lock_guard<std::mutex> l(mu_);
       DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
-      auto path = JoinUnder(experiments_.at(alloc->experiment_id)->checkpoint_dir, req.uuid(), "uuid");
+      DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindRuntime(experiments_, alloc->experiment_id, "experiment"));
+      auto path = JoinUnder(exp->checkpoint_dir, req.uuid(), "uuid");
       if (path.ok()) storage_path = *path;
     }
     if (!storage_path.empty()) {
@@ -429,13 +450,17 @@ absl::StatusOr<trialv1::ShouldPreemptResponse> MasterCore::ShouldPreempt(const t
   while (true) {
     DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
     resp.set_preempt(alloc->preempt);
-    if (alloc->preempt) resp.set_reason(StopReason(*experiments_.at(alloc->experiment_id), *trials_.at(alloc->trial_id)));
+    if (alloc->preempt) {
+      DET_ASSIGN_OR_RETURN(trialv1::ExitReason why, PreemptReason(experiments_, trials_, *alloc));
+      resp.set_reason(why);
+    }
     if (alloc->preempt || stop_) return resp;
     if (preempt_cv_.wait_until(l, deadline) == std::cv_status::timeout) {
       DET_ASSIGN_OR_RETURN(AllocationRuntime * again, Authorize(req.allocation_id(), token));
       resp.set_preempt(again->preempt);
       if (again->preempt) {
-        resp.set_reason(StopReason(*experiments_.at(again->experiment_id), *trials_.at(again->trial_id)));
+        DET_ASSIGN_OR_RETURN(trialv1::ExitReason why, PreemptReason(experiments_, trials_, *again));
+        resp.set_reason(why);
       }
       return resp;
     }

@@ -510,9 +510,12 @@ class Store {
 
   // Sets the state of checkpoint `uuid`. NotFound if there is none.
   absl::Status UpdateCheckpointState(const std::string& uuid, const std::string& state);
-  // Sets searcher_metric of `trial_id`'s checkpoints at `total_batches` that
-  // have none yet (a validation reported after its checkpoint). OK if none.
-  absl::Status SetCheckpointSearcherMetric(int64_t trial_id, int64_t total_batches, double metric);
+  // Sets searcher_metric of `trial_id`'s checkpoints of run `trial_run_id` at
+  // `total_batches` that have none yet (a validation reported after its
+  // checkpoint; an earlier run's checkpoint at those batches, before a
+  // rewind, keeps its own). OK if none.
+  absl::Status SetCheckpointSearcherMetric(int64_t trial_id, int64_t trial_run_id, int64_t total_batches,
+                                           double metric);
   // Sets the metadata JSON of checkpoint `uuid`. NotFound if there is none.
   absl::Status UpdateCheckpointMetadata(const std::string& uuid, const std::string& metadata_json);
 

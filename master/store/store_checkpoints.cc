@@ -55,7 +55,8 @@ constexpr char kListCheckpointsByBoth[] =
     DET_CHECKPOINT_SELECT "WHERE experiment_id = ? AND trial_id = ? ORDER BY time_ms, rowid";
 // A validation reported after its checkpoint gives the checkpoint its metric.
 constexpr char kSetCheckpointSearcherMetric[] =
-    "UPDATE checkpoints SET searcher_metric = ? WHERE trial_id = ? AND total_batches = ? AND searcher_metric IS NULL";
+    "UPDATE checkpoints SET searcher_metric = ? WHERE trial_id = ? AND trial_run_id = ? AND total_batches = ? "
+    "AND searcher_metric IS NULL";
 constexpr char kUpdateCheckpointState[] = "UPDATE checkpoints SET state = ? WHERE uuid = ?";
 constexpr char kUpdateCheckpointMetadata[] = "UPDATE checkpoints SET metadata_json = ? WHERE uuid = ?";
 
@@ -178,11 +179,12 @@ absl::Status Store::UpdateCheckpointState(const std::string& uuid, const std::st
   });
 }
 
-absl::Status Store::SetCheckpointSearcherMetric(int64_t trial_id, int64_t total_batches, double metric) {
+absl::Status Store::SetCheckpointSearcherMetric(int64_t trial_id, int64_t trial_run_id, int64_t total_batches,
+                                                double metric) {
   return Write([&]() -> absl::Status {
     DET_ASSIGN_OR_RETURN(Stmt st, Cached(kSetCheckpointSearcherMetric));
     Binder b(st.get());
-    b.Double(metric).Int(trial_id).Int(total_batches);
+    b.Double(metric).Int(trial_id).Int(trial_run_id).Int(total_batches);
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind checkpoint searcher metric");
     int rc = sqlite3_step(st.get());
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("set searcher metric of trial ", trial_id, "'s checkpoints"));

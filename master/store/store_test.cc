@@ -566,6 +566,29 @@ TEST_F(StoreTest, InsertMetricsIsAllOrNothing) {
   EXPECT_TRUE(store_->InsertMetrics({}).ok());
 }
 
+// A validation sets the searcher metric of its own run's checkpoint at its
+// batches only: a checkpoint of an earlier run at the same batches (before a
+// rewind to an older checkpoint) keeps none.
+TEST_F(StoreTest, SearcherMetricIsSetOnTheRunsOwnCheckpoint) {
+  const int64_t exp = AddExperiment();
+  const int64_t trial = AddTrial(exp);
+  CheckpointRow c;
+  c.trial_id = trial;
+  c.experiment_id = exp;
+  c.state = "COMPLETED";
+  c.total_batches = 100;
+  c.storage_path = "/checkpoints/x";
+  for (int64_t run : {1, 2}) {
+    c.uuid = absl::StrCat("run", run);
+    c.trial_run_id = run;
+    c.time_ms = run * 1000;
+    ASSERT_TRUE(store_->InsertCheckpoint(c).ok());
+  }
+  ASSERT_TRUE(store_->SetCheckpointSearcherMetric(trial, 2, 100, 0.5).ok());
+  EXPECT_DOUBLE_EQ(store_->GetCheckpoint("run2").value().searcher_metric.value_or(-1), 0.5);
+  EXPECT_FALSE(store_->GetCheckpoint("run1").value().searcher_metric.has_value());
+}
+
 TEST_F(StoreTest, CheckpointRoundTripDuplicateAndList) {
   int64_t exp = AddExperiment();
   int64_t t1 = AddTrial(exp);
