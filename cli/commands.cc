@@ -25,6 +25,7 @@
 #include "cli/trial_abi_check.h"
 #include "common/proto_json.h"
 #include "common/sha256.h"
+#include "common/utf8.h"
 
 namespace det::cli {
 
@@ -282,7 +283,8 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
     if (int rc = CheckTrialAbiLocally(args.trial_path, det_trial, /*before_upload=*/true, io.err); rc != 0) return rc;
   }
   // The master names the file in its ABI error and the agents' load errors.
-  std::string so_name = std::filesystem::path(args.trial_path).filename().string().substr(0, 255);
+  // proto3 strings must be UTF-8: a Latin-1 file name's bytes become '?'.
+  std::string so_name = Utf8Sanitized(std::filesystem::path(args.trial_path).filename().string().substr(0, 255));
   for (char& c : so_name) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   }

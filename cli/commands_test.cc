@@ -248,6 +248,18 @@ TEST_F(CommandsTest, CreateSendsConfigTextAndTrialBytes) {
   EXPECT_EQ(fake_.last_authorization(), "Bearer secret-token");
 }
 
+// A Latin-1 file name is sent as UTF-8 (proto3 strings must be), its other
+// bytes as '?' (an invalid string made the request fail to parse).
+TEST_F(CommandsTest, CreateSendsANonUtf8FileNameAsUtf8) {
+  ExperimentCreateArgs args;
+  args.config_path = WriteFile("config.yaml", "name: x\nsearcher:\n  name: single\n");
+  args.trial_path = WriteFile("tr\xe9" "al\xc3\xa9.so", std::string("\x7f" "ELF\0\x01\x02 binary", 15));
+  Client client(options_);
+  CommandIo io{out_, err_};
+  EXPECT_EQ(ExperimentCreate(client, args, io), 0) << err_.str();
+  EXPECT_EQ(fake_.last_create().trial_so_name(), "tr?al\xc3\xa9.so");
+}
+
 // An overrides file is untrusted input: one over 1 MiB is refused, naming
 // it, before the master is asked anything (it was read cut at the bound and
 // merged before).

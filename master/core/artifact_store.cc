@@ -15,6 +15,7 @@
 #include "common/safe_path.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "master/core/proto_convert.h"
 
 namespace det::master {
@@ -61,6 +62,10 @@ absl::StatusOr<std::string> ValidateTrialSoName(const std::string& name) {
     }
   }
   if (name == "." || name == "..") return absl::InvalidArgumentError("trial_so_name: '.' and '..' are not file names");
+  if (!IsUtf8(name)) {
+    return absl::InvalidArgumentError(
+        "trial_so_name: not valid UTF-8; send the file name as UTF-8 (det-cli replaces other bytes with '?')");
+  }
   return name;
 }
 

@@ -87,7 +87,7 @@ TEST_F(ArtifactUploadTest, TrialSoNameIsALabelNeverAPath) {
   EXPECT_EQ(ValidateTrialSoName("").value(), "trial.so");
   EXPECT_EQ(ValidateTrialSoName("my_trial.so").value(), "my_trial.so");
   for (const std::string& bad : std::vector<std::string>{"../x.so", "/etc/passwd", "a/b.so", ".", "..", "a\nb.so",
-                                std::string(256, 'x')}) {
+                                std::string(256, 'x'), "tr\xe9" "al.so", "a\xc0\xaf.so"}) {
     absl::StatusOr<std::string> st = ValidateTrialSoName(bad);
     ASSERT_FALSE(st.ok()) << bad;
     EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument);
