@@ -167,6 +167,13 @@ TEST(PreemptionTest, HigherPriorityPreemptsAndThePreemptedTrialResumesBitForBit)
   const std::string why = absl::StrCat("preempted for experiment ", urgent, " (priority 1)");
   EXPECT_THAT(cluster.Trial(preempted).value("state_reason", ""), HasSubstr(why));
   EXPECT_THAT(out, HasSubstr("State reason:"));
+  // det-cli shows the reason text itself on both lines, not only the labels.
+  const auto line_of = [&](const std::string& label) {
+    const size_t at = out.find(label);
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_THAT(line_of("State reason:"), HasSubstr(why)) << out;
+  EXPECT_THAT(line_of("Preempted"), HasSubstr(why)) << out;
   const std::string stopped = absl::StrCat("[det-master] trial ", preempted, " stopped at ");
   EXPECT_TRUE(PollUntil(
       [&] {
