@@ -317,10 +317,7 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
   // Asked to stop by the master (pause, preemption, stop timeout): however
   // the processes ended, it is not the trial's failure.
   const bool stopped = (done.preempt || done.force_killed) && !done.failed_unasked;
-  auto log = [&](const std::string& msg) {
-    spdlog::warn("{}", msg);
-    TrialLogLocked(trial.row.id, done.id, absl::StrCat("[det-master] ", msg));
-  };
+  auto log = [&](const std::string& msg) { WarnTrialLocked(trial, done, msg); };
   auto fail = [&](const std::string& msg) {
     log(msg);
     if (trial.error_message.empty()) trial.error_message = done.failure;
@@ -354,23 +351,7 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
   }
   if (done.failed && done.setup_failed && !done.lost && !stopped) return SettleSetupFailureLocked(exp, trial, done);
   trial.setup_failures = 0;
-  if (!done.failed || done.lost || stopped) {
-    // Paused, preempted, or lost with its agent or master: resumes from its
-    // latest checkpoint without counting a restart.
-    if (done.failed) {
-      log(absl::StrCat("trial ", trial.row.id, ": allocation ", done.id, " ended (", done.failure,
-                       "); it resumes ", RestartPoint(trial), " (not counted as a restart)"));
-    }
-    const trialv1::ExitReason reason = StopReason(exp, trial);
-    if (exp.row.state == kPaused) {
-      SetTrialState(trial, kPaused);
-    } else if (exp.row.state == kActive && !CompleteIfCheckpointedLocked(exp, trial, &ops)) {
-      SetTrialState(trial, trial.row.state);
-      RequestAllocation(exp, trial);
-    }
-    if (!done.failed) log_end(reason);
-    return ops;
-  }
+  if (!done.failed || done.lost || stopped) return ResumeTrialLocked(exp, trial, done);
   if (trial.row.restarts >= exp.config.max_restarts) {
     return fail(absl::StrCat("trial ", trial.row.id, " failed (", done.failure, "); ", trial.row.restarts,
                              " restart(s) used of max_restarts ", exp.config.max_restarts, ": ERROR"));
@@ -381,6 +362,36 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
   SetTrialState(trial, trial.row.state);
   if (exp.row.state == kActive) RequestAllocation(exp, trial);
   return ops;
+}
+
+// Paused, preempted, or lost with its agent or master: resumes from its
+// latest checkpoint without counting a restart.
+std::vector<SearcherOp> MasterCore::ResumeTrialLocked(ExperimentRuntime& exp, TrialRuntime& trial,
+                                                      const AllocationRuntime& done) {
+  if (done.failed) {
+    WarnTrialLocked(trial, done,
+                    absl::StrCat("trial ", trial.row.id, ": allocation ", done.id, " ended (", done.failure,
+                                 "); it resumes ", RestartPoint(trial), " (not counted as a restart)"));
+  }
+  std::vector<SearcherOp> ops;
+  const trialv1::ExitReason reason = StopReason(exp, trial);
+  if (exp.row.state == kPaused) {
+    SetTrialState(trial, kPaused);
+  } else if (exp.row.state == kActive && !CompleteIfCheckpointedLocked(exp, trial, &ops)) {
+    SetTrialState(trial, trial.row.state);
+    RequestAllocation(exp, trial);
+  }
+  if (!done.failed) {
+    // The run's end in the trial's log, with its true reason (trial_states.h).
+    const std::string line = RunEndLine(exp, trial, trial.row.state, reason);
+    if (!line.empty()) TrialLogLocked(trial.row.id, done.id, line);
+  }
+  return ops;
+}
+
+void MasterCore::WarnTrialLocked(const TrialRuntime& trial, const AllocationRuntime& done, const std::string& msg) {
+  spdlog::warn("{}", msg);
+  TrialLogLocked(trial.row.id, done.id, absl::StrCat("[det-master] ", msg));
 }
 
 // The trial's constructor or a data loader builder threw (det-trial's exit

@@ -55,6 +55,42 @@ absl::Status CheckSlotsFitPool(const std::map<std::string, std::unique_ptr<Agent
 
 }  // namespace
 
+absl::StatusOr<std::string> MasterCore::StoreTrialSo(const apiv1::CreateExperimentRequest& req,
+                                                     const std::string& pool, std::string* so_name,
+                                                     std::vector<std::string>* abi_warnings) {
+  DET_ASSIGN_OR_RETURN(*so_name, ValidateTrialSoName(req.trial_so_name()));
+  std::string sha;
+  if (!req.trial_so().empty()) {
+    if (static_cast<int64_t>(req.trial_so().size()) > options_.max_trial_so_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("trial.so is ", req.trial_so().size(), " bytes; the limit is ",
+                                                     options_.max_trial_so_bytes));
+    }
+    DET_ASSIGN_OR_RETURN(sha, artifacts_.Put(req.trial_so()));
+  } else if (!req.trial_so_sha256().empty()) {
+    DET_RETURN_IF_ERROR(ValidateSha256(req.trial_so_sha256(), "trial_so_sha256"));
+    if (!artifacts_.Has(req.trial_so_sha256())) {
+      return absl::InvalidArgumentError(absl::StrCat("trial_so_sha256 ", req.trial_so_sha256(), " was never uploaded"));
+    }
+    sha = req.trial_so_sha256();
+  } else {
+    return absl::InvalidArgumentError("trial_so is required: the bytes of the trial library");
+  }
+  // The ABI check (agents.cc); a fork's request names no file: the name
+  // its trial.so was uploaded as.
+  if (req.trial_so_name().empty()) *so_name = artifacts_.Name(sha);
+  absl::StatusOr<std::vector<std::string>> warnings = CheckTrialAbiOnAgents(sha, *so_name, pool);
+  if (!warnings.ok()) {
+    // A trial.so no agent can load is not kept unless an experiment uses it
+    // (as DeletionStep, under the lock).
+    std::lock_guard<std::mutex> l(mu_);
+    auto users = store_->CountExperimentsWithArtifact(sha, 0);
+    if (users.ok() && *users == 0) (void)artifacts_.Remove(sha);
+    return warnings.status();
+  }
+  *abi_warnings = std::move(*warnings);
+  return sha;
+}
+
 absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     const apiv1::CreateExperimentRequest& req, const apiv1::User& owner) {
   DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(req.config_yaml(), "config"));
@@ -78,39 +114,13 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   const std::string checkpoint_dir = ExperimentCheckpointDir(config, options_.checkpoint_root);
   DET_RETURN_IF_ERROR(checkpoint_roots_.Check(checkpoint_dir, "checkpoint_storage.host_path"));
 
-  DET_ASSIGN_OR_RETURN(std::string so_name, ValidateTrialSoName(req.trial_so_name()));
-  std::string sha;
-  if (!req.trial_so().empty()) {
-    if (static_cast<int64_t>(req.trial_so().size()) > options_.max_trial_so_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("trial.so is ", req.trial_so().size(), " bytes; the limit is ",
-                                                     options_.max_trial_so_bytes));
-    }
-    DET_ASSIGN_OR_RETURN(sha, artifacts_.Put(req.trial_so()));
-  } else if (!req.trial_so_sha256().empty()) {
-    DET_RETURN_IF_ERROR(ValidateSha256(req.trial_so_sha256(), "trial_so_sha256"));
-    if (!artifacts_.Has(req.trial_so_sha256())) {
-      return absl::InvalidArgumentError(absl::StrCat("trial_so_sha256 ", req.trial_so_sha256(), " was never uploaded"));
-    }
-    sha = req.trial_so_sha256();
-  } else {
-    return absl::InvalidArgumentError("trial_so is required: the bytes of the trial library");
-  }
-  // The ABI check (agents.cc); a fork's request names no file: the name
-  // its trial.so was uploaded as.
-  if (req.trial_so_name().empty()) so_name = artifacts_.Name(sha);
-  absl::StatusOr<std::vector<std::string>> abi_warnings =
-      CheckTrialAbiOnAgents(sha, so_name, config.resources.resource_pool);
-  if (!abi_warnings.ok()) {
-    // A trial.so no agent can load is not kept unless an experiment uses it
-    // (as DeletionStep, under the lock).
-    std::lock_guard<std::mutex> l(mu_);
-    auto users = store_->CountExperimentsWithArtifact(sha, 0);
-    if (users.ok() && *users == 0) (void)artifacts_.Remove(sha);
-    return abi_warnings.status();
-  }
+  std::string so_name;
+  std::vector<std::string> abi_warnings;
+  DET_ASSIGN_OR_RETURN(const std::string sha,
+                       StoreTrialSo(req, config.resources.resource_pool, &so_name, &abi_warnings));
   apiv1::CreateExperimentResponse resp;
   for (const auto& w : config.warnings) resp.add_warnings(w);
-  for (const auto& w : *abi_warnings) resp.add_warnings(w);
+  for (const auto& w : abi_warnings) resp.add_warnings(w);
   if (req.validate_only()) return resp;
   if (!req.trial_so_name().empty()) DET_RETURN_IF_ERROR(artifacts_.SetName(sha, so_name));
 

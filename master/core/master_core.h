@@ -469,6 +469,14 @@ class MasterCore {
   bool CompleteIfCheckpointedLocked(ExperimentRuntime& exp, TrialRuntime& trial, std::vector<SearcherOp>* ops)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // CreateExperiment's trial.so: stores req's bytes (or finds its
+  // trial_so_sha256) and runs the ABI check on `pool`'s agents; returns the
+  // sha256, with the name it goes by in *so_name and the check's warnings in
+  // *abi_warnings. A trial.so that fails the check is removed unless used.
+  absl::StatusOr<std::string> StoreTrialSo(const apiv1::CreateExperimentRequest& req, const std::string& pool,
+                                           std::string* so_name, std::vector<std::string>* abi_warnings)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // ---- experiment_fork.cc
   // Checks req.parent_id (NotFound when unknown) and resolves the config's
   // searcher.source_checkpoint_uuid / source_trial_id to a COMPLETED
@@ -513,6 +521,17 @@ class MasterCore {
   // A restarted run continues from its checkpoint at `restored_batches`:
   // archives what the earlier run reported after it and rewinds.
   void RewindTrialLocked(TrialRuntime& trial, int64_t restored_batches) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // det-trial writes metadata.json after it listed the resources: its size,
+  // measured outside the lock (a file system call), unless req lists it or
+  // it cannot be read (nullopt); an unauthorized caller's error otherwise.
+  absl::StatusOr<std::optional<int64_t>> MeasureCheckpointMetadata(const trialv1::ReportCheckpointRequest& req,
+                                                                   const std::string& token) ABSL_LOCKS_EXCLUDED(mu_);
+  // The COMPLETED checkpoint row ReportCheckpoint stores for `req`;
+  // INVALID_ARGUMENT naming a resource with a negative size.
+  absl::StatusOr<CheckpointRow> CheckpointRowLocked(const ExperimentRuntime& exp, const TrialRuntime& trial,
+                                                    const trialv1::ReportCheckpointRequest& req,
+                                                    std::optional<int64_t> metadata_size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- agents.cc
   void LoseAgent(AgentRuntime& agent, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -540,6 +559,13 @@ class MasterCore {
   // ended; returns the searcher ops that follow.
   std::vector<SearcherOp> SettleTrialLocked(ExperimentRuntime& exp, TrialRuntime& trial,
                                             const AllocationRuntime& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SettleTrialLocked of an allocation asked to stop, lost, or ended without
+  // failing: the trial resumes from its latest checkpoint, no restart counted.
+  std::vector<SearcherOp> ResumeTrialLocked(ExperimentRuntime& exp, TrialRuntime& trial,
+                                            const AllocationRuntime& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs `msg` as a warning and appends it to the trial's logs as the master's.
+  void WarnTrialLocked(const TrialRuntime& trial, const AllocationRuntime& done, const std::string& msg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SettleTrialLocked of an allocation that failed in the trial's constructor
   // or a data loader builder (exit code 5): retried once, then ERROR.
   std::vector<SearcherOp> SettleSetupFailureLocked(ExperimentRuntime& exp, TrialRuntime& trial,

@@ -313,11 +313,8 @@ absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValid
   return Committed(w, trialv1::ReportValidationMetricsResponse());
 }
 
-absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
+absl::StatusOr<std::optional<int64_t>> MasterCore::MeasureCheckpointMetadata(
     const trialv1::ReportCheckpointRequest& req, const std::string& token) {
-  // det-trial writes metadata.json after it listed the resources: measured
-  // here (outside the lock: a file system call), so that the resources and
-  // size_bytes are every file of the checkpoint.
   std::optional<int64_t> metadata_size;
   if (req.resources().count(kCheckpointMetadataFile) == 0 && ValidateUuid(req.uuid(), "uuid").ok()) {
     std::string storage_path;
@@ -333,26 +330,12 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
       if (size.ok()) metadata_size = *size;
     }
   }
-  std::lock_guard<std::mutex> l(mu_);
-  WriteScope w(this);
-  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
-  TrialRuntime& trial = *trials_.at(alloc->trial_id);
-  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
-  // Trial code names the checkpoint: a UUID only, so that the directory GC
-  // later deletes is always <checkpoint dir>/<uuid>.
-  DET_RETURN_IF_ERROR(ValidateUuid(req.uuid(), "uuid"));
-  auto existing = store_->GetCheckpoint(req.uuid());
-  if (existing.ok()) {
-    if (existing->trial_id != trial.row.id) {
-      return absl::AlreadyExistsError(absl::StrCat("checkpoint ", req.uuid(), " belongs to trial ", existing->trial_id));
-    }
-    // A retried report (the reply was lost, e.g. to a master restart).
-    trial.facts.reset();
-    trial.row.latest_checkpoint_uuid = existing->uuid;
-    trial.last_checkpoint = existing->total_batches;
-    SetTrialState(trial, trial.row.state);
-    return Committed(w, trialv1::ReportCheckpointResponse());
-  }
+  return metadata_size;
+}
+
+absl::StatusOr<CheckpointRow> MasterCore::CheckpointRowLocked(const ExperimentRuntime& exp, const TrialRuntime& trial,
+                                                             const trialv1::ReportCheckpointRequest& req,
+                                                             std::optional<int64_t> metadata_size) {
   CheckpointRow row;
   row.uuid = req.uuid();
   row.trial_id = trial.row.id;
@@ -379,6 +362,33 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
   if (trial.last_validation == req.total_batches() && trial.row.latest_validation) {
     row.searcher_metric = trial.row.latest_validation;
   }
+  return row;
+}
+
+absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
+    const trialv1::ReportCheckpointRequest& req, const std::string& token) {
+  DET_ASSIGN_OR_RETURN(const std::optional<int64_t> metadata_size, MeasureCheckpointMetadata(req, token));
+  std::lock_guard<std::mutex> l(mu_);
+  WriteScope w(this);
+  DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+  TrialRuntime& trial = *trials_.at(alloc->trial_id);
+  ExperimentRuntime& exp = *experiments_.at(alloc->experiment_id);
+  // Trial code names the checkpoint: a UUID only, so that the directory GC
+  // later deletes is always <checkpoint dir>/<uuid>.
+  DET_RETURN_IF_ERROR(ValidateUuid(req.uuid(), "uuid"));
+  auto existing = store_->GetCheckpoint(req.uuid());
+  if (existing.ok()) {
+    if (existing->trial_id != trial.row.id) {
+      return absl::AlreadyExistsError(absl::StrCat("checkpoint ", req.uuid(), " belongs to trial ", existing->trial_id));
+    }
+    // A retried report (the reply was lost, e.g. to a master restart).
+    trial.facts.reset();
+    trial.row.latest_checkpoint_uuid = existing->uuid;
+    trial.last_checkpoint = existing->total_batches;
+    SetTrialState(trial, trial.row.state);
+    return Committed(w, trialv1::ReportCheckpointResponse());
+  }
+  DET_ASSIGN_OR_RETURN(const CheckpointRow row, CheckpointRowLocked(exp, trial, req, metadata_size));
   DET_RETURN_IF_ERROR(store_->InsertCheckpoint(row));
   trial.facts.reset();
   alloc->made_progress = true;

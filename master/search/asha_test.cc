@@ -13,8 +13,7 @@
 #include "master/search/preview.h"
 #include "master/search/searcher.h"
 
-namespace det {
-namespace master {
+namespace det::master {
 namespace {
 
 using json = nlohmann::json;
@@ -797,5 +796,4 @@ TEST(AsyncHalvingTest, ProgressCountsWhatTrialsTrainedTowardTheirRung) {
 }
 
 }  // namespace
-}  // namespace master
-}  // namespace det
+}  // namespace det::master
