@@ -34,7 +34,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -63,18 +62,6 @@
 namespace det::cli {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::string FindDetTrial() {
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path sibling = self.parent_path() / "det-trial";
-    if (fs::exists(sibling)) return sibling.string();
-  }
-  return "det-trial";  // execvp searches PATH
-}
-
 int CreateLocal(const std::string& config, const std::string& trial, const std::vector<std::string>& extra) {
   // Validate the config here first for a quick, clear error.
   auto parsed = LoadExperimentConfigFile(config);
@@ -82,7 +69,7 @@ int CreateLocal(const std::string& config, const std::string& trial, const std::
     std::fprintf(stderr, "det-cli: error: %s\n", std::string(parsed.status().message()).c_str());
     return 2;
   }
-  std::string exe = FindDetTrial();
+  std::string exe = DetTrialBeside();
   // The trial.so's symbols against the libraries this det-trial loads, with
   // the same message as before an upload (dlopen's would be mangled).
   // Exits as det-trial would for an unusable trial.so.

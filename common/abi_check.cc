@@ -91,8 +91,7 @@ std::string SdkVersionOf(const std::string& path) {
   return ec || at == std::string::npos ? "" : real.substr(at + 4);
 }
 
-std::string LikelyCause(const std::string& mangled, const std::string& demangled, const std::string& ns,
-                        const AbiManifest& m) {
+std::string LikelyCause(const std::string& demangled, const std::string& ns, const std::string& sdk_version) {
   for (const char* old : {"std::string", "std::basic_string<", "std::basic_ostringstream", "std::basic_istringstream",
                           "std::basic_stringstream", "std::basic_stringbuf", "std::list<", "std::wstring"}) {
     if (absl::StrContains(demangled, old)) {
@@ -106,10 +105,9 @@ std::string LikelyCause(const std::string& mangled, const std::string& demangled
   }
   if (ns == "det") {
     return absl::StrCat("built against another Trial SDK than the cluster's",
-                        m.sdk_version.empty() ? "" : absl::StrCat(" (SDK version ", m.sdk_version, ")"),
+                        sdk_version.empty() ? "" : absl::StrCat(" (SDK version ", sdk_version, ")"),
                         "; rebuild against the cluster's SDK");
   }
-  (void)mangled;
   return "built with a newer GCC/libstdc++ than the cluster's; rebuild with the cluster's compiler";
 }
 
@@ -149,9 +147,7 @@ std::string AbiSymbolNamespace(std::string_view s) {
 }
 
 std::string LikelyAbiCause(const std::string& mangled, const std::string& sdk_version) {
-  AbiManifest m;
-  m.sdk_version = sdk_version;
-  return LikelyCause(mangled, Demangle(mangled), AbiSymbolNamespace(mangled), m);
+  return LikelyCause(Demangle(mangled), AbiSymbolNamespace(mangled), sdk_version);
 }
 
 bool IsSdkSoname(std::string_view soname) { return Starts(soname, "libdet_sdk.so"); }
@@ -306,7 +302,7 @@ absl::Status CheckTrialAbi(const ElfDynamicInfo& trial, const AbiManifest& m, co
   return absl::InvalidArgumentError(absl::StrCat(
       file_name, ": undefined symbol ", shown, DemangleTooComplex(*first) ? " (not demangled: too complex)" : "",
       " is not exported by ", against, unresolved > 1 ? absl::StrCat(" (nor are ", unresolved - 1, " more)") : "",
-      ": likely ", LikelyCause(*first, demangled, first_ns, m)));
+      ": likely ", LikelyCause(demangled, first_ns, m.sdk_version)));
 }
 
 }  // namespace det

@@ -317,18 +317,8 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
   // Asked to stop by the master (pause, preemption, stop timeout): however
   // the processes ended, it is not the trial's failure.
   const bool stopped = (done.preempt || done.force_killed) && !done.failed_unasked;
-  auto log = [&](const std::string& msg) { WarnTrialLocked(trial, done, msg); };
-  auto fail = [&](const std::string& msg) {
-    log(msg);
-    if (trial.error_message.empty()) trial.error_message = done.failure;
-    SetTrialState(trial, kError);
-    return exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kErrored);
-  };
-  // The run's end in the trial's log, with its true reason (trial_states.h).
-  auto log_end = [&](trialv1::ExitReason reason) {
-    const std::string line = RunEndLine(exp, trial, trial.row.state, reason);
-    if (!line.empty()) TrialLogLocked(trial.row.id, done.id, line);
-  };
+  auto fail = [&](const std::string& msg) { return FailTrialLocked(exp, trial, done, msg); };
+  auto log_end = [&](trialv1::ExitReason reason) { LogRunEndLocked(exp, trial, done, reason); };
   std::vector<SearcherOp> ops;
   if (trial.exit_completed && !done.failed) {
     SetTrialState(trial, kCompleted);
@@ -357,8 +347,9 @@ std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, Tr
                              " restart(s) used of max_restarts ", exp.config.max_restarts, ": ERROR"));
   }
   trial.row.restarts += 1;
-  log(absl::StrCat("trial ", trial.row.id, " failed (", done.failure, "); restart ", trial.row.restarts, " of ",
-                   exp.config.max_restarts, " ", RestartPoint(trial)));
+  WarnTrialLocked(trial, done,
+                  absl::StrCat("trial ", trial.row.id, " failed (", done.failure, "); restart ", trial.row.restarts,
+                               " of ", exp.config.max_restarts, " ", RestartPoint(trial)));
   SetTrialState(trial, trial.row.state);
   if (exp.row.state == kActive) RequestAllocation(exp, trial);
   return ops;
@@ -381,17 +372,27 @@ std::vector<SearcherOp> MasterCore::ResumeTrialLocked(ExperimentRuntime& exp, Tr
     SetTrialState(trial, trial.row.state);
     RequestAllocation(exp, trial);
   }
-  if (!done.failed) {
-    // The run's end in the trial's log, with its true reason (trial_states.h).
-    const std::string line = RunEndLine(exp, trial, trial.row.state, reason);
-    if (!line.empty()) TrialLogLocked(trial.row.id, done.id, line);
-  }
+  if (!done.failed) LogRunEndLocked(exp, trial, done, reason);
   return ops;
 }
 
 void MasterCore::WarnTrialLocked(const TrialRuntime& trial, const AllocationRuntime& done, const std::string& msg) {
   spdlog::warn("{}", msg);
   TrialLogLocked(trial.row.id, done.id, absl::StrCat("[det-master] ", msg));
+}
+
+std::vector<SearcherOp> MasterCore::FailTrialLocked(ExperimentRuntime& exp, TrialRuntime& trial,
+                                                    const AllocationRuntime& done, const std::string& msg) {
+  WarnTrialLocked(trial, done, msg);
+  if (trial.error_message.empty()) trial.error_message = done.failure;
+  SetTrialState(trial, kError);
+  return exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kErrored);
+}
+
+void MasterCore::LogRunEndLocked(const ExperimentRuntime& exp, const TrialRuntime& trial,
+                                 const AllocationRuntime& done, trialv1::ExitReason reason) {
+  const std::string line = RunEndLine(exp, trial, trial.row.state, reason);
+  if (!line.empty()) TrialLogLocked(trial.row.id, done.id, line);
 }
 
 // The trial's constructor or a data loader builder threw (det-trial's exit
@@ -404,21 +405,15 @@ std::vector<SearcherOp> MasterCore::SettleSetupFailureLocked(ExperimentRuntime& 
   const std::string what =
       absl::StrCat("trial ", trial.row.id, " failed (", done.failure, ") in its constructor or a data loader builder");
   if (trial.setup_failures >= 2 || trial.row.restarts >= exp.config.max_restarts) {
-    const std::string msg = absl::StrCat(what, trial.setup_failures >= 2 ? " again" : "", "; not retried (",
-                                         trial.row.restarts, " restart(s) used of max_restarts ",
-                                         exp.config.max_restarts, "): ERROR");
-    spdlog::warn("{}", msg);
-    TrialLogLocked(trial.row.id, done.id, absl::StrCat("[det-master] ", msg));
-    if (trial.error_message.empty()) trial.error_message = done.failure;
-    SetTrialState(trial, kError);
-    return exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kErrored);
+    return FailTrialLocked(exp, trial, done,
+                           absl::StrCat(what, trial.setup_failures >= 2 ? " again" : "", "; not retried (",
+                                        trial.row.restarts, " restart(s) used of max_restarts ",
+                                        exp.config.max_restarts, "): ERROR"));
   }
   trial.row.restarts += 1;
-  const std::string msg =
-      absl::StrCat(what, "; retried once, as a file system may have been briefly at fault: restart ",
-                   trial.row.restarts, " of ", exp.config.max_restarts, " ", RestartPoint(trial));
-  spdlog::warn("{}", msg);
-  TrialLogLocked(trial.row.id, done.id, absl::StrCat("[det-master] ", msg));
+  WarnTrialLocked(trial, done,
+                  absl::StrCat(what, "; retried once, as a file system may have been briefly at fault: restart ",
+                               trial.row.restarts, " of ", exp.config.max_restarts, " ", RestartPoint(trial)));
   SetTrialState(trial, trial.row.state);
   if (exp.row.state == kActive) RequestAllocation(exp, trial);
   return {};

@@ -116,10 +116,9 @@ absl::StatusOr<apiv1::PatchCheckpointResponse> MasterCore::PatchCheckpoint(const
                                                    " bytes as JSON once changed; at most ", kMaxMetadataBytes));
   }
   DET_RETURN_IF_ERROR(store_->UpdateCheckpointMetadata(row.uuid, row.metadata_json));
-  std::vector<CheckpointRow> completed{std::move(row)};
-  CompleteCheckpointRowsLocked(&completed);
+  CompleteCheckpointRowLocked(&row);
   apiv1::PatchCheckpointResponse resp;
-  *resp.mutable_checkpoint() = CheckpointProto(completed.front());
+  *resp.mutable_checkpoint() = CheckpointProto(row);
   return Committed(w, std::move(resp));
 }
 

@@ -511,6 +511,7 @@ class MasterCore {
   // CompleteCheckpointRow for each row with its experiment's searcher metric
   // and its trial's epoch length (rows of unknown experiments stay as read).
   void CompleteCheckpointRowsLocked(std::vector<CheckpointRow>* rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompleteCheckpointRowLocked(CheckpointRow* row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checkpoints of an experiment and/or a trial (NotFound for unknown ids).
   absl::StatusOr<std::vector<apiv1::Checkpoint>> ListCheckpoints(std::optional<int64_t> experiment_id,
                                                                  std::optional<int64_t> trial_id);
@@ -566,6 +567,14 @@ class MasterCore {
   // Logs `msg` as a warning and appends it to the trial's logs as the master's.
   void WarnTrialLocked(const TrialRuntime& trial, const AllocationRuntime& done, const std::string& msg)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // WarnTrialLocked(msg), then ends `trial` in ERROR (its error_message, if
+  // empty, is `done`'s failure) and returns the searcher's ops for it.
+  std::vector<SearcherOp> FailTrialLocked(ExperimentRuntime& exp, TrialRuntime& trial, const AllocationRuntime& done,
+                                          const std::string& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the end of run `done` to the trial's logs with its true reason
+  // (trial_states.h RunEndLine), unless that says nothing new.
+  void LogRunEndLocked(const ExperimentRuntime& exp, const TrialRuntime& trial, const AllocationRuntime& done,
+                       trialv1::ExitReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SettleTrialLocked of an allocation that failed in the trial's constructor
   // or a data loader builder (exit code 5): retried once, then ERROR.
   std::vector<SearcherOp> SettleSetupFailureLocked(ExperimentRuntime& exp, TrialRuntime& trial,

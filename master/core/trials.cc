@@ -67,13 +67,15 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
 }
 
 void MasterCore::CompleteCheckpointRowsLocked(std::vector<CheckpointRow>* rows) {
-  for (CheckpointRow& r : *rows) {
-    auto eit = experiments_.find(r.experiment_id);
-    if (eit == experiments_.end()) continue;
-    auto tit = trials_.find(r.trial_id);
-    CompleteCheckpointRow(eit->second->config.searcher.metric,
-                          tit == trials_.end() ? BatchLengths() : tit->second->lengths, &r);
-  }
+  for (CheckpointRow& r : *rows) CompleteCheckpointRowLocked(&r);
+}
+
+void MasterCore::CompleteCheckpointRowLocked(CheckpointRow* row) {
+  auto eit = experiments_.find(row->experiment_id);
+  if (eit == experiments_.end()) return;
+  auto tit = trials_.find(row->trial_id);
+  CompleteCheckpointRow(eit->second->config.searcher.metric,
+                        tit == trials_.end() ? BatchLengths() : tit->second->lengths, row);
 }
 
 TrialFacts MasterCore::TrialFactsLocked(const TrialRuntime& trial) {
@@ -176,10 +178,8 @@ absl::StatusOr<apiv1::GetTrialCheckpointsResponse> MasterCore::GetTrialCheckpoin
 absl::StatusOr<apiv1::GetCheckpointResponse> MasterCore::GetCheckpoint(const apiv1::GetCheckpointRequest& req) {
   DET_ASSIGN_OR_RETURN(CheckpointRow row, store_->GetCheckpoint(req.checkpoint_uuid()));
   {
-    std::vector<CheckpointRow> rows{std::move(row)};
     std::lock_guard<std::mutex> l(mu_);
-    CompleteCheckpointRowsLocked(&rows);
-    row = std::move(rows.front());
+    CompleteCheckpointRowLocked(&row);
   }
   apiv1::GetCheckpointResponse resp;
   *resp.mutable_checkpoint() = CheckpointProto(row);

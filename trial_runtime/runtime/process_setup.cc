@@ -9,38 +9,9 @@
 
 #include <torch/cuda.h>
 
+#include "common/utf8.h"
+
 namespace det::runtime {
-namespace {
-
-// The length of the valid UTF-8 sequence at s[i] (RFC 3629: no overlong
-// forms, no surrogates, at most U+10FFFF); 0 when there is none.
-size_t Utf8SequenceAt(absl::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
-  }
-  return n;
-}
-
-}  // namespace
 
 std::string ReportableMessage(absl::string_view message, size_t max_bytes) {
   constexpr absl::string_view kTruncated = " ... (truncated)";
@@ -48,7 +19,7 @@ std::string ReportableMessage(absl::string_view message, size_t max_bytes) {
   out.reserve(std::min(message.size(), max_bytes));
   size_t i = 0;
   while (i < message.size()) {
-    const size_t n = Utf8SequenceAt(message, i);
+    const size_t n = det::Utf8SequenceAt(std::string_view(message.data(), message.size()), i);
     const size_t take = n == 0 ? 1 : n;
     if (out.size() + take > max_bytes) break;
     if (n == 0) {
