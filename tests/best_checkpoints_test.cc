@@ -61,16 +61,6 @@ data:
 )");
 }
 
-// Every regular file below `dir`: relative path -> bytes.
-std::map<std::string, std::string> Files(const fs::path& dir) {
-  std::map<std::string, std::string> out;
-  if (!fs::exists(dir)) return out;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = ReadFile(e.path());
-  }
-  return out;
-}
-
 // The uuids of the experiment's COMPLETED checkpoints, best first, computed
 // here from the stored metrics: by searcher metric in the experiment's
 // sense, ties by uuid; those without a metric are left out.
@@ -172,9 +162,9 @@ TEST(BestCheckpointsTest, BestOverRestListAndDownloadTopNInBothSenses) {
     std::sort(sorted_two.begin(), sorted_two.end());
     EXPECT_EQ(written, sorted_two);
     for (size_t i = 0; i < best_two.size(); ++i) {
-      const auto stored = Files(StoragePath(all, best_two[i]));
+      const auto stored = FilesUnder(StoragePath(all, best_two[i]));
       EXPECT_FALSE(stored.empty()) << best_two[i];
-      EXPECT_TRUE(Files(got / best_two[i]) == stored) << best_two[i];
+      EXPECT_TRUE(FilesUnder(got / best_two[i]) == stored) << best_two[i];
       EXPECT_THAT(out, HasSubstr(absl::StrCat("#", i + 1, " trial ")));
       EXPECT_THAT(out, HasSubstr(absl::StrCat(best_two[i], " -> ", (got / best_two[i]).string())));
     }

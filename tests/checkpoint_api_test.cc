@@ -71,20 +71,10 @@ nlohmann::json Checkpoints(TestCluster& cluster, int exp) {
   return cps.is_object() && cps.contains("checkpoints") ? cps["checkpoints"] : nlohmann::json::array();
 }
 
-// "name (size), ..." of a Files() map, for failure messages.
+// "name (size), ..." of a FilesUnder() map, for failure messages.
 std::string Names(const std::map<std::string, std::string>& files) {
   std::string out;
   for (const auto& [name, bytes] : files) absl::StrAppend(&out, name, " (", bytes.size(), "), ");
-  return out;
-}
-
-// Every regular file below `dir`: relative path -> bytes.
-std::map<std::string, std::string> Files(const fs::path& dir) {
-  std::map<std::string, std::string> out;
-  if (!fs::exists(dir)) return out;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = ReadFile(e.path());
-  }
   return out;
 }
 
@@ -108,7 +98,7 @@ TEST(CheckpointApiTest, DownloadOverGrpcAndRestIsByteIdentical) {
   ASSERT_FALSE(cps.empty());
   const nlohmann::json& cp = cps.back();
   const std::string uuid = cp["uuid"];
-  const std::map<std::string, std::string> stored = Files(cp["storage_path"].get<std::string>());
+  const std::map<std::string, std::string> stored = FilesUnder(cp["storage_path"].get<std::string>());
   ASSERT_GE(stored.size(), 3u);
   ASSERT_TRUE(stored.count("metadata.json"));
 
@@ -119,7 +109,7 @@ TEST(CheckpointApiTest, DownloadOverGrpcAndRestIsByteIdentical) {
                                        cluster.grpc_address(), " checkpoint download ", uuid, " -o got");
   ASSERT_EQ(RunProcess({"/bin/sh", "-c", cmd}, &out, &err), 0) << out << err;
   EXPECT_THAT(out, HasSubstr("Downloaded checkpoint " + uuid));
-  const auto got = Files(dir / "client/got");
+  const auto got = FilesUnder(dir / "client/got");
   EXPECT_TRUE(got == stored) << Names(got) << " vs " << Names(stored);
 
   // REST: a tar that `tar x` unpacks.
@@ -131,7 +121,7 @@ TEST(CheckpointApiTest, DownloadOverGrpcAndRestIsByteIdentical) {
   WriteFile(dir / "ck.tar", res->body);
   fs::create_directories(dir / "untar");
   ASSERT_EQ(RunProcess({"/usr/bin/tar", "-xf", dir / "ck.tar", "-C", dir / "untar"}, &out, &err), 0) << err;
-  const auto untarred = Files(dir / "untar");
+  const auto untarred = FilesUnder(dir / "untar");
   EXPECT_TRUE(untarred == stored) << Names(untarred) << " vs " << Names(stored);
 
   // Errors: unknown uuid, malformed uuid, no token.
@@ -166,7 +156,7 @@ TEST(CheckpointApiTest, DownloadNeverFollowsASymlinkInStorage) {
   std::string out, err;
   EXPECT_NE(cluster.Cli({"checkpoint", "download", uuid, "-o", dir / "got"}, &out, &err), 0);
   EXPECT_THAT(err, HasSubstr("DATA_LOSS"));
-  for (const auto& [name, bytes] : Files(dir / "got")) EXPECT_EQ(bytes.find("SSSS"), std::string::npos) << name;
+  for (const auto& [name, bytes] : FilesUnder(dir / "got")) EXPECT_EQ(bytes.find("SSSS"), std::string::npos) << name;
   fs::remove(path / "model_0.pt");
   fs::create_symlink(dir / "secret", path / "metadata.json.tmp");
   fs::rename(path / "metadata.json.tmp", path / "metadata.json");

@@ -21,7 +21,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 const std::string kDetCli = std::string(DET_BIN_DIR) + "/det-cli";
-const std::string kSynthetic = std::string(DET_TRIALS_DIR) + "/synthetic_trial.so";
 
 // A loopback port nobody listens on: the kernel's choice for port 0, closed
 // again (no other test of this process binds ports meanwhile).
@@ -81,7 +80,7 @@ TEST(CliErrorsTest, ClusterConfigErrorNamesTheFile) {
   WriteFile(dir / "const.yaml", "name: bad\nsearcher:\n  name: single\n  metric: loss\n  max_length:\n"
                                 "    batches: 10\nhyperparameters: {}\nbogus: 1\n");
   std::string out, err;
-  EXPECT_EQ(cluster.Cli({"experiment", "create", dir / "const.yaml", kSynthetic}, &out, &err), 1) << out;
+  EXPECT_EQ(cluster.Cli({"experiment", "create", dir / "const.yaml", kTestSyntheticTrial}, &out, &err), 1) << out;
   EXPECT_THAT(err, HasSubstr(dir.path() + "/const.yaml:8: unknown field 'bogus'")) << err;
   EXPECT_THAT(err, Not(HasSubstr("config:8"))) << err;
 }

@@ -62,12 +62,6 @@ class Cluster : public TestCluster {
   int Create(const Config& config, const std::string& name) {
     return CreateExperiment(config.Yaml(dir() / "checkpoints"), name, kSynthetic);
   }
-  json Trial(int64_t id) { return Get(absl::StrCat("/api/v1/trials/", id)).value("trial", json::object()); }
-  std::string TrialLogs(int64_t id) {
-    std::string out, err;
-    Cli({"trial", "logs", std::to_string(id)}, &out, &err);
-    return out;
-  }
 };
 
 // The validation and training metrics of each trial of `a`, by request id,
@@ -175,14 +169,15 @@ TEST(PreemptionTest, HigherPriorityPreemptsAndThePreemptedTrialResumesBitForBit)
   EXPECT_THAT(line_of("State reason:"), HasSubstr(why)) << out;
   EXPECT_THAT(line_of("Preempted"), HasSubstr(why)) << out;
   const std::string stopped = absl::StrCat("[det-master] trial ", preempted, " stopped at ");
+  std::string logs;
   EXPECT_TRUE(PollUntil(
       [&] {
-        const std::string logs = cluster.TrialLogs(preempted);
+        logs = cluster.TrialLogs(preempted);
         return logs.find("(EXIT_REASON_PREEMPTED)") != std::string::npos && logs.find(stopped) != std::string::npos;
       },
       std::chrono::seconds(30)))
-      << cluster.TrialLogs(preempted);
-  EXPECT_THAT(cluster.TrialLogs(preempted), HasSubstr(absl::StrCat(": ", why, "; it resumes from its latest checkpoint")));
+      << logs;
+  EXPECT_THAT(logs, HasSubstr(absl::StrCat(": ", why, "; it resumes from its latest checkpoint")));
 
   ASSERT_TRUE(cluster.WaitForState(urgent, "STATE_COMPLETED", kLong)) << cluster.Trials(urgent).dump();
   ASSERT_TRUE(cluster.WaitForState(low, "STATE_COMPLETED", kLong)) << cluster.Trials(low).dump();

@@ -198,6 +198,16 @@ json TestCluster::Metrics(int trial_id, const std::string& group) {
   return m["metrics"];
 }
 
+json TestCluster::Trial(int64_t trial_id) {
+  return Get(absl::StrCat("/api/v1/trials/", trial_id)).value("trial", json::object());
+}
+
+std::string TestCluster::TrialLogs(int64_t trial_id) {
+  std::string out, err;
+  EXPECT_EQ(Cli({"trial", "logs", std::to_string(trial_id)}, &out, &err), 0) << err;
+  return out;
+}
+
 int TestCluster::BusySlots() {
   auto s = Get("/api/v1/slots");
   int n = 0;

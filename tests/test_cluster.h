@@ -5,6 +5,7 @@
 #define DET_TESTS_TEST_CLUSTER_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -153,6 +154,11 @@ class TestCluster {
   nlohmann::json Trials(int experiment_id);
   // The trial's metrics of `group` (a JSON array, empty when unknown).
   nlohmann::json Metrics(int trial_id, const std::string& group);
+  // The trial's REST object (GET /api/v1/trials/ID's "trial"; {} when unknown).
+  nlohmann::json Trial(int64_t trial_id);
+  // det-cli trial logs ID's output; a non-zero exit is a test failure (with
+  // det-cli's stderr).
+  std::string TrialLogs(int64_t trial_id);
   // Slots that hold an allocation.
   int BusySlots();
   // The agent whose slot runs `allocation_id` ("" if none).

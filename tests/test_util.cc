@@ -46,6 +46,15 @@ void WriteFile(const std::string& path, const std::string& content) {
   out << content;
 }
 
+std::map<std::string, std::string> FilesUnder(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = ReadFile(e.path());
+  }
+  return out;
+}
+
 Subprocess::Subprocess(const std::vector<std::string>& argv, const std::string& stdout_path,
                        const std::string& stderr_path)
     : stdout_path_(stdout_path), stderr_path_(stderr_path) {

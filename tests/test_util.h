@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ class TempDir {
 
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& content);
+// Every regular file below `dir` (recursively): relative path -> bytes; empty
+// when `dir` does not exist.
+std::map<std::string, std::string> FilesUnder(const std::string& dir);
 
 // A child process whose stdout and stderr go to files.
 class Subprocess {

@@ -27,7 +27,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using json = nlohmann::json;
 
-const std::string kSynthetic = std::string(DET_TRIALS_DIR) + "/synthetic_trial.so";
 constexpr auto kLong = std::chrono::seconds(120);
 
 // async_halving over 2 trials, rungs at 20 and 40 batches, divisor 2: the
@@ -64,7 +63,6 @@ int64_t Int(const json& v) {
 class Cluster : public TestCluster {
  public:
   explicit Cluster(const TempDir& dir) : TestCluster(dir) {}
-  json Trial(int64_t id) { return Get(absl::StrCat("/api/v1/trials/", id)).value("trial", json::object()); }
   std::string State(int64_t id) { return Trial(id).value("state", ""); }
   // det-cli's output, failing the test on a non-zero exit.
   std::string CliOut(const std::vector<std::string>& args) {
@@ -72,11 +70,15 @@ class Cluster : public TestCluster {
     EXPECT_EQ(Cli(args, &out, &err), 0) << err;
     return out;
   }
-  std::string TrialLogs(int64_t id) { return CliOut({"trial", "logs", std::to_string(id)}); }
   // Polls the trial's logs until they hold `text` (log lines are shipped
-  // after the state changes they tell of).
-  bool LogsShow(int64_t id, const std::string& text) {
-    return PollUntil([&] { return TrialLogs(id).find(text) != std::string::npos; }, std::chrono::seconds(30));
+  // after the state changes they tell of); `logs` gets the last text read.
+  bool LogsShow(int64_t id, const std::string& text, std::string* logs) {
+    return PollUntil(
+        [&] {
+          *logs = TrialLogs(id);
+          return logs->find(text) != std::string::npos;
+        },
+        std::chrono::seconds(30));
   }
 };
 
@@ -87,7 +89,7 @@ TEST(TrialStatesCliTest, WaitingPausedAndCompletedSayWhyInCliRestAndLogs) {
   Cluster cluster(dir);
   // No agent yet: both trials are created and queued; trial 2 is paused
   // before it can run, so trial 1 waits for its result.
-  const int exp = cluster.CreateExperiment(AshaYaml(dir / "checkpoints"), "asha", kSynthetic);
+  const int exp = cluster.CreateExperiment(AshaYaml(dir / "checkpoints"), "asha");
   ASSERT_GT(exp, 0);
   ASSERT_TRUE(PollUntil([&] { return cluster.Trials(exp).size() == 2; }, std::chrono::seconds(30)));
   const int64_t t1 = Int(cluster.Trials(exp)[0]["id"]);
@@ -116,9 +118,10 @@ TEST(TrialStatesCliTest, WaitingPausedAndCompletedSayWhyInCliRestAndLogs) {
   EXPECT_EQ(by_state.value("WAITING", 0), 1) << by_state.dump();
   EXPECT_EQ(by_state.value("PAUSED", 0), 1) << by_state.dump();
   EXPECT_EQ(by_state.value("ACTIVE", 0), 0) << by_state.dump();
-  EXPECT_TRUE(cluster.LogsShow(t1, "(EXIT_REASON_WAITING)")) << cluster.TrialLogs(t1);
-  EXPECT_THAT(cluster.TrialLogs(t1), HasSubstr(absl::StrCat("[det-master] trial ", t1, " is waiting for promotion")));
-  EXPECT_THAT(cluster.TrialLogs(t1), Not(HasSubstr("PREEMPTED")));
+  std::string logs;
+  EXPECT_TRUE(cluster.LogsShow(t1, "(EXIT_REASON_WAITING)", &logs)) << logs;
+  EXPECT_THAT(logs, HasSubstr(absl::StrCat("[det-master] trial ", t1, " is waiting for promotion")));
+  EXPECT_THAT(logs, Not(HasSubstr("PREEMPTED")));
 
   // Paused by the user while queued.
   EXPECT_EQ(cluster.Trial(t2).value("state_reason", ""),
@@ -126,7 +129,7 @@ TEST(TrialStatesCliTest, WaitingPausedAndCompletedSayWhyInCliRestAndLogs) {
   out = cluster.CliOut({"trial", "describe", std::to_string(t2)});
   EXPECT_THAT(out, HasSubstr(" PAUSED\n"));
   EXPECT_THAT(out, HasSubstr("paused by the user"));
-  EXPECT_TRUE(cluster.LogsShow(t2, "[det-master] trial paused by the user"));
+  EXPECT_TRUE(cluster.LogsShow(t2, "[det-master] trial paused by the user", &logs)) << logs;
 
   // Trial 2 runs; the search ends; every trial is COMPLETED and says so
   // (trial 1 either promoted and run to 40 batches, or completed waiting).
@@ -142,10 +145,10 @@ TEST(TrialStatesCliTest, WaitingPausedAndCompletedSayWhyInCliRestAndLogs) {
     EXPECT_THAT(out, HasSubstr(" COMPLETED\n"));
     EXPECT_THAT(out, HasSubstr(reason));
     const std::string head = absl::StrCat("[det-master] trial ", t, " completed at ", batches, " batches: ");
-    EXPECT_TRUE(cluster.LogsShow(t, head)) << cluster.TrialLogs(t);
-    EXPECT_THAT(cluster.TrialLogs(t), AnyOf(HasSubstr(head + "the searcher is done with it"),
-                                            HasSubstr(head + "the search ended without promoting it further")));
-    EXPECT_THAT(cluster.TrialLogs(t), Not(HasSubstr("PREEMPTED")));
+    EXPECT_TRUE(cluster.LogsShow(t, head, &logs)) << logs;
+    EXPECT_THAT(logs, AnyOf(HasSubstr(head + "the searcher is done with it"),
+                            HasSubstr(head + "the search ended without promoting it further")));
+    EXPECT_THAT(logs, Not(HasSubstr("PREEMPTED")));
   }
 }
 
@@ -156,7 +159,7 @@ TEST(TrialStatesCliTest, PausingARunningTrialIsPausedNotPreempted) {
   Cluster cluster(dir);
   cluster.StartAgent("a", AgentOptions().set_slots(1));
   ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
-  const int exp = cluster.CreateExperiment(LongYaml(dir / "checkpoints"), "long", kSynthetic);
+  const int exp = cluster.CreateExperiment(LongYaml(dir / "checkpoints"), "long");
   ASSERT_GT(exp, 0);
   ASSERT_TRUE(PollUntil(
       [&] {
@@ -172,10 +175,11 @@ TEST(TrialStatesCliTest, PausingARunningTrialIsPausedNotPreempted) {
   const std::string out = cluster.CliOut({"trial", "describe", std::to_string(t)});
   EXPECT_THAT(out, HasSubstr(" PAUSED\n"));
   EXPECT_THAT(out, HasSubstr(reason));
-  EXPECT_TRUE(cluster.LogsShow(t, "(EXIT_REASON_PAUSED)")) << cluster.TrialLogs(t);
-  EXPECT_TRUE(cluster.LogsShow(t, absl::StrCat("[det-master] trial ", t, " paused by the user at ")));
-  EXPECT_THAT(cluster.TrialLogs(t), Not(HasSubstr("preempted")));
-  EXPECT_THAT(cluster.TrialLogs(t), Not(HasSubstr("PREEMPTED")));
+  std::string logs;
+  EXPECT_TRUE(cluster.LogsShow(t, "(EXIT_REASON_PAUSED)", &logs)) << logs;
+  EXPECT_TRUE(cluster.LogsShow(t, absl::StrCat("[det-master] trial ", t, " paused by the user at "), &logs)) << logs;
+  EXPECT_THAT(logs, Not(HasSubstr("preempted")));
+  EXPECT_THAT(logs, Not(HasSubstr("PREEMPTED")));
   cluster.CliOut({"experiment", "kill", std::to_string(exp)});
   EXPECT_TRUE(cluster.WaitForState(exp, "STATE_CANCELED", kLong));
 }

@@ -11,7 +11,7 @@ import {LineChart, ScatterChart, colorFor} from './charts.js';
 import {fetchExperimentList} from './experiment_actions.js';
 import {MetricsStreamCache} from './metrics_stream.js';
 import {TrialPager} from './trial_pager.js';
-import {renderCheckpointUuid} from './checkpoints.js';
+import {checkpointSize, renderCheckpointUuid} from './checkpoints.js';
 import {TopCheckpoints} from './top_checkpoints.js';
 import {JobQueueView} from './job_queue.js';
 import {
@@ -268,15 +268,16 @@ class ExperimentView {
   }
 
   async refresh() {
-    const [er, tr] = await Promise.all([
+    const [er, tr, top] = await Promise.all([
       apiGet(`/api/v1/experiments/${this.id}`),
       apiGet(`/api/v1/experiments/${this.id}/trials?limit=1000`),
+      TopCheckpoints.fetch(this.id),
     ]);
     this.exp = er.experiment;
     this.trialList = (tr.trials || []).slice().sort((a, b) => a.id - b.id);
     this.renderHeader();
     this.renderTrials();
-    await this.top.refresh(this.exp);
+    this.top.render(this.exp, top);
     await this.metrics.load(this.pageTrials, ['validation', 'training']);
     this.render();
   }
@@ -545,9 +546,7 @@ class TrialView {
       setText(td[1], enumLabel(c.state, 'CHECKPOINT_STATE_'));
       setText(td[2], num(c.total_batches));
       updateMetric(td[3], c.searcher_metric);
-      let size = num(c.size_bytes);
-      if (!(size > 0)) size = Object.values(c.resources || {}).reduce((a, b) => a + num(b), 0);
-      setText(td[4], fmtBytes(size));
+      setText(td[4], fmtBytes(checkpointSize(c)));
       setText(td[5], fmtTime(c.report_time));
       setText(td[6], c.storage_path || '');
       setAttr(td[6], 'title', c.storage_path || null);

@@ -3,7 +3,14 @@
 // token, which a plain <a href> cannot send: the tar is fetched with the
 // header and handed to the browser as a blob download named <uuid>.tar.
 import {getToken, requireLogin} from './api.js';
-import {h, setText} from './dom.js';
+import {h, setText, num} from './dom.js';
+
+// A checkpoint's size in bytes as shown: its size_bytes, or, when that is
+// missing or 0, the sum of its resources' sizes (0 when it has none).
+export function checkpointSize(c) {
+  const size = num(c.size_bytes);
+  return size > 0 ? size : Object.values(c.resources || {}).reduce((a, b) => a + num(b), 0);
+}
 
 export async function downloadCheckpoint(uuid) {
   for (;;) {

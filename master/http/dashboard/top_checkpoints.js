@@ -6,7 +6,7 @@
 // trial, batches, metric and size, each with a download link to the
 // checkpoint download route (checkpoints.js).
 import {apiGet} from './api.js';
-import {checkpointDownloadLink} from './checkpoints.js';
+import {checkpointDownloadLink, checkpointSize} from './checkpoints.js';
 import {h, setText, setAttr, syncRows, syncEmpty, num, fmtMetric, fmtBytes} from './dom.js';
 
 export const kTopCheckpoints = 5;
@@ -22,14 +22,16 @@ export class TopCheckpoints {
     this.el = h('div', {class: 'table-wrap'}, this.table);
   }
 
-  // Fetches and renders the best checkpoints of experiment `exp` (its
-  // GetExperiment JSON: id, searcher_metric, smaller_is_better).
-  async refresh(exp) {
-    const res = await apiGet(`/api/v1/experiments/${exp.id}/checkpoints` +
+  // Fetches the best checkpoints of experiment `expId` (an array, best
+  // first), for render(); it can run beside the experiment's own fetch.
+  static async fetch(expId) {
+    const res = await apiGet(`/api/v1/experiments/${expId}/checkpoints` +
       `?sort_by=searcher_metric&states=completed&limit=${kTopCheckpoints}`);
-    this.render(exp, res.checkpoints || []);
+    return res.checkpoints || [];
   }
 
+  // Renders `cks` (from fetch()) for experiment `exp` (its GetExperiment
+  // JSON: searcher_metric, smaller_is_better).
   render(exp, cks) {
     const sense = exp.smaller_is_better ? 'smaller is better' : 'larger is better';
     setText(this.metricHead, exp.searcher_metric ? `${exp.searcher_metric} (${sense})` : 'Metric');
@@ -46,9 +48,7 @@ export class TopCheckpoints {
       const has = c.searcher_metric !== undefined && c.searcher_metric !== null;
       setText(td[4], has ? fmtMetric(c.searcher_metric) : '–');
       setAttr(td[4], 'data-value', has ? String(c.searcher_metric) : null);
-      let size = num(c.size_bytes);
-      if (!(size > 0)) size = Object.values(c.resources || {}).reduce((a, b) => a + num(b), 0);
-      setText(td[5], fmtBytes(size));
+      setText(td[5], fmtBytes(checkpointSize(c)));
     });
     syncEmpty(this.tbody, cks.length, 7, 'No completed checkpoints yet.');
   }
