@@ -70,6 +70,7 @@ struct Flags {
   double rendezvous_timeout_s = 600;
   double max_trial_log_mib = 64;
   double max_log_line_kib = 64;
+  double max_trial_metric_mib = 256;
   std::string dashboard_dir;
   std::string cluster_secret_file;
   double token_ttl_hours = 168;
@@ -83,6 +84,28 @@ struct Flags {
   std::string resource_pools_file;
   std::string resource_manager_file;
 };
+
+// The metric bounds (master/store/metric_limits.h); a report over one is refused.
+void AddMetricFlags(CLI::App& app, Flags& f) {
+  det::master::MetricLimits& m = f.options.metric_limits;
+  app.add_option("--max-metric-name-bytes", m.max_name_bytes,
+                 "Longest metric name accepted; a report with a longer one is refused")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-metric-values-per-report", m.max_values_per_report,
+                 "Most metric values in one reported row (one report); a larger report is refused")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-trial-metric-names", m.max_trial_names,
+                 "Most distinct metric names per trial over all groups; a report adding more is refused")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  f.max_trial_metric_mib = m.max_trial_bytes / double(1 << 20);
+  app.add_option("--max-trial-metric-mib", f.max_trial_metric_mib,
+                 "Metric data stored per trial; once reached, further metric reports are refused")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+}
 
 void AddFlags(CLI::App& app, Flags& f) {
   // Every flag can also come from a TOML file (keys = flag names without
@@ -113,6 +136,7 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--max-log-line-kib", f.max_log_line_kib, "Longest log line stored; longer lines are cut (marked)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  AddMetricFlags(app, f);
   app.add_option("--host", f.host, "Address to listen on")->capture_default_str();
   app.add_option("--grpc-port", f.grpc_port, "gRPC port (0: any free port)")->capture_default_str();
   app.add_option("--http-port", f.http_port, "REST port (0: any free port)")->capture_default_str();
@@ -329,6 +353,7 @@ int main(int argc, char** argv) {
   f.options.max_trial_log_bytes = static_cast<int64_t>(f.max_trial_log_mib * (1 << 20));
   f.options.max_trial_so_bytes = static_cast<int64_t>(f.max_artifact_mib * (1 << 20));
   f.options.max_log_line_bytes = static_cast<int64_t>(f.max_log_line_kib * 1024);
+  f.options.metric_limits.max_trial_bytes = static_cast<int64_t>(f.max_trial_metric_mib * (1 << 20));
   if (!f.resource_pools_file.empty()) {
     auto pools = det::master::LoadResourcePoolsFile(f.resource_pools_file);
     if (!pools.ok()) {

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(MasterOptions opt
   log_limits.max_line_bytes = options.max_log_line_bytes;
   log_limits.max_trial_bytes = options.max_trial_log_bytes;
   store->set_task_log_limits(log_limits);
+  store->set_metric_limits(options.metric_limits);
   std::unique_ptr<MasterCore> core(new MasterCore(std::move(options), std::move(store)));
   core->checkpoint_roots_ = std::move(checkpoint_roots);
   if (core->options_.resource_manager.slurm_managed()) {

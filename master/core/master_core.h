@@ -98,6 +98,9 @@ struct MasterOptions {
   int64_t max_log_line_bytes = 64 << 10;
   int64_t max_trial_log_bytes = 64 << 20;
   int max_log_lines_per_message = 10000;
+  // Metrics: name length, values per reported row, distinct names and bytes
+  // per trial (master/store/metric_limits.h); a report over one is refused.
+  MetricLimits metric_limits;
   // The largest gRPC message and authenticated REST body the servers accept
   // (unauthenticated REST bodies: kMaxUnauthenticatedBodyBytes); larger
   // trial.so files go through UploadArtifact in 1 MiB chunks.

@@ -17,7 +17,6 @@ namespace det::master {
 namespace {
 constexpr size_t kMaxSearchText = 1024;
 constexpr int kMaxMetricRows = 1000;
-constexpr int kMaxMetricsPerRow = 1000;
 constexpr size_t kMaxFilterValues = 100;
 constexpr size_t kMaxStreamTrials = 1000;
 }  // namespace
@@ -207,9 +206,10 @@ absl::StatusOr<trialv1::ReportMetricsResponse> MasterCore::ReportMetrics(const t
   const int64_t now_ms = WallMs();
   for (int i = 0; i < req.rows_size(); ++i) {
     const trialv1::MetricsRow& r = req.rows(i);
-    if (r.metrics_size() > kMaxMetricsPerRow || r.total_batches() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("rows[", i, "]: ", r.metrics_size(), " metrics (at most ",
-                                                     kMaxMetricsPerRow, ") at total_batches ", r.total_batches()));
+    // The number of metrics per row is bounded by the store
+    // (--max-metric-values-per-report, RESOURCE_EXHAUSTED).
+    if (r.total_batches() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("rows[", i, "]: total_batches ", r.total_batches(), " < 0"));
     }
     MetricRow m;
     m.trial_id = trial_id;

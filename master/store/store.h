@@ -44,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "master/store/metric_limits.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -432,6 +433,9 @@ class Store {
   // store's lock is held for the whole group), large enough to amortize a
   // commit over hundreds of reports.
   static constexpr size_t kMaxGroupRows = 2000;
+  // The bounds every metric insert applies from now on (a call over one is
+  // refused whole, RESOURCE_EXHAUSTED; metric_limits.h). Thread-safe.
+  void set_metric_limits(const MetricLimits& limits);
   // Calls queued for the metric writer, plus one while it writes a group (for
   // tests).
   size_t MetricCallersWaiting();
@@ -735,6 +739,15 @@ class Store {
   // savepoint; FailedPrecondition naming the trial that does not exist.
   absl::Status InsertMetricRowsLocked(const std::vector<MetricRow>& rows, const std::vector<std::string>& encoded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CheckMetricRows for each trial of `rows`; *added: what they add, per trial.
+  absl::Status AdmitMetricsLocked(const std::vector<MetricRow>& rows, const std::vector<std::string>& encoded,
+                                  std::map<int64_t, MetricBudget>* added) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the counted budgets of the trials of `rows` (after a rollback).
+  void ForgetMetricBudgetsLocked(const std::vector<MetricRow>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MetricLimits metric_limits_ ABSL_GUARDED_BY(mu_);
+  // Per trial: its stored metric names and bytes, read from the store when
+  // first needed (at most max_trial_names + 1 names are read).
+  std::unordered_map<int64_t, MetricBudget> metric_budgets_ ABSL_GUARDED_BY(mu_);
   // Writes `group` in one transaction, a savepoint per call; sets each call's
   // status.
   void CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>& group);

@@ -28,6 +28,13 @@ constexpr char kInsertMetric[] =
     "INSERT OR IGNORE INTO metrics(trial_id, trial_run_id, metric_group, total_batches, total_epochs, "
     "metrics, time_ms, archived) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
 
+// What a trial has stored, as MetricLimits counts it (metric_limits.h).
+constexpr char kMetricNames[] =
+    "SELECT DISTINCT j.key FROM metrics m, json_each(m.metrics) j WHERE m.trial_id = ?1 LIMIT ?2";
+constexpr char kMetricBytes[] =
+    "SELECT COALESCE(SUM(LENGTH(CAST(metrics AS BLOB))), 0) + ?2 * COUNT(*) FROM metrics WHERE trial_id = ?1";
+constexpr size_t kMaxCountedTrials = 10000;  // metric_budgets_ is cleared beyond
+
 std::vector<std::string> Encode(const std::vector<MetricRow>& rows) {
   std::vector<std::string> encoded;
   encoded.reserve(rows.size());
@@ -37,8 +44,51 @@ std::vector<std::string> Encode(const std::vector<MetricRow>& rows) {
 
 }  // namespace
 
+void Store::set_metric_limits(const MetricLimits& limits) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  metric_limits_ = limits;
+}
+
+absl::Status Store::AdmitMetricsLocked(const std::vector<MetricRow>& rows, const std::vector<std::string>& encoded,
+                                       std::map<int64_t, MetricBudget>* added) {
+  std::map<int64_t, std::pair<std::vector<MetricRow>, std::vector<std::string>>> by_trial;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    by_trial[rows[i].trial_id].first.push_back(rows[i]);
+    by_trial[rows[i].trial_id].second.push_back(encoded[i]);
+  }
+  for (const auto& [trial_id, part] : by_trial) {
+    auto it = metric_budgets_.find(trial_id);
+    if (it == metric_budgets_.end()) {
+      if (metric_budgets_.size() >= kMaxCountedTrials) metric_budgets_.clear();
+      MetricBudget budget;
+      DET_ASSIGN_OR_RETURN(Stmt names, Cached(kMetricNames));
+      Binder nb(names.get());
+      const int64_t cap = metric_limits_.max_trial_names;
+      nb.Int(trial_id).Int(cap > 0 ? cap + 1 : -1);
+      int rc;
+      while ((rc = sqlite3_step(names.get())) == SQLITE_ROW) budget.names.insert(store_internal::ColText(names.get(), 0));
+      if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("read the metric names of trial ", trial_id));
+      DET_ASSIGN_OR_RETURN(Stmt bytes, Cached(kMetricBytes));
+      Binder bb(bytes.get());
+      bb.Int(trial_id).Int(MetricLimits::kRowOverhead);
+      if (sqlite3_step(bytes.get()) != SQLITE_ROW) return Error(sqlite3_errcode(db_), "count metric bytes");
+      budget.bytes = store_internal::ColInt(bytes.get(), 0);
+      it = metric_budgets_.emplace(trial_id, std::move(budget)).first;
+    }
+    DET_RETURN_IF_ERROR(
+        CheckMetricRows(trial_id, part.first, part.second, metric_limits_, it->second, &(*added)[trial_id]));
+  }
+  return absl::OkStatus();
+}
+
+void Store::ForgetMetricBudgetsLocked(const std::vector<MetricRow>& rows) {
+  for (const MetricRow& r : rows) metric_budgets_.erase(r.trial_id);
+}
+
 absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
                                            const std::vector<std::string>& encoded) {
+  std::map<int64_t, MetricBudget> added;
+  DET_RETURN_IF_ERROR(AdmitMetricsLocked(rows, encoded, &added));
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertMetric));
   for (size_t i = 0; i < rows.size(); ++i) {
     const MetricRow& r = rows[i];
@@ -59,18 +109,22 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert metrics of trial ", r.trial_id));
     sqlite3_reset(st.get());
   }
+  for (const auto& [trial_id, a] : added) ApplyMetricBudget(a, &metric_budgets_[trial_id]);
   return absl::OkStatus();
 }
 
 absl::Status Store::InsertMetrics(const std::vector<MetricRow>& rows) {
   if (rows.empty()) return absl::OkStatus();
   const std::vector<std::string> encoded = Encode(rows);  // outside the lock
-  return Write([&]() -> absl::Status {
+  absl::Status s = Write([&]() -> absl::Status {
     Txn txn(this);
     DET_RETURN_IF_ERROR(txn.Begin());
     DET_RETURN_IF_ERROR(InsertMetricRowsLocked(rows, encoded));
-    return txn.Commit();
+    absl::Status committed = txn.Commit();
+    if (!committed.ok()) ForgetMetricBudgetsLocked(rows);  // recounted when next needed
+    return committed;
   });
+  return s;
 }
 
 void Store::CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>& group) {
@@ -83,7 +137,11 @@ void Store::CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>
       if (p->status.ok()) p->status = InsertMetricRowsLocked(p->rows, p->encoded);
       if (p->status.ok()) p->status = savepoint.Commit();
     }
-    return txn.Commit();
+    absl::Status committed = txn.Commit();
+    if (!committed.ok()) {
+      for (const auto& p : group) ForgetMetricBudgetsLocked(p->rows);  // recounted when next needed
+    }
+    return committed;
   });
   if (outer.ok()) return;
   for (const auto& p : group) {

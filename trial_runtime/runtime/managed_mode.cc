@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -157,7 +158,8 @@ class MasterReporter final : public Reporter {
     tv1::ReportTrainingMetricsRequest req;
     *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
     tv1::ReportTrainingMetricsResponse resp;
-    return client_->Call("ReportTrainingMetrics", &tv1::TrialService::Stub::ReportTrainingMetrics, req, &resp);
+    return Dropped(client_->Call("ReportTrainingMetrics", &tv1::TrialService::Stub::ReportTrainingMetrics, req, &resp),
+                   "training metrics");
   }
   absl::Status ReportValidationMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) override {
     std::printf("[det-trial] validation batches %-7lld epochs %-8.4f%s\n", static_cast<long long>(total_batches),
@@ -176,7 +178,27 @@ class MasterReporter final : public Reporter {
     req.set_group(group);
     *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
     tv1::ReportMetricsResponse resp;
-    return client_->Call("ReportMetrics", &tv1::TrialService::Stub::ReportMetrics, req, &resp);
+    return Dropped(client_->Call("ReportMetrics", &tv1::TrialService::Stub::ReportMetrics, req, &resp),
+                   "report_metrics");
+  }
+  // A training or report_metrics report the master refused for a metric
+  // bound (RESOURCE_EXHAUSTED: --max-trial-metric-names and the like) is
+  // said on stderr (the first, then every 100th) and dropped: training goes
+  // on. A refused validation fails the trial (the searcher needs it).
+  absl::Status Dropped(absl::Status s, const char* what) {
+    if (s.code() != absl::StatusCode::kResourceExhausted) return s;
+    const long long n = ++refused_;
+    // The first refusal for each bound (named by its flag), then every 100th.
+    const std::string message(s.message());
+    const size_t at = message.find("(det-master ");
+    const std::string bound = at == std::string::npos ? "" : message.substr(at, message.find(')', at) - at);
+    const bool first = bounds_seen_.size() < 16 && bounds_seen_.insert(bound).second;
+    if (first || n % 100 == 0) {
+      std::fprintf(stderr, "[det-trial] metrics refused by the master (%lld refused reports so far; training goes on "
+                   "without them): %s: %s\n", n, what, message.c_str());
+      std::fflush(stderr);
+    }
+    return absl::OkStatus();
   }
   absl::Status ReportCheckpoint(const SavedCheckpoint& checkpoint, int64_t total_batches) override {
     std::printf("[det-trial] checkpoint batches %-7lld %s\n", static_cast<long long>(total_batches),
@@ -205,6 +227,8 @@ class MasterReporter final : public Reporter {
   MasterClient* client_;
   int64_t gbs_;
   bool chief_;
+  long long refused_ = 0;  // reports refused for a metric bound (Dropped)
+  std::set<std::string> bounds_seen_;
 };
 
 // Preempts on SIGTERM or when the master says so (long-polled in a thread).

@@ -1,0 +1,158 @@
+// MetricLimits (issue 46, finding 6): the pure check, and the Store applying
+// it on every insert path, counting names over groups, and deriving a trial's
+// count from the stored rows after a restart.
+#include "master/store/metric_limits.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "master/store/store.h"
+
+namespace det {
+namespace master {
+namespace {
+
+using ::testing::HasSubstr;
+
+MetricRow Row(int64_t trial, int64_t batches, int first, int n, const std::string& group = "training") {
+  MetricRow m;
+  m.trial_id = trial;
+  m.trial_run_id = 1;
+  m.group = group;
+  m.total_batches = batches;
+  for (int i = first; i < first + n; ++i) m.metrics[absl::StrCat("m", i)] = i;
+  return m;
+}
+
+absl::Status Check(const std::vector<MetricRow>& rows, const MetricLimits& limits, const MetricBudget& budget,
+                   MetricBudget* added) {
+  std::vector<std::string> encoded(rows.size(), std::string(100, 'x'));
+  return CheckMetricRows(7, rows, encoded, limits, budget, added);
+}
+
+TEST(MetricLimitsTest, EachBoundRefusesNamingTrialAndFlag) {
+  MetricLimits limits;
+  limits.max_name_bytes = 8;
+  limits.max_values_per_report = 3;
+  limits.max_trial_names = 4;
+  limits.max_trial_bytes = 1000;
+  MetricBudget budget, added;
+  ASSERT_TRUE(Check({Row(7, 1, 0, 3)}, limits, budget, &added).ok());
+  EXPECT_EQ(added.names.size(), 3u);
+  EXPECT_EQ(added.bytes, 100 + MetricLimits::kRowOverhead);
+
+  absl::Status s = Check({Row(7, 1, 0, 4)}, limits, budget, &added);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("trial 7"));
+  EXPECT_THAT(s.message(), HasSubstr("--max-metric-values-per-report"));
+
+  MetricRow long_name = Row(7, 1, 0, 0);
+  long_name.metrics[std::string(9, 'n')] = 1;
+  s = Check({long_name}, limits, budget, &added);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("--max-metric-name-bytes"));
+
+  budget.names = {"m0", "m1", "m2"};
+  EXPECT_TRUE(Check({Row(7, 1, 0, 3)}, limits, budget, &added).ok()) << "known names are accepted";
+  EXPECT_TRUE(added.names.empty());
+  EXPECT_TRUE(Check({Row(7, 1, 2, 2)}, limits, budget, &added).ok()) << "a fourth name fits";
+  s = Check({Row(7, 1, 2, 3)}, limits, budget, &added);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("--max-trial-metric-names"));
+
+  budget.bytes = 1000 - (100 + MetricLimits::kRowOverhead);
+  EXPECT_TRUE(Check({Row(7, 1, 0, 1)}, limits, budget, &added).ok()) << "exactly the bound fits";
+  budget.bytes += 1;
+  s = Check({Row(7, 1, 0, 1)}, limits, budget, &added);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("--max-trial-metric-mib"));
+}
+
+TEST(MetricLimitsTest, ZeroIsUnbounded) {
+  MetricLimits limits{0, 0, 0, 0};
+  MetricBudget budget, added;
+  budget.bytes = int64_t{1} << 40;
+  MetricRow r = Row(7, 1, 0, 5000);
+  r.metrics[std::string(10000, 'n')] = 1;
+  EXPECT_TRUE(Check({r}, limits, budget, &added).ok());
+}
+
+class MetricLimitsStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/det_metric_limits_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    Open();
+    ExperimentRow e;
+    e.name = "exp";
+    e.state = "ACTIVE";
+    auto exp = store_->InsertExperiment(e);
+    ASSERT_TRUE(exp.ok()) << exp.status();
+    TrialRow t;
+    t.experiment_id = *exp;
+    t.state = "ACTIVE";
+    auto trial = store_->InsertTrial(t);
+    ASSERT_TRUE(trial.ok()) << trial.status();
+    trial_ = *trial;
+  }
+  void TearDown() override {
+    store_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void Open() {
+    store_.reset();
+    auto store = Store::Open(dir_ + "/det.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    MetricLimits limits;
+    limits.max_trial_names = 10;
+    limits.max_trial_bytes = 4096;
+    store_->set_metric_limits(limits);
+  }
+  std::string dir_;
+  std::unique_ptr<Store> store_;
+  int64_t trial_ = 0;
+};
+
+TEST_F(MetricLimitsStoreTest, NamesCountOverGroupsAndPathsAndSurviveReopen) {
+  ASSERT_TRUE(store_->InsertMetrics({Row(trial_, 1, 0, 4, "inference")}).ok());
+  ASSERT_TRUE(store_->InsertMetricsGrouped({Row(trial_, 1, 4, 4)}).ok());
+  absl::Status s = store_->InsertMetricsGrouped({Row(trial_, 2, 8, 3)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("--max-trial-metric-names"));
+  Open();  // a restart: the count comes from the stored rows
+  s = store_->InsertMetrics({Row(trial_, 3, 8, 3, "validation")});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(store_->InsertMetrics({Row(trial_, 3, 8, 2, "validation")}).ok()) << "the 9th and 10th name fit";
+  auto rows = store_->ListMetrics(trial_, "", true);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->size(), 3u) << "refused reports stored nothing";
+}
+
+TEST_F(MetricLimitsStoreTest, BytesPerTrialSurviveReopen) {
+  int accepted = 0;
+  absl::Status s;
+  for (int b = 1; b <= 100 && (s = store_->InsertMetrics({Row(trial_, b, 0, 5)})).ok(); ++b) ++accepted;
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("--max-trial-metric-mib"));
+  EXPECT_GT(accepted, 5);
+  Open();
+  s = store_->InsertMetricsGrouped({Row(trial_, 1000, 0, 5)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  auto rows = store_->ListMetrics(trial_, "", true);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(static_cast<int>(rows->size()), accepted);
+}
+
+}  // namespace
+}  // namespace master
+}  // namespace det
