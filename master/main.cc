@@ -17,6 +17,7 @@
 // is not loopback refuses to start while `admin` or `determined` has an
 // empty password, unless --allow-empty-passwords.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -37,6 +38,7 @@
 #include "master/core/master_log_ring.h"
 #include "master/http/rest_server.h"
 #include "master/service/grpc_services.h"
+#include "master/store/data_dir.h"
 
 namespace {
 
@@ -78,6 +80,7 @@ struct Flags {
   std::vector<std::string> reset_agents;
   std::string initial_admin_password_file;
   bool allow_empty_passwords = false;
+  bool allow_insecure_data_dir = false;
   double max_message_mib = 8;
   double grpc_memory_mib = 128;
   double max_artifact_mib = 1024;
@@ -115,8 +118,13 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.allow_config_extras(CLI::config_extras_mode::error);
   // --help shows every option's default.
   app.option_defaults()->always_capture_default();
-  app.add_option("--data-dir", f.options.data_dir, "Directory for the SQLite database, artifacts and checkpoints")
+  app.add_option("--data-dir", f.options.data_dir,
+                 "Directory for the SQLite database, artifacts and checkpoints (created 0700; refused when group or "
+                 "others may access it)")
       ->capture_default_str();
+  app.add_flag(det::master::kAllowInsecureDataDirFlag, f.allow_insecure_data_dir,
+               "Start even when group or others may access --data-dir (not recommended: it holds password and "
+               "token hashes)");
   app.add_option("--db", f.options.db_path, "SQLite database file (default DATA_DIR/det.db)");
   app.add_option("--checkpoint-root", f.options.checkpoint_root,
                  "Checkpoint directory for configs without checkpoint_storage (default DATA_DIR/checkpoints)");
@@ -385,6 +393,11 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  umask(077);  // nothing the master creates is readable by group or others (data_dir.h)
+  if (absl::Status dir = det::master::PreparePrivateDataDir(f.options.data_dir, f.allow_insecure_data_dir); !dir.ok()) {
+    std::fprintf(stderr, "det-master: error: %s\n", std::string(dir.message()).c_str());
+    return 2;
+  }
   auto core = det::master::MasterCore::Create(f.options);
   if (!core.ok()) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(core.status().message()).c_str());

@@ -1006,6 +1006,9 @@ TEST(SecurityTest, TrialUserRunsTrialsAsThatUser) {
   // checkpoints: the test dir is 0700 by default.
   chmod(dir.path().c_str(), 0755);
   TestCluster cluster(dir, SecretClusterOptions(dir));
+  // The default checkpoint root is in the master's data dir, 0700 since
+  // issue 46: let the trial's uid through it (search only).
+  chmod((dir / "master").c_str(), 0711);
   std::filesystem::create_directories(dir / "master/checkpoints");
   chmod((dir / "master/checkpoints").c_str(), 01777);
   cluster.StartAgent("a", SecretAgent(dir).add_flags({"--trial-user", "nobody"}));

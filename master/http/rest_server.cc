@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "master/http/csrf.h"
 #include "master/http/dashboard_assets.h"
 #include "master/http/rest_dispatch.h"
 #include "master/http/rest_reply.h"
@@ -143,6 +144,7 @@ void RestServer::Routes(httplib::Server& s) {
     bool has_user = false;
     if (absl::StartsWith(req.path, "/api/")) {
       absl::Status st = dispatcher_->Authenticate(req);
+      if (st.ok()) st = CheckCookieWrite(req, tls_server_ != nullptr);  // csrf.h: cookie writes same-origin only
       if (!st.ok()) {
         res.set_header("Connection", "close");  // its body is never read
         SendError(res, st);

@@ -657,7 +657,11 @@ TEST_F(RestApiTest, LoginSetsTheCookieAndLogoutClearsIt) {
   EXPECT_EQ(generic.headers.count("set-cookie"), 0u);
   EXPECT_FALSE(nlohmann::json::parse(generic.body)["token"].get<std::string>().empty());
 
-  Reply logout = Call("POST", "/api/v1/auth/logout", "", false, "Cookie: det_token=" + token + "\r\n");
+  // A cookie-only write must come from the master's own origin, as JSON (csrf.h).
+  const std::string cookie = "Cookie: det_token=" + token + "\r\n";
+  EXPECT_EQ(Call("POST", "/api/v1/auth/logout", "", false, cookie + "Origin: http://evil:1\r\n").status, 403);
+  Reply logout = Call("POST", "/api/v1/auth/logout", "", false,
+                      cookie + "Origin: http://x\r\nContent-Type: application/json\r\n");
   EXPECT_EQ(logout.status, 200) << logout.body;
   EXPECT_EQ(logout.body, "{}");
   EXPECT_EQ(logout.headers["set-cookie"], "det_token=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");

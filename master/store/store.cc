@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "master/store/data_dir.h"
 #include "master/store/store_internal.h"
 #include "nlohmann/json.hpp"
 
@@ -156,6 +157,7 @@ Store::~Store() {
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  DET_RETURN_IF_ERROR(MakeDatabaseFilesPrivate(path));  // data_dir.h: 0600 before SQLite creates -wal/-shm
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);

@@ -256,11 +256,11 @@ export const byId = (id) => `[data-testid="${id}"]`;
 
 // Launches headless Chromium, opens a 1400 x viewportHeight page (default
 // timeout 30 s) on the dashboard's experiment list, logs in there as
-// `determined` with the empty password, then resolves to body({browser,
+// `username` (default `determined`) with the empty password, then resolves to body({browser,
 // page, pageErrors}). pageErrors collects the page's uncaught errors and
 // console errors (but the API's 401s before the login); the test checks it.
 // The browser is closed afterwards, also when body throws.
-export async function withDashboardPage(viewportHeight, body) {
+export async function withDashboardPage(viewportHeight, body, {username = 'determined'} = {}) {
   const browser = await chromium.launch({
     executablePath: chromiumPath, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'],
   });
@@ -279,7 +279,7 @@ export async function withDashboardPage(viewportHeight, body) {
     });
     await page.goto(`${httpBase}/#/experiments`);
     await page.waitForSelector(byId('login-form'));
-    await page.fill(byId('login-username'), 'determined');
+    await page.fill(byId('login-username'), username);
     await page.fill(byId('login-password'), '');
     await page.click(byId('login-submit'));
     await page.waitForSelector(byId('login-form'), {state: 'detached'});

@@ -1,0 +1,41 @@
+// The master's data at rest (issue 46, finding 5): its data dir is private
+// to the master's user (0700) and its SQLite files (det.db, -wal, -shm) are
+// 0600, so another local user (a trial on a single-node install) cannot copy
+// password and token hashes or configs. As PostgreSQL does with its data
+// directory, the master refuses to start on a data dir that group or others
+// can read, write or enter, unless told otherwise.
+//
+// Not thread-safe with another process creating the same files; called once
+// at start-up.
+#ifndef DET_MASTER_STORE_DATA_DIR_H_
+#define DET_MASTER_STORE_DATA_DIR_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace det::master {
+
+// The flag that lets the master start on a group- or world-accessible data
+// dir (named in PreparePrivateDataDir's error).
+inline constexpr char kAllowInsecureDataDirFlag[] = "--allow-insecure-data-dir";
+
+// Creates `dir` mode 0700 (missing parents too, as the umask allows) when it
+// does not exist. Then, when group or others have any permission on it:
+// FailedPrecondition naming the dir, its mode and the fixes (`chmod 700
+// DIR`, or kAllowInsecureDataDirFlag) unless `allow_insecure`, which logs a
+// warning instead. InvalidArgument when `dir` is empty, not a directory or
+// cannot be created or read (naming --data-dir and the OS error).
+absl::Status PreparePrivateDataDir(const std::string& dir, bool allow_insecure);
+
+// Makes the SQLite database `db_path` private before SQLite opens it:
+// creates it empty with mode 0600 when it does not exist (SQLite gives its
+// -wal and -shm files the database file's mode), and sets mode 0600 on
+// db_path, db_path-wal and db_path-shm where they exist with group or other
+// permissions (one log line each). Unavailable naming the file and the OS
+// error when it cannot.
+absl::Status MakeDatabaseFilesPrivate(const std::string& db_path);
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_STORE_DATA_DIR_H_

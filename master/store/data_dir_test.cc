@@ -1,0 +1,105 @@
+// The master's data dir and SQLite files are private (data_dir.h): created
+// 0700 / 0600 whatever the umask, loose modes of existing database files
+// fixed, a group- or world-accessible data dir refused unless allowed.
+#include "master/store/data_dir.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "master/store/store.h"
+
+namespace det::master {
+namespace {
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+class DataDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/det_data_dir_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    old_umask_ = umask(022);  // the usual default, under which files were 0644
+  }
+  void TearDown() override {
+    umask(old_umask_);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string dir_;
+  mode_t old_umask_ = 0;
+};
+
+TEST_F(DataDirTest, MissingDirIsCreated0700) {
+  const std::string data = dir_ + "/a/b/data";
+  ASSERT_TRUE(PreparePrivateDataDir(data, false).ok());
+  EXPECT_EQ(ModeOf(data), 0700u);
+  EXPECT_TRUE(PreparePrivateDataDir(data, false).ok());  // again: it exists, private
+}
+
+TEST_F(DataDirTest, AccessibleDirIsRefusedNamingModeAndFix) {
+  for (mode_t mode : {0755, 0750, 0701, 0710, 0707}) {
+    ASSERT_EQ(chmod(dir_.c_str(), mode), 0);
+    absl::Status st = PreparePrivateDataDir(dir_, false);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << mode;
+    EXPECT_TRUE(absl::StrContains(st.message(), "chmod 700 " + dir_)) << st;
+    EXPECT_TRUE(absl::StrContains(st.message(), "--allow-insecure-data-dir")) << st;
+    EXPECT_EQ(ModeOf(dir_), mode);  // refused, not changed behind the operator's back
+  }
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  EXPECT_TRUE(absl::StrContains(PreparePrivateDataDir(dir_, false).message(), "has mode 0755"));
+  EXPECT_TRUE(PreparePrivateDataDir(dir_, true).ok());
+  ASSERT_EQ(chmod(dir_.c_str(), 0700), 0);
+}
+
+TEST_F(DataDirTest, NotADirectoryOrEmptyIsInvalid) {
+  const std::string file = dir_ + "/file";
+  std::ofstream(file) << "x";
+  EXPECT_EQ(PreparePrivateDataDir(file, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PreparePrivateDataDir(file + "/sub", false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PreparePrivateDataDir("", false).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(DataDirTest, StoreOpenCreatesTheDatabaseAndItsWalAndShm0600) {
+  const std::string db = dir_ + "/det.db";
+  auto store = Store::Open(db);
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (const std::string& f : {db, db + "-wal", db + "-shm"}) {
+    ASSERT_TRUE(std::filesystem::exists(f)) << f;
+    EXPECT_EQ(ModeOf(f), 0600u) << f;
+  }
+}
+
+TEST_F(DataDirTest, LooseModesOfExistingDatabaseFilesAreFixed) {
+  const std::string db = dir_ + "/det.db";
+  { ASSERT_TRUE(Store::Open(db).ok()); }
+  for (const std::string& f : {db, db + "-wal", db + "-shm"}) {
+    std::ofstream(f, std::ios::app).flush();
+    ASSERT_EQ(chmod(f.c_str(), 0644), 0);
+  }
+  ASSERT_TRUE(MakeDatabaseFilesPrivate(db).ok());
+  for (const std::string& f : {db, db + "-wal", db + "-shm"}) EXPECT_EQ(ModeOf(f), 0600u) << f;
+  auto reopened = Store::Open(db);
+  EXPECT_TRUE(reopened.ok()) << reopened.status();
+}
+
+TEST_F(DataDirTest, UncreatableDatabaseNamesTheFile) {
+  const std::string db = dir_ + "/no/such/dir/det.db";
+  absl::Status st = MakeDatabaseFilesPrivate(db);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(st.message(), db)) << st;
+}
+
+}  // namespace
+}  // namespace det::master
