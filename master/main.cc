@@ -62,6 +62,7 @@ std::string Trim(std::string s) {
 // Everything the command line (or --config TOML) sets.
 struct Flags {
   det::master::MasterOptions options;
+  det::master::RestListenerOptions rest;  // --rest-*
   std::string host = "127.0.0.1";
   int grpc_port = 8090;
   int http_port = 8080;
@@ -271,6 +272,27 @@ void WritePortsFile(const std::string& path, const std::string& host, int grpc_p
   std::filesystem::rename(tmp, path);
 }
 
+// The REST port's connection bounds (master/http/rest_listener.h).
+void AddRestFlags(CLI::App& app, Flags& f) {
+  app.add_option("--rest-max-connections", f.rest.max_connections,
+                 "Most open REST connections (at most the fd limit less 128); beyond, a new one gets 503")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--rest-max-connections-per-address", f.rest.max_connections_per_address,
+                 "Most open REST connections from one client IP address; beyond, a new one gets 503")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--rest-header-timeout-s", f.rest.header_timeout_s,
+                 "A REST request's head must arrive within this long of the connection (or the previous "
+                 "response); else the connection is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--rest-keep-alive-timeout-s", f.rest.keep_alive_timeout_s,
+                 "An idle keep-alive REST connection is closed after this long")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+}
+
 // Serves the core until SIGTERM or SIGINT (blocked in `signals`); returns
 // the exit code.
 int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, sigset_t* signals) {
@@ -316,6 +338,11 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
     }
   }
   rest.set_max_request_bytes(max_request_bytes);
+  if (absl::Status st = f.rest.Validate(); !st.ok()) {
+    std::fprintf(stderr, "det-master: error: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  rest.set_listener_options(f.rest);
   rest.set_dashboard_dir(f.dashboard_dir);
   auto bound_http = rest.Start(f.host, f.http_port);
   if (!bound_http.ok()) {
@@ -342,6 +369,7 @@ int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"det-master: the det-cpp master daemon"};
   AddFlags(app, f);
+  AddRestFlags(app, f);
   CLI11_PARSE(app, argc, argv);
   if (f.tls_cert.empty() != f.tls_key.empty()) {
     std::fprintf(stderr, "det-master: error: --tls-cert and --tls-key go together\n");

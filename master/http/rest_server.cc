@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -86,6 +87,15 @@ class RestServer::Server : public httplib::Server {
     process_request(stream, /*close_connection=*/true, closed, nullptr);
     return stream.out();
   }
+  // One request from a RestListener connection. httplib ends a chunked
+  // response (NDJSON streams, tar downloads) at once while its own listening
+  // socket is invalid; this server never listens (the listener does), so a
+  // placeholder stands for it. stop() never touches it: this server is not
+  // running.
+  bool ServeStream(httplib::Stream& stream, bool close_connection, bool& connection_closed) {
+    svr_sock_ = 0;
+    return process_request(stream, close_connection, connection_closed, nullptr);
+  }
 };
 
 RestServer::RestServer(MasterCore* core, AuthCore* auth)
@@ -122,12 +132,28 @@ std::string RestServer::ServeRawForTesting(const std::string& request) { return 
 RestServer::~RestServer() { Stop(); }
 
 void RestServer::Stop() {
+  if (listener_) listener_->Stop();
   if (server_) server_->stop();
   if (tls_server_) tls_server_->stop();
   if (thread_.joinable()) thread_.join();
 }
 
 absl::StatusOr<int> RestServer::Start(const std::string& host, int port) {
+  if (!tls_server_) {
+    RestListenerOptions options = listener_options_;
+    options.max_body_bytes = max_request_bytes_;
+    // The Keep-Alive header httplib writes states the listener's bounds.
+    server_->set_keep_alive_timeout(static_cast<time_t>(std::ceil(options.keep_alive_timeout_s)));
+    server_->set_keep_alive_max_count(static_cast<size_t>(options.max_requests_per_connection));
+    listener_ = std::make_unique<RestListener>(
+        options, [this](httplib::Stream& stream, bool close_connection, bool& connection_closed) {
+          return server_->ServeStream(stream, close_connection, connection_closed);
+        });
+    absl::StatusOr<int> bound = listener_->Bind(host, port);
+    if (!bound.ok()) return bound;
+    listener_->Start();
+    return bound;
+  }
   httplib::Server& s = Listener();
   int bound = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) return absl::UnavailableError(absl::StrCat("cannot bind the REST API to ", host, ":", port));

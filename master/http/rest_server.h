@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "master/core/auth.h"
 #include "master/core/master_core.h"
+#include "master/http/rest_listener.h"
 #include "master/http/rest_routes.h"
 
 namespace httplib {
@@ -45,8 +46,14 @@ class RestDispatcher;
 // client cannot make the master allocate more; authenticated bodies are
 // bounded by set_max_request_bytes.
 //
+// Connections (plain HTTP): RestListener (rest_listener.h) accepts them and
+// reads each request head in one epoll thread, with a head deadline and
+// limits per address and in all, then runs the complete request on a worker
+// through httplib's parser; set_listener_options sets those bounds.
+//
 // TLS: after EnableTls the port serves HTTPS only (a plain HTTP request gets
-// no answer); ServeRawForTesting stays plain.
+// no answer), through httplib::SSLServer's own connection threads (without
+// the listener's deadlines and limits); ServeRawForTesting stays plain.
 class RestServer {
  public:
   // One API route: method, path template, RPC, and how it is served.
@@ -70,6 +77,10 @@ class RestServer {
   // Largest accepted authenticated request body (default 8 MiB). Call before
   // Start.
   void set_max_request_bytes(int64_t bytes);
+
+  // The connection bounds of the plain-HTTP port (validated by the caller;
+  // max_body_bytes is set from set_max_request_bytes). Call before Start.
+  void set_listener_options(const RestListenerOptions& options) { listener_options_ = options; }
 
   // Serves HTTPS with this PEM certificate chain and key instead of HTTP.
   // Call before Start (and before set_max_request_bytes and
@@ -102,7 +113,9 @@ class RestServer {
   std::unique_ptr<Server> server_;
   std::unique_ptr<httplib::Server> tls_server_;  // set by EnableTls
   int64_t max_request_bytes_ = 8 << 20;
-  std::thread thread_;
+  RestListenerOptions listener_options_;
+  std::unique_ptr<RestListener> listener_;  // plain HTTP, once started
+  std::thread thread_;                      // TLS: httplib's listen loop
 };
 
 }  // namespace det::master

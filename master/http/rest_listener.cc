@@ -1,0 +1,639 @@
+#include "master/http/rest_listener.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "master/http/rest_reply.h"
+
+namespace det::master {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// Milliseconds from now until `t` (0 when past), at most `cap`.
+int MillisUntil(Clock::time_point t, int cap) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, cap));
+}
+
+// One client connection. Owned by the epoll thread while it waits for a
+// request, by one worker while a request runs.
+struct Conn {
+  int fd = -1;
+  std::string ip;
+  int port = 0;
+  std::string buf;  // bytes read and not yet consumed by a request
+  // Set once the head is complete: bytes of buf the loop reads before the
+  // request goes to a worker (head, plus a small body), and how many body
+  // bytes the worker may still read from the socket.
+  size_t need = 0;
+  int64_t unbuffered_body = 0;
+  Clock::time_point head_deadline;
+  Clock::time_point idle_deadline;  // keep-alive: until the first byte
+  Clock::time_point body_deadline;  // the worker's reads
+  int served = 0;                   // requests answered on this connection
+};
+
+// The value of header `name` in a request head ("" when absent).
+std::string HeaderValue(const std::string& head, const std::string& name) {
+  size_t at = 0;
+  while ((at = head.find('\n', at)) != std::string::npos) {
+    ++at;
+    if (head.size() - at > name.size() && absl::EqualsIgnoreCase(head.substr(at, name.size()), name) &&
+        head[at + name.size()] == ':') {
+      size_t end = head.find('\n', at);
+      return std::string(absl::StripAsciiWhitespace(head.substr(at + name.size() + 1, end - at - name.size() - 1)));
+    }
+  }
+  return "";
+}
+
+// A short response written without waiting (the socket is non-blocking); a
+// client that does not read it just loses it.
+void WriteNow(int fd, int status, const char* reason, const std::string& message) {
+  std::string body = ErrorJson(absl::Status(
+      status == 431 ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable, message));
+  std::string out = absl::StrCat("HTTP/1.1 ", status, " ", reason,
+                                 "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ",
+                                 body.size(), "\r\n\r\n", body);
+  (void)!::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+// The worker's view of a connection: first the bytes the loop read, then
+// the socket, each read bounded by the body deadline and each write by the
+// write timeout; both fail at once when the listener stops. Watches the
+// response head for `Connection: close` and an error status.
+class ConnStream final : public httplib::Stream {
+ public:
+  ConnStream(Conn& c, int stop_fd, Clock::duration write_timeout)
+      : c_(c), stop_fd_(stop_fd), write_timeout_(write_timeout) {}
+
+  bool is_readable() const override { return pos_ < c_.buf.size(); }
+  bool is_writable() const override {
+    if (failed_ || !Wait(POLLOUT, Clock::now() + write_timeout_)) return false;
+    char byte;  // a peer that has closed reads 0 (httplib's is_socket_alive)
+    return ::recv(c_.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) != 0;
+  }
+  ssize_t read(char* ptr, size_t size) override {
+    if (pos_ < c_.buf.size()) {
+      size_t n = std::min(size, c_.buf.size() - pos_);
+      std::memcpy(ptr, c_.buf.data() + pos_, n);
+      pos_ += n;
+      return static_cast<ssize_t>(n);
+    }
+    while (!failed_) {
+      ssize_t n = ::recv(c_.fd, ptr, size, MSG_DONTWAIT);
+      if (n >= 0) return n;
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) break;
+      if (!Wait(POLLIN, c_.body_deadline)) break;
+    }
+    failed_ = true;
+    return -1;
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    Watch(ptr, size);
+    size_t done = 0;
+    while (done < size && !failed_) {
+      ssize_t n = ::send(c_.fd, ptr + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!Wait(POLLOUT, Clock::now() + write_timeout_)) failed_ = true;
+      } else {
+        failed_ = true;
+      }
+    }
+    return failed_ ? -1 : static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = c_.ip;
+    port = c_.port;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    char host[NI_MAXHOST] = "", serv[NI_MAXSERV] = "";
+    if (::getsockname(c_.fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof(host), serv, sizeof(serv),
+                      NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+      ip = host;
+      port = std::atoi(serv);
+    }
+  }
+  socket_t socket() const override { return c_.fd; }
+
+  size_t consumed() const { return pos_; }
+  // Whether the connection must close after this response.
+  bool must_close() const { return failed_ || closes_; }
+
+ private:
+  // Waits for `events` on the socket until `deadline`; false on timeout,
+  // error, hang-up or Stop.
+  bool Wait(short events, Clock::time_point deadline) const {
+    while (true) {
+      pollfd fds[2] = {{c_.fd, events, 0}, {stop_fd_, POLLIN, 0}};
+      int r = ::poll(fds, 2, MillisUntil(deadline, 1000));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 || fds[1].revents != 0) return false;
+      if (fds[0].revents & (POLLERR | POLLNVAL)) return false;
+      if (fds[0].revents & (events | POLLHUP)) return (fds[0].revents & events) != 0;
+      if (Clock::now() >= deadline) return false;
+    }
+  }
+  // Collects each response head (a 100 Continue is followed by another).
+  void Watch(const char* ptr, size_t size) {
+    if (!in_head_) return;
+    head_.append(ptr, std::min<size_t>(size, 65536 - std::min<size_t>(head_.size(), 65536)));
+    size_t end = head_.find("\r\n\r\n");
+    if (end == std::string::npos) return;
+    std::string head = absl::AsciiStrToLower(head_.substr(0, end + 2));
+    head_.clear();
+    if (absl::StartsWith(head, "http/1.1 100 ")) return;
+    in_head_ = false;
+    int status = 0;
+    if (head.size() > 12) (void)absl::SimpleAtoi(head.substr(9, 3), &status);
+    // After a malformed or refused request its unread bytes are no request.
+    closes_ = absl::StrContains(head, "\r\nconnection: close\r\n") || status == 400 || status == 413 ||
+              status == 414 || status == 431;
+  }
+
+  Conn& c_;
+  const int stop_fd_;
+  const Clock::duration write_timeout_;
+  size_t pos_ = 0;
+  bool failed_ = false;
+  bool in_head_ = true;
+  bool closes_ = false;
+  std::string head_;
+};
+
+enum class Head { kWaiting, kReady, kTooLarge };
+
+}  // namespace
+
+absl::Status RestListenerOptions::Validate() const {
+  auto bad = [](const char* flag, const std::string& range) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " must be ", range));
+  };
+  if (max_connections < 1 || max_connections > 1000000) return bad("--rest-max-connections", "1..1000000");
+  if (max_connections_per_address < 1 || max_connections_per_address > max_connections) {
+    return bad("--rest-max-connections-per-address", "1..--rest-max-connections");
+  }
+  if (!(header_timeout_s > 0 && header_timeout_s <= 3600)) return bad("--rest-header-timeout-s", "in (0, 3600]");
+  if (!(keep_alive_timeout_s > 0 && keep_alive_timeout_s <= 3600)) {
+    return bad("--rest-keep-alive-timeout-s", "in (0, 3600]");
+  }
+  if (max_head_bytes < 1024 || max_buffered_body_bytes < 0 || min_body_bytes_per_s < 1 || max_body_bytes < 0 ||
+      !(write_timeout_s > 0) || max_workers < 1 || max_requests_per_connection < 1) {
+    return absl::InvalidArgumentError("RestListenerOptions: a bound is out of range");
+  }
+  return absl::OkStatus();
+}
+
+class RestListener::Impl {
+ public:
+  Impl(RestListenerOptions options, Handler handler) : opt_(options), handler_(std::move(handler)) {}
+  ~Impl() { Stop(); }
+
+  absl::StatusOr<int> Bind(const std::string& host, int port);
+  void Start() { loop_ = std::thread([this] { Loop(); }); }
+  void Stop();
+  int open() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return open_;
+  }
+
+ private:
+  void Loop();
+  void Accept();
+  bool Admit(int fd, const std::string& ip);
+  void OnReadable(int fd);
+  Head Progress(Conn& c) const;
+  void ExpireIdle();
+  int NextTimeoutMs() const;
+  void Adopt(std::unique_ptr<Conn> c);
+  void Dispatch(std::unique_ptr<Conn> c);
+  void Work();
+  void Serve(std::unique_ptr<Conn> c);
+  void Return(std::unique_ptr<Conn> c);
+  void Close(std::unique_ptr<Conn> c);
+  void StartRequest(Conn& c, bool keep_alive) const;
+
+  RestListenerOptions opt_;
+  const Handler handler_;
+  int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1, stop_fd_ = -1;
+  bool listen_paused_ = false;
+  Clock::time_point resume_accept_;
+  std::thread loop_;
+  // Connections waiting for a request head (the loop's own).
+  std::unordered_map<int, std::unique_ptr<Conn>> waiting_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  int open_ = 0;
+  std::unordered_map<std::string, int> per_address_;
+  std::vector<std::unique_ptr<Conn>> returned_;  // from workers, for the loop
+  std::deque<std::unique_ptr<Conn>> queue_;      // complete requests, for workers
+  int idle_workers_ = 0;
+  std::vector<std::thread> workers_;
+};
+
+absl::StatusOr<int> RestListener::Impl::Bind(const std::string& host, int port) {
+  auto fail = [&](const std::string& why) {
+    return absl::UnavailableError(absl::StrCat("cannot bind the REST API to ", host, ":", port, ": ", why));
+  };
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (int e = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); e != 0) {
+    return fail(::gai_strerror(e));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = res; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      listen_fd_ = fd;
+    } else {
+      why = std::strerror(errno);
+      ::close(fd);
+    }
+  }
+  ::freeaddrinfo(res);
+  if (listen_fd_ < 0) return fail(why);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  int bound_port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                     : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  // The total stays below the descriptors the process may open.
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+    opt_.max_connections = static_cast<int>(
+        std::max<int64_t>(1, std::min<int64_t>(opt_.max_connections, static_cast<int64_t>(nofile.rlim_cur) - 128)));
+  }
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  for (int fd : {listen_fd_, wake_fd_, stop_fd_}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+  return bound_port;
+}
+
+void RestListener::Impl::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (stop_fd_ >= 0) {
+    uint64_t one = 1;
+    (void)!::write(stop_fd_, &one, sizeof(one));  // stays readable: wakes the loop and every Wait
+  }
+  if (loop_.joinable()) loop_.join();
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers.swap(workers_);
+  }
+  for (std::thread& t : workers) t.join();
+  for (auto& c : queue_) ::close(c->fd);
+  queue_.clear();
+  for (auto& [fd, c] : waiting_) ::close(fd);
+  waiting_.clear();
+  for (auto& c : returned_) ::close(c->fd);
+  returned_.clear();
+  for (int fd : {listen_fd_, epoll_fd_, wake_fd_, stop_fd_}) {
+    if (fd >= 0) ::close(fd);
+  }
+  listen_fd_ = epoll_fd_ = wake_fd_ = stop_fd_ = -1;
+}
+
+void RestListener::Impl::Loop() {
+  std::vector<epoll_event> events(256);
+  while (true) {
+    int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), NextTimeoutMs());
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == stop_fd_) return;
+      if (fd == listen_fd_) {
+        Accept();
+      } else if (fd == wake_fd_) {
+        uint64_t count;
+        (void)!::read(wake_fd_, &count, sizeof(count));
+        std::vector<std::unique_ptr<Conn>> back;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          back.swap(returned_);
+        }
+        for (auto& c : back) Adopt(std::move(c));
+      } else {
+        OnReadable(fd);
+      }
+    }
+    ExpireIdle();
+    if (listen_paused_ && Clock::now() >= resume_accept_) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = listen_fd_;
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+      listen_paused_ = false;
+    }
+  }
+}
+
+int RestListener::Impl::NextTimeoutMs() const {
+  Clock::time_point next = Clock::now() + std::chrono::seconds(1);
+  for (const auto& [fd, c] : waiting_) {
+    next = std::min(next, c->buf.empty() ? std::min(c->idle_deadline, c->head_deadline) : c->head_deadline);
+  }
+  if (listen_paused_) next = std::min(next, resume_accept_);
+  return MillisUntil(next, 1000);
+}
+
+void RestListener::Impl::Accept() {
+  for (int accepted = 0; accepted < 256; ++accepted) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof(peer);
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors: stop accepting for a moment instead of spinning.
+        epoll_event ev{};
+        ev.data.fd = listen_fd_;
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+        listen_paused_ = true;
+        resume_accept_ = Clock::now() + std::chrono::milliseconds(100);
+      }
+      return;
+    }
+    char host[NI_MAXHOST] = "", serv[NI_MAXSERV] = "";
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&peer), len, host, sizeof(host), serv, sizeof(serv),
+                  NI_NUMERICHOST | NI_NUMERICSERV);
+    if (!Admit(fd, host)) continue;
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    c->ip = host;
+    c->port = std::atoi(serv);
+    StartRequest(*c, /*keep_alive=*/false);
+    Adopt(std::move(c));
+  }
+}
+
+// Counts a new connection, or answers 503 and closes it over a limit.
+bool RestListener::Impl::Admit(int fd, const std::string& ip) {
+  std::string refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int& from_ip = per_address_[ip];
+    if (open_ >= opt_.max_connections) {
+      refused = absl::StrCat("the master has ", open_, " REST connections open, its limit (--rest-max-connections ",
+                             opt_.max_connections, "); retry later");
+    } else if (from_ip >= opt_.max_connections_per_address) {
+      refused = absl::StrCat(ip, " has ", from_ip,
+                             " REST connections open, the limit per address (--rest-max-connections-per-address ",
+                             opt_.max_connections_per_address, "); close some or retry later");
+    } else {
+      ++from_ip;
+      ++open_;
+      return true;
+    }
+    if (from_ip == 0) per_address_.erase(ip);
+  }
+  WriteNow(fd, 503, "Service Unavailable", refused);
+  ::close(fd);
+  return false;
+}
+
+void RestListener::Impl::StartRequest(Conn& c, bool keep_alive) const {
+  const Clock::time_point now = Clock::now();
+  c.need = 0;
+  c.unbuffered_body = 0;
+  c.head_deadline = now + Seconds(opt_.header_timeout_s);
+  c.idle_deadline = keep_alive ? now + Seconds(opt_.keep_alive_timeout_s) : c.head_deadline;
+}
+
+void RestListener::Impl::Adopt(std::unique_ptr<Conn> c) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = c->fd;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev) != 0) return Close(std::move(c));
+  int fd = c->fd;
+  waiting_[fd] = std::move(c);
+  // Bytes already buffered (a pipelined request) may complete a head.
+  OnReadable(fd);
+}
+
+// Where the request at the start of c.buf stands: its head (and a small
+// body) complete, still arriving, or over the head limit.
+Head RestListener::Impl::Progress(Conn& c) const {
+  if (c.need == 0) {
+    // httplib's head ends at the first line that is exactly "\r\n".
+    size_t end = c.buf.find("\n\r\n");
+    if (end == std::string::npos) {
+      return c.buf.size() > static_cast<size_t>(opt_.max_head_bytes) ? Head::kTooLarge : Head::kWaiting;
+    }
+    size_t head_end = end + 3;
+    if (head_end > static_cast<size_t>(opt_.max_head_bytes)) return Head::kTooLarge;
+    std::string head = c.buf.substr(0, head_end);
+    std::string length = HeaderValue(head, "Content-Length");
+    int64_t body = 0;
+    if (!length.empty() && (!absl::SimpleAtoi(length, &body) || body < 0)) body = opt_.max_body_bytes;
+    if (!HeaderValue(head, "Transfer-Encoding").empty()) body = opt_.max_body_bytes;
+    c.need = head_end;
+    // Small bodies arrive in the loop; a waiting 100-continue client, a
+    // chunked or a large body go to the worker as they are.
+    if (body <= opt_.max_buffered_body_bytes && HeaderValue(head, "Transfer-Encoding").empty() &&
+        HeaderValue(head, "Expect").empty()) {
+      c.need += static_cast<size_t>(body);
+    } else {
+      c.unbuffered_body = body;
+    }
+  }
+  return c.buf.size() >= c.need ? Head::kReady : Head::kWaiting;
+}
+
+void RestListener::Impl::OnReadable(int fd) {
+  auto it = waiting_.find(fd);
+  if (it == waiting_.end()) return;
+  Conn& c = *it->second;
+  bool eof = false;
+  while (true) {
+    size_t cap = std::max(c.need, static_cast<size_t>(opt_.max_head_bytes) + 1);
+    if (c.buf.size() >= cap) break;
+    char chunk[16384];
+    ssize_t n = ::recv(fd, chunk, std::min(sizeof(chunk), cap - c.buf.size()), MSG_DONTWAIT);
+    if (n > 0) {
+      c.buf.append(chunk, static_cast<size_t>(n));
+      Head h = Progress(c);
+      if (h != Head::kWaiting) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    eof = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+    break;
+  }
+  Head h = Progress(c);
+  if (h == Head::kWaiting && !eof) return;
+  std::unique_ptr<Conn> owned = std::move(it->second);
+  waiting_.erase(it);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  if (h == Head::kReady) return Dispatch(std::move(owned));
+  if (h == Head::kTooLarge) {
+    WriteNow(fd, 431, "Request Header Fields Too Large",
+             absl::StrCat("request head over ", opt_.max_head_bytes, " bytes"));
+  }
+  Close(std::move(owned));
+}
+
+void RestListener::Impl::ExpireIdle() {
+  const Clock::time_point now = Clock::now();
+  std::vector<int> expired;
+  for (const auto& [fd, c] : waiting_) {
+    if (now >= c->head_deadline || (c->buf.empty() && now >= c->idle_deadline)) expired.push_back(fd);
+  }
+  for (int fd : expired) {
+    auto it = waiting_.find(fd);
+    std::unique_ptr<Conn> c = std::move(it->second);
+    waiting_.erase(it);
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    Close(std::move(c));  // no answer: a slow client learns nothing to pace itself by
+  }
+}
+
+void RestListener::Impl::Dispatch(std::unique_ptr<Conn> c) {
+  c->body_deadline = Clock::now() + Seconds(opt_.header_timeout_s) +
+                     Seconds(static_cast<double>(c->unbuffered_body) / opt_.min_body_bytes_per_s);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) {
+    ::close(c->fd);
+    return;
+  }
+  queue_.push_back(std::move(c));
+  if (idle_workers_ == 0 && static_cast<int>(workers_.size()) < opt_.max_workers) {
+    workers_.emplace_back([this] { Work(); });
+  } else {
+    cv_.notify_one();
+  }
+}
+
+void RestListener::Impl::Work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    ++idle_workers_;
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    --idle_workers_;
+    if (stopping_) return;  // Stop closes what is queued
+    std::unique_ptr<Conn> c = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    Serve(std::move(c));
+    lock.lock();
+  }
+}
+
+// Runs requests on `c` while complete ones are buffered, then hands it back
+// to the loop (or closes it).
+void RestListener::Impl::Serve(std::unique_ptr<Conn> c) {
+  while (true) {
+    ConnStream stream(*c, stop_fd_, Seconds(opt_.write_timeout_s));
+    bool closed = false;
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping = stopping_;
+    }
+    const bool last = stopping || ++c->served >= opt_.max_requests_per_connection;
+    bool ok = handler_(stream, /*close_connection=*/last, closed);
+    if (!ok || closed || last || stream.must_close()) return Close(std::move(c));
+    c->buf.erase(0, stream.consumed());
+    StartRequest(*c, /*keep_alive=*/true);
+    Head h = Progress(*c);
+    if (h == Head::kTooLarge) return Close(std::move(c));
+    if (h == Head::kWaiting) return Return(std::move(c));
+    c->body_deadline = Clock::now() + Seconds(opt_.header_timeout_s) +
+                       Seconds(static_cast<double>(c->unbuffered_body) / opt_.min_body_bytes_per_s);
+  }
+}
+
+void RestListener::Impl::Return(std::unique_ptr<Conn> c) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      returned_.push_back(std::move(c));
+      uint64_t one = 1;
+      (void)!::write(wake_fd_, &one, sizeof(one));
+      return;
+    }
+  }
+  Close(std::move(c));
+}
+
+// Uncounts before closing, so a client that has seen the close may connect
+// again at once without meeting its own old connection in the limits.
+void RestListener::Impl::Close(std::unique_ptr<Conn> c) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --open_;
+    auto it = per_address_.find(c->ip);
+    if (it != per_address_.end() && --it->second <= 0) per_address_.erase(it);
+  }
+  ::close(c->fd);
+}
+
+RestListener::RestListener(RestListenerOptions options, Handler handler)
+    : impl_(std::make_unique<Impl>(options, std::move(handler))) {}
+RestListener::~RestListener() = default;
+absl::StatusOr<int> RestListener::Bind(const std::string& host, int port) { return impl_->Bind(host, port); }
+void RestListener::Start() { impl_->Start(); }
+void RestListener::Stop() { impl_->Stop(); }
+int RestListener::open_connections() const { return impl_->open(); }
+
+}  // namespace det::master

@@ -1,0 +1,266 @@
+// RestListener: head deadline, per-address and total limits, keep-alive and
+// pipelining, the head cap, slow clients holding no worker, Stop with a
+// stream open.
+#include "master/http/rest_listener.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace det::master {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// httplib's parser and routes behind the listener, as RestServer does.
+class TestServer : public httplib::Server {
+ public:
+  TestServer() {
+    Get("/hi", [](const httplib::Request&, httplib::Response& res) { res.set_content("hi", "text/plain"); });
+    Post("/echo", [](const httplib::Request& req, httplib::Response& res) { res.set_content(req.body, "text/plain"); });
+    Get("/stream", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_chunked_content_provider("text/plain", [this](size_t, httplib::DataSink& sink) {
+        streaming = true;
+        while (sink.is_writable()) {
+          if (!sink.write("x\n", 2)) return false;
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a paced stream, not a wait
+        }
+        return false;
+      });
+    });
+  }
+  bool Serve(httplib::Stream& s, bool close, bool& closed) {
+    svr_sock_ = 0;  // as RestServer::Server does: httplib ends chunked responses while it is invalid
+    return process_request(s, close, closed, nullptr);
+  }
+  std::atomic<bool> streaming{false};
+};
+
+struct Listening {
+  explicit Listening(RestListenerOptions o)
+      : listener(o, [this](httplib::Stream& s, bool c, bool& closed) { return server.Serve(s, c, closed); }) {
+    auto bound = listener.Bind("127.0.0.1", 0);
+    EXPECT_TRUE(bound.ok()) << bound.status();
+    port = bound.value_or(0);
+    listener.Start();
+  }
+  TestServer server;
+  RestListener listener;
+  int port = 0;
+};
+
+// A connected socket from `source` (a loopback address), or -1.
+int Connect(int port, const char* source = "127.0.0.1") {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &a.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return ::close(fd), -1;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return ::close(fd), -1;
+  return fd;
+}
+
+void Send(int fd, const std::string& s) { ASSERT_EQ(::send(fd, s.data(), s.size(), MSG_NOSIGNAL), (ssize_t)s.size()); }
+
+// Reads until `fd` is closed by the peer (true) or `timeout` passes (false).
+bool ReadUntilClosed(int fd, std::string* out, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (::poll(&p, 1, std::max(left, 1)) <= 0) continue;
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return true;
+    out->append(buf, static_cast<size_t>(n));
+  }
+  return false;
+}
+
+// Reads until `out` holds `n` occurrences of `needle` or `timeout` passes.
+bool ReadCount(int fd, std::string* out, const std::string& needle, int n, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto count = [&] {
+    int c = 0;
+    for (size_t at = out->find(needle); at != std::string::npos; at = out->find(needle, at + 1)) ++c;
+    return c;
+  };
+  while (count() < n && Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    ssize_t n_read = ::recv(fd, buf, sizeof(buf), 0);
+    if (n_read <= 0) break;
+    out->append(buf, static_cast<size_t>(n_read));
+  }
+  return count() >= n;
+}
+
+bool WaitOpen(const RestListener& l, int n) {
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (l.open_connections() != n) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(RestListenerTest, HeadDeadlineClosesATricklingConnection) {
+  RestListenerOptions o;
+  o.header_timeout_s = 0.5;
+  Listening l(o);
+  int fd = Connect(l.port);
+  ASSERT_GE(fd, 0);
+  const auto start = Clock::now();
+  std::string got;
+  bool closed = false;
+  // One header byte every 50 ms: each arrives well within any per-read
+  // timeout, but the head is never done before the deadline.
+  for (int i = 0; i < 60 && !closed; ++i) {
+    std::string byte = i == 0 ? "GET /hi HTTP/1.1\r\nX-Slow: " : "a";
+    if (::send(fd, byte.data(), byte.size(), MSG_NOSIGNAL) < 0) break;
+    closed = ReadUntilClosed(fd, &got, std::chrono::milliseconds(50));
+  }
+  if (!closed) closed = ReadUntilClosed(fd, &got, std::chrono::seconds(2));
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_TRUE(closed) << "the trickling connection is still open after " << seconds << " s";
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_EQ(got, "");  // no answer to pace a client by
+  ::close(fd);
+  EXPECT_TRUE(WaitOpen(l.listener, 0));
+}
+
+TEST(RestListenerTest, PerAddressLimitAnswers503NamingTheFlag) {
+  RestListenerOptions o;
+  o.max_connections_per_address = 2;
+  Listening l(o);
+  int a = Connect(l.port, "127.0.0.2"), b = Connect(l.port, "127.0.0.2");
+  ASSERT_TRUE(WaitOpen(l.listener, 2));
+  int c = Connect(l.port, "127.0.0.2");
+  std::string got;
+  EXPECT_TRUE(ReadUntilClosed(c, &got, std::chrono::seconds(5)));
+  EXPECT_NE(got.find("HTTP/1.1 503"), std::string::npos) << got;
+  EXPECT_NE(got.find("--rest-max-connections-per-address 2"), std::string::npos) << got;
+  // Another address is still served.
+  int d = Connect(l.port, "127.0.0.3");
+  Send(d, "GET /hi HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  got.clear();
+  EXPECT_TRUE(ReadUntilClosed(d, &got, std::chrono::seconds(5)));
+  EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got;
+  for (int fd : {a, b, c, d}) ::close(fd);
+}
+
+TEST(RestListenerTest, TotalLimitAnswers503NamingTheFlag) {
+  RestListenerOptions o;
+  o.max_connections = 2;
+  o.max_connections_per_address = 2;
+  Listening l(o);
+  int a = Connect(l.port, "127.0.0.2"), b = Connect(l.port, "127.0.0.3");
+  ASSERT_TRUE(WaitOpen(l.listener, 2));
+  int c = Connect(l.port, "127.0.0.4");
+  std::string got;
+  EXPECT_TRUE(ReadUntilClosed(c, &got, std::chrono::seconds(5)));
+  EXPECT_NE(got.find("HTTP/1.1 503"), std::string::npos) << got;
+  EXPECT_NE(got.find("(--rest-max-connections 2)"), std::string::npos) << got;
+  for (int fd : {a, b, c}) ::close(fd);
+}
+
+TEST(RestListenerTest, KeepAliveServesPipelinedRequestsThenClosesWhenIdle) {
+  RestListenerOptions o;
+  o.keep_alive_timeout_s = 0.3;
+  Listening l(o);
+  int fd = Connect(l.port);
+  // Two requests (one with a body) in one write, then a third after the
+  // first two were answered.
+  Send(fd,
+       "GET /hi HTTP/1.1\r\nHost: x\r\n\r\n"
+       "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+  std::string got;
+  ASSERT_TRUE(ReadCount(fd, &got, "hello", 1, std::chrono::seconds(5))) << got;
+  EXPECT_EQ(got.find("HTTP/1.1 200"), 0u) << got;
+  EXPECT_NE(got.find("HTTP/1.1 200", 1), std::string::npos) << got;
+  Send(fd, "GET /hi HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(ReadCount(fd, &got, "HTTP/1.1 200", 3, std::chrono::seconds(5))) << got;
+  ASSERT_TRUE(ReadCount(fd, &got, "\r\n\r\nhi", 2, std::chrono::seconds(5))) << got;
+  const auto idle_since = Clock::now();
+  EXPECT_TRUE(ReadUntilClosed(fd, &got, std::chrono::seconds(5)));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - idle_since).count(), 3.0);
+  ::close(fd);
+}
+
+TEST(RestListenerTest, OversizedHeadGets431) {
+  RestListenerOptions o;
+  o.max_head_bytes = 4096;
+  Listening l(o);
+  int fd = Connect(l.port);
+  Send(fd, "GET /hi HTTP/1.1\r\nX-Big: " + std::string(8192, 'a'));
+  std::string got;
+  EXPECT_TRUE(ReadUntilClosed(fd, &got, std::chrono::seconds(5)));
+  EXPECT_NE(got.find("HTTP/1.1 431"), std::string::npos) << got;
+  EXPECT_NE(got.find("request head over 4096 bytes"), std::string::npos) << got;
+  ::close(fd);
+}
+
+TEST(RestListenerTest, SlowClientsHoldNoWorker) {
+  RestListenerOptions o;
+  o.max_workers = 1;
+  o.max_connections_per_address = 64;
+  Listening l(o);
+  std::vector<int> slow;
+  for (int i = 0; i < 32; ++i) {
+    slow.push_back(Connect(l.port));
+    Send(slow.back(), "GET /hi HTTP/1.1\r\nX-Slow: a");  // a head never finished
+  }
+  ASSERT_TRUE(WaitOpen(l.listener, 32));
+  httplib::Client client("127.0.0.1", l.port);
+  client.set_read_timeout(std::chrono::seconds(5));
+  for (int i = 0; i < 5; ++i) {
+    auto res = client.Get("/hi");
+    ASSERT_TRUE(res) << "request " << i << " unanswered with 32 slow connections and 1 worker";
+    EXPECT_EQ(res->body, "hi");
+  }
+  for (int fd : slow) ::close(fd);
+}
+
+TEST(RestListenerTest, StopEndsAnOpenStreamPromptly) {
+  auto l = std::make_unique<Listening>(RestListenerOptions{});
+  int fd = Connect(l->port);
+  Send(fd, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string got;
+  ASSERT_TRUE(ReadCount(fd, &got, "x\n", 1, std::chrono::seconds(5))) << got;
+  const auto start = Clock::now();
+  l->listener.Stop();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_LT(seconds, 2.0) << "Stop waited for a stream whose client is still there";
+  ::close(fd);
+}
+
+TEST(RestListenerTest, OptionsOutOfRangeNameTheFlag) {
+  RestListenerOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  o.max_connections_per_address = 0;
+  EXPECT_NE(o.Validate().message().find("--rest-max-connections-per-address"), std::string::npos);
+  o = {};
+  o.header_timeout_s = 0;
+  EXPECT_NE(o.Validate().message().find("--rest-header-timeout-s"), std::string::npos);
+  o = {};
+  o.max_connections = 0;
+  EXPECT_NE(o.Validate().message().find("--rest-max-connections"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace det::master
