@@ -47,6 +47,7 @@ stop_all() {
 case "$cmd" in
   start)
     mkdir -p "$dir/logs" "$dir/pids" "$dir/master"
+    chmod 700 "$dir/master"  # det-master refuses a data dir that group or others may access
     if alive "$dir/pids/master.pid"; then echo "cluster.sh: a master is already running (pid $(cat "$dir/pids/master.pid"))" >&2; exit 1; fi
     rm -f "$dir/master/ports.json"
     secret="$dir/master/cluster-secret"

@@ -38,6 +38,9 @@ cmake --install "$build" --prefix "$prefix"
 ldconfig || true
 id det >/dev/null 2>&1 || useradd --system --home-dir /var/lib/det --shell /usr/sbin/nologin det
 install -d -m 0755 /etc/det
+# The master's data dir (det.db: password and token hashes): det-master
+# refuses one that group or others may access.
+if [ "$role" = all ] || [ "$role" = master ]; then install -d -m 0700 -o det -g det /var/lib/det; fi
 # A file readable by the det user only.
 install_secret() { install -m 0600 "$1" "$2"; chown det:det "$2" 2>/dev/null || true; }
 new_secret() {
