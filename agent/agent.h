@@ -228,7 +228,7 @@ class Agent {
   std::map<std::string, std::shared_ptr<Allocation>> allocations_ ABSL_GUARDED_BY(mu_);
   std::map<int32_t, std::string> busy_devices_ ABSL_GUARDED_BY(mu_);  // device id -> allocation
   std::deque<det::agent::v1::AgentMessage> outbox_ ABSL_GUARDED_BY(mu_);
-  std::deque<det::api::v1::TaskLog> log_buffer_ ABSL_GUARDED_BY(mu_);
+  std::deque<det::api::v1::TaskLogLine> log_buffer_ ABSL_GUARDED_BY(mu_);
   absl::Time log_buffer_since_ ABSL_GUARDED_BY(mu_);
   int64_t dropped_log_lines_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);

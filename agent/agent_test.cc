@@ -165,8 +165,8 @@ class FakeMaster final : public av1::AgentService::Service {
     }
     return false;
   }
-  std::vector<det::api::v1::TaskLog> Logs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::vector<det::api::v1::TaskLog> out;
+  std::vector<det::api::v1::TaskLogLine> Logs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<det::api::v1::TaskLogLine> out;
     for (const auto& m : received_) {
       if (m.has_logs()) out.insert(out.end(), m.logs().logs().begin(), m.logs().logs().end());
     }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "agent/agent.h"
+#include "common/utf8.h"
 #include "spdlog/spdlog.h"
 
 namespace det::agent {
@@ -28,7 +29,7 @@ void Agent::OnLine(const std::string& allocation_id, int rank, OutputStream stre
                    std::string line) {
   spdlog::debug("[{} rank {} {}] {}", allocation_id, rank,
                 stream == OutputStream::kStdout ? "out" : "err", line);
-  apiv1::TaskLog log;
+  apiv1::TaskLogLine log;
   log.set_allocation_id(allocation_id);
   log.set_agent_id(options_.agent_id);
   log.set_rank(rank);
@@ -37,7 +38,7 @@ void Agent::OnLine(const std::string& allocation_id, int rank, OutputStream stre
   log.set_stdtype(stream == OutputStream::kStdout ? apiv1::STD_TYPE_STDOUT
                                                   : apiv1::STD_TYPE_STDERR);
   log.set_source("runtime");
-  log.set_message(std::move(line));
+  log.set_message(Utf8Sanitized(line));  // a trial's bytes: UTF-8 before they enter the proto
   absl::MutexLock lock(&mu_);
   auto it = allocations_.find(allocation_id);
   if (it != allocations_.end()) {
@@ -65,7 +66,7 @@ void Agent::EnqueueResultLocked(int64_t seq, absl::StatusCode code, const std::s
   auto* r = msg.mutable_command_result();
   r->set_seq(seq);
   r->set_code(static_cast<int32_t>(code));
-  r->set_message(message);
+  r->set_message(Utf8Sanitized(message));
   EnqueueLocked(std::move(msg));
 }
 
@@ -96,7 +97,7 @@ void Agent::EnqueueStateLocked(const Allocation& alloc, int rank, av1::ProcessSt
   ps->set_rank(rank);
   ps->set_state(state);
   ps->set_pid(pid);
-  ps->set_message(message);
+  ps->set_message(Utf8Sanitized(message));
   if (exit != nullptr) {
     if (exit->exit_code) ps->set_exit_code(*exit->exit_code);
     if (exit->signal_number) ps->set_signal_number(*exit->signal_number);
@@ -106,7 +107,7 @@ void Agent::EnqueueStateLocked(const Allocation& alloc, int rank, av1::ProcessSt
 }
 
 void Agent::AgentLogLocked(const Allocation& alloc, const std::string& message) {
-  apiv1::TaskLog log;
+  apiv1::TaskLogLine log;
   log.set_trial_id(alloc.trial_id);
   log.set_task_id(alloc.task_id);
   log.set_allocation_id(alloc.id);
@@ -115,7 +116,7 @@ void Agent::AgentLogLocked(const Allocation& alloc, const std::string& message) 
   log.set_level(apiv1::LOG_LEVEL_ERROR);
   log.set_stdtype(apiv1::STD_TYPE_UNSPECIFIED);
   log.set_source("agent");
-  log.set_message(message);
+  log.set_message(Utf8Sanitized(message));
   if (log_buffer_.empty()) log_buffer_since_ = absl::Now();
   log_buffer_.push_back(std::move(log));
 }

@@ -11,22 +11,17 @@
 #include <google/protobuf/map.h>
 
 #include "absl/status/status.h"
+#include "common/trial_env.h"
 
 namespace det::agent {
 
-inline constexpr size_t kMaxTrialEnvVars = 256;
-inline constexpr size_t kMaxTrialEnvNameBytes = 256;
-inline constexpr size_t kMaxTrialEnvValueBytes = 64 * 1024;
-inline constexpr size_t kMaxTrialEnvBytes = 1024 * 1024;
-
-// OK when every variable of `env` may be set for a trial: a name of
-// [A-Za-z_][A-Za-z0-9_]* up to kMaxTrialEnvNameBytes, not reserved (LD_*,
-// which the dynamic loader obeys, and DET_*, the agent's own), a value up to
-// kMaxTrialEnvValueBytes without NUL, at most kMaxTrialEnvVars variables and
-// kMaxTrialEnvBytes in all. Otherwise InvalidArgument naming `field` and the
-// variable. Thread-safe.
-absl::Status ValidateTrialEnv(const google::protobuf::Map<std::string, std::string>& env,
-                              const std::string& field);
+// The rules (names, reserved LD_* and DET_*, sizes) are common/trial_env.h's,
+// which the master also applies at create: ValidateTrialEnv(env, field).
+using ::det::kMaxTrialEnvBytes;
+using ::det::kMaxTrialEnvNameBytes;
+using ::det::kMaxTrialEnvValueBytes;
+using ::det::kMaxTrialEnvVars;
+using ::det::ValidateTrialEnv;
 
 // The agent's own environment as the base of every trial's, without
 // DET_CLUSTER_SECRET (which the agent never reads; an operator may still

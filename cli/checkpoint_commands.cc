@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cli/terminal_text.h"
 #include "common/proto_json.h"
 
 namespace det::cli {
@@ -178,7 +179,7 @@ int CheckpointSetMetadata(Client& client, const std::string& uuid, const std::ve
     PrintJson(resp, io.out);
     return 0;
   }
-  io.out << "Checkpoint " << uuid << " metadata: " << StructToJson(resp.checkpoint().metadata()).dump() << '\n';
+  io.out << "Checkpoint " << uuid << " metadata: " << TerminalText(StructToJson(resp.checkpoint().metadata()).dump()) << '\n';
   return 0;
 }
 

@@ -1,10 +1,14 @@
 #include "cli/cli_errors.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include <sys/stat.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 
 namespace det::cli {
 
@@ -39,6 +43,19 @@ std::string NameConfigFile(const std::string& message, const std::string& config
   constexpr char kPrefix[] = "config:";
   if (message.rfind(kPrefix, 0) != 0) return message;
   return config_path + message.substr(sizeof(kPrefix) - 2);
+}
+
+std::string NotUtf8Error(const std::string& path, std::string_view text) {
+  const size_t at = Utf8InvalidAt(text);
+  if (at == std::string_view::npos) return "";
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < at; ++i) {
+    if (text[i] == '\n') ++line, line_start = i + 1;
+  }
+  char byte[8];
+  std::snprintf(byte, sizeof(byte), "0x%02x", static_cast<unsigned char>(text[at]));
+  return absl::StrCat(path, ": line ", line, ", column ", at - line_start + 1, " (byte ", byte,
+                      ") is not UTF-8; save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)");
 }
 
 }  // namespace det::cli

@@ -4,6 +4,7 @@
 #define DET_CLI_CLI_ERRORS_H_
 
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -24,6 +25,14 @@ std::string FailureMessage(const CLI::App* app, const CLI::Error& e);
 // with a leading "config:" rewritten to "CONFIG_PATH:" (other messages as
 // they are). The master never learns or opens the path.
 std::string NameConfigFile(const std::string& message, const std::string& config_path);
+
+// "" when `text` (the contents of `path`) is UTF-8; else an error naming the
+// file, the line and column (1-based, in bytes) and the byte of the first
+// invalid sequence, and how to fix it: "PATH: line 3, column 7 (byte 0xe9) is
+// not UTF-8; save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)". Configs
+// are UTF-8 (YAML and the master's proto3 strings require it): det-cli says
+// so before the master is asked.
+std::string NotUtf8Error(const std::string& path, std::string_view text);
 
 }  // namespace det::cli
 

@@ -22,6 +22,7 @@
 #include "cli/follow_progress.h"
 #include "cli/metrics_log_commands.h"
 #include "cli/table.h"
+#include "cli/terminal_text.h"
 #include "cli/trial_abi_check.h"
 #include "common/proto_json.h"
 #include "common/sha256.h"
@@ -212,7 +213,7 @@ std::string FormatTime(const google::protobuf::Timestamp& ts) {
   return absl::FormatTime("%Y-%m-%d %H:%M:%S", t, absl::LocalTimeZone());
 }
 
-std::string FormatLog(const v1::TaskLog& log, bool with_trial) {
+std::string FormatLog(const v1::TaskLog& log, bool with_trial, bool raw) {
   std::string line;
   std::string ts = FormatTime(log.timestamp());
   if (!ts.empty()) absl::StrAppend(&line, "[", ts, "] ");
@@ -220,7 +221,7 @@ std::string FormatLog(const v1::TaskLog& log, bool with_trial) {
   if (log.has_rank()) absl::StrAppend(&line, "[rank=", log.rank(), "] ");
   std::string level = EnumLabel(v1::LogLevel_Name(log.level()), "LOG_LEVEL_");
   if (!level.empty() && level != "INFO") absl::StrAppend(&line, level, ": ");
-  absl::StrAppend(&line, log.message());
+  absl::StrAppend(&line, raw ? log.message() : TerminalText(log.message()));
   return line;
 }
 
@@ -233,7 +234,7 @@ void PrintJson(const google::protobuf::Message& message, std::ostream& out, bool
 }
 
 int ReportError(const Client& client, const grpc::Status& status, std::ostream& err) {
-  err << "det-cli: error: " << client.ErrorMessage(status) << '\n';
+  err << "det-cli: error: " << TerminalText(client.ErrorMessage(status), kKeepLayout) << '\n';
   return 1;
 }
 
@@ -274,6 +275,10 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
     io.err << "det-cli: error: cannot read " << args.config_path << '\n';
     return 2;
   }
+  if (std::string bad = NotUtf8Error(args.config_path, req.config_yaml()); !bad.empty()) {
+    io.err << "det-cli: error: " << TerminalText(bad) << '\n';
+    return 2;
+  }
   if (!ReadFileBytes(args.trial_path, req.mutable_trial_so())) {
     io.err << "det-cli: error: cannot read " << args.trial_path << '\n';
     return 2;
@@ -284,7 +289,7 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
   }
   // The master names the file in its ABI error and the agents' load errors.
   // proto3 strings must be UTF-8: a Latin-1 file name's bytes become '?'.
-  std::string so_name = Utf8Sanitized(std::filesystem::path(args.trial_path).filename().string().substr(0, 255));
+  std::string so_name = Utf8Sanitized(std::filesystem::path(args.trial_path).filename().string().substr(0, 255), "?");
   for (char& c : so_name) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   }
@@ -337,12 +342,12 @@ int ExperimentFollow(Client& client, int64_t experiment_id, std::chrono::millise
     progress.Render(io.out);
     if (IsTerminal(exp.state())) {
       if (exp.has_best_validation_metric()) {
-        io.out << "Best " << exp.searcher_metric() << ": " << FormatDouble(exp.best_validation_metric())
+        io.out << "Best " << TerminalText(exp.searcher_metric()) << ": " << FormatDouble(exp.best_validation_metric())
                << " (trial " << exp.best_trial_id() << ")\n";
       }
       if (exp.state() == v1::STATE_COMPLETED) return 0;
       io.err << "det-cli: error: experiment " << experiment_id << " ended " << StateLabel(exp.state());
-      if (!exp.error_message().empty()) io.err << ": " << exp.error_message();
+      if (!exp.error_message().empty()) io.err << ": " << TerminalText(exp.error_message(), kKeepLayout);
       io.err << '\n';
       return 1;
     }
@@ -700,6 +705,10 @@ int PreviewSearch(Client& client, const std::string& config_path, bool show_tria
     io.err << "det-cli: error: cannot read " << config_path << '\n';
     return 2;
   }
+  if (std::string bad = NotUtf8Error(config_path, req.config_yaml()); !bad.empty()) {
+    io.err << "det-cli: error: " << TerminalText(bad) << '\n';
+    return 2;
+  }
   v1::PreviewSearchResponse resp;
   grpc::Status status = client.Call(&Stub::PreviewSearch, req, &resp);
   if (!status.ok()) return ReportError(client, status, io.err);
@@ -708,7 +717,7 @@ int PreviewSearch(Client& client, const std::string& config_path, bool show_tria
     PrintJson(resp, io.out);
     return 0;
   }
-  io.out << resp.summary();
+  io.out << TerminalText(resp.summary(), kKeepLayout);
   if (show_trials) {
     Table t({"TRIAL", "VALIDATES AT (" + resp.length_unit() + ")", "BATCHES", "STOPPED EARLY", "HPARAMS"});
     for (const auto& tr : resp.trials()) {  // BATCHES "-": they differ per trial

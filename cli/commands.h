@@ -27,6 +27,9 @@ struct CommandIo {
   bool json = false;
   // `out` is a terminal: progress is redrawn in place (follow_progress.h).
   bool out_is_terminal = false;
+  // --raw of the log commands: log lines are printed as stored, control
+  // characters included; otherwise as TerminalText (terminal_text.h).
+  bool raw = false;
 };
 
 // Prints "det-cli: error: <client.ErrorMessage(status)>" to `err`; returns 1.
@@ -45,7 +48,8 @@ std::string FormatDouble(double v);
 // "a=1 b=2", metrics sorted by name.
 std::string FormatMetrics(const google::protobuf::Map<std::string, double>& metrics);
 // One log line as det-cli prints it: "[time] [trial N] [rank=R] LEVEL: text".
-std::string FormatLog(const det::api::v1::TaskLog& log, bool with_trial);
+// The message is printed as TerminalText unless `raw`.
+std::string FormatLog(const det::api::v1::TaskLog& log, bool with_trial, bool raw = false);
 
 struct ExperimentCreateArgs {
   std::string config_path;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/checkpoint_commands.h"
 #include "cli/table.h"
+#include "cli/terminal_text.h"
 
 namespace det::cli {
 namespace {
@@ -128,7 +129,7 @@ int ExperimentListBestCheckpoints(Client& client, int64_t experiment_id, int bes
     PrintJson(resp, io.out);
     return 0;
   }
-  io.out << Heading(experiment_id, experiment, resp) << '\n';
+  io.out << TerminalText(Heading(experiment_id, experiment, resp)) << '\n';
   Table t({"RANK", "UUID", "TRIAL", "BATCHES", experiment.searcher_metric().empty() ? "METRIC"
                                                                                    : experiment.searcher_metric(),
            "SIZE"});
@@ -157,7 +158,7 @@ int ExperimentDownloadTopN(Client& client, int64_t experiment_id, int top_n, con
   std::error_code ec;
   std::filesystem::create_directories(root, ec);
   if (ec) return Fail(io, absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  io.out << Heading(experiment_id, experiment, best) << '\n';
+  io.out << TerminalText(Heading(experiment_id, experiment, best)) << '\n';
   int rank = 0;
   for (const auto& c : best.checkpoints()) {
     const std::filesystem::path target = root / c.uuid();
@@ -167,7 +168,7 @@ int ExperimentDownloadTopN(Client& client, int64_t experiment_id, int top_n, con
                                    "): not overwriting anything"));
     }
     io.out << '#' << ++rank << " trial " << c.trial_id() << ", batch " << c.total_batches() << ", "
-           << (experiment.searcher_metric().empty() ? "metric" : experiment.searcher_metric()) << ' '
+           << (experiment.searcher_metric().empty() ? "metric" : TerminalText(experiment.searcher_metric())) << ' '
            << MetricText(c) << ": " << c.uuid() << " -> " << target.string() << '\n';
     if (CheckpointDownload(client, c.uuid(), target.string(), io) != 0) {
       return Fail(io, absl::StrCat("downloading checkpoint ", c.uuid(), " into ", target.string(),

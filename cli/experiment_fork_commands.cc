@@ -31,6 +31,10 @@ int ExperimentFork(Client& client, int64_t parent_id, const std::string& overrid
       return 2;
     }
     overrides = *std::move(text);
+    if (std::string bad = NotUtf8Error(overrides_path, overrides); !bad.empty()) {
+      io.err << "det-cli: error: " << bad << '\n';
+      return 2;
+    }
   }
   v1::GetExperimentRequest get;
   get.set_experiment_id(parent_id);

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "cli/job_commands.h"
+#include "common/utf8.h"
 
 namespace det::cli {
 namespace {
@@ -87,8 +88,11 @@ int ExperimentDelete(Client& client, int64_t experiment_id, bool yes, std::istre
   return 0;
 }
 
-int ExperimentSetField(Client& client, int64_t experiment_id, const std::string& field, const std::string& value,
+int ExperimentSetField(Client& client, int64_t experiment_id, const std::string& field, const std::string& raw_value,
                        const CommandIo& io) {
+  // proto3 strings are UTF-8: bytes that are not become U+FFFD here rather
+  // than fail the whole request.
+  const std::string value = Utf8Sanitized(raw_value);
   v1::PatchExperimentRequest req;
   req.set_experiment_id(experiment_id);
   if (field == "name") {
@@ -107,7 +111,9 @@ int ExperimentSetField(Client& client, int64_t experiment_id, const std::string&
   return Patch(client, req, field + " set", io);
 }
 
-int ExperimentLabel(Client& client, int64_t experiment_id, bool add, const std::string& label, const CommandIo& io) {
+int ExperimentLabel(Client& client, int64_t experiment_id, bool add, const std::string& raw_label,
+                    const CommandIo& io) {
+  const std::string label = Utf8Sanitized(raw_label);  // proto3 strings are UTF-8
   v1::GetExperimentRequest get;
   get.set_experiment_id(experiment_id);
   v1::GetExperimentResponse current;

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/table.h"
+#include "cli/terminal_text.h"
 
 namespace det::cli {
 namespace {
@@ -59,7 +60,7 @@ grpc::Status FetchQueue(Client& client, const std::string& pool, v1::GetJobQueue
 }
 
 void PrintJob(const v1::Job& j, std::ostream& out) {
-  out << "Job " << j.job_id() << ": position " << j.queue_position() << " in pool " << j.resource_pool() << ", "
+  out << "Job " << j.job_id() << ": position " << j.queue_position() << " in pool " << TerminalText(j.resource_pool()) << ", "
       << JobStateLabel(j.state()) << ", priority " << j.priority() << ", weight " << Number(j.weight())
       << ", max slots " << (j.max_slots() > 0 ? absl::StrCat(j.max_slots()) : "no cap") << '\n';
 }

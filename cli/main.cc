@@ -106,6 +106,7 @@ struct CommandLine {
   Command run;
   std::function<int()> local_run;
   bool json = false;
+  bool raw = false;  // experiment logs --raw
   // EXPERIMENT_ID or TRIAL_ID (only one subcommand runs).
   int64_t id = 0;
   // experiment create
@@ -241,6 +242,10 @@ void AddExperimentCommands(CLI::App& app, CommandLine& cl) {
     auto* sub = experiment->add_subcommand(cmd.name, cmd.help);
     AddIdArg(sub, cl.id, "EXPERIMENT_ID", "Experiment id");
     if (cmd.json) AddJsonFlag(sub, cl);
+    if (std::string(cmd.name) == "logs") {
+      sub->add_flag("--raw", cl.raw,
+                    "Print lines as stored; without it, control characters (ESC, CR, ...) show as escapes like \\x1b");
+    }
     auto fn = cmd.fn;
     sub->callback([&cl, fn] { cl.run = [&cl, fn](Client& c, const CommandIo& io) { return fn(c, cl.id, io); }; });
   }
@@ -446,7 +451,7 @@ int Main(int argc, char** argv) {
   if (!cl.tls_ca.empty()) options.tls_ca = cl.tls_ca;
   Client client(options);
   if (!cl.manages_login) EnsureLoggedIn(client);
-  CommandIo io{std::cout, std::cerr, cl.json, isatty(STDOUT_FILENO) == 1};
+  CommandIo io{std::cout, std::cerr, cl.json, isatty(STDOUT_FILENO) == 1, cl.raw};
   int rc = cl.run(client, io);
   std::cout.flush();
   return rc;

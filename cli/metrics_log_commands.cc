@@ -8,11 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cli/table.h"
+#include "cli/terminal_text.h"
 
 namespace det::cli {
 namespace {
 
 namespace v1 = det::api::v1;
+
+constexpr const char* kRawHelp =
+    "Print lines as stored; without it, control characters (ESC, CR, ...) show as escapes like \\x1b";
 
 // "warning", "WARNING" or "LOG_LEVEL_WARNING" -> LOG_LEVEL_WARNING.
 bool ParseLevel(const std::string& text, v1::LogLevel* level) {
@@ -39,10 +43,10 @@ bool ParseTimestamp(const std::string& text, google::protobuf::Timestamp* ts) {
   return true;
 }
 
-std::string FormatMasterLog(const v1::MasterLogEntry& e) {
+std::string FormatMasterLog(const v1::MasterLogEntry& e, bool raw) {
   std::string level = v1::LogLevel_Name(e.level());
   if (level.rfind("LOG_LEVEL_", 0) == 0) level = level.substr(10);
-  return absl::StrCat("[", FormatTime(e.timestamp()), "] ", level, ": ", e.message());
+  return absl::StrCat("[", FormatTime(e.timestamp()), "] ", level, ": ", raw ? e.message() : TerminalText(e.message()));
 }
 
 }  // namespace
@@ -90,7 +94,7 @@ grpc::Status StreamTrialLogs(Client& client, const v1::TrialLogsRequest& req, bo
       if (io.json) {
         PrintJson(log, io.out, /*pretty=*/false);
       } else {
-        io.out << FormatLog(log, with_trial) << '\n';
+        io.out << FormatLog(log, with_trial, io.raw) << '\n';
       }
     }
     io.out.flush();
@@ -112,7 +116,9 @@ int TrialLogs(Client& client, int64_t trial_id, const TrialLogFilterArgs& args, 
     io.err << "det-cli: error: " << error << '\n';
     return 2;
   }
-  grpc::Status status = StreamTrialLogs(client, req, /*with_trial=*/false, io);
+  CommandIo log_io = io;
+  log_io.raw = args.raw;
+  grpc::Status status = StreamTrialLogs(client, req, /*with_trial=*/false, log_io);
   if (!status.ok()) return ReportError(client, status, io.err);
   return 0;
 }
@@ -159,7 +165,7 @@ int MasterLogs(Client& client, const MasterLogArgs& args, const CommandIo& io) {
       if (io.json) {
         PrintJson(e, io.out, /*pretty=*/false);
       } else {
-        io.out << FormatMasterLog(e) << '\n';
+        io.out << FormatMasterLog(e, args.raw) << '\n';
       }
     }
     io.out.flush();
@@ -185,6 +191,7 @@ void AddMetricsLogCommands(CLI::App& app, int64_t* id, bool* json, CliCommand* r
       ->check(CLI::NonNegativeNumber);
   trial_logs->add_option("--since", logs.since, "Only lines at or after this time (RFC 3339 or Unix seconds)");
   trial_logs->add_option("--until", logs.until, "Only lines before this time (RFC 3339 or Unix seconds)");
+  trial_logs->add_flag("--raw", logs.raw, kRawHelp);
   add_json(trial_logs);
   trial_logs->callback([id, run] {
     *run = [id](Client& c, const CommandIo& io) { return TrialLogs(c, *id, logs, io); };
@@ -203,6 +210,7 @@ void AddMetricsLogCommands(CLI::App& app, int64_t* id, bool* json, CliCommand* r
   mlogs->add_option("--tail", master_logs.tail, "Only the last N matching lines")->check(CLI::NonNegativeNumber);
   mlogs->add_option("--level", master_logs.levels, "Only this level (repeatable)");
   mlogs->add_option("--grep", master_logs.grep, "Only lines containing this text");
+  mlogs->add_flag("--raw", master_logs.raw, kRawHelp);
   add_json(mlogs);
   mlogs->callback([run] { *run = [](Client& c, const CommandIo& io) { return MasterLogs(c, master_logs, io); }; });
 }

@@ -25,6 +25,7 @@ struct TrialLogFilterArgs {
   std::string grep;
   int32_t tail = 0;
   std::string since, until;  // RFC 3339 ("2026-11-24T09:00:00Z") or Unix seconds
+  bool raw = false;          // print lines unescaped (CommandIo::raw)
 };
 
 // Builds the TrialLogsRequest of `args`; false (and why in *error) for an
@@ -48,6 +49,7 @@ struct MasterLogArgs {
   int32_t tail = 0;
   std::vector<std::string> levels;
   std::string grep;
+  bool raw = false;  // print lines unescaped (CommandIo::raw)
 };
 int MasterLogs(Client& client, const MasterLogArgs& args, const CommandIo& io);
 

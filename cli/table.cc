@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "cli/terminal_text.h"
+
 namespace det::cli {
 namespace {
 
@@ -26,6 +28,7 @@ Table::Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
 
 void Table::AddRow(std::vector<std::string> cells) {
   if (cells.size() < headers_.size()) cells.resize(headers_.size());
+  for (auto& cell : cells) cell = TerminalText(cell);  // server text: no escapes, one line
   rows_.push_back(std::move(cells));
 }
 
@@ -69,7 +72,7 @@ void PrintKeyValues(std::ostream& out, const std::vector<std::pair<std::string, 
   for (const auto& [k, v] : rows) {
     std::string line = k + ":";
     line.append(width - DisplayWidth(k) + 1, ' ');
-    line += v;
+    line += TerminalText(v);  // server text: no escapes, one line
     WriteLine(out, line);
   }
 }

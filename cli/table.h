@@ -26,7 +26,9 @@ class Table {
   explicit Table(std::vector<std::string> headers);
 
   // Appends a row. Rows shorter than the header are padded with empty cells;
-  // extra cells are kept and get their own (headerless) columns.
+  // extra cells are kept and get their own (headerless) columns. Each cell is
+  // stored as TerminalText(cell) (terminal_text.h): control characters and
+  // newlines show as escapes, so a cell cannot move the cursor or add a row.
   void AddRow(std::vector<std::string> cells);
 
   size_t num_rows() const { return rows_.size(); }
@@ -44,7 +46,8 @@ class Table {
 // Number of UTF-8 code points in `s` (bytes that are not continuation bytes).
 size_t DisplayWidth(const std::string& s);
 
-// Writes "key: value" lines with the values aligned after the longest key.
+// Writes "key: value" lines with the values aligned after the longest key;
+// each value is printed as TerminalText(value) (one line, no escapes).
 void PrintKeyValues(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& rows);
 
 }  // namespace det::cli

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/table.h"
+#include "cli/terminal_text.h"
 
 namespace det::cli {
 namespace {
@@ -91,7 +92,7 @@ int Follow(Client& client, int64_t trial_id, const TrialMetricsArgs& args, const
       if (io.json) {
         PrintJson(r, io.out, /*pretty=*/false);
       } else {
-        io.out << r.total_batches() << ' ' << r.group() << ' ' << FormatMetrics(r.metrics())
+        io.out << r.total_batches() << ' ' << TerminalText(r.group()) << ' ' << TerminalText(FormatMetrics(r.metrics()))
                << (r.archived() ? " (archived)" : "") << '\n';
       }
     }

@@ -9,6 +9,8 @@
 
 #include "cli/auth_file.h"
 #include "cli/table.h"
+#include "cli/terminal_text.h"
+#include "common/utf8.h"
 
 namespace det::cli {
 namespace {
@@ -60,7 +62,7 @@ int UserLogin(Client& client, const std::string& username, const std::string& pa
     PrintJson(shown, io.out);
     return 0;
   }
-  io.out << "Logged in as user '" << resp.user().username() << "'\n";
+  io.out << "Logged in as user '" << TerminalText(resp.user().username()) << "'\n";
   return 0;
 }
 
@@ -87,7 +89,7 @@ int UserWhoami(Client& client, const CommandIo& io) {
     PrintJson(resp, io.out);
     return 0;
   }
-  io.out << "You are logged in as user '" << resp.user().username() << "'" << (resp.user().admin() ? " (admin)" : "")
+  io.out << "You are logged in as user '" << TerminalText(resp.user().username()) << "'" << (resp.user().admin() ? " (admin)" : "")
          << '\n';
   return 0;
 }
@@ -100,10 +102,13 @@ int UserList(Client& client, const CommandIo& io) {
     PrintJson(resp, io.out);
     return 0;
   }
-  Table t({"ID", "USERNAME", "DISPLAY NAME", "ADMIN", "ACTIVE"});
+  // AGENT UID/GID: what the user's trials run as (det-master
+  // --trial-uid-range); "-" until recorded.
+  Table t({"ID", "USERNAME", "DISPLAY NAME", "ADMIN", "ACTIVE", "AGENT UID", "AGENT GID"});
   for (const auto& u : resp.users()) {
     t.AddRow({std::to_string(u.id()), u.username(), u.display_name(), u.admin() ? "yes" : "no",
-              u.active() ? "yes" : "no"});
+              u.active() ? "yes" : "no", u.agent_uid() > 0 ? std::to_string(u.agent_uid()) : "-",
+              u.agent_gid() > 0 ? std::to_string(u.agent_gid()) : "-"});
   }
   t.Print(io.out);
   return 0;
@@ -112,7 +117,7 @@ int UserList(Client& client, const CommandIo& io) {
 int UserCreate(Client& client, const std::string& username, bool admin, const std::string& password,
                const CommandIo& io) {
   v1::PostUserRequest req;
-  req.mutable_user()->set_username(username);
+  req.mutable_user()->set_username(Utf8Sanitized(username));
   req.mutable_user()->set_admin(admin);
   req.mutable_user()->set_active(true);
   req.set_password(password);
@@ -123,7 +128,7 @@ int UserCreate(Client& client, const std::string& username, bool admin, const st
     PrintJson(resp, io.out);
     return 0;
   }
-  io.out << "Created user '" << resp.user().username() << "' (id " << resp.user().id() << ")\n";
+  io.out << "Created user '" << TerminalText(resp.user().username()) << "' (id " << resp.user().id() << ")\n";
   return 0;
 }
 

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/table.h"
+#include "cli/terminal_text.h"
+#include "common/utf8.h"
 
 namespace det::cli {
 namespace {
@@ -54,7 +56,7 @@ grpc::Status FetchProjects(Client& client, int32_t id, v1::GetWorkspaceProjectsR
 // The workspace named `name`; NOT_FOUND naming it when there is none.
 grpc::Status FindWorkspace(Client& client, const std::string& name, v1::Workspace* out) {
   v1::GetWorkspacesRequest req;
-  req.set_name(name);
+  req.set_name(Utf8Sanitized(name));
   v1::GetWorkspacesResponse resp;
   grpc::Status status = client.Call(&Stub::GetWorkspaces, req, &resp);
   if (!status.ok()) return status;
@@ -69,7 +71,7 @@ grpc::Status FindWorkspace(Client& client, const std::string& name, v1::Workspac
 grpc::Status FindProject(Client& client, const v1::Workspace& ws, const std::string& name, v1::Project* out) {
   v1::GetWorkspaceProjectsRequest req;
   req.set_id(ws.id());
-  req.set_name(name);
+  req.set_name(Utf8Sanitized(name));
   v1::GetWorkspaceProjectsResponse resp;
   grpc::Status status = client.Call(&Stub::GetWorkspaceProjects, req, &resp);
   if (!status.ok()) return status;
@@ -93,15 +95,15 @@ void SetPagination(int32_t n, v1::Pagination* p) {
 
 int WorkspaceCreate(Client& client, const std::string& name, const std::string& description, const CommandIo& io) {
   v1::PostWorkspaceRequest req;
-  req.set_name(name);
-  req.set_description(description);
+  req.set_name(Utf8Sanitized(name));
+  req.set_description(Utf8Sanitized(description));
   v1::PostWorkspaceResponse resp;
   grpc::Status status = client.Call(&Stub::PostWorkspace, req, &resp);
   if (!status.ok()) return ReportError(client, status, io.err);
   if (io.json) {
     PrintJson(resp, io.out);
   } else {
-    io.out << "Created workspace " << resp.workspace().id() << " '" << resp.workspace().name() << "'\n";
+    io.out << "Created workspace " << resp.workspace().id() << " '" << TerminalText(resp.workspace().name()) << "'\n";
   }
   return 0;
 }
@@ -131,16 +133,16 @@ int ProjectCreate(Client& client, const std::string& workspace, const std::strin
   if (!status.ok()) return ReportError(client, status, io.err);
   v1::PostProjectRequest req;
   req.set_workspace_id(ws.id());
-  req.set_name(name);
-  req.set_description(description);
+  req.set_name(Utf8Sanitized(name));
+  req.set_description(Utf8Sanitized(description));
   v1::PostProjectResponse resp;
   status = client.Call(&Stub::PostProject, req, &resp);
   if (!status.ok()) return ReportError(client, status, io.err);
   if (io.json) {
     PrintJson(resp, io.out);
   } else {
-    io.out << "Created project " << resp.project().id() << " '" << resp.project().name() << "' in workspace '"
-           << resp.project().workspace_name() << "'\n";
+    io.out << "Created project " << resp.project().id() << " '" << TerminalText(resp.project().name()) << "' in workspace '"
+           << TerminalText(resp.project().workspace_name()) << "'\n";
   }
   return 0;
 }
@@ -189,7 +191,7 @@ int WorkspaceArchive(Client& client, const std::string& name, bool archive, cons
     status = client.Call(&Stub::UnarchiveWorkspace, req, &resp);
   }
   if (!status.ok()) return ReportError(client, status, io.err);
-  io.out << (archive ? "Archived" : "Unarchived") << " workspace '" << ws.name() << "'\n";
+  io.out << (archive ? "Archived" : "Unarchived") << " workspace '" << TerminalText(ws.name()) << "'\n";
   return 0;
 }
 
@@ -211,7 +213,7 @@ int ProjectArchive(Client& client, const std::string& workspace, const std::stri
     status = client.Call(&Stub::UnarchiveProject, req, &resp);
   }
   if (!status.ok()) return ReportError(client, status, io.err);
-  io.out << (archive ? "Archived" : "Unarchived") << " project '" << name << "' of workspace '" << ws.name() << "'\n";
+  io.out << (archive ? "Archived" : "Unarchived") << " project '" << TerminalText(name) << "' of workspace '" << TerminalText(ws.name()) << "'\n";
   return 0;
 }
 

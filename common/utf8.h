@@ -35,16 +35,31 @@ inline size_t Utf8SequenceAt(std::string_view s, size_t i) {
   return n;
 }
 
-// `s` with each byte that is not part of a valid UTF-8 sequence replaced by '?'.
-inline std::string Utf8Sanitized(std::string_view s) {
+// U+FFFD REPLACEMENT CHARACTER, UTF-8 encoded.
+inline constexpr std::string_view kUtf8Replacement = "\xEF\xBF\xBD";
+
+// `s` with each byte that is not part of a valid UTF-8 sequence replaced by
+// `replacement` (U+FFFD unless told; '?' where the result names a file).
+// The result is valid UTF-8 when `replacement` is, and at most
+// replacement.size() times as long as `s`.
+inline std::string Utf8Sanitized(std::string_view s, std::string_view replacement = kUtf8Replacement) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     const size_t n = Utf8SequenceAt(s, i);
-    out.append(n == 0 ? std::string_view("?") : s.substr(i, n));
+    out.append(n == 0 ? replacement : s.substr(i, n));
     i += n == 0 ? 1 : n;
   }
   return out;
+}
+
+// The offset of the first byte of `s` that starts no valid UTF-8 sequence;
+// std::string_view::npos when `s` is all UTF-8.
+inline size_t Utf8InvalidAt(std::string_view s) {
+  for (size_t i = 0, n = 0; i < s.size(); i += n) {
+    if ((n = Utf8SequenceAt(s, i)) == 0) return i;
+  }
+  return std::string_view::npos;
 }
 
 inline bool IsUtf8(std::string_view s) {

@@ -38,6 +38,7 @@
 #include "master/core/master_log_ring.h"
 #include "master/http/rest_server.h"
 #include "master/service/grpc_services.h"
+#include "master/service/parse_error_interceptor.h"
 #include "master/store/data_dir.h"
 
 namespace {
@@ -322,6 +323,11 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   builder.RegisterService(&api);
   builder.RegisterService(&agents);
   builder.RegisterService(&trials);
+  // A request that does not parse (e.g. a string that is not UTF-8):
+  // INVALID_ARGUMENT saying so, not gRPC's bare UNIMPLEMENTED.
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(det::master::ParseErrorInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_grpc == 0) {
     std::fprintf(stderr, "det-master: error: cannot listen for gRPC on %s:%d\n", f.host.c_str(), f.grpc_port);

@@ -13,6 +13,7 @@
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "common/sha256.h"
+#include "common/utf8.h"
 #include "master/core/auth.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
@@ -283,7 +284,7 @@ void MasterCore::HandleAgentMessage(const std::string& agent_id, const agentv1::
         r.time_ms = log.has_timestamp() ? TimeMs(log.timestamp()) : WallMs();
         r.level = apiv1::LogLevel_Name(log.level());
         r.stream = log.stdtype() == apiv1::STD_TYPE_STDERR ? "stderr" : "stdout";
-        r.message = log.message();
+        r.message = Utf8Sanitized(log.message());  // bytes: a hostile agent's too
         rows.push_back(std::move(r));
       }
     }

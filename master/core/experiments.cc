@@ -11,6 +11,7 @@
 #include "common/proto_json.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
+#include "common/trial_env.h"
 #include "master/core/checkpoint_facts.h"
 #include "master/core/checkpoint_gc.h"
 #include "master/core/checkpoint_list.h"
@@ -94,6 +95,8 @@ absl::StatusOr<std::string> MasterCore::StoreTrialSo(const apiv1::CreateExperime
 absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     const apiv1::CreateExperimentRequest& req, const apiv1::User& owner) {
   DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(req.config_yaml(), "config"));
+  // The agent's launch-time rules, now: not after max_restarts failed starts.
+  DET_RETURN_IF_ERROR(ValidateTrialEnv(config.environment.environment_variables, "environment.environment_variables"));
   DET_ASSIGN_OR_RETURN(config.resources.resource_pool,
                        ResolveExperimentPool(options_.resource_pools, config.resources));
   ExperimentRow fork;  // parent_id, warm_start_checkpoint_uuid

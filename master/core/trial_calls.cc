@@ -12,6 +12,7 @@
 #include "common/safe_path.h"
 #include "common/validation_policy.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "master/core/checkpoint_facts.h"
 #include "master/core/checkpoint_files.h"
 #include "master/core/core_state.h"
@@ -511,7 +512,7 @@ absl::StatusOr<trialv1::ReportTrialLogsResponse> MasterCore::ReportTrialLogs(con
     r.time_ms = log.has_timestamp() ? TimeMs(log.timestamp()) : WallMs();
     r.level = apiv1::LogLevel_Name(log.level());
     r.stream = log.stdtype() == apiv1::STD_TYPE_STDERR ? "stderr" : "stdout";
-    r.message = log.message();
+    r.message = Utf8Sanitized(log.message());  // bytes: a hostile trial's too
     rows.push_back(std::move(r));
   }
   DET_RETURN_IF_ERROR(store_->InsertTaskLogs(rows));

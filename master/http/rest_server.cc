@@ -258,6 +258,14 @@ void RestServer::Routes(httplib::Server& s) {
       SendError(res, absl::ResourceExhaustedError(absl::StrCat("request body over ", max_request_bytes_,
                                                                " bytes (the master's --max-message-mib)")));
       res.status = 413;
+    } else if (res.status >= 400 && res.body.empty()) {
+      // httplib's own refusals before any route (a POST, PUT or PATCH without
+      // Content-Length, a malformed request line, ...): a JSON body too.
+      const int status = res.status;
+      SendError(res, absl::InvalidArgumentError(absl::StrCat(
+                         "HTTP ", status, ": the request could not be read before any route (", req.method, " ",
+                         req.path, "); send a JSON body with a Content-Length, \"{}\" when there is nothing to send")));
+      res.status = status;
     }
   });
 }

@@ -25,6 +25,7 @@
 #include "spdlog/spdlog.h"
 #include "common/grpc_status.h"
 #include "common/proto_json.h"
+#include "common/utf8.h"
 #include "det/trial/v1/trial.grpc.pb.h"
 #include "trial_runtime/runtime/distributed.h"
 #include "trial_runtime/runtime/operation_relay.h"
@@ -139,7 +140,8 @@ tv1::MetricsRow Row(int64_t total_batches, double epochs, const MetricsMap& metr
   row.set_total_batches(total_batches);
   row.set_total_records(total_batches * gbs);
   row.set_total_epochs(epochs);
-  for (const auto& [k, v] : metrics) (*row.mutable_metrics())[k] = v;
+  // A name that is not UTF-8 would fail the whole report's parse: U+FFFD instead.
+  for (const auto& [k, v] : metrics) (*row.mutable_metrics())[Utf8Sanitized(k)] = v;
   auto now = std::chrono::system_clock::now().time_since_epoch();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count();
   row.mutable_end_time()->set_seconds(ms / 1000);

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "common/bounded_file.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "det/trial/v1/trial.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "trial_runtime/runtime/managed_mode.h"
@@ -153,7 +154,7 @@ class LogShipper {
 
   void Add(int stream, const std::string& line) {
     if (batch_.size() >= 10 * kMaxLinesPerCall) return;  // the master is away: the output file has them
-    apiv1::TaskLog log;
+    apiv1::TaskLogLine log;
     log.set_allocation_id(job_.allocation_id);
     log.set_rank(rank_);
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -164,7 +165,7 @@ class LogShipper {
     log.set_level(stream == 1 ? apiv1::LOG_LEVEL_ERROR : apiv1::LOG_LEVEL_INFO);
     log.set_stdtype(stream == 1 ? apiv1::STD_TYPE_STDERR : apiv1::STD_TYPE_STDOUT);
     log.set_source("runtime");
-    log.set_message(line);
+    log.set_message(Utf8Sanitized(line));
     batch_.push_back(std::move(log));
   }
 
@@ -190,7 +191,7 @@ class LogShipper {
   int orig_[2] = {-1, -1};
   int read_[2] = {-1, -1};
   std::string partial_[2];
-  std::vector<apiv1::TaskLog> batch_;
+  std::vector<apiv1::TaskLogLine> batch_;
   std::unique_ptr<tv1::TrialService::Stub> stub_;
   std::thread thread_;
 };
