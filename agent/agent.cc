@@ -93,14 +93,16 @@ absl::Status Agent::PrepareHost() {
     absl::MutexLock lock(&mu_);
     agent_credential_ = *credential;
   }
-  if (options_.trial_user) {
-    // The trial user must reach the cache and its allocation's directory
-    // (and nothing else here: the credential file stays 0600).
+  if (options_.trial_user || geteuid() == 0) {
+    // Trial users (--trial-user, or each det user's own uid) must reach the
+    // cache and their allocation's directory, and nothing else here: the
+    // credential file stays 0600. 0711: they may pass through, not list
+    // (other users' allocations and trial.so files).
     for (const char* sub : {"", "cache", "allocations"}) {
       const std::string d = (fs::path(options_.work_dir) / sub).string();
       std::error_code ec;
       fs::create_directories(d, ec);
-      if (ec || chmod(d.c_str(), 0755) != 0) {
+      if (ec || chmod(d.c_str(), 0711) != 0) {
         return absl::InternalError(absl::StrCat("cannot make ", d, " reachable by the trial user: ",
                                                 ec ? ec.message() : std::strerror(errno)));
       }

@@ -120,6 +120,9 @@ class Agent {
     bool kill_requested = false;
     absl::Duration kill_grace;
     std::map<int, Proc> procs;  // by rank; entries are never erased
+    // Who its ranks run as (StartAllocation.run_as_uid, else --trial-user);
+    // unset: as the agent.
+    std::optional<RunAs> run_as;
   };
   struct Worker {
     std::thread thread;

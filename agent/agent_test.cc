@@ -308,7 +308,8 @@ TEST_F(AgentTest, RunsAllocationAndReportsExitAndLogs) {
   WriteScript(
       "echo \"argv $1 $(basename $2)\"\n"
       "echo \"rank=$DET_RANK local=$DET_LOCAL_RANK alloc=$DET_ALLOCATION_ID "
-      "token=$DET_ALLOCATION_TOKEN trial=$DET_TRIAL_ID exp=$DET_EXPERIMENT_ID\"\n"
+      "token=$(cat <&$DET_ALLOCATION_TOKEN_FD) env_token=[$DET_ALLOCATION_TOKEN] trial=$DET_TRIAL_ID "
+      "exp=$DET_EXPERIMENT_ID\"\n"
       "echo \"master=$DET_MASTER agent=$DET_AGENT_ID common=$COMMON per=$PER_RANK "
       "cuda=[$CUDA_VISIBLE_DEVICES]\"\n"
       "echo \"config=$(cat $DET_CONFIG) cwd=$(basename $(pwd)) so=$(cat $DET_TRIAL_SO)\"\n"
@@ -346,12 +347,44 @@ TEST_F(AgentTest, RunsAllocationAndReportsExitAndLogs) {
   }
   EXPECT_EQ(out, (std::vector<std::string>{
                      "argv --managed " + Sha256Hex(so) + ".so",
-                     "rank=0 local=0 alloc=alloc-1 token=secret-token trial=7 exp=3",
+                     "rank=0 local=0 alloc=alloc-1 token=secret-token env_token=[] trial=7 exp=3",
                      "master=trial-master:1234 agent=agent-1 common=common per=r0 cuda=[]",
                      "config=name: test cwd=alloc-1 so=" + so}));
   EXPECT_EQ(err, std::vector<std::string>{"oops"});
   EXPECT_EQ(master_.fetches_, 1);
   EXPECT_TRUE(fs::exists(dir_ + "/work/cache/" + Sha256Hex(so) + ".so"));
+}
+
+// StartAllocation.run_as_uid/gid (issue 46): as root the agent runs the rank
+// as that uid and gid with no supplementary groups, in a directory of its
+// own (0700); uid 0 is refused.
+TEST_F(AgentTest, RunsTheRankAsTheOwnersUid) {
+  ASSERT_EQ(geteuid(), 0u) << "running ranks as another uid needs root; CI runs agent_test as root";
+  ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);  // the uid reaches the script and its directory
+  WriteScript("echo \"uid=$(id -u) gid=$(id -g) groups=$(id -G) umask=$(umask)\"\n");
+  StartAgent(Options("agent-1"));
+  av1::MasterMessage start = StartMessage(1, "alloc-u", "trial of a tenant");
+  start.mutable_start_allocation()->set_run_as_uid(200777);
+  start.mutable_start_allocation()->set_run_as_gid(200777);
+  master_.Send(start);
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.HasState("alloc-u", av1::PROCESS_STATE_TERMINATED); }));
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/work/allocations/alloc-u").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 200777u);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  av1::MasterMessage root = StartMessage(2, "alloc-root", "trial of a tenant");
+  root.mutable_start_allocation()->set_run_as_uid(0);
+  root.mutable_start_allocation()->set_run_as_gid(0);
+  master_.Send(root);
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.Result(2) != nullptr; }));
+  absl::MutexLock lock(&master_.mu_);
+  std::vector<std::string> out;
+  for (const auto& l : master_.Logs()) {
+    if (l.allocation_id() == "alloc-u") out.push_back(l.message());
+  }
+  EXPECT_EQ(out, std::vector<std::string>{"uid=200777 gid=200777 groups=200777 umask=0007"});
+  EXPECT_EQ(master_.Result(2)->code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(master_.Result(2)->message().find("never run as root"), std::string::npos) << master_.Result(2)->message();
 }
 
 TEST_F(AgentTest, KillAllocationEscalatesAndResentStartIsOk) {

@@ -2,6 +2,7 @@
 // device reservation, the trial.so from the cache, its directory and config,
 // one det-trial process per rank with its environment), killing and
 // signalling it, process exits, and reaping finished allocations.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/agent.h"
+#include "agent/checkpoint_stage.h"
 #include "agent/trial_env.h"
 #include "common/config_reader.h"
 #include "common/safe_path.h"
@@ -48,14 +50,19 @@ absl::Status ValidateStartEnv(const av1::StartAllocation& start) {
   return absl::OkStatus();
 }
 
-// Creates `dir` and writes the allocation's config.yaml into it, both owned
-// by `user` when set (the trial works there); returns its path. Internal on
-// an I/O error.
+// Creates `dir` and writes the allocation's config.yaml into it; when
+// `user` is set (the trial works there) both are owned by it, the directory
+// mode 0700 (made so before the config is written: no other uid ever reads
+// it) and the config 0600. Returns the config's path. Internal on an I/O
+// error.
 absl::StatusOr<std::string> WriteConfig(const std::string& dir, const std::string& config_yaml,
                                         const std::optional<RunAs>& user) {
   const fs::path config_path = fs::path(dir) / "config.yaml";
   std::error_code ec;
   fs::create_directories(dir, ec);
+  if (!ec && user && (chmod(dir.c_str(), 0700) != 0 || lchown(dir.c_str(), user->uid, user->gid) != 0)) {
+    return absl::InternalError(absl::StrCat("cannot make ", dir, " uid ", user->uid, "'s (0700): ", std::strerror(errno)));
+  }
   std::ofstream out(config_path, std::ios::trunc);
   out << config_yaml;
   out.close();
@@ -63,11 +70,34 @@ absl::StatusOr<std::string> WriteConfig(const std::string& dir, const std::strin
     return absl::InternalError(
         absl::StrCat("cannot write ", config_path.string(), ec ? ": " + ec.message() : ""));
   }
-  if (user && (lchown(dir.c_str(), user->uid, user->gid) != 0 ||
-               lchown(config_path.c_str(), user->uid, user->gid) != 0)) {
-    return absl::InternalError(absl::StrCat("cannot chown ", dir, " to uid ", user->uid, ": ", std::strerror(errno)));
+  if (user && (chmod(config_path.c_str(), 0600) != 0 || lchown(config_path.c_str(), user->uid, user->gid) != 0)) {
+    return absl::InternalError(absl::StrCat("cannot chown ", config_path.string(), " to uid ", user->uid, ": ",
+                                            std::strerror(errno)));
   }
   return config_path.string();
+}
+
+// The user every rank of `start` runs as: StartAllocation.run_as_uid/gid
+// (the owner's own uid; no supplementary groups) when set, else
+// `trial_user` (--trial-user, shared by all users). InvalidArgument for uid
+// or gid 0; FailedPrecondition when the agent is not root.
+absl::StatusOr<std::optional<RunAs>> RunAsFor(const av1::StartAllocation& start,
+                                              const std::optional<RunAs>& trial_user) {
+  if (!start.has_run_as_uid() && !start.has_run_as_gid()) return trial_user;
+  if (start.run_as_uid() == 0 || start.run_as_gid() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("StartAllocation.run_as_uid ", start.run_as_uid(), " / run_as_gid ",
+                                                   start.run_as_gid(), ": trials never run as root (0); link the "
+                                                   "user to an unprivileged uid or fix --trial-uid-range"));
+  }
+  if (geteuid() != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the master asks to run this trial as uid ", start.run_as_uid(), " (--trial-uid-range) but "
+                     "det-agent runs as uid ", geteuid(), ", not root: run det-agent as root"));
+  }
+  RunAs user;
+  user.uid = start.run_as_uid();
+  user.gid = start.run_as_gid();
+  return std::optional<RunAs>(user);
 }
 
 // Whether the allocation's config says debug: true (anything unreadable:
@@ -119,6 +149,8 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
   absl::Status paths =
       dir.ok() ? ValidateSha256(start.trial_so().sha256(), "trial_so.sha256") : dir.status();
   if (paths.ok()) paths = ValidateStartEnv(start);
+  absl::StatusOr<std::optional<RunAs>> run_as = RunAsFor(start, options_.trial_user);
+  if (paths.ok()) paths = run_as.status();
   if (!paths.ok()) {
     spdlog::error("refusing allocation {}: {}", id, paths.ToString());
     absl::MutexLock lock(&mu_);
@@ -141,12 +173,24 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
                                                   ": ", so_path.status().ToString())));
     return;
   }
-  absl::StatusOr<std::string> config_path = WriteConfig(*dir, start.config_yaml(), options_.trial_user);
+  alloc->run_as = *run_as;
+  absl::StatusOr<std::string> config_path = WriteConfig(*dir, start.config_yaml(), alloc->run_as);
   if (!config_path.ok()) {
     FailStart(seq, *alloc, config_path.status());
     return;
   }
-  const Env base_env = BaseEnvironment(start);
+  Env base_env = BaseEnvironment(start);
+  if (!start.warm_start_source_path().empty() && alloc->run_as) {
+    // Another user's checkpoint: a copy owned by this trial's uid.
+    const std::string staged = (fs::path(*dir) / "warm-start").string();
+    absl::Status st = StageCheckpoint(start.warm_start_source_path(), staged, alloc->run_as->uid, alloc->run_as->gid,
+                                      "StartAllocation.warm_start_source_path");
+    if (!st.ok()) {
+      FailStart(seq, *alloc, absl::Status(st.code(), absl::StrCat("warm start: ", st.message())));
+      return;
+    }
+    base_env["DET_WARM_START_DIR"] = staged;
+  }
   absl::Status launched;
   for (const auto& spec : start.processes()) {
     absl::Status st = LaunchRank(start, spec, *alloc, base_env, *so_path, *dir, *config_path);
@@ -252,7 +296,14 @@ absl::Status Agent::LaunchRank(const av1::StartAllocation& start, const av1::Pro
     lo.env.push_back(k + "=" + v);
   }
   lo.cwd = dir;
-  lo.run_as = options_.trial_user;
+  lo.run_as = alloc.run_as;
+  // The token goes over an inherited pipe (DET_ALLOCATION_TOKEN_FD), never
+  // in the environment, which others may read (/proc/PID/environ).
+  lo.secret = start.allocation_token();
+  // Checkpoints the trial writes are 0770/0660 at most: in a setgid
+  // storage root of the daemons' group the master can read and delete
+  // them, other users' trials cannot (docs/operations/security.md).
+  if (lo.run_as) lo.umask = 007;
   if (!cgroup_parent_.empty()) {
     lo.cgroup_dir = absl::StrCat(cgroup_parent_, "/det-alloc-", alloc.id, ".", rank);
   }
@@ -315,7 +366,7 @@ Agent::Env Agent::RankEnvironment(const av1::StartAllocation& start, const av1::
   env["DET_MASTER"] = master;
   env["DET_MASTER_ADDR"] = master;
   env["DET_ALLOCATION_ID"] = start.allocation_id();
-  env["DET_ALLOCATION_TOKEN"] = start.allocation_token();
+  if (!start.allocation_token().empty()) env["DET_ALLOCATION_TOKEN_FD"] = std::to_string(kSecretFd);
   env["DET_TASK_ID"] = start.task_id();
   env["DET_TRIAL_ID"] = std::to_string(start.trial_id());
   env["DET_EXPERIMENT_ID"] = std::to_string(start.experiment_id());

@@ -81,7 +81,9 @@ absl::StatusOr<std::string> ArtifactCache::Download(const std::string& sha256,
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return absl::InternalError(absl::StrCat("mkdir ", dir_, ": ", ec.message()));
-  chmod(dir_.c_str(), 0755);  // readable by a --trial-user, writable by the agent only
+  // Trial users may read a trial.so they know the name of; they may not
+  // list the cache (other users' trial.so files); only the agent writes.
+  chmod(dir_.c_str(), 0711);
   const std::string path = PathFor(sha256);
   const std::string tmp = path + ".tmp";
   unlink(tmp.c_str());

@@ -130,7 +130,7 @@ TEST(ArtifactCacheTest, SwappedFileIsDetectedAndFetchedAgain) {
   ASSERT_EQ(stat(path->c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0444u);
   ASSERT_EQ(stat((dir + "/cache").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  EXPECT_EQ(st.st_mode & 0777, 0711u);
 
   ASSERT_EQ(chmod(path->c_str(), 0644), 0);
   std::ofstream(*path, std::ios::trunc) << "another experiment's trial.so";

@@ -159,7 +159,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   std::string trial_user;
   app.add_option("--trial-user", trial_user,
-                 "run trial processes as this user (det-agent must run as root)");
+                 "run trial processes as this user (det-agent must run as root) when the master sends no uid of "
+                 "the trial's owner (det-master --trial-uid-range); one uid shared by every user's trials");
   bool no_cgroups = false;
   app.add_flag("--no-cgroups", no_cgroups,
                "do not put trial processes in cgroups (they are still contained by process group and reaper)");

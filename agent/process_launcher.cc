@@ -50,10 +50,45 @@ int OpenPidfd(pid_t pid) {
   return -1;
 }
 
+// A pipe holding `secret` with its write end closed: the read end, or -1
+// with errno set.
+int SecretPipe(const std::string& secret) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  // At most kMaxSecretBytes (< the pipe's 64 KiB): the write cannot block.
+  ssize_t n;
+  while ((n = write(p[1], secret.data(), secret.size())) < 0 && errno == EINTR) {
+  }
+  const int err = errno;
+  close(p[1]);
+  if (n != static_cast<ssize_t>(secret.size())) {
+    close(p[0]);
+    errno = n < 0 ? err : EIO;
+    return -1;
+  }
+  return p[0];
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Process>> Process::Start(LaunchOptions options) {
   if (options.argv.empty()) return absl::InvalidArgumentError("empty argv");
+  static_assert(kSecretFd == reaper::kSecretFd, "one fd number");
+  if (options.secret.size() > kMaxSecretBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a secret of ", options.secret.size(), " bytes; at most ", kMaxSecretBytes));
+  }
+  int secret_fd = -1;
+  if (!options.secret.empty() && (secret_fd = SecretPipe(options.secret)) < 0) return ErrnoStatus(errno, "pipe");
+  // Closed on every return: the process has its own copy.
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) close(fd);
+    }
+  } secret_closer{secret_fd};
+  std::fill(options.secret.begin(), options.secret.end(), '\0');  // the pipe holds it now
+  options.secret.clear();
   int out_pipe[2], err_pipe[2], report_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe");
   if (pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -89,6 +124,8 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(LaunchOptions options) {
   plan.err_fd = err_pipe[1];
   plan.report_fd = report_pipe[1];
   plan.cgroup_procs = cgroup_procs.empty() ? nullptr : cgroup_procs.c_str();
+  plan.secret_fd = secret_fd;
+  plan.umask = options.umask;
   if (options.run_as) {
     plan.set_user = true;
     plan.uid = options.run_as->uid;

@@ -60,7 +60,18 @@ struct LaunchOptions {
   // "": none (the reaper alone contains the tree). When it cannot be
   // created the process runs without it.
   std::string cgroup_dir;
+  // When not empty: written to a pipe whose read end (write end closed) the
+  // process inherits as fd kSecretFd (4), so a secret never enters its
+  // environment; at most kMaxSecretBytes.
+  std::string secret;
+  // The process's umask; -1: the agent's.
+  int umask = -1;
 };
+
+// The fd number at which a process inherits LaunchOptions.secret.
+inline constexpr int kSecretFd = 4;
+// The largest LaunchOptions.secret (one pipe write that cannot block).
+inline constexpr size_t kMaxSecretBytes = 4096;
 
 // One running (or finished) child process. Thread-safe.
 class Process {
@@ -70,7 +81,7 @@ class Process {
   // the process exits, every process it started (its group, and orphans
   // that left the group, e.g. with setsid) is killed before the exit is
   // reported. Starts the reader thread. Errors: InvalidArgument (empty
-  // argv), and the errno of the failed step (e.g. NotFound "exec ... failed:
+  // argv, a secret over kMaxSecretBytes), and the errno of the failed step (e.g. NotFound "exec ... failed:
   // No such file or directory", PermissionDenied "setuid ... failed").
   static absl::StatusOr<std::unique_ptr<Process>> Start(LaunchOptions options);
 

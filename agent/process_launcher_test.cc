@@ -227,6 +227,47 @@ TEST(ProcessTest, RunsAsAnotherUser) {
   EXPECT_THAT(lines.out, ElementsAre("65534", "65534", "65534"));
 }
 
+// The secret reaches the process on fd 4 (a pipe at EOF after it), never
+// its environment; the process has no other fd above 2 (the report pipe is
+// close-on-exec); its umask is the one asked for. Without a secret fd 4 is
+// closed.
+TEST(ProcessTest, SecretComesOnFd4NotTheEnvironment) {
+  Lines lines;
+  auto o = lines.Options({"/bin/sh", "-c", "cat <&4; echo; umask; ls /proc/$$/fd | sort -n | tr '\\n' ' '; echo; env"});
+  o.env = {"PATH=/usr/bin:/bin"};
+  o.secret = "s3cr3t-token";
+  o.umask = 007;
+  auto p = Process::Start(std::move(o));
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto st = (*p)->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code.value_or(-1), 0);
+  {
+    absl::MutexLock lock(&lines.mu);
+    ASSERT_GE(lines.out.size(), 3u);
+    EXPECT_EQ(lines.out[0], "s3cr3t-token");
+    EXPECT_EQ(lines.out[1], "0007");
+    // The shell's fds: 0-2 and 4 (the secret).
+    EXPECT_EQ(lines.out[2], "0 1 2 4 ");
+    for (size_t i = 1; i < lines.out.size(); ++i) EXPECT_FALSE(absl::StrContains(lines.out[i], "s3cr3t")) << lines.out[i];
+  }
+
+  Lines none;
+  auto without = Process::Start(none.Options({"/bin/sh", "-c", "cat <&4 && echo open || echo closed"}));
+  ASSERT_TRUE(without.ok()) << without.status();
+  ASSERT_TRUE((*without)->WaitFor(absl::Seconds(10)).has_value());
+  absl::MutexLock lock(&none.mu);
+  EXPECT_THAT(none.out, ElementsAre("closed"));
+}
+
+TEST(ProcessTest, OversizedSecretIsRefused) {
+  Lines lines;
+  auto o = lines.Options({"/bin/true"});
+  o.secret = std::string(kMaxSecretBytes + 1, 'x');
+  auto p = Process::Start(std::move(o));
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+}
+
 TEST(ProcessTest, UnreachableWorkingDirectoryIsAnError) {
   Lines lines;
   auto o = lines.Options({"/bin/true"});

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -129,6 +130,7 @@ void SetUpDescriptors(const Plan& plan) {
   int out = fcntl(plan.out_fd, F_DUPFD, 10);
   int err = fcntl(plan.err_fd, F_DUPFD, 10);
   int report = fcntl(plan.report_fd, F_DUPFD, 10);
+  int secret = plan.secret_fd >= 0 ? fcntl(plan.secret_fd, F_DUPFD, 10) : -1;
   int devnull = open("/dev/null", O_RDONLY);
   if (devnull >= 0 && devnull != 0) {
     dup2(devnull, 0);
@@ -137,8 +139,11 @@ void SetUpDescriptors(const Plan& plan) {
   dup2(out, 1);
   dup2(err, 2);
   dup2(report, kReportFd);
-  if (syscall(SYS_close_range, kReportFd + 1, ~0U, 0) != 0) {
-    for (int fd = kReportFd + 1; fd < 65536; ++fd) close(fd);
+  // Not close-on-exec (dup2 clears it): the process inherits it.
+  if (secret >= 0) dup2(secret, kSecretFd);
+  const int first_closed = secret >= 0 ? kSecretFd + 1 : kReportFd + 1;
+  if (syscall(SYS_close_range, first_closed, ~0U, 0) != 0) {
+    for (int fd = first_closed; fd < 65536; ++fd) close(fd);
   }
   fcntl(kReportFd, F_SETFD, FD_CLOEXEC);
 }
@@ -161,6 +166,7 @@ void SetUpDescriptors(const Plan& plan) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   if (plan.cwd != nullptr && chdir(plan.cwd) != 0) fail(kChdir);
+  if (plan.umask >= 0) umask(static_cast<mode_t>(plan.umask));
   if (plan.set_user) {
     if (setgroups(plan.num_groups, plan.groups) != 0) fail(kSetgroups);
     if (setgid(plan.gid) != 0) fail(kSetgid);
@@ -260,6 +266,9 @@ void Run(const Plan& plan) {
     StartProcess(plan, self, error_pipe[1]);
   }
   close(error_pipe[1]);
+  // The process has it; the reaper keeps no copy. (Without one, fd 4 may be
+  // the error pipe.)
+  if (plan.secret_fd >= 0) close(kSecretFd);
   setpgid(child, child);  // also here: no signal may find it in ours
   int32_t failure[2];
   start.pid = child;

@@ -19,6 +19,9 @@
 
 namespace det::agent::reaper {
 
+// The fd number at which the process inherits Plan.secret_fd.
+inline constexpr int kSecretFd = 4;
+
 // What failed while starting the process (StartReport.phase).
 enum Phase : int32_t {
   kStarted = 0,
@@ -64,6 +67,11 @@ struct Plan {
   gid_t gid = 0;
   const gid_t* groups = nullptr;
   size_t num_groups = 0;
+  // Inherited by the process as fd kSecretFd (the reaper closes its copy);
+  // -1: none (fd kSecretFd is closed).
+  int secret_fd = -1;
+  // The process's umask; -1: the agent's.
+  int umask = -1;
 };
 
 // Runs the reaper in a freshly forked child; never returns.

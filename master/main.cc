@@ -88,6 +88,7 @@ struct Flags {
   double max_artifact_mib = 1024;
   std::string resource_pools_file;
   std::string resource_manager_file;
+  std::string trial_uid_range;
 };
 
 // The metric bounds (master/store/metric_limits.h); a report over one is refused.
@@ -206,6 +207,30 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--resource-manager", f.resource_manager_file,
                  "YAML file with resource_manager: {type: agent} (default) or {type: slurm, partition_pools, ...}: "
                  "run allocations as Slurm jobs, no agents (docs/operations/slurm.md)");
+  app.add_option("--trial-uid-range", f.trial_uid_range,
+                 "FIRST-LAST (e.g. 200000-299999, FIRST >= 1000): run each det user's trials as a uid of "
+                 "their own from this range (uid = gid, recorded per user, the same on every node; agents must "
+                 "run as root). Unset: the agents' --trial-user, one uid shared by all users");
+}
+
+// --trial-uid-range "FIRST-LAST" with 1000 <= FIRST <= LAST < 2^32 - 1 into
+// `options`; false with a message on stderr otherwise.
+bool ParseTrialUidRange(const std::string& spec, det::master::MasterOptions* options) {
+  if (spec.empty()) return true;
+  unsigned long long first = 0, last = 0;
+  char dash = 0, extra = 0;
+  if (std::sscanf(spec.c_str(), "%llu%c%llu%c", &first, &dash, &last, &extra) != 3 || dash != '-' ||
+      spec.find_first_not_of("0123456789-") != std::string::npos || first < 1000 || first > last ||
+      last >= 4294967295ULL) {
+    std::fprintf(stderr,
+                 "det-master: error: --trial-uid-range '%s': expected FIRST-LAST with 1000 <= FIRST <= LAST < "
+                 "4294967295, e.g. 200000-299999 (uids no local account uses)\n",
+                 spec.c_str());
+    return false;
+  }
+  options->trial_uid_first = static_cast<int64_t>(first);
+  options->trial_uid_last = static_cast<int64_t>(last);
+  return true;
 }
 
 // The AuthCore options the flags set; false with a
@@ -395,6 +420,7 @@ int main(int argc, char** argv) {
   f.options.max_trial_log_bytes = static_cast<int64_t>(f.max_trial_log_mib * (1 << 20));
   f.options.max_trial_so_bytes = static_cast<int64_t>(f.max_artifact_mib * (1 << 20));
   f.options.max_log_line_bytes = static_cast<int64_t>(f.max_log_line_kib * 1024);
+  if (!ParseTrialUidRange(f.trial_uid_range, &f.options)) return 2;
   f.options.metric_limits.max_trial_bytes = static_cast<int64_t>(f.max_trial_metric_mib * (1 << 20));
   if (!f.resource_pools_file.empty()) {
     auto pools = det::master::LoadResourcePoolsFile(f.resource_pools_file);

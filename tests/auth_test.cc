@@ -202,24 +202,28 @@ std::string ExamplePath(std::string pattern) {
   return std::regex_replace(pattern, std::regex(R"(\{[a-z_]+\})"), "1");
 }
 
-// The clear allocation token of `allocation_id` from the environment of a
-// process running it (DET_ALLOCATION_ID / DET_ALLOCATION_TOKEN); "" if none.
-std::string AllocationTokenOf(const std::string& allocation_id) {
+// A det-trial wrapper (the agent's --det-trial): it saves the clear
+// allocation token, which det-agent passes on fd DET_ALLOCATION_TOKEN_FD and
+// never in the environment (issue 46), to DIR/tokens/<allocation id>, then
+// runs the real det-trial with it.
+std::string TokenSavingDetTrial(const TempDir& dir) {
+  std::filesystem::create_directories(dir / "tokens");
+  const std::string script = dir / "token-det-trial.sh";
+  WriteFile(script, absl::StrCat("#!/bin/sh\ntok=$(cat <&\"$DET_ALLOCATION_TOKEN_FD\")\nT='", dir / "tokens",
+                                 "'\nprintf '%s' \"$tok\" > \"$T/.$DET_ALLOCATION_ID\" && mv \"$T/.$DET_ALLOCATION_ID\" "
+                                 "\"$T/$DET_ALLOCATION_ID\"\nunset DET_ALLOCATION_TOKEN_FD\nDET_ALLOCATION_TOKEN=\"$tok\" "
+                                 "exec '", kBin, "/det-trial' \"$@\"\n"));
+  chmod(script.c_str(), 0755);
+  return script;
+}
+
+// The clear allocation token of `allocation_id` TokenSavingDetTrial saved
+// under `dir`; "" if none yet.
+std::string AllocationTokenOf(const TempDir& dir, const std::string& allocation_id) {
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string env = ReadFile(entry.path() / "environ");
-    std::string id, token;
-    for (size_t pos = 0; pos < env.size();) {
-      size_t end = env.find('\0', pos);
-      if (end == std::string::npos) end = env.size();
-      const std::string var = env.substr(pos, end - pos);
-      if (var.rfind("DET_ALLOCATION_ID=", 0) == 0) id = var.substr(18);
-      if (var.rfind("DET_ALLOCATION_TOKEN=", 0) == 0) token = var.substr(21);
-      pos = end + 1;
-    }
-    if (id == allocation_id && !token.empty()) return token;
-  }
-  return "";
+  const std::string path = dir / ("tokens/" + allocation_id);
+  if (!std::filesystem::exists(path, ec)) return "";
+  return ReadFile(path);
 }
 
 // Must show 2: without a token, or with another trial's token, every API
@@ -233,7 +237,8 @@ TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
   ASSERT_FALSE(admin.empty()) << "login as admin failed";
 
   // Two trials running, so that two allocation tokens exist.
-  cluster.StartAgent("a", 2, dir / "secret");
+  cluster.TestCluster::StartAgent("a", AgentOptions().set_slots(2).add_flags(
+                                          {"--cluster-secret-file", dir / "secret", "--det-trial", TokenSavingDetTrial(dir)}));
   WriteFile(dir / "slow.yaml", SlowSearch(dir / "checkpoints"));
   std::string out, err;
   ASSERT_EQ(cluster.Cli({"experiment", "create", dir / "slow.yaml", kSynthetic}, &out, &err), 0) << out << err;
@@ -249,18 +254,18 @@ TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
       },
       std::chrono::seconds(60)))
       << "two trials never got allocations";
-  // The database holds only the tokens' hashes: take the clear ones from
-  // the trial processes' environments.
+  // The database holds only the tokens' hashes: take the clear ones the
+  // det-trial wrapper saved.
   master::AllocationRow a = allocs[0];
   master::AllocationRow b = allocs[1];
   ASSERT_TRUE(PollUntil(
       [&] {
-        a.token = AllocationTokenOf(a.id);
-        b.token = AllocationTokenOf(b.id);
+        a.token = AllocationTokenOf(dir, a.id);
+        b.token = AllocationTokenOf(dir, b.id);
         return !a.token.empty() && !b.token.empty();
       },
       std::chrono::seconds(60)))
-      << "no trial process with DET_ALLOCATION_TOKEN";
+      << "no token saved by the det-trial wrapper";
 
   // Sanity: a trial's own token works, so the denials below are the token's.
   const auto rpcs = AllRpcs();

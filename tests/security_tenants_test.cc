@@ -1,2 +1,293 @@
-// Security, round three (issue 46). Finding 1: trials of different det users run as different uids and cannot read or signal each other.
+// Security, round three (issue 46). Finding 1: trials of different det users
+// run as different uids and cannot read or signal each other.
 // Part of the security_test executable (tests/CMakeLists.txt).
+//
+// The attack: on one agent, user bob's trial (snoop_trial.so,
+// tests/data/snoop_trial.cc) scans /proc for allocation tokens, reads user
+// alice's det-trial's environment and inherited fds, signals it (kill 0,
+// SIGSTOP) and opens alice's checkpoint directory. Before issue 46 every
+// trial ran as the agent's one --trial-user with DET_ALLOCATION_TOKEN in its
+// environment: bob read alice's token and could stop her trial.
+#include <grp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "tests/test_cluster.h"
+#include "tests/test_util.h"
+
+namespace det::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+constexpr char kSecret[] = "tenants-secret-2f8a61c05e";
+constexpr int64_t kFirstUid = 200000;
+
+// A synthetic experiment of `batches` batches of `delay_ms`, checkpointing
+// every 10 batches into `checkpoints`, with `env` ("NAME=value") set and
+// `searcher` lines added to the searcher.
+std::string Config(const std::string& name, int batches, int delay_ms, const std::string& checkpoints,
+                   const std::vector<std::string>& env = {}, const std::string& searcher = "") {
+  std::string out = absl::StrCat("name: ", name, R"(
+hyperparameters:
+  global_batch_size: 16
+  learning_rate: 0.01
+  hidden_size: 16
+  dropout: 0.1
+  batch_delay_ms: )", delay_ms, R"(
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+)", searcher, R"(  max_length:
+    batches: )", batches, R"(
+min_validation_period:
+  batches: 20
+min_checkpoint_period:
+  batches: 10
+scheduling_unit: 10
+max_restarts: 0
+checkpoint_storage:
+  type: shared_fs
+  host_path: )", checkpoints, R"(
+environment:
+  environment_variables:
+    - OMP_NUM_THREADS=1
+)");
+  for (const auto& e : env) absl::StrAppend(&out, "    - ", e, "\n");
+  absl::StrAppend(&out, "data:\n  train_size: 256\n  val_size: 64\n");
+  return out;
+}
+
+// An int64 of protobuf's JSON mapping (a string) or a number; 0 otherwise.
+int64_t Int(const nlohmann::json& v) {
+  if (v.is_string()) return std::stoll(v.get<std::string>());
+  return v.is_number() ? v.get<int64_t>() : 0;
+}
+
+// /proc/PID/environ as NUL-separated text ("" when unreadable).
+std::string EnvironOf(pid_t pid) { return ReadFile(absl::StrCat("/proc/", pid, "/environ")); }
+
+// The det-trial process of `allocation_id` (0 when none runs).
+pid_t DetTrialOf(const std::string& allocation_id) {
+  const std::string entry = std::string("\0DET_ALLOCATION_ID=", 19) + allocation_id + std::string("\0", 1);
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (ReadFile(e.path() / "comm").rfind("det-trial", 0) != 0) continue;
+    if ((std::string("\0", 1) + ReadFile(e.path() / "environ")).find(entry) != std::string::npos) {
+      return static_cast<pid_t>(std::stoi(name));
+    }
+  }
+  return 0;
+}
+
+// A field of /proc/PID/status ("Uid", "Gid", "Groups"): its value, "" when
+// unknown.
+std::string StatusField(pid_t pid, const std::string& field) {
+  std::istringstream in(ReadFile(absl::StrCat("/proc/", pid, "/status")));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::string(absl::StripAsciiWhitespace(line.substr(field.size() + 1)));
+  }
+  return "";
+}
+
+// The allocation trial `trial_id` runs now ("" when none).
+std::string AllocationOf(TestCluster& cluster, int64_t trial_id) {
+  auto agents = cluster.Get("/api/v1/agents");
+  if (!agents.is_object()) return "";
+  const std::string prefix = absl::StrCat("trial-", trial_id, ".");
+  for (const auto& a : agents.value("agents", nlohmann::json::array())) {
+    for (const auto& id : a.value("allocation_ids", nlohmann::json::array())) {
+      if (id.get<std::string>().rfind(prefix, 0) == 0) return id.get<std::string>();
+    }
+  }
+  return "";
+}
+
+// key=value pairs of the first "SNOOP ..." line of `logs` (empty when none).
+std::map<std::string, std::string> SnoopReport(const std::string& logs) {
+  std::map<std::string, std::string> out;
+  const size_t at = logs.find("SNOOP uid=");
+  if (at == std::string::npos) return out;
+  std::istringstream in(logs.substr(at + 6, logs.find('\n', at) - at - 6));
+  for (std::string kv; in >> kv;) {
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos) out[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return out;
+}
+
+class SecurityTenantsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "the cross-tenant test needs root (det-agent runs each user's trials as that "
+                                "user's uid); CI runs it as root";
+    // Other uids pass through the test dir to the agent's work dir and the
+    // checkpoint storage; they list nothing.
+    ASSERT_EQ(chmod(dir_.path().c_str(), 0711), 0);
+    // The storage root as docs/operations/security.md says: setgid to the
+    // daemons' group (here root's), sticky, writable and not listable by
+    // others.
+    fs::create_directories(Checkpoints());
+    ASSERT_EQ(chmod(Checkpoints().c_str(), 03733), 0);
+    WriteFile(dir_ / "secret", std::string(kSecret) + "\n");
+    cluster_ = std::make_unique<TestCluster>(
+        dir_, TestClusterOptions().add_master_flags(
+                  {"--cluster-secret-file", dir_ / "secret", "--trial-uid-range", "200000-200009"}));
+    cluster_->StartAgent("a", AgentOptions().set_slots(2).add_flags({"--cluster-secret-file", dir_ / "secret"}));
+    ASSERT_TRUE(PollUntil([&] { return cluster_->ConnectedAgents() == 1; }, 30s)) << cluster_->AgentLogs();
+    std::string out, err;
+    ASSERT_EQ(cluster_->Cli({"user", "login", "admin", "--password-stdin"}, &out, &err, "\n"), 0) << err;
+    for (const char* user : {"alice", "bob"}) {
+      ASSERT_EQ(cluster_->Cli({"user", "create", user, "--password-stdin"}, &out, &err, "pw-of-tenant\n"), 0) << err;
+    }
+  }
+
+  void LoginAs(const std::string& user) {
+    std::string out, err;
+    ASSERT_EQ(cluster_->Cli({"user", "login", user, "--password-stdin"}, &out, &err, "pw-of-tenant\n"), 0) << err;
+  }
+  std::string Checkpoints() const { return dir_ / "checkpoints"; }
+  int64_t FirstTrial(int exp) {
+    nlohmann::json trials;
+    EXPECT_TRUE(PollUntil([&] { return !(trials = cluster_->Trials(exp)).empty(); }, 30s));
+    return trials.empty() ? 0 : Int(trials[0]["id"]);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<TestCluster> cluster_;
+};
+
+TEST_F(SecurityTenantsTest, ATrialCannotReadOrSignalAnotherUsersTrial) {
+  LoginAs("alice");
+  const int alice_exp = cluster_->CreateExperiment(Config("alice", 600, 50, Checkpoints()), "alice");
+  ASSERT_GT(alice_exp, 0);
+  const int64_t alice_trial = FirstTrial(alice_exp);
+  std::string alice_alloc, uuid;
+  pid_t alice_pid = 0;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        alice_alloc = AllocationOf(*cluster_, alice_trial);
+        alice_pid = alice_alloc.empty() ? 0 : DetTrialOf(alice_alloc);
+        uuid = cluster_->Trial(alice_trial).value("latest_checkpoint_uuid", "");
+        return alice_pid != 0 && !uuid.empty();
+      },
+      120s))
+      << cluster_->AgentLogs() << cluster_->MasterLog();
+  const std::string alice_ckpt = (fs::path(Checkpoints()) / uuid).string();
+
+  // Alice's trial: her own uid from the range, no supplementary groups, no
+  // token in its environment (the agent passed it on fd 4), not dumpable.
+  EXPECT_EQ(StatusField(alice_pid, "Uid"), absl::StrCat(kFirstUid, "\t", kFirstUid, "\t", kFirstUid, "\t", kFirstUid));
+  EXPECT_EQ(StatusField(alice_pid, "Gid"), absl::StrCat(kFirstUid, "\t", kFirstUid, "\t", kFirstUid, "\t", kFirstUid));
+  EXPECT_EQ(StatusField(alice_pid, "Groups"), "");
+  EXPECT_FALSE(absl::StrContains(EnvironOf(alice_pid), "DET_ALLOCATION_TOKEN="));
+  EXPECT_TRUE(absl::StrContains(EnvironOf(alice_pid), "DET_ALLOCATION_TOKEN_FD=4"));
+  struct stat st {};
+  ASSERT_EQ(stat(absl::StrCat("/proc/", alice_pid, "/environ").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "det-trial is dumpable (its /proc/PID files belong to its uid)";
+  // Her checkpoint: her uid, the storage root's group, nothing for others.
+  ASSERT_EQ(stat(alice_ckpt.c_str(), &st), 0) << alice_ckpt;
+  EXPECT_EQ(st.st_uid, static_cast<uid_t>(kFirstUid));
+  EXPECT_EQ(st.st_gid, 0u) << "not the setgid storage root's group";
+  EXPECT_EQ(st.st_mode & 07777, 02770u) << std::oct << (st.st_mode & 07777);
+  ASSERT_EQ(stat((fs::path(alice_ckpt) / "metadata.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u) << std::oct << (st.st_mode & 0777);
+  // Her allocation's directory is hers alone.
+  ASSERT_EQ(stat((fs::path(dir_ / "agent-a/allocations") / alice_alloc).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, static_cast<uid_t>(kFirstUid));
+  EXPECT_EQ(st.st_mode & 0777, 0700u) << std::oct << (st.st_mode & 0777);
+
+  // Bob's snoop, on the same agent, at the same time.
+  LoginAs("bob");
+  const int bob_exp = cluster_->CreateExperiment(
+      Config("snoop", 20, 0, Checkpoints(),
+             {absl::StrCat("SNOOP_VICTIM_PID=", alice_pid), "SNOOP_VICTIM_DIR=" + alice_ckpt,
+              "SNOOP_STORAGE_ROOT=" + Checkpoints()}),
+      "snoop", std::string(DET_TRIALS_DIR) + "/snoop_trial.so");
+  ASSERT_GT(bob_exp, 0);
+  const int64_t bob_trial = FirstTrial(bob_exp);
+  pid_t bob_pid = 0;
+  std::map<std::string, std::string> report;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        const std::string alloc = AllocationOf(*cluster_, bob_trial);
+        if (bob_pid == 0 && !alloc.empty()) bob_pid = DetTrialOf(alloc);
+        report = SnoopReport(cluster_->TrialLogs(bob_trial));
+        return !report.empty();
+      },
+      120s))
+      << cluster_->TrialLogs(bob_trial) << cluster_->AgentLogs();
+  // Whatever the snoop did, alice's trial goes on (a SIGSTOP that got through
+  // was already counted below).
+  kill(alice_pid, SIGCONT);
+  EXPECT_EQ(report["uid"], std::to_string(kFirstUid + 1)) << "bob's trial runs as his own uid";
+  if (bob_pid != 0) EXPECT_EQ(StatusField(bob_pid, "Uid").substr(0, 6), std::to_string(kFirstUid + 1));
+  EXPECT_EQ(report["token_hits"], "0") << "an allocation token in a readable environment";
+  EXPECT_EQ(report["cmdline_token_hits"], "0");
+  EXPECT_EQ(report["victim_environ"], "EACCES");
+  EXPECT_EQ(report["victim_fd4"], "EACCES");
+  EXPECT_EQ(report["kill0"], "EPERM");
+  EXPECT_EQ(report["sigstop"], "EPERM");
+  EXPECT_EQ(report["victim_dir"], "EACCES");
+  EXPECT_EQ(report["storage_root_list"], "EACCES");
+  EXPECT_TRUE(cluster_->WaitForState(bob_exp, "STATE_COMPLETED", 120s)) << cluster_->TrialLogs(bob_trial);
+
+  // Alice pauses and resumes: the same uid reads her own checkpoint, and the
+  // trial completes with all its metrics.
+  LoginAs("alice");
+  std::string out, err;
+  ASSERT_EQ(cluster_->Cli({"experiment", "pause", std::to_string(alice_exp)}, &out, &err), 0) << err;
+  ASSERT_TRUE(cluster_->WaitForState(alice_exp, "STATE_PAUSED", 120s)) << cluster_->TrialLogs(alice_trial);
+  ASSERT_TRUE(PollUntil([&] { return AllocationOf(*cluster_, alice_trial).empty(); }, 60s));
+  ASSERT_EQ(cluster_->Cli({"experiment", "activate", std::to_string(alice_exp)}, &out, &err), 0) << err;
+  ASSERT_TRUE(cluster_->WaitForState(alice_exp, "STATE_COMPLETED", 180s))
+      << cluster_->TrialLogs(alice_trial) << cluster_->MasterLog();
+  const std::string logs = cluster_->TrialLogs(alice_trial);
+  EXPECT_TRUE(absl::StrContains(logs, "resumed from checkpoint")) << logs;
+  const nlohmann::json training = cluster_->Metrics(alice_trial, "training");
+  ASSERT_FALSE(training.empty());
+  EXPECT_EQ(Int(training.back()["total_batches"]), 600) << training.dump();
+  EXPECT_FALSE(cluster_->Metrics(alice_trial, "validation").empty());
+
+  // Alice warm-starts from bob's checkpoint, which her uid may not open:
+  // the agent stages a copy owned by her uid, and the trial loads that.
+  const std::string bob_uuid = cluster_->Trial(bob_trial).value("latest_checkpoint_uuid", "");
+  ASSERT_FALSE(bob_uuid.empty());
+  const int warm = cluster_->CreateExperiment(
+      Config("warm", 20, 0, Checkpoints(), {}, "  source_checkpoint_uuid: " + bob_uuid + "\n"), "warm");
+  ASSERT_GT(warm, 0);
+  const int64_t warm_trial = FirstTrial(warm);
+  EXPECT_TRUE(cluster_->WaitForState(warm, "STATE_COMPLETED", 120s))
+      << cluster_->TrialLogs(warm_trial) << cluster_->AgentLogs();
+  const std::string warm_logs = cluster_->TrialLogs(warm_trial);
+  EXPECT_TRUE(absl::StrContains(warm_logs, "warm start: model weights from checkpoint")) << warm_logs;
+  EXPECT_TRUE(absl::StrContains(warm_logs, "/warm-start")) << "not the agent's copy: " << warm_logs;
+
+  // det-cli shows the recorded uids.
+  ASSERT_EQ(cluster_->Cli({"user", "login", "admin", "--password-stdin"}, &out, &err, "\n"), 0) << err;
+  ASSERT_EQ(cluster_->Cli({"user", "list"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, std::to_string(kFirstUid))) << out;
+  int status = 0;
+  cluster_->Get("/api/v1/master", &status);
+  EXPECT_EQ(status, 200) << "the master stopped answering";
+}
+
+}  // namespace
+}  // namespace det::testing

@@ -492,7 +492,8 @@ namespace trialv1 = ::det::trial::v1;
 // Helpers of sections 3 and 6: untrusted trial code with real credentials.
 
 // A stand-in for det-trial (the agent's --det-trial): it saves its
-// environment, which holds its allocation id and token, to
+// environment, which holds its allocation id, and its token (read from fd
+// DET_ALLOCATION_TOKEN_FD: never in the environment) to
 // DIR/trial-env/<allocation id>, prints a flood when the config sets
 // FAKE_TRIAL_FLOOD, then sleeps. The test then calls det.trial.v1 as the
 // trial's code could.
@@ -501,7 +502,7 @@ std::string FakeDetTrial(const TempDir& dir) {
   std::filesystem::create_directories(envs);
   const std::string script = dir / "fake-det-trial.sh";
   WriteFile(script, absl::StrCat(R"(#!/bin/sh
-env > ")", envs, R"(/.$DET_ALLOCATION_ID" && mv ")", envs, R"(/.$DET_ALLOCATION_ID" ")", envs, R"(/$DET_ALLOCATION_ID"
+{ env; echo "DET_ALLOCATION_TOKEN=`cat <&$DET_ALLOCATION_TOKEN_FD`"; } > ")", envs, R"(/.$DET_ALLOCATION_ID" && mv ")", envs, R"(/.$DET_ALLOCATION_ID" ")", envs, R"(/$DET_ALLOCATION_ID"
 if [ -n "$FAKE_TRIAL_FLOOD" ]; then
   awk 'BEGIN { s = "x"; for (i = 0; i < 19; i++) s = s s; print s;
                for (i = 0; i < 60000; i++) printf "agent flood line %d yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy\n", i }'

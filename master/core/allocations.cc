@@ -2,9 +2,12 @@
 // last process, and what their end means for the trial (done, resumed,
 // restarted or failed).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -186,6 +189,7 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
   trial.exit_completed = false;
   SetTrialState(trial, trial.row.state);
   FillRendezvousLocked(*alloc);
+  const std::optional<std::pair<int64_t, int64_t>> run_as = RunAsOfOwnerLocked(exp.row.owner, trial_id);
   int rank = 0;
   for (const auto& placement : a.placements) {
     auto ait = agents_.find(placement.agent_id);
@@ -204,6 +208,11 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
     start->set_config_yaml(exp.row.config_yaml);
     start->set_master_address(trial_master_address_);
     start->set_checkpoint_storage_path(exp.checkpoint_dir);
+    if (run_as) {
+      start->set_run_as_uid(static_cast<uint32_t>(run_as->first));
+      start->set_run_as_gid(static_cast<uint32_t>(run_as->second));
+      start->set_warm_start_source_path(ForeignWarmStartLocked(exp, trial));
+    }
     for (const auto& [k, v] : exp.config.environment.environment_variables) (*start->mutable_env())[k] = v;
     int local_rank = 0;
     for (int slot : placement.slots) {
@@ -222,6 +231,36 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
   spdlog::info("trial {}: allocation {} placed on {} process(es)", trial_id, alloc->id, alloc->processes);
   SaveAllocation(*alloc);
   allocations_[alloc->id] = std::move(alloc);
+}
+
+std::optional<std::pair<int64_t, int64_t>> MasterCore::RunAsOfOwnerLocked(const std::string& owner,
+                                                                          int64_t trial_id) {
+  if (owner.empty()) return std::nullopt;
+  absl::StatusOr<std::pair<int64_t, int64_t>> ids =
+      store_->AgentIdsOfUser(owner, options_.trial_uid_first, options_.trial_uid_last);
+  if (ids.ok()) {
+    if (ids->first <= 0 || ids->first > UINT32_MAX || ids->second <= 0 || ids->second > UINT32_MAX) {
+      return std::nullopt;
+    }
+    return *ids;
+  }
+  if (ids.status().code() != absl::StatusCode::kNotFound) {
+    // Visible to the user and the operator: the trial runs as the agent's
+    // --trial-user, shared with other users.
+    spdlog::error("trial {}: no uid of its own for user '{}': {}", trial_id, owner, ids.status().ToString());
+    TrialLogLocked(trial_id, "", absl::StrCat("[det-master] warning: runs as the agent's --trial-user, not a uid of ",
+                                              "its own: ", ids.status().message()));
+  }
+  return std::nullopt;
+}
+
+std::string MasterCore::ForeignWarmStartLocked(const ExperimentRuntime& exp, const TrialRuntime& trial) {
+  if (exp.row.warm_start_checkpoint_uuid.empty() || !trial.row.latest_checkpoint_uuid.empty()) return "";
+  auto ck = store_->GetCheckpoint(exp.row.warm_start_checkpoint_uuid);
+  if (!ck.ok()) return "";
+  auto source = experiments_.find(ck->experiment_id);
+  if (source != experiments_.end() && source->second->row.owner == exp.row.owner) return "";
+  return ck->storage_path;
 }
 
 void MasterCore::KillAllocationLocked(AllocationRuntime& alloc, const std::string& reason) {

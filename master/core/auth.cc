@@ -95,6 +95,8 @@ apiv1::User UserProto(const UserRow& row) {
   u.set_active(row.active);
   *u.mutable_created_time() = TimeUtil::MillisecondsToTimestamp(row.created_ms);
   *u.mutable_modified_time() = TimeUtil::MillisecondsToTimestamp(row.modified_ms);
+  u.set_agent_uid(row.agent_uid);
+  u.set_agent_gid(row.agent_gid);
   return u;
 }
 

@@ -101,6 +101,12 @@ struct MasterOptions {
   // Metrics: name length, values per reported row, distinct names and bytes
   // per trial (master/store/metric_limits.h); a report over one is refused.
   MetricLimits metric_limits;
+  // det-master --trial-uid-range FIRST-LAST: each det user's trials run as
+  // a uid of this range (uid = gid) recorded per user when first needed
+  // (Store::AgentIdsOfUser) and sent in StartAllocation.run_as_uid. 0-0:
+  // none (the agents' --trial-user, one uid for all users).
+  int64_t trial_uid_first = 0;
+  int64_t trial_uid_last = 0;
   // The largest gRPC message and authenticated REST body the servers accept
   // (unauthenticated REST bodies: kMaxUnauthenticatedBodyBytes); larger
   // trial.so files go through UploadArtifact in 1 MiB chunks.
@@ -553,6 +559,17 @@ class MasterCore {
   // step (every removal from pending_ goes through here). O(pending).
   void ErasePendingIf(const std::function<bool(const SchedRequest&)>& drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& trial, const Assignment& assignment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The {uid, gid} the trials of experiment owner `owner` run as on the
+  // agents (Store::AgentIdsOfUser with --trial-uid-range); nullopt: none
+  // (the agent's --trial-user), with a warning in trial `trial_id`'s log
+  // when the range is used up.
+  std::optional<std::pair<int64_t, int64_t>> RunAsOfOwnerLocked(const std::string& owner, int64_t trial_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The directory of the warm-start source checkpoint of `trial` when it
+  // belongs to another user's experiment (the agent stages a copy for the
+  // trial's uid: StartAllocation.warm_start_source_path); "" otherwise.
+  std::string ForeignWarmStartLocked(const ExperimentRuntime& exp, const TrialRuntime& trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One rank of `allocation_id` ended with `exit_code` (128+signal when
   // killed). `lost`: the master gave up on it (agent lost, not reattachable):

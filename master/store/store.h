@@ -238,6 +238,10 @@ struct UserRow {
   bool active = true;
   int64_t created_ms = 0;
   int64_t modified_ms = 0;
+  // The Unix uid/gid the user's trials run as on the agents (0: none
+  // recorded). Written by AgentIdsOfUser, never by InsertUser/UpdateUser.
+  int64_t agent_uid = 0;
+  int64_t agent_gid = 0;
 };
 
 // A login token, stored as the hex SHA-256 of the token.
@@ -618,6 +622,15 @@ class Store {
 
   // Every user, ordered by id.
   absl::StatusOr<std::vector<UserRow>> ListUsers();
+
+  // The Unix {uid, gid} trials of user `username` run as: the recorded ones;
+  // else, when first..last is a range (1000 <= first <= last), the smallest
+  // uid of the range above every uid ever recorded in it, recorded now with
+  // gid = uid (so a uid is never given to two users); else {0, 0} (none).
+  // NotFound for an unknown user; ResourceExhausted when the range is used
+  // up. Thread-safe.
+  absl::StatusOr<std::pair<int64_t, int64_t>> AgentIdsOfUser(const std::string& username, int64_t first,
+                                                              int64_t last);
 
   // Stores a token; FailedPrecondition when row.user_id names no user.
   absl::Status InsertUserToken(const UserTokenRow& row);

@@ -280,12 +280,20 @@ CREATE INDEX metrics_trial_group_batches ON metrics(trial_id, metric_group, tota
 CREATE INDEX metrics_trial_id_id ON metrics(trial_id, id);
 )sql";
 
+// Migration 13: the Unix uid and gid each det user's trials run as on the
+// agents (0: none recorded; det-master --trial-uid-range assigns one when
+// first needed, an admin may link one). Never reused.
+constexpr char kMigration13[] = R"sql(
+ALTER TABLE users ADD COLUMN agent_uid INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE users ADD COLUMN agent_gid INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
       new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6,
                                    kMigration7, kMigration8, kMigration9, kMigration10,
-                                   kMigration11, kMigration12};
+                                   kMigration11, kMigration12, kMigration13};
   return *kMigrations;
 }
 

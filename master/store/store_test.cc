@@ -909,6 +909,7 @@ TEST_F(StoreTest, Migration12KeepsMetricRowsAndIndexes) {
           "metric_group, trial_run_id);"
           "CREATE INDEX metrics_trial_group_batches ON metrics(trial_id, metric_group, total_batches);"
           "CREATE INDEX metrics_trial_id_id ON metrics(trial_id, id);"
+          "ALTER TABLE users DROP COLUMN agent_uid; ALTER TABLE users DROP COLUMN agent_gid;"  // migration 13's
           "DELETE FROM schema_migrations WHERE version >= 12;" +
           absl::StrCat("INSERT INTO metrics VALUES (5, ", t, ", 0, 'training', 10, 0.5, '{\"loss\":1}', 1, 0);",
                        "INSERT INTO metrics VALUES (7, ", t, ", 0, 'validation', 20, 1, '{\"loss\":2}', 2, 1);"));

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +19,8 @@ using store_internal::Binder;
 using store_internal::ColInt;
 using store_internal::ColText;
 
-#define DET_USER_COLUMNS "id, username, display_name, password_hash, admin, active, created_ms, modified_ms"
+#define DET_USER_COLUMNS \
+  "id, username, display_name, password_hash, admin, active, created_ms, modified_ms, agent_uid, agent_gid"
 constexpr char kInsertUser[] =
     "INSERT INTO users(username, display_name, password_hash, admin, active, created_ms, modified_ms) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)";
@@ -27,6 +29,8 @@ constexpr char kUpdateUser[] =
 constexpr char kGetUser[] = "SELECT " DET_USER_COLUMNS " FROM users WHERE id = ?";
 constexpr char kGetUserByName[] = "SELECT " DET_USER_COLUMNS " FROM users WHERE username = ?";
 constexpr char kListUsers[] = "SELECT " DET_USER_COLUMNS " FROM users ORDER BY id";
+constexpr char kMaxAgentUidIn[] = "SELECT COALESCE(MAX(agent_uid), 0) FROM users WHERE agent_uid BETWEEN ? AND ?";
+constexpr char kSetAgentIds[] = "UPDATE users SET agent_uid = ?, agent_gid = ? WHERE id = ? AND agent_uid = 0";
 constexpr char kInsertUserToken[] =
     "INSERT INTO user_tokens(token_hash, user_id, created_ms, expires_ms) VALUES (?, ?, ?, ?)";
 constexpr char kGetUserToken[] =
@@ -45,6 +49,8 @@ UserRow ReadUser(sqlite3_stmt* s) {
   u.active = ColInt(s, 5) != 0;
   u.created_ms = ColInt(s, 6);
   u.modified_ms = ColInt(s, 7);
+  u.agent_uid = ColInt(s, 8);
+  u.agent_gid = ColInt(s, 9);
   return u;
 }
 
@@ -123,6 +129,42 @@ absl::StatusOr<std::vector<UserRow>> Store::ListUsers() {
   while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(ReadUser(st.get()));
   if (rc != SQLITE_DONE) return Error(rc, "list users");
   return out;
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> Store::AgentIdsOfUser(const std::string& username, int64_t first,
+                                                                   int64_t last) {
+  // Only the UPDATE runs through Write: a refusal (an unknown user, a used-up
+  // range) must not fail the caller's Transaction.
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(UserRow user, GetUserByName(username));
+  if (user.agent_uid != 0) return std::make_pair(user.agent_uid, user.agent_gid);
+  if (first < 1000 || first > last) return std::make_pair(int64_t{0}, int64_t{0});
+  int64_t highest = 0;
+  {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kMaxAgentUidIn));
+    Binder b(st.get());
+    b.Int(first).Int(last);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind uid range");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_ROW) return Error(rc, "read the largest assigned uid");
+    highest = ColInt(st.get(), 0);
+  }
+  const int64_t uid = highest == 0 ? first : highest + 1;
+  if (uid > last) {
+    return absl::ResourceExhaustedError(absl::StrCat("every uid of --trial-uid-range ", first, "-", last,
+                                                     " is taken: widen the range to run trials of user '", username,
+                                                     "'"));
+  }
+  DET_RETURN_IF_ERROR(Write([&]() -> absl::Status {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kSetAgentIds));
+    Binder b(st.get());
+    b.Int(uid).Int(uid).Int(user.id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind agent uid");
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("record the uid of user ", username));
+    return absl::OkStatus();
+  }));
+  return std::make_pair(uid, uid);
 }
 
 absl::Status Store::InsertUserToken(const UserTokenRow& row) {

@@ -410,7 +410,7 @@ int main(int argc, char** argv) {
   app.add_flag("--local", flags.local, "Train with no master (local mode)");
   app.add_flag("--managed", managed,
                "Run an allocation of the master (started by det-agent; reads DET_MASTER, DET_ALLOCATION_ID, "
-               "DET_ALLOCATION_TOKEN, DET_RANK)");
+               "DET_ALLOCATION_TOKEN_FD or DET_ALLOCATION_TOKEN, DET_RANK)");
   app.add_option("--slurm-job-file", slurm_job_file,
                  "With --managed: a rank of a Slurm job of det-master's Slurm resource manager (its job.json; rank "
                  "and world size from srun's SLURM_* variables)");

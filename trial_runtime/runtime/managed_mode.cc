@@ -8,9 +8,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -29,6 +31,7 @@
 #include "det/trial/v1/trial.grpc.pb.h"
 #include "trial_runtime/runtime/distributed.h"
 #include "trial_runtime/runtime/operation_relay.h"
+#include "trial_runtime/runtime/allocation_token.h"
 #include "trial_runtime/runtime/process_setup.h"
 #include "trial_runtime/runtime/trial_controller.h"
 #include "trial_runtime/runtime/trial_loader.h"
@@ -562,7 +565,11 @@ std::optional<int> ManagedRank::RestoreLatestCheckpoint() {
   if (tc_.latest_checkpoint().uuid().empty()) {
     // A new trial of a warm-started experiment: the source's weights only.
     if (tc_.warm_start_checkpoint().uuid().empty()) return std::nullopt;
-    absl::Status st = WarmStart(tc_.warm_start_checkpoint().storage_path(), *context_, chief_);
+    // det-agent's copy (DET_WARM_START_DIR) when the source is another
+    // user's checkpoint, which this trial's uid may not read.
+    const std::string staged = Env("DET_WARM_START_DIR");
+    absl::Status st =
+        WarmStart(staged.empty() ? tc_.warm_start_checkpoint().storage_path() : staged, *context_, chief_);
     if (!st.ok()) return Fail(kExitTrialError, reporting_client_, st, false);
     return std::nullopt;
   }
@@ -711,10 +718,21 @@ int ManagedRank::Finish() {
 }  // namespace
 
 int RunManaged(const std::string& trial_path, int threads) {
-  return RunManagedWithToken(trial_path, threads, Env("DET_ALLOCATION_TOKEN"));
+  // First, before anything else may open a file: det-agent passes the token
+  // on an inherited pipe (DET_ALLOCATION_TOKEN_FD), never in the environment.
+  absl::StatusOr<std::string> token = ReadAllocationToken();
+  if (!token.ok()) {
+    std::fprintf(stderr, "det-trial: error: %s\n", std::string(token.status().message()).c_str());
+    return kExitConfigError;
+  }
+  return RunManagedWithToken(trial_path, threads, *token);
 }
 
 int RunManagedWithToken(const std::string& trial_path, int threads, const std::string& token) {
+  // The token is in this process's memory: no other process of its uid (a
+  // second trial of the same user, anything the trial started) may ptrace
+  // it or read its memory or fds through /proc.
+  if (!MakeNonDumpable()) spdlog::warn("[det-trial] prctl(PR_SET_DUMPABLE, 0): {}", std::strerror(errno));
   TuneAllocator();
   InstallStopSignalHandlers();
   const std::string master = Env("DET_MASTER");

@@ -12,8 +12,10 @@ namespace det::runtime {
 // agent (common/exit_codes.h).
 using det::kExitMasterUnreachable;
 
-// Reads DET_MASTER, DET_ALLOCATION_ID, DET_ALLOCATION_TOKEN and DET_RANK from
-// the environment, fetches the trial's context from the master's
+// Reads DET_MASTER, DET_ALLOCATION_ID and DET_RANK from the environment and
+// the allocation token from fd DET_ALLOCATION_TOKEN_FD (else
+// DET_ALLOCATION_TOKEN; allocation_token.h), makes itself non-dumpable,
+// fetches the trial's context from the master's
 // TrialService, restores its latest checkpoint, then performs the operations
 // the master hands out (train to N batches, validate, checkpoint, exit),
 // reporting metrics and checkpoints. SIGTERM or the master's preemption make
@@ -22,8 +24,8 @@ using det::kExitMasterUnreachable;
 // exit code; a config or library error reports ReportEarlyExit(ERRORED) and
 // exits 2 or 3, which the master does not retry.
 int RunManaged(const std::string& trial_path, int threads);
-// The same with the allocation token given rather than read from
-// DET_ALLOCATION_TOKEN (det-trial --slurm-job-file: slurm_mode.h).
+// The same with the allocation token given rather than read (det-trial
+// --slurm-job-file: slurm_mode.h).
 int RunManagedWithToken(const std::string& trial_path, int threads, const std::string& token);
 
 }  // namespace det::runtime

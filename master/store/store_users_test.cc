@@ -1,0 +1,94 @@
+// Store: the Unix uid/gid recorded per det user (det-master
+// --trial-uid-range; issue 46, tenants).
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "master/store/store.h"
+
+namespace det {
+namespace master {
+namespace {
+
+class StoreUsersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/det_store_users_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto store = Store::Open(dir_ + "/master.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+  void TearDown() override {
+    store_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void AddUser(const std::string& name) {
+    UserRow u;
+    u.username = name;
+    u.password_hash = "pbkdf2-sha256$1$00$00";
+    ASSERT_TRUE(store_->InsertUser(u).ok());
+  }
+
+  std::string dir_;
+  std::unique_ptr<Store> store_;
+};
+
+// Each user gets the next uid of the range when first asked, keeps it, and
+// no two users share one; gid = uid.
+TEST_F(StoreUsersTest, EachUserGetsTheirOwnUidFromTheRange) {
+  AddUser("alice");
+  AddUser("bob");
+  AddUser("carol");
+  auto alice = store_->AgentIdsOfUser("alice", 200000, 200001);
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  EXPECT_EQ(alice->first, 200000);
+  EXPECT_EQ(alice->second, 200000);
+  auto bob = store_->AgentIdsOfUser("bob", 200000, 200001);
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  EXPECT_EQ(bob->first, 200001);
+  // Asked again: the same uid, recorded (also in ListUsers).
+  EXPECT_EQ(store_->AgentIdsOfUser("alice", 200000, 200001)->first, 200000);
+  EXPECT_EQ(store_->GetUserByName("bob")->agent_uid, 200001);
+  EXPECT_EQ(store_->GetUserByName("bob")->agent_gid, 200001);
+  // The range is used up: a clear error, nothing recorded.
+  auto carol = store_->AgentIdsOfUser("carol", 200000, 200001);
+  EXPECT_EQ(carol.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(carol.status().message()).find("--trial-uid-range 200000-200001"), std::string::npos)
+      << carol.status();
+  EXPECT_EQ(store_->GetUserByName("carol")->agent_uid, 0);
+  // A recorded uid survives a narrower range, and is not handed out again
+  // from a wider one.
+  auto carol_wider = store_->AgentIdsOfUser("carol", 200000, 200009);
+  ASSERT_TRUE(carol_wider.ok());
+  EXPECT_EQ(carol_wider->first, 200002);
+  EXPECT_EQ(store_->AgentIdsOfUser("unknown", 200000, 200009).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Without a range (or with one below 1000, where system users live) no uid
+// is recorded: the agent falls back to its --trial-user.
+TEST_F(StoreUsersTest, NoRangeNoUid) {
+  AddUser("alice");
+  EXPECT_EQ(store_->AgentIdsOfUser("alice", 0, 0)->first, 0);
+  EXPECT_EQ(store_->AgentIdsOfUser("alice", 0, 999)->first, 0);
+  EXPECT_EQ(store_->GetUserByName("alice")->agent_uid, 0);
+}
+
+// A refusal inside a Transaction does not fail the Transaction.
+TEST_F(StoreUsersTest, RefusalInsideATransactionKeepsIt) {
+  AddUser("alice");
+  Store::Transaction txn(store_.get());
+  EXPECT_EQ(store_->AgentIdsOfUser("nobody", 200000, 200009).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->AgentIdsOfUser("alice", 200000, 200009)->first, 200000);
+  ASSERT_TRUE(txn.Commit().ok());
+  EXPECT_EQ(store_->GetUserByName("alice")->agent_uid, 200000);
+}
+
+}  // namespace
+}  // namespace master
+}  // namespace det
