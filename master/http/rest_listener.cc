@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -53,6 +55,8 @@ struct Conn {
   int fd = -1;
   std::string ip;
   int port = 0;
+  SSL* ssl = nullptr;      // HTTPS: the session (handshake done in the loop)
+  short wait = POLLIN;     // what the last transfer that would block waits for
   std::string buf;  // bytes read and not yet consumed by a request
   // Set once the head is complete: bytes of buf the loop reads before the
   // request goes to a worker (head, plus a small body), and how many body
@@ -64,6 +68,75 @@ struct Conn {
   Clock::time_point body_deadline;  // the worker's reads
   int served = 0;                   // requests answered on this connection
 };
+
+// One non-blocking transfer on a connection, plain or TLS: bytes moved
+// (> 0), 0 at the peer's end of the stream, kWouldBlock (c.wait says for
+// which event) or kBroken.
+constexpr ssize_t kWouldBlock = -2;
+constexpr ssize_t kBroken = -1;
+
+ssize_t TlsResult(Conn& c, int r) {
+  switch (SSL_get_error(c.ssl, r)) {
+    case SSL_ERROR_WANT_READ:
+      c.wait = POLLIN;
+      return kWouldBlock;
+    case SSL_ERROR_WANT_WRITE:
+      c.wait = POLLOUT;
+      return kWouldBlock;
+    case SSL_ERROR_ZERO_RETURN:
+      return 0;
+    default:
+      return kBroken;
+  }
+}
+
+ssize_t RecvSome(Conn& c, char* p, size_t n) {
+  if (c.ssl == nullptr) {
+    ssize_t r;
+    do {
+      r = ::recv(c.fd, p, n, MSG_DONTWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r >= 0) return r;
+    c.wait = POLLIN;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kBroken;
+  }
+  ERR_clear_error();
+  if (!SSL_is_init_finished(c.ssl)) {
+    int r = SSL_do_handshake(c.ssl);
+    if (r != 1) return TlsResult(c, r);
+  }
+  int r = SSL_read(c.ssl, p, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+  return r > 0 ? r : TlsResult(c, r);
+}
+
+ssize_t SendSome(Conn& c, const char* p, size_t n) {
+  if (c.ssl == nullptr) {
+    ssize_t r;
+    do {
+      r = ::send(c.fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r > 0) return r;
+    c.wait = POLLOUT;
+    return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? kWouldBlock : kBroken;
+  }
+  ERR_clear_error();
+  int r = SSL_write(c.ssl, p, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+  return r > 0 ? r : (TlsResult(c, r) == kWouldBlock ? kWouldBlock : kBroken);
+}
+
+// Frees the connection's session (a close_notify, if it can go at once)
+// and closes its socket.
+void Release(Conn& c) {
+  if (c.ssl != nullptr) {
+    if (SSL_is_init_finished(c.ssl)) {
+      ERR_clear_error();
+      (void)SSL_shutdown(c.ssl);
+    }
+    SSL_free(c.ssl);
+    c.ssl = nullptr;
+  }
+  ::close(c.fd);
+}
 
 // The value of header `name` in a request head ("" when absent).
 std::string HeaderValue(const std::string& head, const std::string& name) {
@@ -81,13 +154,13 @@ std::string HeaderValue(const std::string& head, const std::string& name) {
 
 // A short response written without waiting (the socket is non-blocking); a
 // client that does not read it just loses it.
-void WriteNow(int fd, int status, const char* reason, const std::string& message) {
+void WriteNow(Conn& c, int status, const char* reason, const std::string& message) {
   std::string body = ErrorJson(absl::Status(
       status == 431 ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable, message));
   std::string out = absl::StrCat("HTTP/1.1 ", status, " ", reason,
                                  "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ",
                                  body.size(), "\r\n\r\n", body);
-  (void)!::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)SendSome(c, out.data(), out.size());
 }
 
 // The worker's view of a connection: first the bytes the loop read, then
@@ -113,11 +186,9 @@ class ConnStream final : public httplib::Stream {
       return static_cast<ssize_t>(n);
     }
     while (!failed_) {
-      ssize_t n = ::recv(c_.fd, ptr, size, MSG_DONTWAIT);
+      ssize_t n = RecvSome(c_, ptr, size);
       if (n >= 0) return n;
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) break;
-      if (!Wait(POLLIN, c_.body_deadline)) break;
+      if (n != kWouldBlock || !Wait(c_.wait, c_.body_deadline)) break;
     }
     failed_ = true;
     return -1;
@@ -126,14 +197,10 @@ class ConnStream final : public httplib::Stream {
     Watch(ptr, size);
     size_t done = 0;
     while (done < size && !failed_) {
-      ssize_t n = ::send(c_.fd, ptr + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t n = SendSome(c_, ptr + done, size - done);
       if (n > 0) {
         done += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (!Wait(POLLOUT, Clock::now() + write_timeout_)) failed_ = true;
-      } else {
+      } else if (n != kWouldBlock || !Wait(c_.wait, Clock::now() + write_timeout_)) {
         failed_ = true;
       }
     }
@@ -203,7 +270,33 @@ class ConnStream final : public httplib::Stream {
 
 enum class Head { kWaiting, kReady, kTooLarge };
 
+// A server context of the PEM chain and key (TLS 1.2 or later), or
+// InvalidArgument naming both files and OpenSSL's reason.
+absl::StatusOr<SSL_CTX*> LoadTlsContext(const std::string& cert_file, const std::string& key_file) {
+  ERR_clear_error();
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx != nullptr && SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) == 1 &&
+      SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) == 1 &&
+      SSL_CTX_use_PrivateKey_file(ctx, key_file.c_str(), SSL_FILETYPE_PEM) == 1 &&
+      SSL_CTX_check_private_key(ctx) == 1) {
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    return ctx;
+  }
+  char reason[256] = "unknown error";
+  if (unsigned long e = ERR_peek_last_error(); e != 0) ERR_error_string_n(e, reason, sizeof(reason));
+  if (ctx != nullptr) SSL_CTX_free(ctx);
+  return absl::InvalidArgumentError(absl::StrCat("--tls-cert ", cert_file, " / --tls-key ", key_file,
+                                                 ": cannot load them for HTTPS (", reason, ")"));
+}
+
 }  // namespace
+
+absl::Status RestListener::CheckTls(const std::string& cert_file, const std::string& key_file) {
+  auto ctx = LoadTlsContext(cert_file, key_file);
+  if (!ctx.ok()) return ctx.status();
+  SSL_CTX_free(*ctx);
+  return absl::OkStatus();
+}
 
 absl::Status RestListenerOptions::Validate() const {
   auto bad = [](const char* flag, const std::string& range) {
@@ -256,6 +349,7 @@ class RestListener::Impl {
   RestListenerOptions opt_;
   const Handler handler_;
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1, stop_fd_ = -1;
+  SSL_CTX* ctx_ = nullptr;  // HTTPS when set (options' tls files)
   bool listen_paused_ = false;
   Clock::time_point resume_accept_;
   std::thread loop_;
@@ -274,6 +368,11 @@ class RestListener::Impl {
 };
 
 absl::StatusOr<int> RestListener::Impl::Bind(const std::string& host, int port) {
+  if (!opt_.tls_cert_file.empty()) {
+    auto ctx = LoadTlsContext(opt_.tls_cert_file, opt_.tls_key_file);
+    if (!ctx.ok()) return ctx.status();
+    ctx_ = *ctx;
+  }
   auto fail = [&](const std::string& why) {
     return absl::UnavailableError(absl::StrCat("cannot bind the REST API to ", host, ":", port, ": ", why));
   };
@@ -341,15 +440,17 @@ void RestListener::Impl::Stop() {
     workers.swap(workers_);
   }
   for (std::thread& t : workers) t.join();
-  for (auto& c : queue_) ::close(c->fd);
+  for (auto& c : queue_) Release(*c);
   queue_.clear();
-  for (auto& [fd, c] : waiting_) ::close(fd);
+  for (auto& [fd, c] : waiting_) Release(*c);
   waiting_.clear();
-  for (auto& c : returned_) ::close(c->fd);
+  for (auto& c : returned_) Release(*c);
   returned_.clear();
   for (int fd : {listen_fd_, epoll_fd_, wake_fd_, stop_fd_}) {
     if (fd >= 0) ::close(fd);
   }
+  if (ctx_ != nullptr) SSL_CTX_free(ctx_);
+  ctx_ = nullptr;
   listen_fd_ = epoll_fd_ = wake_fd_ = stop_fd_ = -1;
 }
 
@@ -422,6 +523,14 @@ void RestListener::Impl::Accept() {
     c->fd = fd;
     c->ip = host;
     c->port = std::atoi(serv);
+    if (ctx_ != nullptr) {
+      c->ssl = SSL_new(ctx_);
+      if (c->ssl == nullptr || SSL_set_fd(c->ssl, fd) != 1) {
+        Close(std::move(c));
+        continue;
+      }
+      SSL_set_accept_state(c->ssl);
+    }
     StartRequest(*c, /*keep_alive=*/false);
     Adopt(std::move(c));
   }
@@ -447,7 +556,9 @@ bool RestListener::Impl::Admit(int fd, const std::string& ip) {
     }
     if (from_ip == 0) per_address_.erase(ip);
   }
-  WriteNow(fd, 503, "Service Unavailable", refused);
+  Conn refused_conn;
+  refused_conn.fd = fd;
+  if (ctx_ == nullptr) WriteNow(refused_conn, 503, "Service Unavailable", refused);  // HTTPS: not before a handshake
   ::close(fd);
   return false;
 }
@@ -509,25 +620,32 @@ void RestListener::Impl::OnReadable(int fd) {
     size_t cap = std::max(c.need, static_cast<size_t>(opt_.max_head_bytes) + 1);
     if (c.buf.size() >= cap) break;
     char chunk[16384];
-    ssize_t n = ::recv(fd, chunk, std::min(sizeof(chunk), cap - c.buf.size()), MSG_DONTWAIT);
+    ssize_t n = RecvSome(c, chunk, std::min(sizeof(chunk), cap - c.buf.size()));
     if (n > 0) {
       c.buf.append(chunk, static_cast<size_t>(n));
       Head h = Progress(c);
       if (h != Head::kWaiting) break;
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    eof = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+    eof = n != kWouldBlock;
     break;
   }
   Head h = Progress(c);
-  if (h == Head::kWaiting && !eof) return;
+  if (h == Head::kWaiting && !eof) {
+    if (c.ssl != nullptr) {  // a TLS handshake or read may wait to write
+      epoll_event ev{};
+      ev.events = EPOLLRDHUP | (c.wait == POLLOUT ? EPOLLOUT : EPOLLIN);
+      ev.data.fd = fd;
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev);
+    }
+    return;
+  }
   std::unique_ptr<Conn> owned = std::move(it->second);
   waiting_.erase(it);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   if (h == Head::kReady) return Dispatch(std::move(owned));
   if (h == Head::kTooLarge) {
-    WriteNow(fd, 431, "Request Header Fields Too Large",
+    WriteNow(*owned, 431, "Request Header Fields Too Large",
              absl::StrCat("request head over ", opt_.max_head_bytes, " bytes"));
   }
   Close(std::move(owned));
@@ -553,7 +671,7 @@ void RestListener::Impl::Dispatch(std::unique_ptr<Conn> c) {
                      Seconds(static_cast<double>(c->unbuffered_body) / opt_.min_body_bytes_per_s);
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) {
-    ::close(c->fd);
+    Release(*c);
     return;
   }
   queue_.push_back(std::move(c));
@@ -625,7 +743,7 @@ void RestListener::Impl::Close(std::unique_ptr<Conn> c) {
     auto it = per_address_.find(c->ip);
     if (it != per_address_.end() && --it->second <= 0) per_address_.erase(it);
   }
-  ::close(c->fd);
+  Release(*c);
 }
 
 RestListener::RestListener(RestListenerOptions options, Handler handler)

@@ -54,6 +54,12 @@ struct RestListenerOptions {
   // Threads that run requests (created on demand; long streams hold one).
   // Requests beyond wait, their connections still bounded above.
   int max_workers = 64;
+  // HTTPS with this PEM certificate chain and key (TLS 1.2 or later, the
+  // handshake done in the epoll thread under the head deadline); empty:
+  // plain HTTP. Over a connection limit an HTTPS connection is closed
+  // without a 503.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 
   // InvalidArgument naming the --rest-* flag that is out of range.
   absl::Status Validate() const;
@@ -74,8 +80,13 @@ class RestListener {
   RestListener(const RestListener&) = delete;
   RestListener& operator=(const RestListener&) = delete;
 
+  // Whether the PEM chain and key load for HTTPS: InvalidArgument naming
+  // both files and the reason when not.
+  static absl::Status CheckTls(const std::string& cert_file, const std::string& key_file);
+
   // Binds and listens on host:port (0: any free port); returns the port.
-  // Unavailable naming the address when it cannot.
+  // Unavailable naming the address when it cannot; InvalidArgument when the
+  // TLS files do not load.
   absl::StatusOr<int> Bind(const std::string& host, int port);
   // Starts the epoll thread. Requires a successful Bind.
   void Start();

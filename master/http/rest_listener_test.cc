@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+// Debian's libcpp-httplib is built with OpenSSL: its SSLClient is there.
+#define CPPHTTPLIB_OPENSSL_SUPPORT
 #include <httplib.h>
 
 #include <atomic>
@@ -18,6 +20,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/test_util.h"
 
 namespace det::master {
 namespace {
@@ -247,6 +251,37 @@ TEST(RestListenerTest, StopEndsAnOpenStreamPromptly) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_LT(seconds, 2.0) << "Stop waited for a stream whose client is still there";
   ::close(fd);
+}
+
+TEST(RestListenerTest, TlsServesRequestsAndAStalledHandshakeMeetsTheHeadDeadline) {
+  det::testing::TempDir dir;
+  const std::string why = det::testing::WriteSelfSignedCert(dir.path());
+  ASSERT_EQ(why, "") << "the TLS test needs /usr/bin/openssl (installed by deploy/install-deps.sh)";
+  RestListenerOptions o;
+  o.header_timeout_s = 0.5;
+  o.tls_cert_file = dir / "cert.pem";
+  o.tls_key_file = dir / "key.pem";
+  Listening l(o);
+  httplib::SSLClient client("127.0.0.1", l.port);
+  client.set_ca_cert_path((dir / "cert.pem").c_str());
+  client.set_read_timeout(std::chrono::seconds(5));
+  for (int i = 0; i < 3; ++i) {  // a kept-alive TLS connection, back to the loop between requests
+    auto res = client.Get("/hi");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    EXPECT_EQ(res->body, "hi");
+  }
+  // A client that connects and sends half a ClientHello holds no worker and
+  // is closed at the head deadline.
+  int fd = Connect(l.port);
+  Send(fd, std::string("\x16\x03\x01\x02\x00", 5));
+  const auto start = Clock::now();
+  std::string got;
+  EXPECT_TRUE(ReadUntilClosed(fd, &got, std::chrono::seconds(5)));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 2.0);
+  ::close(fd);
+  const std::string bad(RestListener::CheckTls(dir / "cert.pem", dir / "missing.pem").message());
+  EXPECT_NE(bad.find("--tls-key " + (dir / "missing.pem")), std::string::npos) << bad;
+  EXPECT_NE(bad.find("cannot load them for HTTPS"), std::string::npos) << bad;
 }
 
 TEST(RestListenerTest, OptionsOutOfRangeNameTheFlag) {

@@ -110,22 +110,18 @@ const std::vector<RestServer::Route>& RestServer::routes() const { return dispat
 void RestServer::set_max_request_bytes(int64_t bytes) {
   max_request_bytes_ = bytes;
   server_->set_payload_max_length(static_cast<size_t>(bytes));
-  if (tls_server_) tls_server_->set_payload_max_length(static_cast<size_t>(bytes));
 }
 
 absl::Status RestServer::EnableTls(const std::string& cert_file, const std::string& key_file) {
-  auto tls = std::make_unique<httplib::SSLServer>(cert_file.c_str(), key_file.c_str());
-  if (!tls->is_valid()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tls-cert ", cert_file, " / --tls-key ", key_file, ": cannot load them for HTTPS"));
-  }
-  tls_server_ = std::move(tls);
-  Routes(*tls_server_);
-  tls_server_->set_payload_max_length(static_cast<size_t>(max_request_bytes_));
+  if (absl::Status st = RestListener::CheckTls(cert_file, key_file); !st.ok()) return st;
+  // The listener serves HTTPS (its own OpenSSL sessions, the same routes
+  // through server_); tls_server_ only marks the port as HTTPS and never
+  // listens.
+  tls_server_ = std::make_unique<httplib::SSLServer>(cert_file.c_str(), key_file.c_str());
+  tls_cert_file_ = cert_file;
+  tls_key_file_ = key_file;
   return absl::OkStatus();
 }
-
-httplib::Server& RestServer::Listener() { return tls_server_ ? *tls_server_ : *server_; }
 
 std::string RestServer::ServeRawForTesting(const std::string& request) { return server_->ServeRaw(request); }
 
@@ -133,31 +129,23 @@ RestServer::~RestServer() { Stop(); }
 
 void RestServer::Stop() {
   if (listener_) listener_->Stop();
-  if (server_) server_->stop();
-  if (tls_server_) tls_server_->stop();
-  if (thread_.joinable()) thread_.join();
 }
 
 absl::StatusOr<int> RestServer::Start(const std::string& host, int port) {
-  if (!tls_server_) {
-    RestListenerOptions options = listener_options_;
-    options.max_body_bytes = max_request_bytes_;
-    // The Keep-Alive header httplib writes states the listener's bounds.
-    server_->set_keep_alive_timeout(static_cast<time_t>(std::ceil(options.keep_alive_timeout_s)));
-    server_->set_keep_alive_max_count(static_cast<size_t>(options.max_requests_per_connection));
-    listener_ = std::make_unique<RestListener>(
-        options, [this](httplib::Stream& stream, bool close_connection, bool& connection_closed) {
-          return server_->ServeStream(stream, close_connection, connection_closed);
-        });
-    absl::StatusOr<int> bound = listener_->Bind(host, port);
-    if (!bound.ok()) return bound;
-    listener_->Start();
-    return bound;
-  }
-  httplib::Server& s = Listener();
-  int bound = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) return absl::UnavailableError(absl::StrCat("cannot bind the REST API to ", host, ":", port));
-  thread_ = std::thread([&s] { s.listen_after_bind(); });
+  RestListenerOptions options = listener_options_;
+  options.max_body_bytes = max_request_bytes_;
+  options.tls_cert_file = tls_cert_file_;
+  options.tls_key_file = tls_key_file_;
+  // The Keep-Alive header httplib writes states the listener's bounds.
+  server_->set_keep_alive_timeout(static_cast<time_t>(std::ceil(options.keep_alive_timeout_s)));
+  server_->set_keep_alive_max_count(static_cast<size_t>(options.max_requests_per_connection));
+  listener_ = std::make_unique<RestListener>(
+      options, [this](httplib::Stream& stream, bool close_connection, bool& connection_closed) {
+        return server_->ServeStream(stream, close_connection, connection_closed);
+      });
+  absl::StatusOr<int> bound = listener_->Bind(host, port);
+  if (!bound.ok()) return bound;
+  listener_->Start();
   return bound;
 }
 

@@ -46,14 +46,14 @@ class RestDispatcher;
 // client cannot make the master allocate more; authenticated bodies are
 // bounded by set_max_request_bytes.
 //
-// Connections (plain HTTP): RestListener (rest_listener.h) accepts them and
-// reads each request head in one epoll thread, with a head deadline and
-// limits per address and in all, then runs the complete request on a worker
-// through httplib's parser; set_listener_options sets those bounds.
+// Connections: RestListener (rest_listener.h) accepts them and reads each
+// request head (after the TLS handshake, with EnableTls) in one epoll
+// thread, with a head deadline and limits per address and in all, then runs
+// the complete request on a worker through httplib's parser;
+// set_listener_options sets those bounds.
 //
-// TLS: after EnableTls the port serves HTTPS only (a plain HTTP request gets
-// no answer), through httplib::SSLServer's own connection threads (without
-// the listener's deadlines and limits); ServeRawForTesting stays plain.
+// TLS: after EnableTls the port serves HTTPS only (a plain HTTP request is
+// closed without an answer); ServeRawForTesting stays plain.
 class RestServer {
  public:
   // One API route: method, path template, RPC, and how it is served.
@@ -78,8 +78,9 @@ class RestServer {
   // Start.
   void set_max_request_bytes(int64_t bytes);
 
-  // The connection bounds of the plain-HTTP port (validated by the caller;
-  // max_body_bytes is set from set_max_request_bytes). Call before Start.
+  // The connection bounds of the port (validated by the caller;
+  // max_body_bytes comes from set_max_request_bytes, the TLS files from
+  // EnableTls). Call before Start.
   void set_listener_options(const RestListenerOptions& options) { listener_options_ = options; }
 
   // Serves HTTPS with this PEM certificate chain and key instead of HTTP.
@@ -101,21 +102,18 @@ class RestServer {
   std::string ServeRawForTesting(const std::string& request);
 
  private:
-  // Installs the handlers and routes on `s` (the plain server, or the TLS
-  // one).
+  // Installs the handlers and routes on `s`.
   void Routes(httplib::Server& s);
-  // The server Start binds: the TLS one when enabled.
-  httplib::Server& Listener();
   class Server;  // httplib::Server that can also serve an in-memory stream
   std::unique_ptr<ApiHandlers> handlers_;
   std::unique_ptr<RestDispatcher> dispatcher_;
   std::string dashboard_dir_;
   std::unique_ptr<Server> server_;
-  std::unique_ptr<httplib::Server> tls_server_;  // set by EnableTls
+  std::unique_ptr<httplib::Server> tls_server_;  // set by EnableTls: HTTPS (never listens)
   int64_t max_request_bytes_ = 8 << 20;
   RestListenerOptions listener_options_;
-  std::unique_ptr<RestListener> listener_;  // plain HTTP, once started
-  std::thread thread_;                      // TLS: httplib's listen loop
+  std::string tls_cert_file_, tls_key_file_;  // set by EnableTls
+  std::unique_ptr<RestListener> listener_;  // once started
 };
 
 }  // namespace det::master
