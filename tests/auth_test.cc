@@ -375,8 +375,11 @@ TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
       EXPECT_EQ(res->status, 403) << res->body;
     }
     const std::string& reader = admin_only ? admin : token;
+    // A cookie-only POST (the generic Get* reads) must name the master's own
+    // origin, as the dashboard's page would (master/http/csrf.h).
+    const std::string origin = absl::StrCat("http://127.0.0.1:", cluster.http_port());
     for (const httplib::Headers& h : {httplib::Headers{{"Authorization", "Bearer " + reader}},
-                                      httplib::Headers{{"Cookie", "theme=dark; det_token=" + reader}}}) {
+                                      httplib::Headers{{"Cookie", "theme=dark; det_token=" + reader}, {"Origin", origin}}}) {
       if (!read_only) break;
       auto res = cluster.Http(method, path, h);
       ASSERT_TRUE(res);
