@@ -118,13 +118,13 @@ int CheckpointDownload(Client& client, const std::string& uuid, const std::strin
   if (!st.ok()) {
     ctx.TryCancel();
     reader->Finish();
-    io.err << "det-cli: error: " << st.message() << '\n';
+    io.err << "det-cli: error: " << TerminalText(std::string(st.message()), kKeepLayout) << '\n';
     return 1;
   }
   grpc::Status status = reader->Finish();
   if (!status.ok()) return ReportError(client, status, io.err);
   if (st = writer.Finish(); !st.ok()) {
-    io.err << "det-cli: error: " << st.message() << '\n';
+    io.err << "det-cli: error: " << TerminalText(std::string(st.message()), kKeepLayout) << '\n';
     return 1;
   }
   io.out << "Downloaded checkpoint " << uuid << " (" << writer.files() << " files, " << writer.total_bytes()

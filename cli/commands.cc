@@ -309,7 +309,7 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
     status = grpc::Status(status.error_code(), NameConfigFile(status.error_message(), args.config_path));
   }
   if (!status.ok()) return ReportError(client, status, io.err);
-  for (const auto& w : resp.warnings()) io.err << "det-cli: warning: " << w << '\n';
+  for (const auto& w : resp.warnings()) io.err << "det-cli: warning: " << TerminalText(w, kKeepLayout) << '\n';
   io.out << "Created experiment " << resp.experiment().id() << '\n';
   io.out.flush();
   if (!args.follow) return 0;
@@ -712,7 +712,7 @@ int PreviewSearch(Client& client, const std::string& config_path, bool show_tria
   v1::PreviewSearchResponse resp;
   grpc::Status status = client.Call(&Stub::PreviewSearch, req, &resp);
   if (!status.ok()) return ReportError(client, status, io.err);
-  for (const auto& w : resp.warnings()) io.err << "det-cli: warning: " << w << '\n';
+  for (const auto& w : resp.warnings()) io.err << "det-cli: warning: " << TerminalText(w, kKeepLayout) << '\n';
   if (io.json) {
     PrintJson(resp, io.out);
     return 0;

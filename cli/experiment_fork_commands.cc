@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/cli_errors.h"
+#include "cli/terminal_text.h"
 #include "cli/yaml_merge.h"
 #include "common/bounded_file.h"
 #include "det/api/v1/api.grpc.pb.h"
@@ -57,7 +58,7 @@ int ExperimentFork(Client& client, int64_t parent_id, const std::string& overrid
   v1::CreateExperimentResponse resp;
   status = client.Call(&Stub::CreateExperiment, req, &resp);
   if (!status.ok()) return ReportError(client, status, io.err);
-  for (const auto& w : resp.warnings()) io.err << "det-cli: warning: " << w << '\n';
+  for (const auto& w : resp.warnings()) io.err << "det-cli: warning: " << TerminalText(w, kKeepLayout) << '\n';
   if (io.json) {
     PrintJson(resp, io.out);
     return 0;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/terminal_text.h"
 
 namespace det::cli {
 
@@ -70,7 +71,7 @@ std::string TrialProgressText(const v1::Trial& tr, const ThroughputWindow& windo
   if (tr.has_latest_validation()) {
     absl::StrAppend(&line, ", validation ", FormatMetrics(tr.latest_validation().metrics()));
   }
-  if (!tr.error_message().empty()) absl::StrAppend(&line, ", ", tr.error_message());
+  if (!tr.error_message().empty()) absl::StrAppend(&line, ", ", TerminalText(tr.error_message()));
   return line;
 }
 
