@@ -344,6 +344,12 @@ TEST(SecurityTextTest, CliEscapesControlCharactersInServerText) {
   ASSERT_EQ(cluster.Cli({"experiment", "describe", id}, &out, &err), 0);
   EXPECT_THAT(out, ::testing::HasSubstr("d\\x1b]0;pwned\\x07\\r\\n 99 | FAKE | ROW"));
   EXPECT_THAT(out, ::testing::HasSubstr("x\\n 98 | FAKE\\x1b[2J"));
+  // An argument that is not UTF-8 (a Latin-1 shell) is sent with U+FFFD, not
+  // refused by the master as an unparsable request.
+  ASSERT_EQ(cluster.Cli({"experiment", "set", "description", id, "caf\xe9"}, &out, &err), 0) << err;
+  out.clear();
+  ASSERT_EQ(cluster.Cli({"experiment", "describe", id}, &out, &err), 0);
+  EXPECT_THAT(out, ::testing::HasSubstr(absl::StrCat("Description:       caf", kFffd, "\n")));
   ExpectMasterAlive(cluster);
 }
 
