@@ -1,11 +1,16 @@
 // Security, round three (issue 46). Finding 6: metric bounds, kill and cancel with the disk full, temp checkpoint directories.
 // Part of the security_test executable (tests/CMakeLists.txt).
 #include <sqlite3.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -168,6 +173,140 @@ TEST(SecurityMetricsTest, MetricFloodIsBoundedAndTheTrialCanBeKilled) {
   EXPECT_TRUE(PollUntil([&] { return Stopped(cluster.ExperimentState(exp)); }, 120s))
       << cluster.ExperimentState(exp);
   EXPECT_TRUE(PollUntil([&] { return PidsWithEnv("FLOOD_MARKER=" + marker).empty(); }, 60s));
+  ExpectAlive(cluster);
+}
+
+
+// Unmounts (lazily) what a test mounted, when the test ends.
+struct Unmount {
+  std::string path;
+  ~Unmount() {
+    if (!path.empty()) umount2(path.c_str(), MNT_DETACH);
+  }
+};
+
+// Writes `path` until the file system is full; its size.
+int64_t FillDisk(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return 0;
+  const std::string chunk(1 << 16, 'f');
+  int64_t n = 0;
+  while (std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size() && std::fflush(f) == 0) n += chunk.size();
+  std::fclose(f);
+  return n;
+}
+
+// Finding 6, the disk full: with the master's data dir on a small tmpfs
+// filled to ENOSPC, `det-cli experiment kill` still stops the flooding
+// trial's processes, and says honestly that the state is not recorded yet;
+// once space is freed the master records it, and a restarted master still
+// has it. CI runs as root: mounting is a requirement, not a skip.
+TEST(SecurityMetricsTest, KillWorksWithTheDiskFullAndIsRecordedOnceThereIsSpace) {
+  TempDir dir;
+  const std::string data = dir / "master";
+  fs::create_directories(data);
+  ASSERT_EQ(mount("tmpfs", data.c_str(), "tmpfs", 0, "size=64m,mode=0700"), 0)
+      << "mount -t tmpfs on " << data << ": " << std::strerror(errno)
+      << " (this test needs root with CAP_SYS_ADMIN, as CI runs it)";
+  Unmount unmount{data};
+  TestCluster cluster(dir, TestClusterOptions().add_master_flags({"--max-trial-metric-mib", "1000"}));
+  cluster.StartAgent("a");
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, 30s));
+  const std::string marker = "diskfull-" + fs::path(dir.path()).filename().string();
+  const int exp = cluster.CreateExperiment(FloodYaml(dir / "checkpoints", marker), "flood", kFloodTrial);
+  ASSERT_GT(exp, 0);
+  const int64_t trial = FirstTrial(cluster, exp);
+  ASSERT_GT(trial, 0);
+  ASSERT_TRUE(PollUntil([&] { return !PidsWithEnv("FLOOD_MARKER=" + marker).empty(); }, 120s));
+
+  // The disk fills (a filler file, and the flood's own metrics).
+  const std::string filler = data + "/filler";
+  EXPECT_GT(FillDisk(filler), 0);
+  ASSERT_TRUE(PollUntil([&] { return cluster.MasterLog().find("committing the master's state") != std::string::npos; },
+                        120s))
+      << "no write failed yet";
+
+  std::string out, err;
+  EXPECT_NE(cluster.Cli({"experiment", "kill", std::to_string(exp)}, &out, &err), 0) << out;
+  EXPECT_THAT(err, HasSubstr(absl::StrCat("experiment ", exp, ": its running trials were killed")));
+  EXPECT_THAT(err, HasSubstr("could not record it as killed"));
+  EXPECT_TRUE(PollUntil([&] { return PidsWithEnv("FLOOD_MARKER=" + marker).empty(); }, 60s))
+      << "the flood still runs with the disk full";
+  ExpectAlive(cluster);
+
+  // Space again: the kill is recorded, and survives a restart.
+  fs::remove(filler);
+  EXPECT_TRUE(PollUntil([&] { return Stopped(cluster.ExperimentState(exp)); }, 120s))
+      << cluster.ExperimentState(exp) << "\n" << cluster.MasterLog().substr(0, 4000);
+  const std::string recorded = absl::StrCat("experiment ", exp, ": recorded as killed by the user now that the database");
+  EXPECT_TRUE(PollUntil([&] { return cluster.MasterLog().find(recorded) != std::string::npos; }, 30s))
+      << recorded << "\n" << cluster.MasterLog();
+  EXPECT_TRUE(PidsWithEnv("FLOOD_MARKER=" + marker).empty()) << "restarted after the kill";
+  cluster.KillMaster();
+  cluster.RestartMaster();
+  EXPECT_TRUE(Stopped(cluster.ExperimentState(exp))) << cluster.ExperimentState(exp);
+  ExpectAlive(cluster);
+}
+
+// A long synthetic trial that checkpoints when paused.
+std::string LongYaml(const std::string& checkpoint_dir) {
+  return absl::StrCat(
+      "name: long\nhyperparameters:\n  global_batch_size: 16\n  learning_rate: 0.01\n  hidden_size: 16\n"
+      "  dropout: 0.1\n  batch_delay_ms: 5\nsearcher:\n  name: single\n  metric: validation_loss\n"
+      "  smaller_is_better: true\n  max_length:\n    batches: 100000\nscheduling_unit: 10\n"
+      "checkpoint_storage:\n  type: shared_fs\n  host_path: ",
+      checkpoint_dir, "\nenvironment:\n  environment_variables:\n    - OMP_NUM_THREADS=1\n"
+                      "data:\n  train_size: 256\n  val_size: 64\n");
+}
+
+// The less serious item: ".tmp-*" checkpoint directories left after a disk
+// full. A trial's unfinished saves (.tmp-t<ID>-*) are removed when it starts
+// again; another trial's save in progress and every finished checkpoint in
+// the same storage directory are left alone.
+TEST(SecurityMetricsTest, StaleCheckpointTempDirsAreRemovedAtStartAndNothingElse) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  cluster.StartAgent("a");
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, 30s));
+  const std::string storage = dir / "checkpoints";
+  const int exp = cluster.CreateExperiment(LongYaml(storage), "long");
+  ASSERT_GT(exp, 0);
+  const int64_t trial = FirstTrial(cluster, exp);
+  ASSERT_GT(trial, 0);
+  ASSERT_TRUE(PollUntil([&] { return Int(cluster.Trial(trial).value("total_batches_processed", nlohmann::json(0))) >= 10; },
+                        120s));
+  ASSERT_EQ(cluster.Cli({"experiment", "pause", std::to_string(exp)}), 0);
+  ASSERT_TRUE(PollUntil([&] { return cluster.Trial(trial).value("state", "") == "STATE_PAUSED"; }, 120s));
+  // What a run that died mid-save leaves, and another trial's save in progress.
+  const std::string dead = absl::StrCat(storage, "/.tmp-t", trial, "-0f0e0d0c-dead");
+  const std::string live = absl::StrCat(storage, "/.tmp-t", trial + 1000, "-0f0e0d0c-live");
+  for (const std::string& d : {dead, live}) {
+    fs::create_directories(d);
+    WriteFile(d + "/model_0.pt", "partial");
+  }
+  std::map<std::string, std::string> finished;
+  for (const auto& [path, bytes] : FilesUnder(storage)) {
+    if (path.rfind(".tmp-", 0) != 0) finished[path] = bytes;
+  }
+  ASSERT_FALSE(finished.empty()) << "the paused trial checkpointed";
+
+  ASSERT_EQ(cluster.Cli({"experiment", "activate", std::to_string(exp)}), 0);
+  ASSERT_TRUE(PollUntil([&] { return !fs::exists(dead); }, 120s)) << cluster.TrialLogs(trial);
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        return cluster.TrialLogs(trial).find(absl::StrCat("[det-trial] removed 1 unfinished checkpoint directory "
+                                                          "of an earlier run of trial ",
+                                                          trial)) != std::string::npos;
+      },
+      60s));
+  EXPECT_EQ(ReadFile(live + "/model_0.pt"), "partial") << "another trial's save in progress is untouched";
+  const auto now = FilesUnder(storage);
+  for (const auto& [path, bytes] : finished) {
+    auto it = now.find(path);
+    EXPECT_TRUE(it != now.end() && it->second == bytes) << path << " changed";
+  }
+  ASSERT_EQ(cluster.Cli({"experiment", "kill", std::to_string(exp)}), 0);
+  EXPECT_TRUE(PollUntil([&] { return Stopped(cluster.ExperimentState(exp)); }, 120s));
   ExpectAlive(cluster);
 }
 

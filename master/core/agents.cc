@@ -296,6 +296,9 @@ void MasterCore::HandleAgentMessage(const std::string& agent_id, const agentv1::
   }
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
+  // A stop the user asked for while the database could not be written goes
+  // into this write too: the exit it caused is a kill, not a failure.
+  ApplyUnrecordedStopsLocked();
   auto it = agents_.find(agent_id);
   if (it == agents_.end()) return;
   AgentRuntime& agent = *it->second;

@@ -321,10 +321,14 @@ void MasterCore::DropPendingLocked(int64_t experiment_id) {
 
 absl::StatusOr<apiv1::PauseExperimentResponse> MasterCore::PauseExperiment(const apiv1::PauseExperimentRequest& req) {
   std::lock_guard<std::mutex> l(mu_);
-  WriteScope w(this);
-  const int64_t id = req.experiment_id();
+  DET_RETURN_IF_ERROR(UserStopLocked(req.experiment_id(), UserStop::kPause));
+  return apiv1::PauseExperimentResponse();
+}
+
+// PauseExperiment's state change (UserStopLocked commits it).
+absl::Status MasterCore::PauseExperimentLocked(int64_t id) {
   DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(id));
-  if (exp->row.state == kPaused) return apiv1::PauseExperimentResponse();
+  if (exp->row.state == kPaused) return absl::OkStatus();
   if (exp->row.state != kActive) {
     return absl::FailedPreconditionError(absl::StrCat("experiment ", id, " is ", exp->row.state, "; only an ACTIVE experiment can be paused"));
   }
@@ -341,7 +345,7 @@ absl::StatusOr<apiv1::PauseExperimentResponse> MasterCore::PauseExperiment(const
       SetTrialState(t, kPaused);
     }
   }
-  return Committed(w, apiv1::PauseExperimentResponse());
+  return absl::OkStatus();
 }
 
 absl::Status MasterCore::StopExperimentLocked(int64_t id, bool kill) {
@@ -373,16 +377,14 @@ absl::Status MasterCore::StopExperimentLocked(int64_t id, bool kill) {
 absl::StatusOr<apiv1::CancelExperimentResponse> MasterCore::CancelExperiment(
     const apiv1::CancelExperimentRequest& req) {
   std::lock_guard<std::mutex> l(mu_);
-  WriteScope w(this);
-  DET_RETURN_IF_ERROR(StopExperimentLocked(req.experiment_id(), /*kill=*/false));
-  return Committed(w, apiv1::CancelExperimentResponse());
+  DET_RETURN_IF_ERROR(UserStopLocked(req.experiment_id(), UserStop::kCancel));
+  return apiv1::CancelExperimentResponse();
 }
 
 absl::StatusOr<apiv1::KillExperimentResponse> MasterCore::KillExperiment(const apiv1::KillExperimentRequest& req) {
   std::lock_guard<std::mutex> l(mu_);
-  WriteScope w(this);
-  DET_RETURN_IF_ERROR(StopExperimentLocked(req.experiment_id(), /*kill=*/true));
-  return Committed(w, apiv1::KillExperimentResponse());
+  DET_RETURN_IF_ERROR(UserStopLocked(req.experiment_id(), UserStop::kKill));
+  return apiv1::KillExperimentResponse();
 }
 
 namespace {

@@ -467,6 +467,23 @@ class MasterCore {
   absl::Status StopExperimentLocked(int64_t id, bool kill) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the experiment's pending allocation requests.
   void DropPendingLocked(int64_t experiment_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // user_stops.cc: pause, cancel and kill by the user take effect even when
+  // the database cannot be written (a full disk): ApplyUserStopLocked is the
+  // state change; UserStopLocked commits it, or else kills the experiment's
+  // processes through their agents at once, remembers the stop in
+  // unrecorded_stops_ (retried by every background pass until it commits)
+  // and returns UNAVAILABLE saying so.
+  enum class UserStop { kPause, kCancel, kKill };
+  absl::Status ApplyUserStopLocked(int64_t id, UserStop how) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PauseExperimentLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status UserStopLocked(int64_t id, UserStop how) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int KillExperimentProcessesNowLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RetryUnrecordedStopsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies every unrecorded stop to the in-memory state (committed with
+  // the caller's write; RetryUnrecordedStopsLocked then forgets it).
+  void ApplyUnrecordedStopsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether experiment `id` is gone or already in the state `how` leads to.
+  bool UserStopInEffectLocked(int64_t id, UserStop how) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   apiv1::Experiment ExperimentProto(const ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // For Searcher::ProgressWithTraining: each trial with a pending searcher
   // target -> the units it trained toward it (checkpoint_facts.h TrainedUnits;
@@ -719,6 +736,7 @@ class MasterCore {
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<std::pair<std::string, agentv1::MasterMessage>> agent_outbox_ ABSL_GUARDED_BY(mu_);
   bool reloading_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<int64_t, UserStop> unrecorded_stops_ ABSL_GUARDED_BY(mu_);  // user_stops.cc
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::condition_variable stop_cv_;
   std::thread background_;

@@ -20,6 +20,7 @@ void MasterCore::BackgroundLoop() {
     if (!deleting) stop_cv_.wait_for(l, std::chrono::milliseconds(500));
     if (stop_) break;
     std::vector<CheckpointRow> doomed;
+    RetryUnrecordedStopsLocked();  // before scheduling: a stopped trial is never restarted
     {
       WriteScope w(this);
       doomed = BackgroundPassLocked();
@@ -38,6 +39,7 @@ void MasterCore::RunBackgroundPass() {
   std::vector<CheckpointRow> doomed;
   {
     std::lock_guard<std::mutex> l(mu_);
+    RetryUnrecordedStopsLocked();  // before scheduling: a stopped trial is never restarted
     WriteScope w(this);
     doomed = BackgroundPassLocked();
   }

@@ -95,13 +95,32 @@ absl::StatusOr<RngState> RngStateFromJson(const nlohmann::json& json) {
   return s;
 }
 
+std::string CheckpointTempPrefix(int64_t trial_id) { return absl::StrCat(".tmp-t", trial_id, "-"); }
+
+int RemoveStaleCheckpointTemps(const std::string& storage_dir, int64_t trial_id, int max_entries) {
+  const std::string prefix = CheckpointTempPrefix(trial_id);
+  std::error_code ec;
+  fs::directory_iterator it(storage_dir, ec), end;
+  std::vector<fs::path> stale;
+  for (; !ec && it != end && static_cast<int>(stale.size()) < max_entries; it.increment(ec)) {
+    if (it->path().filename().string().rfind(prefix, 0) == 0) stale.push_back(it->path());
+  }
+  int removed = 0;
+  for (const fs::path& p : stale) {
+    std::error_code e;
+    // remove_all never follows a symlink: a link is removed itself.
+    if (fs::remove_all(p, e) > 0 && !e) ++removed;
+  }
+  return removed;
+}
+
 absl::StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& storage_dir, TrialContext& context,
                                                const CallbackMap& callbacks, const nlohmann::json& metadata,
                                                const std::vector<RngState>& rank_rng_states) {
   SavedCheckpoint out;
   out.uuid = NewUuid();
   fs::path final_dir = fs::path(storage_dir) / out.uuid;
-  fs::path tmp_dir = fs::path(storage_dir) / (".tmp-" + out.uuid);
+  fs::path tmp_dir = fs::path(storage_dir) / (CheckpointTempPrefix(context.get_trial_id()) + out.uuid);
   std::error_code ec;
   fs::create_directories(tmp_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", tmp_dir.string(), ": ", ec.message()));

@@ -48,6 +48,20 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& storage_dir, T
                                                const CallbackMap& callbacks, const nlohmann::json& metadata,
                                                const std::vector<RngState>& rank_rng_states = {});
 
+// The prefix of trial `trial_id`'s temporary checkpoint directories in its
+// storage directory: ".tmp-t<trial_id>-" (the uuid follows). Trial ids are
+// unique in a cluster, so trials sharing a storage directory never share one.
+std::string CheckpointTempPrefix(int64_t trial_id);
+
+// Removes trial `trial_id`'s temporary checkpoint directories (left by an
+// earlier run that died mid-save, e.g. on a full disk) from storage_dir: at
+// most `max_entries` entries named CheckpointTempPrefix(trial_id)*; a symlink
+// so named is removed itself, never followed. Only the trial's chief calls
+// it, at start, before it saves: no process of the trial can be writing one
+// then. Other trials' temporary directories and every checkpoint are left
+// alone. Returns how many were removed (errors are skipped: best effort).
+int RemoveStaleCheckpointTemps(const std::string& storage_dir, int64_t trial_id, int max_entries = 1000);
+
 // Reads metadata.json of checkpoint `dir`. NotFound / InvalidArgument.
 absl::StatusOr<nlohmann::json> ReadCheckpointMetadata(const std::string& dir);
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -179,6 +180,37 @@ TEST(CheckpointTest, LocalWarmStartFindsACheckpointByUuidUnderTheRootOnly) {
   auto trial = LocalWarmStartDir(c, root.string());
   EXPECT_EQ(trial.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(trial.status().message().find("searcher.source_trial_id"), std::string::npos);
+  fs::remove_all(root);
+}
+
+
+// Issue 46: temporary checkpoint directories left by a run that died
+// mid-save are removed at the trial's next start, and only its own.
+TEST(CheckpointTest, StaleTempDirsOfTheTrialAloneAreRemoved) {
+  const fs::path root = fs::temp_directory_path() / ("det_ckpt_tmp_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "outside");
+  std::ofstream(root / "outside" / "keep") << "x";
+  TrialInfo info = Fixture::Info(3);
+  info.trial_id = 7;
+  TrialContext ctx(info);
+  ctx.wrap_model(torch::nn::Linear(2, 1));
+  auto saved = SaveCheckpoint(root.string(), ctx, {}, {{"batches_trained", 1}});
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(CheckpointTempPrefix(7), ".tmp-t7-");
+  for (const char* d : {".tmp-t7-dead1", ".tmp-t7-dead2/sub", ".tmp-t77-live", ".tmp-t8-live", ".tmp-live"}) {
+    fs::create_directories(root / d);
+    std::ofstream(root / d / "model_0.pt") << "partial";
+  }
+  fs::create_directory_symlink(root / "outside", root / ".tmp-t7-link");
+  EXPECT_EQ(RemoveStaleCheckpointTemps(root.string(), 7), 3);
+  EXPECT_FALSE(fs::exists(root / ".tmp-t7-dead1"));
+  EXPECT_FALSE(fs::exists(root / ".tmp-t7-dead2"));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(root / ".tmp-t7-link")));
+  EXPECT_TRUE(fs::exists(root / "outside" / "keep")) << "a symlink is never followed";
+  for (const char* d : {".tmp-t77-live", ".tmp-t8-live", ".tmp-live"}) EXPECT_TRUE(fs::exists(root / d / "model_0.pt")) << d;
+  EXPECT_TRUE(fs::exists(fs::path(saved->path) / "metadata.json")) << "the saved checkpoint is untouched";
+  EXPECT_EQ(RemoveStaleCheckpointTemps((root / "missing").string(), 7), 0);
   fs::remove_all(root);
 }
 

@@ -170,6 +170,16 @@ absl::StatusOr<std::unique_ptr<TrialController>> TrialController::Create(TrialHa
   context->set_metrics_sink([raw](const std::string& group, const MetricsMap& metrics) {
     return raw->ReportOtherMetrics(group, metrics);
   });
+  // An earlier run of this trial that died mid-save (a full disk, a kill)
+  // left its temporary directory: the chief removes them before it saves.
+  if (context->distributed().rank() == 0 && !c->plan_.checkpoint_dir.empty()) {
+    if (int n = RemoveStaleCheckpointTemps(c->plan_.checkpoint_dir, context->get_trial_id()); n > 0) {
+      std::printf("[det-trial] removed %d unfinished checkpoint director%s of an earlier run of trial %lld (%s%s*)\n",
+                  n, n == 1 ? "y" : "ies", static_cast<long long>(context->get_trial_id()),
+                  c->plan_.checkpoint_dir.c_str(), ("/" + CheckpointTempPrefix(context->get_trial_id())).c_str());
+      std::fflush(stdout);
+    }
+  }
   DET_ASSIGN_OR_RETURN(c->train_loader_, handle->BuildTrainingDataLoader());
   DET_ASSIGN_OR_RETURN(c->validation_loader_, handle->BuildValidationDataLoader());
   DET_ASSIGN_OR_RETURN(c->callbacks_, handle->BuildCallbacks());
