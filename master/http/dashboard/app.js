@@ -7,7 +7,7 @@
 //   #/agents                 agents and slots
 //   #/queue                  the job queue (job_queue.js)
 import {apiGet, apiPost, getToken, getUsername, logout, onAuthChange} from './api.js';
-import {LineChart, ScatterChart, colorFor} from './charts.js';
+import {LineChart, ScatterChart, capSeries, colorFor} from './charts.js';
 import {fetchExperimentList} from './experiment_actions.js';
 import {MetricsStreamCache} from './metrics_stream.js';
 import {TrialPager} from './trial_pager.js';
@@ -144,15 +144,18 @@ function syncSelect(select, options, fallback) {
   return select.value;
 }
 
-// Metric choices over training + validation reports: value "group:name".
-function metricOptions(reportLists) {
+// Metric choices over training + validation reports: value "group:name";
+// at most MAX_SERIES names per group (`keep` among them).
+function metricOptions(reportLists, keep = []) {
   const names = {validation: new Set(), training: new Set()};
   for (const [group, reports] of reportLists) {
     for (const r of reports) for (const k of Object.keys(r.metrics || {})) names[group].add(k);
   }
   const out = [];
   for (const group of ['validation', 'training']) {
-    for (const n of [...names[group]].sort()) out.push({value: `${group}:${n}`, label: `${n} (${group})`});
+    for (const n of capSeries([...names[group]].sort(), keep).shown) {
+      out.push({value: `${group}:${n}`, label: `${n} (${group})`});
+    }
   }
   return out;
 }
@@ -383,13 +386,16 @@ class MetricsTable {
     this.columns = null;
   }
   update(reports) {
-    const names = [...new Set(reports.flatMap((r) => Object.keys(r.metrics || {})))].sort();
+    const all = [...new Set(reports.flatMap((r) => Object.keys(r.metrics || {})))].sort();
+    const {shown: names, total} = capSeries(all);
     const cols = names.join('\u0000');
     if (cols !== this.columns) {
       this.columns = cols;
       this.names = names;
       this.t.thead.replaceChildren(h('tr', {},
-        ['Batches', 'Epochs', 'Time', ...names].map((c) => h('th', {text: c}))));
+        ['Batches', 'Epochs', 'Time', ...names].map((c) => h('th', {text: c})),
+        total > names.length ? h('th', {'data-testid': `${this.testid}-capped`,
+          text: `showing ${names.length} of ${total} metrics; det-cli trial metrics shows the others`}) : null));
       this.t.tbody.replaceChildren();
     }
     syncRows(this.t.tbody, reports, (r) => r.id, (r) => h('tr', {'data-testid': `${this.testid}-row`}),
@@ -526,7 +532,7 @@ class TrialView {
     const val = this.metrics.get(this.id, 'validation');
     const train = this.metrics.get(this.id, 'training');
     const metric = this.exp ? this.exp.searcher_metric : '';
-    const chosen = syncSelect(this.metricSelect, metricOptions([['validation', val], ['training', train]]),
+    const chosen = syncSelect(this.metricSelect, metricOptions([['validation', val], ['training', train]], [metric]),
       `validation:${metric}`);
     const [group, name] = splitMetric(chosen);
     this.curve.update([{key: this.id, label: `Trial ${this.id}: ${name}`, color: colorFor(this.id),

@@ -12,6 +12,16 @@ export const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd',
                         '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
 export const colorFor = (id) => PALETTE[(Math.abs(Number(id)) + PALETTE.length - 1) % PALETTE.length];
 
+// A trial may report up to --max-trial-metric-names (1,000) metric names:
+// the trial page offers and tabulates at most MAX_SERIES of them (sorted,
+// `keep` always among them) and says how many there are.
+export const MAX_SERIES = 50;
+export function capSeries(names, keep = []) {
+  const kept = names.filter((n) => keep.includes(n));
+  const shown = [...kept, ...names.filter((n) => !keep.includes(n)).slice(0, Math.max(0, MAX_SERIES - kept.length))];
+  return {shown: shown.sort(), total: names.length};
+}
+
 function s(tag, attrs = {}, ...children) {
   const el = document.createElementNS(NS, tag);
   for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) el.setAttribute(k, String(v));
