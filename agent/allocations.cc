@@ -77,6 +77,24 @@ absl::StatusOr<std::string> WriteConfig(const std::string& dir, const std::strin
   return config_path.string();
 }
 
+// The allocation's directory made ready for its ranks: its config.yaml
+// (WriteConfig) and, for a warm start from another user's checkpoint
+// (StartAllocation.warm_start_source_path, sent only with run_as_uid), a
+// copy of that checkpoint owned by `user`, named by DET_WARM_START_DIR in
+// *env. Returns the config's path; the failure names what failed.
+absl::StatusOr<std::string> PrepareAllocationDir(const av1::StartAllocation& start, const std::string& dir,
+                                                 const std::optional<RunAs>& user,
+                                                 std::map<std::string, std::string>* env) {
+  absl::StatusOr<std::string> config_path = WriteConfig(dir, start.config_yaml(), user);
+  if (!config_path.ok() || start.warm_start_source_path().empty() || !user) return config_path;
+  const std::string staged = (fs::path(dir) / "warm-start").string();
+  absl::Status st = StageCheckpoint(start.warm_start_source_path(), staged, user->uid, user->gid,
+                                    "StartAllocation.warm_start_source_path");
+  if (!st.ok()) return absl::Status(st.code(), absl::StrCat("warm start: ", st.message()));
+  (*env)["DET_WARM_START_DIR"] = staged;
+  return config_path;
+}
+
 // The user every rank of `start` runs as: StartAllocation.run_as_uid/gid
 // (the owner's own uid; no supplementary groups) when set, else
 // `trial_user` (--trial-user, shared by all users). InvalidArgument for uid
@@ -174,22 +192,11 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
     return;
   }
   alloc->run_as = *run_as;
-  absl::StatusOr<std::string> config_path = WriteConfig(*dir, start.config_yaml(), alloc->run_as);
+  Env base_env = BaseEnvironment(start);
+  absl::StatusOr<std::string> config_path = PrepareAllocationDir(start, *dir, alloc->run_as, &base_env);
   if (!config_path.ok()) {
     FailStart(seq, *alloc, config_path.status());
     return;
-  }
-  Env base_env = BaseEnvironment(start);
-  if (!start.warm_start_source_path().empty() && alloc->run_as) {
-    // Another user's checkpoint: a copy owned by this trial's uid.
-    const std::string staged = (fs::path(*dir) / "warm-start").string();
-    absl::Status st = StageCheckpoint(start.warm_start_source_path(), staged, alloc->run_as->uid, alloc->run_as->gid,
-                                      "StartAllocation.warm_start_source_path");
-    if (!st.ok()) {
-      FailStart(seq, *alloc, absl::Status(st.code(), absl::StrCat("warm start: ", st.message())));
-      return;
-    }
-    base_env["DET_WARM_START_DIR"] = staged;
   }
   absl::Status launched;
   for (const auto& spec : start.processes()) {
