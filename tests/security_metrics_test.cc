@@ -1,8 +1,10 @@
 // Security, round three (issue 46). Finding 6: metric bounds, kill and cancel with the disk full, temp checkpoint directories.
 // Part of the security_test executable (tests/CMakeLists.txt).
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -185,14 +187,18 @@ struct Unmount {
   }
 };
 
-// Writes `path` until the file system is full; its size.
+// Appends to `path` until the file system is full (chunks down to one
+// byte, so that no page is left for a small commit); the bytes written.
 int64_t FillDisk(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return 0;
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+  if (fd < 0) return 0;
   const std::string chunk(1 << 16, 'f');
   int64_t n = 0;
-  while (std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size() && std::fflush(f) == 0) n += chunk.size();
-  std::fclose(f);
+  for (size_t size = chunk.size(); size >= 1; size /= 4) {
+    ssize_t w;
+    while ((w = write(fd, chunk.data(), size)) > 0) n += w;
+  }
+  close(fd);
   return n;
 }
 
@@ -226,6 +232,7 @@ TEST(SecurityMetricsTest, KillWorksWithTheDiskFullAndIsRecordedOnceThereIsSpace)
                         120s))
       << "no write failed yet";
 
+  FillDisk(filler);  // whatever a failed write gave back
   std::string out, err;
   EXPECT_NE(cluster.Cli({"experiment", "kill", std::to_string(exp)}, &out, &err), 0) << out;
   EXPECT_THAT(err, HasSubstr(absl::StrCat("experiment ", exp, ": its running trials were killed")));
