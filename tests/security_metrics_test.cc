@@ -203,11 +203,22 @@ int64_t FillDisk(const std::string& path) {
 }
 
 // Finding 6, the disk full: with the master's data dir on a small tmpfs
-// filled to ENOSPC, `det-cli experiment kill` still stops the flooding
-// trial's processes, and says honestly that the state is not recorded yet;
+// filled to ENOSPC, `det-cli experiment kill` (and cancel, pause) still
+// stops the flooding trial's processes, and says honestly that the state is not recorded yet;
 // once space is freed the master records it, and a restarted master still
 // has it. CI runs as root: mounting is a requirement, not a skip.
-TEST(SecurityMetricsTest, KillWorksWithTheDiskFullAndIsRecordedOnceThereIsSpace) {
+class SecurityMetricsDiskFullTest : public ::testing::TestWithParam<std::string> {};
+
+// The experiment state each stop leads to, and the word the master logs.
+bool EndedBy(const std::string& verb, const std::string& state) {
+  return verb == "pause" ? state == "STATE_PAUSED" : Stopped(state);
+}
+std::string Done(const std::string& verb) {
+  return verb == "kill" ? "killed" : verb == "cancel" ? "canceled" : "paused";
+}
+
+TEST_P(SecurityMetricsDiskFullTest, StopWorksWithTheDiskFullAndIsRecordedOnceThereIsSpace) {
+  const std::string verb = GetParam();
   TempDir dir;
   const std::string data = dir / "master";
   fs::create_directories(data);
@@ -234,26 +245,29 @@ TEST(SecurityMetricsTest, KillWorksWithTheDiskFullAndIsRecordedOnceThereIsSpace)
 
   FillDisk(filler);  // whatever a failed write gave back
   std::string out, err;
-  EXPECT_NE(cluster.Cli({"experiment", "kill", std::to_string(exp)}, &out, &err), 0) << out;
+  EXPECT_NE(cluster.Cli({"experiment", verb, std::to_string(exp)}, &out, &err), 0) << out;
   EXPECT_THAT(err, HasSubstr(absl::StrCat("experiment ", exp, ": its running trials were killed")));
-  EXPECT_THAT(err, HasSubstr("could not record it as killed"));
+  EXPECT_THAT(err, HasSubstr("could not record it as " + Done(verb)));
   EXPECT_TRUE(PollUntil([&] { return PidsWithEnv("FLOOD_MARKER=" + marker).empty(); }, 60s))
       << "the flood still runs with the disk full";
   ExpectAlive(cluster);
 
-  // Space again: the kill is recorded, and survives a restart.
+  // Space again: the stop is recorded, and survives a restart.
   fs::remove(filler);
-  EXPECT_TRUE(PollUntil([&] { return Stopped(cluster.ExperimentState(exp)); }, 120s))
+  EXPECT_TRUE(PollUntil([&] { return EndedBy(verb, cluster.ExperimentState(exp)); }, 120s))
       << cluster.ExperimentState(exp) << "\n" << cluster.MasterLog().substr(0, 4000);
-  const std::string recorded = absl::StrCat("experiment ", exp, ": recorded as killed by the user now that the database");
+  const std::string recorded =
+      absl::StrCat("experiment ", exp, ": recorded as ", Done(verb), " by the user now that the database");
   EXPECT_TRUE(PollUntil([&] { return cluster.MasterLog().find(recorded) != std::string::npos; }, 30s))
       << recorded << "\n" << cluster.MasterLog();
-  EXPECT_TRUE(PidsWithEnv("FLOOD_MARKER=" + marker).empty()) << "restarted after the kill";
+  EXPECT_TRUE(PidsWithEnv("FLOOD_MARKER=" + marker).empty()) << "restarted after the " << verb;
   cluster.KillMaster();
   cluster.RestartMaster();
-  EXPECT_TRUE(Stopped(cluster.ExperimentState(exp))) << cluster.ExperimentState(exp);
+  EXPECT_TRUE(EndedBy(verb, cluster.ExperimentState(exp))) << cluster.ExperimentState(exp);
   ExpectAlive(cluster);
 }
+
+INSTANTIATE_TEST_SUITE_P(Stops, SecurityMetricsDiskFullTest, ::testing::Values("kill", "cancel", "pause"));
 
 // A long synthetic trial that checkpoints when paused.
 std::string LongYaml(const std::string& checkpoint_dir) {
@@ -280,8 +294,8 @@ TEST(SecurityMetricsTest, StaleCheckpointTempDirsAreRemovedAtStartAndNothingElse
   ASSERT_GT(exp, 0);
   const int64_t trial = FirstTrial(cluster, exp);
   ASSERT_GT(trial, 0);
-  ASSERT_TRUE(PollUntil([&] { return Int(cluster.Trial(trial).value("total_batches_processed", nlohmann::json(0))) >= 10; },
-                        120s));
+  auto batches = [&] { return Int(cluster.Trial(trial).value("total_batches_processed", nlohmann::json(0))); };
+  ASSERT_TRUE(PollUntil([&] { return batches() >= 10; }, 120s));
   ASSERT_EQ(cluster.Cli({"experiment", "pause", std::to_string(exp)}), 0);
   ASSERT_TRUE(PollUntil([&] { return cluster.Trial(trial).value("state", "") == "STATE_PAUSED"; }, 120s));
   // What a run that died mid-save leaves, and another trial's save in progress.
