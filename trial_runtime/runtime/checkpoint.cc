@@ -219,7 +219,11 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpoint(const std::string& storage_dir, T
 
 absl::StatusOr<nlohmann::json> ReadCheckpointMetadata(const std::string& dir) {
   fs::path meta_path = fs::path(dir) / "metadata.json";
-  if (!fs::exists(meta_path)) {
+  std::error_code ec;
+  if (!fs::exists(meta_path, ec)) {
+    // e.g. another user's checkpoint (issue 46: trials of different users
+    // run as different uids): an error naming it, never an exception.
+    if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot read checkpoint '", dir, "': ", ec.message()));
     return absl::NotFoundError(absl::StrCat("'", dir, "' is not a checkpoint: it has no metadata.json"));
   }
   nlohmann::json meta = nlohmann::json::parse(ReadFile(meta_path), nullptr, /*allow_exceptions=*/false);

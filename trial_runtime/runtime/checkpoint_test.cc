@@ -1,5 +1,6 @@
 #include "trial_runtime/runtime/checkpoint.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -212,6 +213,32 @@ TEST(CheckpointTest, StaleTempDirsOfTheTrialAloneAreRemoved) {
   EXPECT_TRUE(fs::exists(fs::path(saved->path) / "metadata.json")) << "the saved checkpoint is untouched";
   EXPECT_EQ(RemoveStaleCheckpointTemps((root / "missing").string(), 7), 0);
   fs::remove_all(root);
+}
+
+// Another user's checkpoint (issue 46: a uid that may not open it) is an
+// error naming it, not an uncaught std::filesystem exception that aborts
+// det-trial. Checked in a child that drops to uid 65534 (needs root, as CI
+// runs it).
+TEST(CheckpointTest, AnUnreadableCheckpointIsAnErrorNotACrash) {
+  ASSERT_EQ(geteuid(), 0u) << "needs root to read as another uid; CI runs trial_runtime_tests as root";
+  const fs::path dir = fs::temp_directory_path() / ("det-ckpt-test-" + NewUuid());
+  fs::create_directories(dir / "ck");
+  std::ofstream(dir / "ck" / "metadata.json") << "{}";
+  fs::permissions(dir, fs::perms::owner_all);  // 0700: nobody else passes
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    auto meta = ReadCheckpointMetadata((dir / "ck").string());
+    _exit(meta.status().code() == absl::StatusCode::kPermissionDenied &&
+                  meta.status().message().find((dir / "ck").string()) != absl::string_view::npos
+              ? 0
+              : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status) << " (an uncaught exception)";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  fs::remove_all(dir);
 }
 
 }  // namespace
