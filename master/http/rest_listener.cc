@@ -331,6 +331,7 @@ class RestListener::Impl {
   }
 
  private:
+  void SetUpLoop();
   void Loop();
   void Accept();
   bool Admit(int fd, const std::string& ip);
@@ -402,9 +403,14 @@ absl::StatusOr<int> RestListener::Impl::Bind(const std::string& host, int port) 
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
-  int bound_port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                                     : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  // The total stays below the descriptors the process may open.
+  SetUpLoop();
+  return ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+}
+
+// The connection cap below the fd limit, and the epoll set: the listening
+// socket, the wake-up and the stop eventfds.
+void RestListener::Impl::SetUpLoop() {
   rlimit nofile{};
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
     opt_.max_connections = static_cast<int>(
@@ -419,7 +425,6 @@ absl::StatusOr<int> RestListener::Impl::Bind(const std::string& host, int port) 
     ev.data.fd = fd;
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
   }
-  return bound_port;
 }
 
 void RestListener::Impl::Stop() {
