@@ -206,6 +206,29 @@ TEST(RestListenerTest, KeepAliveServesPipelinedRequestsThenClosesWhenIdle) {
   ::close(fd);
 }
 
+TEST(RestListenerTest, ASlowLargeBodyMeetsItsDeadline) {
+  RestListenerOptions o;
+  o.header_timeout_s = 0.5;
+  o.min_body_bytes_per_s = 1 << 20;  // 1 MiB: a 1 MiB body has 0.5 + 1 s
+  Listening l(o);
+  int fd = Connect(l.port);
+  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n");
+  const auto start = Clock::now();
+  std::string got;
+  bool closed = false;
+  // 1 KiB every 50 ms: 20 KiB/s, far below the rate the deadline allows.
+  for (int i = 0; i < 100 && !closed; ++i) {
+    if (::send(fd, std::string(1024, 'a').data(), 1024, MSG_NOSIGNAL) < 0) break;
+    closed = ReadUntilClosed(fd, &got, std::chrono::milliseconds(50));
+  }
+  if (!closed) closed = ReadUntilClosed(fd, &got, std::chrono::seconds(2));
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_TRUE(closed) << "the slow body is still being read after " << seconds << " s";
+  EXPECT_LT(seconds, 4.0);
+  ::close(fd);
+  EXPECT_TRUE(WaitOpen(l.listener, 0));
+}
+
 TEST(RestListenerTest, OversizedHeadGets431) {
   RestListenerOptions o;
   o.max_head_bytes = 4096;
