@@ -128,6 +128,8 @@ struct CommandLine {
   std::string username;
   bool password_stdin = false;
   bool new_admin = false;
+  int64_t agent_uid = 0;
+  int64_t agent_gid = 0;
   // preview-search
   std::string preview_config;
   bool preview_trials = false;
@@ -359,6 +361,17 @@ void AddUserCommands(CLI::App& app, CommandLine& cl) {
   auto* user_list = user->add_subcommand("list", "List users");
   AddJsonFlag(user_list, cl);
   user_list->callback([&cl] { cl.run = [](Client& c, const CommandIo& io) { return UserList(c, io); }; });
+  auto* link = user->add_subcommand("link-with-agent-user",
+                                    "Run a user's trials as this Unix uid/gid on every agent (admin only; instead of "
+                                    "one from det-master --trial-uid-range)");
+  link->add_option("USERNAME", cl.username, "User to link")->required();
+  link->add_option("--agent-uid", cl.agent_uid, "Unix uid (1000..4294967294, no other user's)")->required();
+  link->add_option("--agent-gid", cl.agent_gid, "Unix gid (1..4294967294)")->required();
+  link->callback([&cl] {
+    cl.run = [&cl](Client& c, const CommandIo& io) {
+      return UserLinkAgentUser(c, cl.username, cl.agent_uid, cl.agent_gid, io);
+    };
+  });
   auto* user_create = user->add_subcommand("create", "Create a user (admin only; empty password unless given)");
   user_create->add_option("USERNAME", cl.username, "New user's name")->required();
   user_create->add_flag("--admin", cl.new_admin, "Make the user an admin");

@@ -132,6 +132,28 @@ int UserCreate(Client& client, const std::string& username, bool admin, const st
   return 0;
 }
 
+int UserLinkAgentUser(Client& client, const std::string& username, int64_t uid, int64_t gid, const CommandIo& io) {
+  v1::GetUsersResponse users;
+  grpc::Status st = client.Call(&Stub::GetUsers, v1::GetUsersRequest(), &users);
+  if (!st.ok()) return ReportError(client, st, io.err);
+  v1::PatchUserRequest req;
+  for (const auto& u : users.users()) {
+    if (u.username() == username) req.set_user_id(u.id());
+  }
+  if (req.user_id() == 0) {
+    io.err << "det-cli: error: user '" << TerminalText(username) << "' not found (NOT_FOUND)\n";
+    return 1;
+  }
+  req.set_agent_uid(uid);
+  req.set_agent_gid(gid);
+  v1::PatchUserResponse resp;
+  st = client.Call(&Stub::PatchUser, req, &resp);
+  if (!st.ok()) return ReportError(client, st, io.err);
+  io.out << "Linked user '" << TerminalText(username) << "' to agent uid " << resp.user().agent_uid() << ", gid "
+         << resp.user().agent_gid() << "\n";
+  return 0;
+}
+
 int UserChangePassword(Client& client, const std::string& username, const PasswordPrompts& prompts,
                        const CommandIo& io) {
   int64_t user_id = 0;

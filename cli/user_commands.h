@@ -26,6 +26,9 @@ int UserLogin(Client& client, const std::string& username, const std::string& pa
 int UserLogout(Client& client, const CommandIo& io);
 int UserWhoami(Client& client, const CommandIo& io);
 int UserList(Client& client, const CommandIo& io);
+// det-cli user link-with-agent-user USERNAME --agent-uid N --agent-gid N
+// (admin): the user's trials run as that Unix uid/gid (PatchUser).
+int UserLinkAgentUser(Client& client, const std::string& username, int64_t uid, int64_t gid, const CommandIo& io);
 // user create NAME [--admin]: admin only.
 int UserCreate(Client& client, const std::string& username, bool admin, const std::string& password,
                const CommandIo& io);

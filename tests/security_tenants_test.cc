@@ -280,10 +280,28 @@ TEST_F(SecurityTenantsTest, ATrialCannotReadOrSignalAnotherUsersTrial) {
   EXPECT_TRUE(absl::StrContains(warm_logs, "warm start: model weights from checkpoint")) << warm_logs;
   EXPECT_TRUE(absl::StrContains(warm_logs, "/warm-start")) << "not the agent's copy: " << warm_logs;
 
-  // det-cli shows the recorded uids.
+  // Only an admin links a user to a uid of their choosing, never root's and
+  // never another user's; det-cli shows the recorded uids.
+  EXPECT_NE(cluster_->Cli({"user", "link-with-agent-user", "alice", "--agent-uid", "250000", "--agent-gid", "250000"},
+                          &out, &err),
+            0);
+  EXPECT_TRUE(absl::StrContains(err, "PERMISSION_DENIED")) << err;
   ASSERT_EQ(cluster_->Cli({"user", "login", "admin", "--password-stdin"}, &out, &err, "\n"), 0) << err;
+  EXPECT_NE(cluster_->Cli({"user", "link-with-agent-user", "bob", "--agent-uid", "0", "--agent-gid", "0"}, &out, &err),
+            0);
+  EXPECT_TRUE(absl::StrContains(err, "agent_uid 0: must be 1000..4294967294")) << err;
+  EXPECT_NE(cluster_->Cli({"user", "link-with-agent-user", "bob", "--agent-uid", std::to_string(kFirstUid),
+                           "--agent-gid", "250000"},
+                          &out, &err),
+            0);
+  EXPECT_TRUE(absl::StrContains(err, "ALREADY_EXISTS")) << err;
+  ASSERT_EQ(cluster_->Cli({"user", "link-with-agent-user", "bob", "--agent-uid", "250000", "--agent-gid", "250001"},
+                          &out, &err),
+            0)
+      << err;
   ASSERT_EQ(cluster_->Cli({"user", "list"}, &out, &err), 0) << err;
   EXPECT_TRUE(absl::StrContains(out, std::to_string(kFirstUid))) << out;
+  EXPECT_TRUE(absl::StrContains(out, "250001")) << out;
   int status = 0;
   cluster_->Get("/api/v1/master", &status);
   EXPECT_EQ(status, 200) << "the master stopped answering";

@@ -325,12 +325,36 @@ absl::Status AuthCore::CheckOldPassword(const apiv1::User& caller, const apiv1::
   return absl::PermissionDeniedError("old_password: does not match the current password");
 }
 
+namespace {
+
+// PatchUserRequest.agent_uid/agent_gid: both, an unprivileged uid (not a
+// system account's, never root) and a gid other than root's.
+absl::Status ValidateAgentIds(const apiv1::PatchUserRequest& req) {
+  if (!req.has_agent_uid() || !req.has_agent_gid()) {
+    return absl::InvalidArgumentError("agent_uid and agent_gid go together: link a user to both");
+  }
+  if (req.agent_uid() < 1000 || req.agent_uid() >= 4294967295LL) {
+    return absl::InvalidArgumentError(absl::StrCat("agent_uid ", req.agent_uid(),
+                                                   ": must be 1000..4294967294 (an unprivileged uid, the same on "
+                                                   "every agent)"));
+  }
+  if (req.agent_gid() < 1 || req.agent_gid() >= 4294967295LL) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("agent_gid ", req.agent_gid(), ": must be 1..4294967294 (never root's group)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<apiv1::User> AuthCore::PatchUser(const apiv1::User& caller, const std::string& caller_token,
                                                 const apiv1::PatchUserRequest& req) {
   const bool self = caller.id() == req.user_id();
-  if (!caller.admin() && (!self || req.has_admin() || req.has_active())) {
-    return absl::PermissionDeniedError("changing another user, or admin/active, needs an admin");
+  const bool link = req.has_agent_uid() || req.has_agent_gid();
+  if (!caller.admin() && (!self || req.has_admin() || req.has_active() || link)) {
+    return absl::PermissionDeniedError("changing another user, or admin/active/agent_uid, needs an admin");
   }
+  if (link) DET_RETURN_IF_ERROR(ValidateAgentIds(req));
   if (req.has_password() && self) DET_RETURN_IF_ERROR(CheckOldPassword(caller, req));
   Store::Transaction txn(store_);
   DET_ASSIGN_OR_RETURN(UserRow row, store_->GetUser(req.user_id()));
@@ -346,6 +370,11 @@ absl::StatusOr<apiv1::User> AuthCore::PatchUser(const apiv1::User& caller, const
   }
   row.modified_ms = Now();
   DET_RETURN_IF_ERROR(store_->UpdateUser(row));
+  if (link) {
+    DET_RETURN_IF_ERROR(store_->LinkUserAgentIds(row.id, req.agent_uid(), req.agent_gid()));
+    row.agent_uid = req.agent_uid();
+    row.agent_gid = req.agent_gid();
+  }
   if (req.has_password() || !row.active) {
     DET_RETURN_IF_ERROR(store_->DeleteUserTokens(row.id, self && row.active ? Sha256Hex(caller_token) : ""));
   }

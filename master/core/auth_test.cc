@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 
 #include "common/sha256.h"
@@ -94,6 +97,38 @@ TEST_F(AuthCoreTest, PasswordsAreSaltedAndVerified) {
   EXPECT_TRUE(AuthCore::VerifyPassword("pw", a));
   EXPECT_FALSE(AuthCore::VerifyPassword("pW", a));
   EXPECT_FALSE(AuthCore::VerifyPassword("pw", "garbage"));
+}
+
+// det-cli user link-with-agent-user (issue 46): only an admin links a user
+// to a Unix uid/gid; both are needed, never root, never another user's uid.
+TEST_F(AuthCoreTest, LinkingAUserToAUnixUidNeedsAnAdmin) {
+  ::det::api::v1::PostUserRequest post;
+  post.mutable_user()->set_username("alice");
+  post.set_password("s3cret");
+  auto alice = auth_->PostUser(Admin(), post);
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto login = auth_->Login("alice", "s3cret");
+  ASSERT_TRUE(login.ok());
+  ::det::api::v1::PatchUserRequest link;
+  link.set_user_id(alice->id());
+  link.set_agent_uid(5000);
+  link.set_agent_gid(5000);
+  EXPECT_EQ(auth_->PatchUser(login->user(), login->token(), link).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  auto linked = auth_->PatchUser(Admin(), "", link);
+  ASSERT_TRUE(linked.ok()) << linked.status();
+  EXPECT_EQ(linked->agent_uid(), 5000);
+  EXPECT_EQ(linked->agent_gid(), 5000);
+  link.set_user_id(Admin().id());
+  EXPECT_EQ(auth_->PatchUser(Admin(), "", link).status().code(), absl::StatusCode::kAlreadyExists);
+  for (const auto& [uid, gid] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {999, 5}, {5001, 0}, {1LL << 32, 5}}) {
+    link.set_agent_uid(uid);
+    link.set_agent_gid(gid);
+    EXPECT_EQ(auth_->PatchUser(Admin(), "", link).status().code(), absl::StatusCode::kInvalidArgument) << uid;
+  }
+  link.clear_agent_gid();
+  link.set_agent_uid(5001);
+  EXPECT_EQ(auth_->PatchUser(Admin(), "", link).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(AuthCoreTest, UserManagementNeedsAdmin) {

@@ -631,6 +631,9 @@ class Store {
   // up. Thread-safe.
   absl::StatusOr<std::pair<int64_t, int64_t>> AgentIdsOfUser(const std::string& username, int64_t first,
                                                               int64_t last);
+  // Records uid/gid for user `user_id` (an admin's link). AlreadyExists when
+  // another user has that uid; NotFound for an unknown user. Thread-safe.
+  absl::Status LinkUserAgentIds(int64_t user_id, int64_t uid, int64_t gid);
 
   // Stores a token; FailedPrecondition when row.user_id names no user.
   absl::Status InsertUserToken(const UserTokenRow& row);

@@ -30,6 +30,8 @@ constexpr char kGetUser[] = "SELECT " DET_USER_COLUMNS " FROM users WHERE id = ?
 constexpr char kGetUserByName[] = "SELECT " DET_USER_COLUMNS " FROM users WHERE username = ?";
 constexpr char kListUsers[] = "SELECT " DET_USER_COLUMNS " FROM users ORDER BY id";
 constexpr char kMaxAgentUidIn[] = "SELECT COALESCE(MAX(agent_uid), 0) FROM users WHERE agent_uid BETWEEN ? AND ?";
+constexpr char kUidOwner[] = "SELECT id FROM users WHERE agent_uid = ? AND id != ?";
+constexpr char kLinkAgentIds[] = "UPDATE users SET agent_uid = ?, agent_gid = ? WHERE id = ?";
 constexpr char kSetAgentIds[] = "UPDATE users SET agent_uid = ?, agent_gid = ? WHERE id = ? AND agent_uid = 0";
 constexpr char kInsertUserToken[] =
     "INSERT INTO user_tokens(token_hash, user_id, created_ms, expires_ms) VALUES (?, ?, ?, ?)";
@@ -165,6 +167,31 @@ absl::StatusOr<std::pair<int64_t, int64_t>> Store::AgentIdsOfUser(const std::str
     return absl::OkStatus();
   }));
   return std::make_pair(uid, uid);
+}
+
+absl::Status Store::LinkUserAgentIds(int64_t user_id, int64_t uid, int64_t gid) {
+  return Write([&]() -> absl::Status {
+    {
+      DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUidOwner));
+      Binder b(st.get());
+      b.Int(uid).Int(user_id);
+      if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind agent uid");
+      const int rc = sqlite3_step(st.get());
+      if (rc == SQLITE_ROW) {
+        return absl::AlreadyExistsError(absl::StrCat("agent_uid ", uid, " belongs to user ", ColInt(st.get(), 0),
+                                                     ": each user needs a uid of their own"));
+      }
+      if (rc != SQLITE_DONE) return Error(rc, "look up agent uid");
+    }
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kLinkAgentIds));
+    Binder b(st.get());
+    b.Int(uid).Int(gid).Int(user_id);
+    if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind agent uid");
+    const int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("link user ", user_id));
+    if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("user ", user_id, " not found"));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Store::InsertUserToken(const UserTokenRow& row) {

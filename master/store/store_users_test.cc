@@ -70,6 +70,23 @@ TEST_F(StoreUsersTest, EachUserGetsTheirOwnUidFromTheRange) {
   EXPECT_EQ(store_->AgentIdsOfUser("unknown", 200000, 200009).status().code(), absl::StatusCode::kNotFound);
 }
 
+// An admin's link: recorded, used from then on instead of the range, and
+// refused for a uid another user has.
+TEST_F(StoreUsersTest, ALinkedUidIsTheUsersOwn) {
+  AddUser("alice");
+  AddUser("bob");
+  const int64_t alice = store_->GetUserByName("alice")->id;
+  const int64_t bob = store_->GetUserByName("bob")->id;
+  ASSERT_TRUE(store_->LinkUserAgentIds(alice, 5001, 5002).ok());
+  auto ids = store_->AgentIdsOfUser("alice", 200000, 200009);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->first, 5001);
+  EXPECT_EQ(ids->second, 5002);
+  EXPECT_EQ(store_->LinkUserAgentIds(bob, 5001, 5001).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(store_->LinkUserAgentIds(alice, 5001, 5003).ok()) << "relinking one's own uid";
+  EXPECT_EQ(store_->LinkUserAgentIds(999, 6000, 6000).code(), absl::StatusCode::kNotFound);
+}
+
 // Without a range (or with one below 1000, where system users live) no uid
 // is recorded: the agent falls back to its --trial-user.
 TEST_F(StoreUsersTest, NoRangeNoUid) {
