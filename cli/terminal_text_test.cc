@@ -25,6 +25,18 @@ TEST(TerminalTextTest, EscapesC1AndInvalidUtf8ButKeepsPrintableUtf8) {
             "caf\xc3\xa9 \xc2\xa0 \xe2\x82\xac \xf0\x9f\x98\x80 back\\slash");
 }
 
+TEST(TerminalTextTest, EscapesBidiAndLineSeparatorControls) {
+  // U+202E RIGHT-TO-LEFT OVERRIDE reverses what follows; U+2028 breaks a line.
+  EXPECT_EQ(TerminalText("exp\xe2\x80\xaegnp.exe"), "exp\\u202egnp.exe");
+  EXPECT_EQ(TerminalText("a\xe2\x80\xa8" "b\xe2\x80\xa9" "c"), "a\\u2028b\\u2029c");
+  EXPECT_EQ(TerminalText("\xe2\x80\xaa\xe2\x80\xab\xe2\x80\xac\xe2\x80\xad"), "\\u202a\\u202b\\u202c\\u202d");
+  EXPECT_EQ(TerminalText("\xe2\x81\xa6\xe2\x81\xa7\xe2\x81\xa8\xe2\x81\xa9"), "\\u2066\\u2067\\u2068\\u2069");
+  EXPECT_EQ(TerminalText("\xe2\x80\x8e\xe2\x80\x8f\xd8\x9c"), "\\u200e\\u200f\\u061c");
+  // Their neighbours stay: U+2027, U+202F, U+2065 (unassigned), U+206A, U+200D, Arabic U+061B.
+  const std::string kept = "\xe2\x80\xa7\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa\xe2\x80\x8d\xd8\x9b";
+  EXPECT_EQ(TerminalText(kept), kept);
+}
+
 TEST(TerminalTextTest, KeepLayoutKeepsOnlyNewlineAndTab) {
   EXPECT_EQ(TerminalText("a\n\tb\r\x1b", kKeepLayout), "a\n\tb\\r\\x1b");
 }
