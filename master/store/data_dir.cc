@@ -24,9 +24,27 @@ std::string Octal(mode_t mode) {
   return buf;
 }
 
+// A data dir owned by another uid (as PostgreSQL refuses): e.g. one an
+// attacker pre-created 0700 under /tmp can be swapped or read by its owner.
+absl::Status OwnerRefusal(const std::string& dir, uid_t owner, uid_t master_euid, bool allow_insecure) {
+  const std::string what = absl::StrCat("data dir ", dir, " is owned by uid ", owner, ", not by the master's uid ",
+                                        master_euid, ": its owner can read or replace the database");
+  if (allow_insecure) {
+    spdlog::warn("{} ({} given; not recommended)", what, kAllowInsecureDataDirFlag);
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(what, "; run `chown ", master_euid, " ", dir,
+                                                    "` as root (or start with ", kAllowInsecureDataDirFlag,
+                                                    ", not recommended)"));
+}
+
 }  // namespace
 
 absl::Status PreparePrivateDataDir(const std::string& dir, bool allow_insecure) {
+  return PreparePrivateDataDirOf(dir, allow_insecure, geteuid());
+}
+
+absl::Status PreparePrivateDataDirOf(const std::string& dir, bool allow_insecure, uid_t master_euid) {
   if (dir.empty()) return absl::InvalidArgumentError("--data-dir is empty; name a directory, e.g. /var/lib/det");
   struct stat st {};
   if (lstat(dir.c_str(), &st) != 0 && errno == ENOENT) {
@@ -42,6 +60,7 @@ absl::Status PreparePrivateDataDir(const std::string& dir, bool allow_insecure) 
     return absl::InvalidArgumentError(absl::StrCat("--data-dir ", dir, ": ", std::strerror(errno)));
   }
   if (!S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat("--data-dir ", dir, " is not a directory"));
+  if (st.st_uid != master_euid) return OwnerRefusal(dir, st.st_uid, master_euid, allow_insecure);
   if ((st.st_mode & 077) == 0) return absl::OkStatus();
   const std::string what =
       absl::StrCat("data dir ", dir, " has mode ", Octal(st.st_mode),

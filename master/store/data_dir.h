@@ -10,6 +10,8 @@
 #ifndef DET_MASTER_STORE_DATA_DIR_H_
 #define DET_MASTER_STORE_DATA_DIR_H_
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "absl/status/status.h"
@@ -26,7 +28,12 @@ inline constexpr char kAllowInsecureDataDirFlag[] = "--allow-insecure-data-dir";
 // DIR`, or kAllowInsecureDataDirFlag) unless `allow_insecure`, which logs a
 // warning instead. InvalidArgument when `dir` is empty, not a directory or
 // cannot be created or read (naming --data-dir and the OS error).
+// Also FailedPrecondition (unless `allow_insecure`) when `dir` is not owned
+// by the master's effective uid, naming the owner and the fix (`chown`).
 absl::Status PreparePrivateDataDir(const std::string& dir, bool allow_insecure);
+
+// PreparePrivateDataDir for a master running as `master_euid` (tests).
+absl::Status PreparePrivateDataDirOf(const std::string& dir, bool allow_insecure, uid_t master_euid);
 
 // Makes the SQLite database `db_path` private before SQLite opens it:
 // creates it empty with mode 0600 when it does not exist (SQLite gives its

@@ -1,9 +1,11 @@
 // The master's data dir and SQLite files are private (data_dir.h): created
 // 0700 / 0600 whatever the umask, loose modes of existing database files
-// fixed, a group- or world-accessible data dir refused unless allowed.
+// fixed, a group- or world-accessible data dir, or one owned by another uid,
+// refused unless allowed.
 #include "master/store/data_dir.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "master/store/store.h"
 
 namespace det::master {
@@ -61,6 +64,30 @@ TEST_F(DataDirTest, AccessibleDirIsRefusedNamingModeAndFix) {
   EXPECT_TRUE(absl::StrContains(PreparePrivateDataDir(dir_, false).message(), "has mode 0755"));
   EXPECT_TRUE(PreparePrivateDataDir(dir_, true).ok());
   ASSERT_EQ(chmod(dir_.c_str(), 0700), 0);
+}
+
+// As PostgreSQL: a data dir owned by another uid (e.g. pre-created 0700 under
+// /tmp by an attacker) is refused naming the owner and `chown`, unless
+// --allow-insecure-data-dir. Simulated with another master uid; as root, also
+// a real directory chowned away.
+TEST_F(DataDirTest, DirOwnedByAnotherUidIsRefusedNamingOwnerAndFix) {
+  ASSERT_EQ(chmod(dir_.c_str(), 0700), 0);
+  const uid_t owner = geteuid();
+  const uid_t master = owner + 4242;
+  absl::Status st = PreparePrivateDataDirOf(dir_, false, master);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), absl::StrCat("owned by uid ", owner))) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), absl::StrCat("chown ", master, " ", dir_))) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "--allow-insecure-data-dir")) << st;
+  EXPECT_TRUE(PreparePrivateDataDirOf(dir_, true, master).ok());
+  EXPECT_TRUE(PreparePrivateDataDirOf(dir_, false, owner).ok());
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(dir_.c_str(), 65534, 65534), 0);
+    absl::Status real = PreparePrivateDataDir(dir_, false);
+    EXPECT_EQ(real.code(), absl::StatusCode::kFailedPrecondition) << real;
+    EXPECT_TRUE(absl::StrContains(real.message(), "owned by uid 65534")) << real;
+    ASSERT_EQ(chown(dir_.c_str(), 0, 0), 0);
+  }
 }
 
 TEST_F(DataDirTest, NotADirectoryOrEmptyIsInvalid) {
