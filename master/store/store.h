@@ -508,6 +508,12 @@ class Store {
   // row.trial_id or row.experiment_id names no row.
   absl::Status InsertCheckpoint(const CheckpointRow& row);
 
+  // What `trial_id`'s checkpoint rows (any state) hold, as CheckpointLimits
+  // counts it (metric_limits.h): rows, and bytes as CheckpointRowBytes.
+  absl::StatusOr<CheckpointBudget> CheckpointBudgetOf(int64_t trial_id);
+  // The bytes `row` counts against its trial's --max-trial-checkpoint-mib.
+  static int64_t CheckpointRowBytes(const CheckpointRow& row);
+
   // NotFound if there is no checkpoint `uuid`.
   absl::StatusOr<CheckpointRow> GetCheckpoint(const std::string& uuid);
 
@@ -625,14 +631,15 @@ class Store {
 
   // The Unix {uid, gid} trials of user `username` run as: the recorded ones;
   // else, when first..last is a range (1000 <= first <= last), the smallest
-  // uid of the range above every uid ever recorded in it, recorded now with
-  // gid = uid (so a uid is never given to two users); else {0, 0} (none).
+  // uid of the range above every uid ever recorded in it (a relinked user's
+  // old uid too), recorded now with gid = uid; else {0, 0} (none).
   // NotFound for an unknown user; ResourceExhausted when the range is used
   // up. Thread-safe.
   absl::StatusOr<std::pair<int64_t, int64_t>> AgentIdsOfUser(const std::string& username, int64_t first,
                                                               int64_t last);
   // Records uid/gid for user `user_id` (an admin's link). AlreadyExists when
-  // another user has that uid; NotFound for an unknown user. Thread-safe.
+  // another user has that uid; NotFound for an unknown user; InvalidArgument
+  // for uid or gid 0 or the master's own euid or egid. Thread-safe.
   absl::Status LinkUserAgentIds(int64_t user_id, int64_t uid, int64_t gid);
 
   // Stores a token; FailedPrecondition when row.user_id names no user.

@@ -288,12 +288,25 @@ ALTER TABLE users ADD COLUMN agent_uid INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE users ADD COLUMN agent_gid INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Migration 14: every uid ever recorded for a user, kept when the user is
+// relinked, so that --trial-uid-range's next uid (one above the highest
+// given in the range) never goes down and an old uid is never handed to a
+// new user (issue 46 review).
+constexpr char kMigration14[] = R"sql(
+CREATE TABLE agent_uids_given (uid INTEGER PRIMARY KEY);
+INSERT OR IGNORE INTO agent_uids_given(uid) SELECT agent_uid FROM users WHERE agent_uid != 0;
+CREATE TRIGGER users_agent_uid_given AFTER UPDATE OF agent_uid ON users WHEN NEW.agent_uid != 0
+BEGIN
+  INSERT OR IGNORE INTO agent_uids_given(uid) VALUES (NEW.agent_uid);
+END;
+)sql";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
       new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6,
                                    kMigration7, kMigration8, kMigration9, kMigration10,
-                                   kMigration11, kMigration12, kMigration13};
+                                   kMigration11, kMigration12, kMigration13, kMigration14};
   return *kMigrations;
 }
 

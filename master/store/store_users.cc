@@ -2,6 +2,7 @@
 #include "master/store/store.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <string>
 #include <utility>
@@ -29,7 +30,10 @@ constexpr char kUpdateUser[] =
 constexpr char kGetUser[] = "SELECT " DET_USER_COLUMNS " FROM users WHERE id = ?";
 constexpr char kGetUserByName[] = "SELECT " DET_USER_COLUMNS " FROM users WHERE username = ?";
 constexpr char kListUsers[] = "SELECT " DET_USER_COLUMNS " FROM users ORDER BY id";
-constexpr char kMaxAgentUidIn[] = "SELECT COALESCE(MAX(agent_uid), 0) FROM users WHERE agent_uid BETWEEN ? AND ?";
+// agent_uids_given (migration 14, filled by a trigger) keeps every uid ever
+// recorded for a user, so its highest uid in a range never goes down: a
+// relinked user's old uid is never handed to a new user.
+constexpr char kMaxAgentUidIn[] = "SELECT COALESCE(MAX(uid), 0) FROM agent_uids_given WHERE uid BETWEEN ? AND ?";
 constexpr char kUidOwner[] = "SELECT id FROM users WHERE agent_uid = ? AND id != ?";
 constexpr char kLinkAgentIds[] = "UPDATE users SET agent_uid = ?, agent_gid = ? WHERE id = ?";
 constexpr char kSetAgentIds[] = "UPDATE users SET agent_uid = ?, agent_gid = ? WHERE id = ? AND agent_uid = 0";
@@ -54,6 +58,23 @@ UserRow ReadUser(sqlite3_stmt* s) {
   u.agent_uid = ColInt(s, 8);
   u.agent_gid = ColInt(s, 9);
   return u;
+}
+
+// Refuses ids a trial must never run as: root's, and the master's own
+// (its uid owns the data dir and secrets; its group, usually the daemons'
+// group, owns every checkpoint).
+absl::Status CheckNotPrivilegedIds(int64_t uid, int64_t gid) {
+  if (uid == 0 || gid == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("agent_uid ", uid, " / agent_gid ", gid,
+                                                   ": trials never run as root's uid or group (0)"));
+  }
+  if (uid == static_cast<int64_t>(geteuid()) || gid == static_cast<int64_t>(getegid())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "agent_uid ", uid, " / agent_gid ", gid, ": det-master runs as uid ", geteuid(), " gid ", getegid(),
+        " (the daemons' account and group, which own the data dir and every checkpoint): link the user to a uid "
+        "and gid no account or group uses"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -170,6 +191,7 @@ absl::StatusOr<std::pair<int64_t, int64_t>> Store::AgentIdsOfUser(const std::str
 }
 
 absl::Status Store::LinkUserAgentIds(int64_t user_id, int64_t uid, int64_t gid) {
+  DET_RETURN_IF_ERROR(CheckNotPrivilegedIds(uid, gid));
   return Write([&]() -> absl::Status {
     {
       DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUidOwner));

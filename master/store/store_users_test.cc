@@ -1,6 +1,7 @@
 // Store: the Unix uid/gid recorded per det user (det-master
 // --trial-uid-range; issue 46, tenants).
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
@@ -85,6 +86,43 @@ TEST_F(StoreUsersTest, ALinkedUidIsTheUsersOwn) {
   EXPECT_EQ(store_->LinkUserAgentIds(bob, 5001, 5001).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_TRUE(store_->LinkUserAgentIds(alice, 5001, 5003).ok()) << "relinking one's own uid";
   EXPECT_EQ(store_->LinkUserAgentIds(999, 6000, 6000).code(), absl::StatusCode::kNotFound);
+}
+
+// A uid once given is never given again, even after its user is relinked
+// away from it (the highest uid given in the range never goes down).
+TEST_F(StoreUsersTest, ARelinkedUsersOldUidIsNeverHandedOutAgain) {
+  AddUser("alice");
+  AddUser("bob");
+  AddUser("carol");
+  ASSERT_EQ(store_->AgentIdsOfUser("alice", 200000, 200009)->first, 200000);
+  ASSERT_TRUE(store_->LinkUserAgentIds(store_->GetUserByName("alice")->id, 5001, 5001).ok());
+  auto bob = store_->AgentIdsOfUser("bob", 200000, 200009);
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  EXPECT_EQ(bob->first, 200001) << "alice's old uid 200000 handed to bob";
+  // A linked uid inside the range counts as given too.
+  ASSERT_TRUE(store_->LinkUserAgentIds(store_->GetUserByName("alice")->id, 200005, 200005).ok());
+  ASSERT_TRUE(store_->LinkUserAgentIds(store_->GetUserByName("alice")->id, 5001, 5001).ok());
+  EXPECT_EQ(store_->AgentIdsOfUser("carol", 200000, 200009)->first, 200006);
+}
+
+// Links to root's ids or the master's own euid/egid (the daemons' account
+// and group: the data dir, every checkpoint) are refused.
+TEST_F(StoreUsersTest, LinksToRootOrTheMastersOwnIdsAreRefused) {
+  AddUser("alice");
+  const int64_t alice = store_->GetUserByName("alice")->id;
+  EXPECT_EQ(store_->LinkUserAgentIds(alice, 0, 5001).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->LinkUserAgentIds(alice, 5001, 0).code(), absl::StatusCode::kInvalidArgument);
+  // As root, take another effective gid for a moment (as a master running
+  // as det:det would have).
+  const gid_t daemon_gid = geteuid() == 0 ? 4242 : getegid();
+  ASSERT_TRUE(geteuid() != 0 || setegid(daemon_gid) == 0);
+  const absl::Status by_gid = store_->LinkUserAgentIds(alice, 5001, daemon_gid);
+  const absl::Status by_uid = store_->LinkUserAgentIds(alice, geteuid(), 5001);
+  ASSERT_TRUE(geteuid() != 0 || setegid(0) == 0);
+  EXPECT_EQ(by_gid.code(), absl::StatusCode::kInvalidArgument) << by_gid;
+  EXPECT_NE(std::string(by_gid.message()).find("det-master runs as"), std::string::npos) << by_gid;
+  EXPECT_EQ(by_uid.code(), absl::StatusCode::kInvalidArgument) << by_uid;
+  EXPECT_EQ(store_->GetUserByName("alice")->agent_uid, 0);
 }
 
 // Without a range (or with one below 1000, where system users live) no uid
