@@ -18,6 +18,7 @@
 // empty password, unless --allow-empty-passwords.
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -227,6 +228,18 @@ bool ParseTrialUidRange(const std::string& spec, det::master::MasterOptions* opt
                  "4294967295, e.g. 200000-299999 (uids no local account uses)\n",
                  spec.c_str());
     return false;
+  }
+  // Trials never run as the master's own account or group (the data dir,
+  // every checkpoint), and every range uid is also a gid.
+  for (const unsigned long long own : {static_cast<unsigned long long>(geteuid()),
+                                       static_cast<unsigned long long>(getegid())}) {
+    if (own >= first && own <= last) {
+      std::fprintf(stderr,
+                   "det-master: error: --trial-uid-range '%s' contains %llu, det-master's own uid or gid: pick a "
+                   "range no account or group uses (e.g. 200000-299999)\n",
+                   spec.c_str(), own);
+      return false;
+    }
   }
   options->trial_uid_first = static_cast<int64_t>(first);
   options->trial_uid_last = static_cast<int64_t>(last);

@@ -133,7 +133,9 @@ std::map<std::string, std::string> SnoopReport(const std::string& logs) {
   return out;
 }
 
-class SecurityTenantsTest : public ::testing::Test {
+// Root, a 03733 checkpoint root, a master with --trial-uid-range UidRange(),
+// one 2-slot agent, users alice and bob.
+class TenantsTestBase : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(geteuid(), 0u) << "the cross-tenant test needs root (det-agent runs each user's trials as that "
@@ -149,7 +151,7 @@ class SecurityTenantsTest : public ::testing::Test {
     WriteFile(dir_ / "secret", std::string(kSecret) + "\n");
     cluster_ = std::make_unique<TestCluster>(
         dir_, TestClusterOptions().add_master_flags(
-                  {"--cluster-secret-file", dir_ / "secret", "--trial-uid-range", "200000-200009"}));
+                  {"--cluster-secret-file", dir_ / "secret", "--trial-uid-range", UidRange()}));
     cluster_->StartAgent("a", AgentOptions().set_slots(2).add_flags({"--cluster-secret-file", dir_ / "secret"}));
     ASSERT_TRUE(PollUntil([&] { return cluster_->ConnectedAgents() == 1; }, 30s)) << cluster_->AgentLogs();
     std::string out, err;
@@ -159,6 +161,7 @@ class SecurityTenantsTest : public ::testing::Test {
     }
   }
 
+  virtual std::string UidRange() const { return "200000-200009"; }
   void LoginAs(const std::string& user) {
     std::string out, err;
     ASSERT_EQ(cluster_->Cli({"user", "login", user, "--password-stdin"}, &out, &err, "pw-of-tenant\n"), 0) << err;
@@ -174,137 +177,249 @@ class SecurityTenantsTest : public ::testing::Test {
   std::unique_ptr<TestCluster> cluster_;
 };
 
-TEST_F(SecurityTenantsTest, ATrialCannotReadOrSignalAnotherUsersTrial) {
-  LoginAs("alice");
-  const int alice_exp = cluster_->CreateExperiment(Config("alice", 600, 50, Checkpoints()), "alice");
-  ASSERT_GT(alice_exp, 0);
-  const int64_t alice_trial = FirstTrial(alice_exp);
-  std::string alice_alloc, uuid;
-  pid_t alice_pid = 0;
-  ASSERT_TRUE(PollUntil(
-      [&] {
-        alice_alloc = AllocationOf(*cluster_, alice_trial);
-        alice_pid = alice_alloc.empty() ? 0 : DetTrialOf(alice_alloc);
-        uuid = cluster_->Trial(alice_trial).value("latest_checkpoint_uuid", "");
-        return alice_pid != 0 && !uuid.empty();
-      },
-      120s))
-      << cluster_->AgentLogs() << cluster_->MasterLog();
-  const std::string alice_ckpt = (fs::path(Checkpoints()) / uuid).string();
+// Alice's running trial: its experiment, trial, allocation, det-trial pid
+// and latest checkpoint directory.
+struct Victim {
+  int exp = 0;
+  int64_t trial = 0;
+  std::string alloc;
+  pid_t pid = 0;
+  std::string ckpt;
+};
+
+// Bob's snoop trial and what it reported.
+struct Snoop {
+  int exp = 0;
+  int64_t trial = 0;
+  pid_t pid = 0;
+  std::map<std::string, std::string> report;
+};
+
+class SecurityTenantsTest : public TenantsTestBase {
+ protected:
+  // Alice's long experiment, once its det-trial runs and has checkpointed.
+  void StartAlicesTrial(Victim* v) {
+    LoginAs("alice");
+    v->exp = cluster_->CreateExperiment(Config("alice", 600, 50, Checkpoints()), "alice");
+    ASSERT_GT(v->exp, 0);
+    v->trial = FirstTrial(v->exp);
+    std::string uuid;
+    ASSERT_TRUE(PollUntil(
+        [&] {
+          v->alloc = AllocationOf(*cluster_, v->trial);
+          v->pid = v->alloc.empty() ? 0 : DetTrialOf(v->alloc);
+          uuid = cluster_->Trial(v->trial).value("latest_checkpoint_uuid", "");
+          return v->pid != 0 && !uuid.empty();
+        },
+        120s))
+        << cluster_->AgentLogs() << cluster_->MasterLog();
+    v->ckpt = (fs::path(Checkpoints()) / uuid).string();
+  }
 
   // Alice's trial: her own uid from the range, no supplementary groups, no
-  // token in its environment (the agent passed it on fd 4), not dumpable.
-  EXPECT_EQ(StatusField(alice_pid, "Uid"), absl::StrCat(kFirstUid, "\t", kFirstUid, "\t", kFirstUid, "\t", kFirstUid));
-  EXPECT_EQ(StatusField(alice_pid, "Gid"), absl::StrCat(kFirstUid, "\t", kFirstUid, "\t", kFirstUid, "\t", kFirstUid));
-  EXPECT_EQ(StatusField(alice_pid, "Groups"), "");
-  EXPECT_FALSE(absl::StrContains(EnvironOf(alice_pid), "DET_ALLOCATION_TOKEN="));
-  EXPECT_TRUE(absl::StrContains(EnvironOf(alice_pid), "DET_ALLOCATION_TOKEN_FD=4"));
-  struct stat st {};
-  ASSERT_EQ(stat(absl::StrCat("/proc/", alice_pid, "/environ").c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, 0u) << "det-trial is dumpable (its /proc/PID files belong to its uid)";
-  // Her checkpoint: her uid, the storage root's group, nothing for others.
-  ASSERT_EQ(stat(alice_ckpt.c_str(), &st), 0) << alice_ckpt;
-  EXPECT_EQ(st.st_uid, static_cast<uid_t>(kFirstUid));
-  EXPECT_EQ(st.st_gid, 0u) << "not the setgid storage root's group";
-  EXPECT_EQ(st.st_mode & 07777, 02770u) << std::oct << (st.st_mode & 07777);
-  ASSERT_EQ(stat((fs::path(alice_ckpt) / "metadata.json").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0660u) << std::oct << (st.st_mode & 0777);
-  // Her allocation's directory is hers alone.
-  ASSERT_EQ(stat((fs::path(dir_ / "agent-a/allocations") / alice_alloc).c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, static_cast<uid_t>(kFirstUid));
-  EXPECT_EQ(st.st_mode & 0777, 0700u) << std::oct << (st.st_mode & 0777);
+  // token in its environment (the agent passed it on fd 4), not dumpable;
+  // her checkpoint and allocation dir closed to others.
+  void ExpectOwnUidAndPrivateFiles(const Victim& v) {
+    const std::string own = absl::StrCat(kFirstUid, "\t", kFirstUid, "\t", kFirstUid, "\t", kFirstUid);
+    EXPECT_EQ(StatusField(v.pid, "Uid"), own);
+    EXPECT_EQ(StatusField(v.pid, "Gid"), own);
+    EXPECT_EQ(StatusField(v.pid, "Groups"), "");
+    EXPECT_FALSE(absl::StrContains(EnvironOf(v.pid), "DET_ALLOCATION_TOKEN="));
+    EXPECT_TRUE(absl::StrContains(EnvironOf(v.pid), "DET_ALLOCATION_TOKEN_FD=4"));
+    struct stat st {};
+    ASSERT_EQ(stat(absl::StrCat("/proc/", v.pid, "/environ").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0u) << "det-trial is dumpable (its /proc/PID files belong to its uid)";
+    // Her checkpoint: her uid, the storage root's group, nothing for others.
+    ASSERT_EQ(stat(v.ckpt.c_str(), &st), 0) << v.ckpt;
+    EXPECT_EQ(st.st_uid, static_cast<uid_t>(kFirstUid));
+    EXPECT_EQ(st.st_gid, 0u) << "not the setgid storage root's group";
+    EXPECT_EQ(st.st_mode & 07777, 02770u) << std::oct << (st.st_mode & 07777);
+    ASSERT_EQ(stat((fs::path(v.ckpt) / "metadata.json").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0660u) << std::oct << (st.st_mode & 0777);
+    // Her allocation's directory is hers alone.
+    ASSERT_EQ(stat((fs::path(dir_ / "agent-a/allocations") / v.alloc).c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, static_cast<uid_t>(kFirstUid));
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << std::oct << (st.st_mode & 0777);
+  }
 
-  // Bob's snoop, on the same agent, at the same time.
-  LoginAs("bob");
-  const int bob_exp = cluster_->CreateExperiment(
-      Config("snoop", 20, 0, Checkpoints(),
-             {absl::StrCat("SNOOP_VICTIM_PID=", alice_pid), "SNOOP_VICTIM_DIR=" + alice_ckpt,
-              "SNOOP_STORAGE_ROOT=" + Checkpoints()}),
-      "snoop", std::string(DET_TRIALS_DIR) + "/snoop_trial.so");
-  ASSERT_GT(bob_exp, 0);
-  const int64_t bob_trial = FirstTrial(bob_exp);
-  pid_t bob_pid = 0;
-  std::map<std::string, std::string> report;
-  ASSERT_TRUE(PollUntil(
-      [&] {
-        const std::string alloc = AllocationOf(*cluster_, bob_trial);
-        if (bob_pid == 0 && !alloc.empty()) bob_pid = DetTrialOf(alloc);
-        report = SnoopReport(cluster_->TrialLogs(bob_trial));
-        return !report.empty();
-      },
-      120s))
-      << cluster_->TrialLogs(bob_trial) << cluster_->AgentLogs();
-  // Whatever the snoop did, alice's trial goes on (a SIGSTOP that got through
-  // was already counted below).
-  kill(alice_pid, SIGCONT);
-  EXPECT_EQ(report["uid"], std::to_string(kFirstUid + 1)) << "bob's trial runs as his own uid";
-  if (bob_pid != 0) EXPECT_EQ(StatusField(bob_pid, "Uid").substr(0, 6), std::to_string(kFirstUid + 1));
-  EXPECT_EQ(report["token_hits"], "0") << "an allocation token in a readable environment";
-  EXPECT_EQ(report["cmdline_token_hits"], "0");
-  EXPECT_EQ(report["victim_environ"], "EACCES");
-  EXPECT_EQ(report["victim_fd4"], "EACCES");
-  EXPECT_EQ(report["kill0"], "EPERM");
-  EXPECT_EQ(report["sigstop"], "EPERM");
-  EXPECT_EQ(report["victim_dir"], "EACCES");
-  EXPECT_EQ(report["storage_root_list"], "EACCES");
-  EXPECT_TRUE(cluster_->WaitForState(bob_exp, "STATE_COMPLETED", 120s)) << cluster_->TrialLogs(bob_trial);
+  // Bob's snoop, on the same agent, at the same time, until it reports.
+  void RunSnoop(const Victim& v, Snoop* s) {
+    LoginAs("bob");
+    s->exp = cluster_->CreateExperiment(
+        Config("snoop", 20, 0, Checkpoints(),
+               {absl::StrCat("SNOOP_VICTIM_PID=", v.pid), "SNOOP_VICTIM_DIR=" + v.ckpt,
+                "SNOOP_STORAGE_ROOT=" + Checkpoints()}),
+        "snoop", std::string(DET_TRIALS_DIR) + "/snoop_trial.so");
+    ASSERT_GT(s->exp, 0);
+    s->trial = FirstTrial(s->exp);
+    ASSERT_TRUE(PollUntil(
+        [&] {
+          const std::string alloc = AllocationOf(*cluster_, s->trial);
+          if (s->pid == 0 && !alloc.empty()) s->pid = DetTrialOf(alloc);
+          s->report = SnoopReport(cluster_->TrialLogs(s->trial));
+          return !s->report.empty();
+        },
+        120s))
+        << cluster_->TrialLogs(s->trial) << cluster_->AgentLogs();
+  }
+
+  void ExpectSnoopRefused(const Snoop& s) {
+    EXPECT_EQ(s.report.at("uid"), std::to_string(kFirstUid + 1)) << "bob's trial runs as his own uid";
+    if (s.pid != 0) EXPECT_EQ(StatusField(s.pid, "Uid").substr(0, 6), std::to_string(kFirstUid + 1));
+    const std::map<std::string, std::string> refused = {
+        {"token_hits", "0"},        {"cmdline_token_hits", "0"}, {"victim_environ", "EACCES"},
+        {"victim_fd4", "EACCES"},   {"kill0", "EPERM"},          {"sigstop", "EPERM"},
+        {"victim_dir", "EACCES"},   {"storage_root_list", "EACCES"}};
+    for (const auto& [key, want] : refused) {
+      EXPECT_EQ(s.report.count(key) ? s.report.at(key) : "(missing)", want) << key;
+    }
+    EXPECT_TRUE(cluster_->WaitForState(s.exp, "STATE_COMPLETED", 120s)) << cluster_->TrialLogs(s.trial);
+  }
 
   // Alice pauses and resumes: the same uid reads her own checkpoint, and the
   // trial completes with all its metrics.
-  LoginAs("alice");
-  std::string out, err;
-  ASSERT_EQ(cluster_->Cli({"experiment", "pause", std::to_string(alice_exp)}, &out, &err), 0) << err;
-  ASSERT_TRUE(cluster_->WaitForState(alice_exp, "STATE_PAUSED", 120s)) << cluster_->TrialLogs(alice_trial);
-  ASSERT_TRUE(PollUntil([&] { return AllocationOf(*cluster_, alice_trial).empty(); }, 60s));
-  ASSERT_EQ(cluster_->Cli({"experiment", "activate", std::to_string(alice_exp)}, &out, &err), 0) << err;
-  ASSERT_TRUE(cluster_->WaitForState(alice_exp, "STATE_COMPLETED", 180s))
-      << cluster_->TrialLogs(alice_trial) << cluster_->MasterLog();
-  const std::string logs = cluster_->TrialLogs(alice_trial);
-  EXPECT_TRUE(absl::StrContains(logs, "resumed from checkpoint")) << logs;
-  const nlohmann::json training = cluster_->Metrics(alice_trial, "training");
-  ASSERT_FALSE(training.empty());
-  EXPECT_EQ(Int(training.back()["total_batches"]), 600) << training.dump();
-  EXPECT_FALSE(cluster_->Metrics(alice_trial, "validation").empty());
+  void PauseResumeAndComplete(const Victim& v) {
+    LoginAs("alice");
+    std::string out, err;
+    ASSERT_EQ(cluster_->Cli({"experiment", "pause", std::to_string(v.exp)}, &out, &err), 0) << err;
+    ASSERT_TRUE(cluster_->WaitForState(v.exp, "STATE_PAUSED", 120s)) << cluster_->TrialLogs(v.trial);
+    ASSERT_TRUE(PollUntil([&] { return AllocationOf(*cluster_, v.trial).empty(); }, 60s));
+    ASSERT_EQ(cluster_->Cli({"experiment", "activate", std::to_string(v.exp)}, &out, &err), 0) << err;
+    ASSERT_TRUE(cluster_->WaitForState(v.exp, "STATE_COMPLETED", 180s))
+        << cluster_->TrialLogs(v.trial) << cluster_->MasterLog();
+    const std::string logs = cluster_->TrialLogs(v.trial);
+    EXPECT_TRUE(absl::StrContains(logs, "resumed from checkpoint")) << logs;
+    const nlohmann::json training = cluster_->Metrics(v.trial, "training");
+    ASSERT_FALSE(training.empty());
+    EXPECT_EQ(Int(training.back()["total_batches"]), 600) << training.dump();
+    EXPECT_FALSE(cluster_->Metrics(v.trial, "validation").empty());
+  }
 
   // Alice warm-starts from bob's checkpoint, which her uid may not open:
   // the agent stages a copy owned by her uid, and the trial loads that.
-  const std::string bob_uuid = cluster_->Trial(bob_trial).value("latest_checkpoint_uuid", "");
-  ASSERT_FALSE(bob_uuid.empty());
-  const int warm = cluster_->CreateExperiment(
-      Config("warm", 20, 0, Checkpoints(), {}, "  source_checkpoint_uuid: " + bob_uuid + "\n"), "warm");
-  ASSERT_GT(warm, 0);
-  const int64_t warm_trial = FirstTrial(warm);
-  EXPECT_TRUE(cluster_->WaitForState(warm, "STATE_COMPLETED", 120s))
-      << cluster_->TrialLogs(warm_trial) << cluster_->AgentLogs();
-  const std::string warm_logs = cluster_->TrialLogs(warm_trial);
-  EXPECT_TRUE(absl::StrContains(warm_logs, "warm start: model weights from checkpoint")) << warm_logs;
-  EXPECT_TRUE(absl::StrContains(warm_logs, "/warm-start")) << "not the agent's copy: " << warm_logs;
+  void WarmStartFromBobsCheckpoint(const Snoop& s) {
+    const std::string bob_uuid = cluster_->Trial(s.trial).value("latest_checkpoint_uuid", "");
+    ASSERT_FALSE(bob_uuid.empty());
+    const int warm = cluster_->CreateExperiment(
+        Config("warm", 20, 0, Checkpoints(), {}, "  source_checkpoint_uuid: " + bob_uuid + "\n"), "warm");
+    ASSERT_GT(warm, 0);
+    const int64_t warm_trial = FirstTrial(warm);
+    EXPECT_TRUE(cluster_->WaitForState(warm, "STATE_COMPLETED", 120s))
+        << cluster_->TrialLogs(warm_trial) << cluster_->AgentLogs();
+    const std::string warm_logs = cluster_->TrialLogs(warm_trial);
+    EXPECT_TRUE(absl::StrContains(warm_logs, "warm start: model weights from checkpoint")) << warm_logs;
+    EXPECT_TRUE(absl::StrContains(warm_logs, "/warm-start")) << "not the agent's copy: " << warm_logs;
+  }
 
   // Only an admin links a user to a uid of their choosing, never root's and
   // never another user's; det-cli shows the recorded uids.
-  EXPECT_NE(cluster_->Cli({"user", "link-with-agent-user", "alice", "--agent-uid", "250000", "--agent-gid", "250000"},
-                          &out, &err),
-            0);
-  EXPECT_TRUE(absl::StrContains(err, "PERMISSION_DENIED")) << err;
-  ASSERT_EQ(cluster_->Cli({"user", "login", "admin", "--password-stdin"}, &out, &err, "\n"), 0) << err;
-  EXPECT_NE(cluster_->Cli({"user", "link-with-agent-user", "bob", "--agent-uid", "0", "--agent-gid", "0"}, &out, &err),
-            0);
-  EXPECT_TRUE(absl::StrContains(err, "agent_uid 0: must be 1000..4294967294")) << err;
-  EXPECT_NE(cluster_->Cli({"user", "link-with-agent-user", "bob", "--agent-uid", std::to_string(kFirstUid),
-                           "--agent-gid", "250000"},
-                          &out, &err),
-            0);
-  EXPECT_TRUE(absl::StrContains(err, "ALREADY_EXISTS")) << err;
-  ASSERT_EQ(cluster_->Cli({"user", "link-with-agent-user", "bob", "--agent-uid", "250000", "--agent-gid", "250001"},
-                          &out, &err),
-            0)
-      << err;
-  ASSERT_EQ(cluster_->Cli({"user", "list"}, &out, &err), 0) << err;
-  EXPECT_TRUE(absl::StrContains(out, std::to_string(kFirstUid))) << out;
-  EXPECT_TRUE(absl::StrContains(out, "250001")) << out;
+  void ExpectOnlyAdminsLinkUnusedUids() {
+    std::string out, err;
+    EXPECT_NE(cluster_->Cli({"user", "link-with-agent-user", "alice", "--agent-uid", "250000", "--agent-gid",
+                             "250000"},
+                            &out, &err),
+              0);
+    EXPECT_TRUE(absl::StrContains(err, "PERMISSION_DENIED")) << err;
+    ASSERT_EQ(cluster_->Cli({"user", "login", "admin", "--password-stdin"}, &out, &err, "\n"), 0) << err;
+    EXPECT_NE(
+        cluster_->Cli({"user", "link-with-agent-user", "bob", "--agent-uid", "0", "--agent-gid", "0"}, &out, &err),
+        0);
+    EXPECT_TRUE(absl::StrContains(err, "agent_uid 0: must be 1000..4294967294")) << err;
+    EXPECT_NE(cluster_->Cli({"user", "link-with-agent-user", "bob", "--agent-uid", std::to_string(kFirstUid),
+                             "--agent-gid", "250000"},
+                            &out, &err),
+              0);
+    EXPECT_TRUE(absl::StrContains(err, "ALREADY_EXISTS")) << err;
+    ASSERT_EQ(cluster_->Cli({"user", "link-with-agent-user", "bob", "--agent-uid", "250000", "--agent-gid", "250001"},
+                            &out, &err),
+              0)
+        << err;
+    ASSERT_EQ(cluster_->Cli({"user", "list"}, &out, &err), 0) << err;
+    EXPECT_TRUE(absl::StrContains(out, std::to_string(kFirstUid))) << out;
+    EXPECT_TRUE(absl::StrContains(out, "250001")) << out;
+  }
+};
+
+TEST_F(SecurityTenantsTest, ATrialCannotReadOrSignalAnotherUsersTrial) {
+  Victim alice;
+  ASSERT_NO_FATAL_FAILURE(StartAlicesTrial(&alice));
+  ASSERT_NO_FATAL_FAILURE(ExpectOwnUidAndPrivateFiles(alice));
+  Snoop bob;
+  ASSERT_NO_FATAL_FAILURE(RunSnoop(alice, &bob));
+  // Whatever the snoop did, alice's trial goes on (a SIGSTOP that got through
+  // is counted in the report).
+  kill(alice.pid, SIGCONT);
+  ExpectSnoopRefused(bob);
+  ASSERT_NO_FATAL_FAILURE(PauseResumeAndComplete(alice));
+  ASSERT_NO_FATAL_FAILURE(WarmStartFromBobsCheckpoint(bob));
+  ASSERT_NO_FATAL_FAILURE(ExpectOnlyAdminsLinkUnusedUids());
   int status = 0;
   cluster_->Get("/api/v1/master", &status);
   EXPECT_EQ(status, 200) << "the master stopped answering";
+}
+
+// A range of one uid: alice takes it; bob's trial is never started (not as
+// the agents' --trial-user, not as root), it ends in ERROR saying the range
+// is used up and how to fix it, and the master stays up.
+class SecurityTenantsUsedUpRangeTest : public TenantsTestBase {
+ protected:
+  std::string UidRange() const override { return "200000-200000"; }
+};
+
+TEST_F(SecurityTenantsUsedUpRangeTest, AUserWithoutAUidOfTheirOwnGetsNoTrialNeverRoot) {
+  LoginAs("alice");
+  const int alice_exp = cluster_->CreateExperiment(Config("alice", 100, 20, Checkpoints()), "alice");
+  ASSERT_GT(alice_exp, 0);
+  const int64_t alice_trial = FirstTrial(alice_exp);
+  pid_t alice_pid = 0;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        const std::string alloc = AllocationOf(*cluster_, alice_trial);
+        alice_pid = alloc.empty() ? 0 : DetTrialOf(alloc);
+        return alice_pid != 0;
+      },
+      120s))
+      << cluster_->AgentLogs();
+  EXPECT_EQ(StatusField(alice_pid, "Uid").substr(0, 6), std::to_string(kFirstUid));
+
+  LoginAs("bob");
+  const int bob_exp = cluster_->CreateExperiment(Config("bob", 20, 0, Checkpoints()), "bob");
+  ASSERT_GT(bob_exp, 0);
+  const int64_t bob_trial = FirstTrial(bob_exp);
+  ASSERT_TRUE(cluster_->WaitForState(bob_exp, "STATE_ERROR", 60s)) << cluster_->MasterLog();
+  const nlohmann::json trial = cluster_->Trial(bob_trial);
+  EXPECT_EQ(trial.value("state", ""), "STATE_ERROR") << trial.dump();
+  const std::string why = trial.value("error_message", "");
+  EXPECT_TRUE(absl::StrContains(why, "--trial-uid-range 200000-200000 is taken: widen the range")) << trial.dump();
+  EXPECT_TRUE(absl::StrContains(cluster_->TrialLogs(bob_trial), "not started: no uid of its own for user 'bob'"))
+      << cluster_->TrialLogs(bob_trial);
+  // The agent never got bob's allocation: nothing of his ran, as any uid.
+  EXPECT_FALSE(absl::StrContains(cluster_->AgentLogs(), absl::StrCat("(trial ", bob_trial, ",")))
+      << cluster_->AgentLogs();
+  EXPECT_TRUE(cluster_->Metrics(bob_trial, "training").empty());
+
+  LoginAs("alice");
+  EXPECT_TRUE(cluster_->WaitForState(alice_exp, "STATE_COMPLETED", 120s)) << cluster_->TrialLogs(alice_trial);
+  int status = 0;
+  cluster_->Get("/api/v1/master", &status);
+  EXPECT_EQ(status, 200) << "the master stopped answering";
+}
+
+// A --trial-uid-range that contains det-master's own uid or gid (the
+// daemons' account, which owns the data dir and every checkpoint) is refused
+// at start, naming the flag. det-master runs as nobody (65534) here.
+TEST(SecurityTenantsRangeTest, ARangeWithTheMastersOwnUidIsRefusedAtStart) {
+  ASSERT_EQ(geteuid(), 0u) << "runs det-master as another uid with setpriv; CI runs it as root";
+  TempDir dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0777), 0);
+  std::string out, err;
+  const int rc = RunProcess({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                             std::string(DET_BIN_DIR) + "/det-master", "--data-dir", dir / "data", "--trial-uid-range",
+                             "65000-66000"},
+                            &out, &err, 30s);
+  EXPECT_EQ(rc, 2) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "--trial-uid-range '65000-66000' contains 65534, det-master's own uid or gid"))
+      << err;
 }
 
 }  // namespace

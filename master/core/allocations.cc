@@ -1,6 +1,8 @@
 // MasterCore: allocations, from the scheduling request to the end of their
 // last process, and what their end means for the trial (done, resumed,
 // restarted or failed).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -172,6 +174,9 @@ void MasterCore::ScheduleLocked() {
 
 void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& trial, const Assignment& a) {
   const int64_t trial_id = trial.row.id;
+  const absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> run_as_or = RunAsOfOwnerLocked(exp.row.owner);
+  if (!run_as_or.ok()) return RefuseAllocationLocked(exp, trial, run_as_or.status());
+  const std::optional<std::pair<int64_t, int64_t>>& run_as = *run_as_or;
   auto alloc = std::make_unique<AllocationRuntime>();
   alloc->id = a.allocation_id;
   const std::string token = RandomHex(16);
@@ -189,7 +194,6 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
   trial.exit_completed = false;
   SetTrialState(trial, trial.row.state);
   FillRendezvousLocked(*alloc);
-  const std::optional<std::pair<int64_t, int64_t>> run_as = RunAsOfOwnerLocked(exp.row.owner, trial_id);
   int rank = 0;
   for (const auto& placement : a.placements) {
     auto ait = agents_.find(placement.agent_id);
@@ -233,25 +237,45 @@ void MasterCore::StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& tri
   allocations_[alloc->id] = std::move(alloc);
 }
 
-std::optional<std::pair<int64_t, int64_t>> MasterCore::RunAsOfOwnerLocked(const std::string& owner,
-                                                                          int64_t trial_id) {
-  if (owner.empty()) return std::nullopt;
+absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> MasterCore::RunAsOfOwnerLocked(
+    const std::string& owner) {
+  const bool range = options_.trial_uid_first > 0;
+  if (owner.empty()) {
+    if (!range) return std::nullopt;
+    return absl::FailedPreconditionError("the experiment has no owner, so no uid of --trial-uid-range to run as");
+  }
   absl::StatusOr<std::pair<int64_t, int64_t>> ids =
       store_->AgentIdsOfUser(owner, options_.trial_uid_first, options_.trial_uid_last);
-  if (ids.ok()) {
-    if (ids->first <= 0 || ids->first > UINT32_MAX || ids->second <= 0 || ids->second > UINT32_MAX) {
-      return std::nullopt;
-    }
-    return *ids;
+  // Without a range an unknown user (none linked) runs as the agents'
+  // --trial-user. Any other failure refuses: the user may be linked or
+  // need a range uid, and the agent's fallback may be root.
+  if (!range && ids.status().code() == absl::StatusCode::kNotFound) return std::nullopt;
+  if (!ids.ok()) return ids.status();
+  if (ids->first == 0 && ids->second == 0 && !range) return std::nullopt;
+  if (ids->first <= 0 || ids->first >= UINT32_MAX || ids->second <= 0 || ids->second >= UINT32_MAX ||
+      ids->first == static_cast<int64_t>(geteuid()) || ids->second == static_cast<int64_t>(getegid())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "user '", owner, "' is recorded with uid ", ids->first, " gid ", ids->second, ", which no trial may run as "
+        "(root's, the master's own or out of range): link the user to another uid (det-cli user link-with-agent-user)"));
   }
-  if (ids.status().code() != absl::StatusCode::kNotFound) {
-    // Visible to the user and the operator: the trial runs as the agent's
-    // --trial-user, shared with other users.
-    spdlog::error("trial {}: no uid of its own for user '{}': {}", trial_id, owner, ids.status().ToString());
-    TrialLogLocked(trial_id, "", absl::StrCat("[det-master] warning: runs as the agent's --trial-user, not a uid of ",
-                                              "its own: ", ids.status().message()));
-  }
-  return std::nullopt;
+  return std::optional<std::pair<int64_t, int64_t>>(*ids);
+}
+
+// No uid for the owner of `trial` (RunAsOfOwnerLocked failed): the trial is
+// not started; it ends in ERROR with `why` in its log and state reason, and
+// the experiment goes on as after any trial's error.
+void MasterCore::RefuseAllocationLocked(ExperimentRuntime& exp, TrialRuntime& trial, const absl::Status& why) {
+  const std::string msg = absl::StrCat("trial ", trial.row.id, " not started: no uid of its own for user '",
+                                       exp.row.owner, "': ", why.message(), "; it never runs as the agent's "
+                                       "--trial-user or root when a uid range is configured or the user is linked: ERROR");
+  spdlog::error("{}", msg);
+  TrialLogLocked(trial.row.id, "", absl::StrCat("[det-master] ", msg));
+  trial.error_message = msg;
+  trial.current_op.reset();
+  SetTrialState(trial, kError);
+  absl::Status st = ApplySearcherOps(exp, exp.searcher->TrialExitedEarly(trial.row.request_id, ExitedReason::kErrored));
+  if (!st.ok()) spdlog::error("experiment {}: {}", exp.row.id, st.ToString());
+  MaybeFinishExperiment(exp);
 }
 
 std::string MasterCore::ForeignWarmStartLocked(const ExperimentRuntime& exp, const TrialRuntime& trial) {

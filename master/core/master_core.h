@@ -578,10 +578,12 @@ class MasterCore {
   void StartAllocationLocked(ExperimentRuntime& exp, TrialRuntime& trial, const Assignment& assignment)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The {uid, gid} the trials of experiment owner `owner` run as on the
-  // agents (Store::AgentIdsOfUser with --trial-uid-range); nullopt: none
-  // (the agent's --trial-user), with a warning in trial `trial_id`'s log
-  // when the range is used up.
-  std::optional<std::pair<int64_t, int64_t>> RunAsOfOwnerLocked(const std::string& owner, int64_t trial_id)
+  // agents (Store::AgentIdsOfUser with --trial-uid-range, or a link);
+  // nullopt: none (no range, not linked: the agent's --trial-user). An error
+  // (range used up, store error, unusable ids) refuses the allocation.
+  absl::StatusOr<std::optional<std::pair<int64_t, int64_t>>> RunAsOfOwnerLocked(const std::string& owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefuseAllocationLocked(ExperimentRuntime& exp, TrialRuntime& trial, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The directory of the warm-start source checkpoint of `trial` when it
   // belongs to another user's experiment (the agent stages a copy for the
