@@ -909,6 +909,7 @@ TEST_F(StoreTest, Migration12KeepsMetricRowsAndIndexes) {
           "metric_group, trial_run_id);"
           "CREATE INDEX metrics_trial_group_batches ON metrics(trial_id, metric_group, total_batches);"
           "CREATE INDEX metrics_trial_id_id ON metrics(trial_id, id);"
+          "DROP TRIGGER users_agent_uid_given; DROP TABLE agent_uids_given;"                  // migration 14's
           "ALTER TABLE users DROP COLUMN agent_uid; ALTER TABLE users DROP COLUMN agent_gid;"  // migration 13's
           "DELETE FROM schema_migrations WHERE version >= 12;" +
           absl::StrCat("INSERT INTO metrics VALUES (5, ", t, ", 0, 'training', 10, 0.5, '{\"loss\":1}', 1, 0);",
