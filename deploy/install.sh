@@ -48,6 +48,21 @@ new_secret() {
   (umask 077; head -c 32 /dev/urandom | base64 > "$1")
   chown det:det "$1" 2>/dev/null || true
 }
+# The checkpoint root of master.toml, laid out for trials of several uids
+# (docs/operations/security.md, Containment): det:det 3733, so the master
+# reads and deletes every checkpoint and no trial lists or removes
+# another's. Created when missing; an existing one (a mount) only checked.
+checkpoint_root() {
+  local toml=/etc/det/master.toml dir
+  dir="$(sed -n 's|^checkpoint-root = "\(/[^"]*\)"$|\1|p' "$toml" 2>/dev/null | head -n 1)"
+  [ -n "$dir" ] || return 0
+  if [ ! -e "$dir" ]; then
+    install -d -m 3733 -o det -g det "$dir"
+  elif [ "$(stat -c '%a %U:%G' "$dir")" != "3733 det:det" ]; then
+    echo "install.sh: warning: checkpoint root $dir is $(stat -c '%a %U:%G' "$dir"), not 3733 det:det:" \
+      "run chown det:det $dir && chmod 3733 $dir where it is mounted (docs/operations/security.md)" >&2
+  fi
+}
 for unit in master agent; do
   if [ "$role" = all ] || [ "$role" = "$unit" ]; then
     toml="/etc/det/$unit.toml"
@@ -61,6 +76,7 @@ for unit in master agent; do
       fi
     fi
     if [ "$unit" = master ]; then
+      checkpoint_root
       new_secret /etc/det/cluster-secret
       new_secret /etc/det/initial-admin-password
     elif [ -n "${CLUSTER_SECRET_FILE:-}" ]; then
