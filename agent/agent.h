@@ -170,6 +170,15 @@ class Agent {
   // Fails every rank of a reserved allocation that has not started and ends
   // its start with `status`.
   void FailStart(int64_t seq, Allocation& alloc, const absl::Status& status);
+  // The path of the allocation's trial.so in the cache, fetched from the
+  // master when missing; on failure the start has failed (FailStart).
+  absl::StatusOr<std::string> FetchTrialSo(int64_t seq, const det::agent::v1::StartAllocation& start,
+                                           Allocation& alloc);
+  // Launches every rank (LaunchRank), marks the allocation started and sends
+  // the command's result (the first launch error, if any).
+  void LaunchRanks(int64_t seq, const det::agent::v1::StartAllocation& start, Allocation& alloc,
+                   const Env& base_env, const std::string& so_path, const std::string& dir,
+                   const std::string& config_path);
   // Starts one rank's det-trial (unless the allocation is being killed).
   // Returns the launch error, if any (the rank is then TERMINATED).
   absl::Status LaunchRank(const det::agent::v1::StartAllocation& start,

@@ -118,6 +118,13 @@ absl::StatusOr<std::optional<RunAs>> RunAsFor(const av1::StartAllocation& start,
   return std::optional<RunAs>(user);
 }
 
+// A StartAllocation without an allocation id or processes: InvalidArgument.
+absl::Status CheckStartShape(const av1::StartAllocation& start) {
+  if (start.allocation_id().empty()) return absl::InvalidArgumentError("StartAllocation without allocation_id");
+  if (start.processes().empty()) return absl::InvalidArgumentError("StartAllocation without processes");
+  return absl::OkStatus();
+}
+
 // Whether the allocation's config says debug: true (anything unreadable:
 // no). Its ranks then get DET_DEBUG=1 and log at debug level from their
 // first line.
@@ -148,15 +155,11 @@ std::vector<std::string> Agent::RunningIdsLocked() {
 }
 
 void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
+  if (absl::Status shape = CheckStartShape(start); !shape.ok()) {
+    SendResult(seq, shape);
+    return;
+  }
   const std::string& id = start.allocation_id();
-  if (id.empty()) {
-    SendResult(seq, absl::InvalidArgumentError("StartAllocation without allocation_id"));
-    return;
-  }
-  if (start.processes().empty()) {
-    SendResult(seq, absl::InvalidArgumentError("StartAllocation without processes"));
-    return;
-  }
   auto alloc = std::make_shared<Allocation>();
   alloc->id = id;
   alloc->task_id = start.task_id();
@@ -178,19 +181,8 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
   if (!Reserve(seq, start, alloc)) return;
   spdlog::info("starting allocation {} (trial {}, {} process(es))", id, start.trial_id(),
                start.processes_size());
-
-  auto so_path = cache_.Get(start.trial_so().sha256(),
-                            [this](const std::string& sha, const ArtifactCache::ChunkSink& sink) {
-                              return FetchArtifact(sha, sink);
-                            });
-  if (!so_path.ok()) {
-    spdlog::error("allocation {}: artifact fetch failed: {}", id, so_path.status().ToString());
-    FailStart(seq, *alloc,
-              absl::UnavailableError(absl::StrCat("artifact fetch failed for ",
-                                                  start.trial_so_name().empty() ? "trial.so" : start.trial_so_name(),
-                                                  ": ", so_path.status().ToString())));
-    return;
-  }
+  absl::StatusOr<std::string> so_path = FetchTrialSo(seq, start, *alloc);
+  if (!so_path.ok()) return;
   alloc->run_as = *run_as;
   Env base_env = BaseEnvironment(start);
   absl::StatusOr<std::string> config_path = PrepareAllocationDir(start, *dir, alloc->run_as, &base_env);
@@ -198,14 +190,34 @@ void Agent::StartAllocation(int64_t seq, const av1::StartAllocation& start) {
     FailStart(seq, *alloc, config_path.status());
     return;
   }
+  LaunchRanks(seq, start, *alloc, base_env, *so_path, *dir, *config_path);
+}
+
+absl::StatusOr<std::string> Agent::FetchTrialSo(int64_t seq, const av1::StartAllocation& start, Allocation& alloc) {
+  auto so_path = cache_.Get(start.trial_so().sha256(),
+                            [this](const std::string& sha, const ArtifactCache::ChunkSink& sink) {
+                              return FetchArtifact(sha, sink);
+                            });
+  if (!so_path.ok()) {
+    spdlog::error("allocation {}: artifact fetch failed: {}", alloc.id, so_path.status().ToString());
+    FailStart(seq, alloc,
+              absl::UnavailableError(absl::StrCat("artifact fetch failed for ",
+                                                  start.trial_so_name().empty() ? "trial.so" : start.trial_so_name(),
+                                                  ": ", so_path.status().ToString())));
+  }
+  return so_path;
+}
+
+void Agent::LaunchRanks(int64_t seq, const av1::StartAllocation& start, Allocation& alloc, const Env& base_env,
+                        const std::string& so_path, const std::string& dir, const std::string& config_path) {
   absl::Status launched;
   for (const auto& spec : start.processes()) {
-    absl::Status st = LaunchRank(start, spec, *alloc, base_env, *so_path, *dir, *config_path);
+    absl::Status st = LaunchRank(start, spec, alloc, base_env, so_path, dir, config_path);
     if (launched.ok()) launched = st;
   }
   {
     absl::MutexLock lock(&mu_);
-    alloc->starting = false;
+    alloc.starting = false;
   }
   SendResult(seq, launched.ok() ? absl::OkStatus() : absl::InternalError(launched.message()));
 }
