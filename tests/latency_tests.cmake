@@ -26,6 +26,9 @@ set(DET_LATENCY_TESTS
   # Slowloris from 64 addresses: GET /api/v1/master answered within 2 s each,
   # the trickling connections closed at the head deadline (issue 46).
   "tests security_test SecurityRestTest.SlowlorisFrom64AddressesNeitherStarvesRestNorOutlivesTheHeadDeadline"
+  # 64 silent Expect: 100-continue login bodies: GET /api/v1/master answered
+  # within 2 s each (review of issue 46, item 2).
+  "tests security_test SecurityRestTest.SilentExpectBodiesFrom64ConnectionsDoNotStarveRest"
 )
 
 # det_latency_tests(<dir>): labels the entries of <dir> (the calling

@@ -37,6 +37,7 @@ inline int MillisUntil(Clock::time_point t, int cap) {
 struct Conn {
   int fd = -1;
   std::string ip;
+  std::string address;  // RestAddressKey(ip): what the per-address limits count
   int port = 0;
   SSL* ssl = nullptr;      // HTTPS: the session (handshake done in the loop)
   short wait = POLLIN;     // what the last transfer that would block waits for
@@ -50,6 +51,7 @@ struct Conn {
   Clock::time_point idle_deadline;  // keep-alive: until the first byte
   Clock::time_point body_deadline;  // the worker's reads
   int served = 0;                   // requests answered on this connection
+  bool body_reader = false;         // counted in the per-address large-body readers
 };
 
 // One non-blocking transfer on a connection, plain or TLS: bytes moved

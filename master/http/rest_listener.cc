@@ -53,7 +53,27 @@ Clock::duration Seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-enum class Head { kWaiting, kReady, kTooLarge };
+// kBroken: a 100 Continue could not be written at once.
+enum class Head { kWaiting, kReady, kTooLarge, kBroken };
+
+// Removes every `name` header line from the head buf[0, head_end); returns
+// the head's new end.
+size_t EraseHeader(std::string& buf, size_t head_end, const std::string& name) {
+  size_t at = buf.find('\n');
+  while (at != std::string::npos && at + 1 < head_end) {
+    const size_t line = at + 1;
+    const size_t end = buf.find('\n', line);
+    if (end == std::string::npos || end >= head_end) break;
+    if (end - line > name.size() && absl::EqualsIgnoreCase(absl::string_view(buf).substr(line, name.size()), name) &&
+        buf[line + name.size()] == ':') {
+      buf.erase(line, end + 1 - line);
+      head_end -= end + 1 - line;
+      continue;  // `at` still ends the previous line
+    }
+    at = end;
+  }
+  return head_end;
+}
 
 // A server context of the PEM chain and key (TLS 1.2 or later), or
 // InvalidArgument naming both files and OpenSSL's reason.
@@ -75,6 +95,20 @@ absl::StatusOr<SSL_CTX*> LoadTlsContext(const std::string& cert_file, const std:
 }
 
 }  // namespace
+
+std::string RestAddressKey(const std::string& ip) {
+  if (ip.find(':') == std::string::npos) return ip;
+  in6_addr a{};
+  if (::inet_pton(AF_INET6, ip.substr(0, ip.find('%')).c_str(), &a) != 1) return ip;
+  char text[INET6_ADDRSTRLEN] = "";
+  if (IN6_IS_ADDR_V4MAPPED(&a)) {
+    ::inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof(text));
+    return text;
+  }
+  std::memset(&a.s6_addr[8], 0, 8);
+  ::inet_ntop(AF_INET6, &a, text, sizeof(text));
+  return absl::StrCat(text, "/64");
+}
 
 absl::Status RestListener::CheckTls(const std::string& cert_file, const std::string& key_file) {
   auto ctx = LoadTlsContext(cert_file, key_file);
@@ -119,9 +153,16 @@ class RestListener::Impl {
   void SetUpLoop();
   void Loop();
   void Accept();
-  bool Admit(int fd, const std::string& ip);
+  enum class Admission { kAdmitted, kAtCap, kRefused };
+  bool Admit(int fd, const std::string& address);
+  Admission Count(const std::string& address, std::string* refusal);
+  bool EvictOldestHead();
   void OnReadable(int fd);
   Head Progress(Conn& c) const;
+  Head ReadBodyInLoop(Conn& c, size_t head_end, int64_t body) const;
+  bool TakeBodyReader(Conn& c);
+  void FreeBodyReader(Conn& c);
+  void RefuseBodyReader(std::unique_ptr<Conn> c);
   void ExpireIdle();
   int NextTimeoutMs() const;
   void Adopt(std::unique_ptr<Conn> c);
@@ -146,7 +187,8 @@ class RestListener::Impl {
   std::condition_variable cv_;
   bool stopping_ = false;
   int open_ = 0;
-  std::unordered_map<std::string, int> per_address_;
+  std::unordered_map<std::string, int> per_address_;   // open connections by RestAddressKey
+  std::unordered_map<std::string, int> body_readers_;  // requests whose body a worker reads, by address
   std::vector<std::unique_ptr<Conn>> returned_;  // from workers, for the loop
   std::deque<std::unique_ptr<Conn>> queue_;      // complete requests, for workers
   int idle_workers_ = 0;
@@ -306,12 +348,14 @@ void RestListener::Impl::Accept() {
     char host[NI_MAXHOST] = "", serv[NI_MAXSERV] = "";
     ::getnameinfo(reinterpret_cast<sockaddr*>(&peer), len, host, sizeof(host), serv, sizeof(serv),
                   NI_NUMERICHOST | NI_NUMERICSERV);
-    if (!Admit(fd, host)) continue;
+    const std::string address = RestAddressKey(host);
+    if (!Admit(fd, address)) continue;
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     c->ip = host;
+    c->address = address;
     c->port = std::atoi(serv);
     if (ctx_ != nullptr) {
       c->ssl = SSL_new(ctx_);
@@ -326,31 +370,66 @@ void RestListener::Impl::Accept() {
   }
 }
 
-// Counts a new connection, or answers 503 and closes it over a limit.
-bool RestListener::Impl::Admit(int fd, const std::string& ip) {
-  std::string refused;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    int& from_ip = per_address_[ip];
-    if (open_ >= opt_.max_connections) {
-      refused = absl::StrCat("the master has ", open_, " REST connections open, its limit (--rest-max-connections ",
-                             opt_.max_connections, "); retry later");
-    } else if (from_ip >= opt_.max_connections_per_address) {
-      refused = absl::StrCat(ip, " has ", from_ip,
-                             " REST connections open, the limit per address (--rest-max-connections-per-address ",
-                             opt_.max_connections_per_address, "); close some or retry later");
-    } else {
-      ++from_ip;
-      ++open_;
-      return true;
-    }
-    if (from_ip == 0) per_address_.erase(ip);
-  }
+// Counts a new connection, or answers 503 and closes it over the limit of
+// its address. At the global cap it first closes the oldest connection
+// still waiting for its head, so that clients holding the cap cannot lock a
+// newcomer out; a 503 only when every connection is running a request.
+bool RestListener::Impl::Admit(int fd, const std::string& address) {
+  std::string refusal;
+  Admission a = Count(address, &refusal);
+  if (a == Admission::kAtCap && EvictOldestHead()) a = Count(address, &refusal);
+  if (a == Admission::kAdmitted) return true;
   Conn refused_conn;
   refused_conn.fd = fd;
-  if (ctx_ == nullptr) WriteNow(refused_conn, 503, "Service Unavailable", refused);  // HTTPS: not before a handshake
+  if (ctx_ == nullptr) WriteNow(refused_conn, 503, "Service Unavailable", refusal);  // HTTPS: not before a handshake
   ::close(fd);
   return false;
+}
+
+RestListener::Impl::Admission RestListener::Impl::Count(const std::string& address, std::string* refusal) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = per_address_.find(address);
+  const int from_address = it == per_address_.end() ? 0 : it->second;
+  if (from_address >= opt_.max_connections_per_address) {
+    *refusal = absl::StrCat(address, " has ", from_address,
+                            " REST connections open, the limit per address (--rest-max-connections-per-address ",
+                            opt_.max_connections_per_address, "); close some or retry later");
+    return Admission::kRefused;
+  }
+  if (open_ >= opt_.max_connections) {
+    *refusal = absl::StrCat("the master has ", open_, " REST connections open, its limit (--rest-max-connections ",
+                            opt_.max_connections, "), all running requests; retry later");
+    return Admission::kAtCap;
+  }
+  ++per_address_[address];
+  ++open_;
+  return Admission::kAdmitted;
+}
+
+// Closes the connection that has waited longest for its request head (the
+// loop's own), from the address with the most connections open; false when
+// every connection is with a worker.
+bool RestListener::Impl::EvictOldestHead() {
+  Conn* victim = nullptr;
+  int victim_open = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [fd, c] : waiting_) {
+      auto it = per_address_.find(c->address);
+      const int n = it == per_address_.end() ? 0 : it->second;
+      if (victim == nullptr || n > victim_open || (n == victim_open && c->head_deadline < victim->head_deadline)) {
+        victim = c.get();
+        victim_open = n;
+      }
+    }
+  }
+  if (victim == nullptr) return false;
+  auto it = waiting_.find(victim->fd);
+  std::unique_ptr<Conn> c = std::move(it->second);
+  waiting_.erase(it);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+  Close(std::move(c));  // no answer, as at the head deadline
+  return true;
 }
 
 void RestListener::Impl::StartRequest(Conn& c, bool keep_alive) const {
@@ -387,15 +466,28 @@ Head RestListener::Impl::Progress(Conn& c) const {
     std::string length = HeaderValue(head, "Content-Length");
     int64_t body = 0;
     if (!length.empty() && (!absl::SimpleAtoi(length, &body) || body < 0)) body = opt_.max_body_bytes;
-    if (!HeaderValue(head, "Transfer-Encoding").empty()) body = opt_.max_body_bytes;
+    const bool chunked = !HeaderValue(head, "Transfer-Encoding").empty();
+    if (chunked) body = opt_.max_body_bytes;
+    // Small bodies arrive in the loop, Expect or not; a chunked or a large
+    // body goes to the worker as it is (httplib answers its 100-continue).
+    if (body <= opt_.max_buffered_body_bytes && !chunked) return ReadBodyInLoop(c, head_end, body);
     c.need = head_end;
-    // Small bodies arrive in the loop; a waiting 100-continue client, a
-    // chunked or a large body go to the worker as they are.
-    if (body <= opt_.max_buffered_body_bytes && HeaderValue(head, "Transfer-Encoding").empty() &&
-        HeaderValue(head, "Expect").empty()) {
-      c.need += static_cast<size_t>(body);
-    } else {
-      c.unbuffered_body = body;
+    c.unbuffered_body = body;
+  }
+  return c.buf.size() >= c.need ? Head::kReady : Head::kWaiting;
+}
+
+// Sets c.need to the head and its `body` bytes. An Expect header is the
+// loop's to answer: it writes "100 Continue" (at once, or the connection
+// breaks) and drops the header, so httplib never writes a second one.
+Head RestListener::Impl::ReadBodyInLoop(Conn& c, size_t head_end, int64_t body) const {
+  const std::string expect = HeaderValue(c.buf.substr(0, head_end), "Expect");
+  if (!expect.empty()) head_end = EraseHeader(c.buf, head_end, "Expect");
+  c.need = head_end + static_cast<size_t>(body);
+  if (absl::EqualsIgnoreCase(expect, "100-continue") && body > 0 && c.buf.size() < c.need) {
+    static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    if (SendSome(c, kContinue, sizeof(kContinue) - 1) != static_cast<ssize_t>(sizeof(kContinue) - 1)) {
+      return Head::kBroken;
     }
   }
   return c.buf.size() >= c.need ? Head::kReady : Head::kWaiting;
@@ -457,6 +549,7 @@ void RestListener::Impl::ExpireIdle() {
 }
 
 void RestListener::Impl::Dispatch(std::unique_ptr<Conn> c) {
+  if (!TakeBodyReader(*c)) return RefuseBodyReader(std::move(c));
   c->body_deadline = Clock::now() + Seconds(opt_.header_timeout_s) +
                      Seconds(static_cast<double>(c->unbuffered_body) / opt_.min_body_bytes_per_s);
   std::lock_guard<std::mutex> lock(mu_);
@@ -500,15 +593,50 @@ void RestListener::Impl::Serve(std::unique_ptr<Conn> c) {
     }
     const bool last = stopping || ++c->served >= opt_.max_requests_per_connection;
     bool ok = handler_(stream, /*close_connection=*/last, closed);
+    FreeBodyReader(*c);
     if (!ok || closed || last || stream.must_close()) return Close(std::move(c));
     c->buf.erase(0, stream.consumed());
     StartRequest(*c, /*keep_alive=*/true);
     Head h = Progress(*c);
-    if (h == Head::kTooLarge) return Close(std::move(c));
+    if (h == Head::kTooLarge || h == Head::kBroken) return Close(std::move(c));
     if (h == Head::kWaiting) return Return(std::move(c));
+    if (!TakeBodyReader(*c)) return RefuseBodyReader(std::move(c));
     c->body_deadline = Clock::now() + Seconds(opt_.header_timeout_s) +
                        Seconds(static_cast<double>(c->unbuffered_body) / opt_.min_body_bytes_per_s);
   }
+}
+
+// A request whose body the worker reads holds a worker for as long as the
+// body takes (up to its deadline): one address may hold a quarter of them.
+bool RestListener::Impl::TakeBodyReader(Conn& c) {
+  if (c.unbuffered_body == 0) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  int& n = body_readers_[c.address];
+  if (n >= std::max(1, opt_.max_workers / 4)) {
+    if (n == 0) body_readers_.erase(c.address);
+    return false;
+  }
+  ++n;
+  c.body_reader = true;
+  return true;
+}
+
+void RestListener::Impl::FreeBodyReader(Conn& c) {
+  if (!c.body_reader) return;
+  c.body_reader = false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = body_readers_.find(c.address);
+  if (it != body_readers_.end() && --it->second <= 0) body_readers_.erase(it);
+}
+
+// Answers 503 (the address has as many large-body requests running as it
+// may) and closes the connection; the body is never read.
+void RestListener::Impl::RefuseBodyReader(std::unique_ptr<Conn> c) {
+  WriteNow(*c, 503, "Service Unavailable",
+           absl::StrCat(c->address, " has ", std::max(1, opt_.max_workers / 4),
+                        " requests with a large body running, the limit per address (a quarter of the ",
+                        opt_.max_workers, " REST workers); retry later"));
+  Close(std::move(c));
 }
 
 void RestListener::Impl::Return(std::unique_ptr<Conn> c) {
@@ -527,10 +655,11 @@ void RestListener::Impl::Return(std::unique_ptr<Conn> c) {
 // Uncounts before closing, so a client that has seen the close may connect
 // again at once without meeting its own old connection in the limits.
 void RestListener::Impl::Close(std::unique_ptr<Conn> c) {
+  FreeBodyReader(*c);
   {
     std::lock_guard<std::mutex> lock(mu_);
     --open_;
-    auto it = per_address_.find(c->ip);
+    auto it = per_address_.find(c->address);
     if (it != per_address_.end() && --it->second <= 0) per_address_.erase(it);
   }
   Release(*c);

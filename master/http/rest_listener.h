@@ -22,8 +22,10 @@ namespace det::master {
 // Bounds of the REST port (det-master's --rest-* flags).
 struct RestListenerOptions {
   // Open connections in all; at most the process's fd limit less 128 (the
-  // rest of the master's descriptors). Beyond it a new connection gets a 503
-  // and is closed at once.
+  // rest of the master's descriptors). At it, a new connection closes the
+  // oldest one still waiting for its request head (from the address with
+  // the most connections open); when every connection is running a request,
+  // the new one gets a 503 and is closed at once.
   int max_connections = 1024;
   // Open connections from one peer IP address; beyond it a 503, closed.
   int max_connections_per_address = 16;
@@ -41,7 +43,9 @@ struct RestListenerOptions {
   int64_t max_head_bytes = 64 << 10;
   // Bodies of at most this many bytes (Content-Length) are read by the
   // epoll thread before the request reaches a worker, within the head's
-  // deadline. Larger ones (which need a user token) are read by the worker.
+  // deadline, with or without an Expect header (the loop answers
+  // "Expect: 100-continue" itself and drops the header). Larger ones (which
+  // need a user token) and chunked ones are read by the worker.
   int64_t max_buffered_body_bytes = 64 << 10;
   // A body the worker reads must arrive within header_timeout_s plus one
   // second per this many bytes of its Content-Length (chunked bodies: of
@@ -53,6 +57,9 @@ struct RestListenerOptions {
   double write_timeout_s = 5;
   // Threads that run requests (created on demand; long streams hold one).
   // Requests beyond wait, their connections still bounded above.
+  // One address (RestAddressKey) may have at most a quarter of them (at
+  // least 1) running requests whose body the worker reads (over
+  // max_buffered_body_bytes, or chunked); beyond it a 503.
   int max_workers = 64;
   // HTTPS with this PEM certificate chain and key (TLS 1.2 or later, the
   // handshake done in the epoll thread under the head deadline); empty:
@@ -64,6 +71,11 @@ struct RestListenerOptions {
   // InvalidArgument naming the --rest-* flag that is out of range.
   absl::Status Validate() const;
 };
+
+// The client address that the per-address limits count: an IPv4 address
+// (an IPv4-mapped IPv6 one as IPv4) as it is, an IPv6 address by its /64
+// ("2001:db8:1:2::/64"), since one IPv6 host commonly holds a whole /64.
+std::string RestAddressKey(const std::string& ip);
 
 // Thread-safe: Bind, Start and Stop are called from one thread; the handler
 // runs on worker threads, several at once.

@@ -123,6 +123,15 @@ bool WaitOpen(const RestListener& l, int n) {
   return true;
 }
 
+// Starts a request with a 1 MiB body (read by a worker) and waits for the
+// worker's 100 Continue: the connection then holds a worker until the body
+// deadline.
+void HoldAWorker(int fd) {
+  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1048576\r\n\r\n");
+  std::string got;
+  EXPECT_TRUE(ReadCount(fd, &got, "HTTP/1.1 100 Continue\r\n\r\n", 1, std::chrono::seconds(5))) << got;
+}
+
 TEST(RestListenerTest, HeadDeadlineClosesATricklingConnection) {
   RestListenerOptions o;
   o.header_timeout_s = 0.5;
@@ -168,13 +177,15 @@ TEST(RestListenerTest, PerAddressLimitAnswers503NamingTheFlag) {
   for (int fd : {a, b, c, d}) ::close(fd);
 }
 
-TEST(RestListenerTest, TotalLimitAnswers503NamingTheFlag) {
+TEST(RestListenerTest, TotalLimitAnswers503NamingTheFlagWhenEveryConnectionRunsARequest) {
   RestListenerOptions o;
   o.max_connections = 2;
   o.max_connections_per_address = 2;
   Listening l(o);
+  // Two requests whose bodies never come hold their connections in workers
+  // (the worker's 100 Continue says so).
   int a = Connect(l.port, "127.0.0.2"), b = Connect(l.port, "127.0.0.3");
-  ASSERT_TRUE(WaitOpen(l.listener, 2));
+  for (int fd : {a, b}) HoldAWorker(fd);
   int c = Connect(l.port, "127.0.0.4");
   std::string got;
   EXPECT_TRUE(ReadUntilClosed(c, &got, std::chrono::seconds(5)));
@@ -305,6 +316,104 @@ TEST(RestListenerTest, TlsServesRequestsAndAStalledHandshakeMeetsTheHeadDeadline
   const std::string bad(RestListener::CheckTls(dir / "cert.pem", dir / "missing.pem").message());
   EXPECT_NE(bad.find("--tls-key " + (dir / "missing.pem")), std::string::npos) << bad;
   EXPECT_NE(bad.find("cannot load them for HTTPS"), std::string::npos) << bad;
+}
+
+TEST(RestListenerTest, ExpectBodiesUpToTheBufferedLimitHoldNoWorker) {
+  RestListenerOptions o;
+  o.max_workers = 1;
+  o.max_connections_per_address = 64;
+  Listening l(o);
+  // Clients that announce a 64 KiB body with Expect (100-continue or not)
+  // and send nothing: the loop answers 100 Continue itself and waits.
+  std::vector<int> silent;
+  for (const char* expect : {"100-continue", "x", "100-Continue", "100-continue"}) {
+    silent.push_back(Connect(l.port));
+    Send(silent.back(), std::string("POST /echo HTTP/1.1\r\nHost: x\r\nExpect: ") + expect +
+                            "\r\nContent-Length: 65536\r\n\r\n");
+  }
+  std::string continued;
+  EXPECT_TRUE(ReadCount(silent[0], &continued, "HTTP/1.1 100 Continue\r\n\r\n", 1, std::chrono::seconds(5)));
+  httplib::Client client("127.0.0.1", l.port);
+  client.set_read_timeout(std::chrono::seconds(5));
+  for (int i = 0; i < 3; ++i) {
+    const auto start = Clock::now();
+    auto res = client.Get("/hi");
+    ASSERT_TRUE(res) << "request " << i << " unanswered while 4 Expect bodies are pending and 1 worker";
+    EXPECT_EQ(res->body, "hi");
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 2.0);
+  }
+  // A client that sends its body after the 100 Continue gets one 100 and
+  // its answer.
+  Send(silent[0], std::string(65536, 'b'));
+  std::string got = continued;
+  ASSERT_TRUE(ReadCount(silent[0], &got, std::string(100, 'b'), 1, std::chrono::seconds(5))) << got.substr(0, 300);
+  EXPECT_EQ(got.find("HTTP/1.1 100"), got.rfind("HTTP/1.1 100")) << "a second 100 Continue: " << got.substr(0, 300);
+  EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got.substr(0, 300);
+  for (int fd : silent) ::close(fd);
+}
+
+TEST(RestListenerTest, OneAddressHoldsAQuarterOfTheWorkersWithLargeBodies) {
+  RestListenerOptions o;
+  o.max_workers = 8;  // 2 per address
+  Listening l(o);
+  int a = Connect(l.port, "127.0.0.2"), b = Connect(l.port, "127.0.0.2");
+  for (int fd : {a, b}) HoldAWorker(fd);
+  int c = Connect(l.port, "127.0.0.2");
+  Send(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n");
+  std::string got;
+  EXPECT_TRUE(ReadUntilClosed(c, &got, std::chrono::seconds(5)));
+  EXPECT_NE(got.find("HTTP/1.1 503"), std::string::npos) << got;
+  EXPECT_NE(got.find("127.0.0.2 has 2 requests with a large body running"), std::string::npos) << got;
+  // Another address may still send one.
+  int d = Connect(l.port, "127.0.0.3");
+  Send(d, "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 70000\r\n\r\n" +
+              std::string(70000, 'd'));
+  got.clear();
+  EXPECT_TRUE(ReadUntilClosed(d, &got, std::chrono::seconds(5)));
+  EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got.substr(0, 300);
+  for (int fd : {a, b, c, d}) ::close(fd);
+}
+
+TEST(RestListenerTest, AtTheGlobalCapANewcomerClosesTheOldestHeadOfTheBusiestAddress) {
+  RestListenerOptions o;
+  o.max_connections = 6;
+  o.max_connections_per_address = 4;
+  Listening l(o);
+  // The cap filled with idle heads: 4 from 127.0.0.2 (the oldest first),
+  // 2 from 127.0.0.3.
+  std::vector<int> idle;
+  for (const char* source : {"127.0.0.2", "127.0.0.2", "127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.3"}) {
+    idle.push_back(Connect(l.port, source));
+    Send(idle.back(), "GET /hi HTTP/1.1\r\nX-Slow: a");
+    ASSERT_TRUE(WaitOpen(l.listener, static_cast<int>(idle.size())));
+  }
+  std::vector<int> newcomers;  // kept open (keep-alive), so the cap stays full
+  for (int i = 0; i < 3; ++i) {
+    newcomers.push_back(Connect(l.port, "127.0.0.4"));
+    Send(newcomers.back(), "GET /hi HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string got;
+    EXPECT_TRUE(ReadCount(newcomers.back(), &got, "\r\n\r\nhi", 1, std::chrono::seconds(5)))
+        << "newcomer " << i << ": " << got;
+    EXPECT_EQ(got.find("HTTP/1.1 200"), 0u) << "newcomer " << i << ": " << got;
+    EXPECT_LE(l.listener.open_connections(), 6);
+  }
+  // Each closed 127.0.0.2's oldest (the busiest address, then tied with
+  // the others and the oldest head); 127.0.0.3's are open.
+  std::string ignored;
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(ReadUntilClosed(idle[i], &ignored, std::chrono::seconds(2))) << i;
+  for (int i = 3; i < 6; ++i) EXPECT_FALSE(ReadUntilClosed(idle[i], &ignored, std::chrono::milliseconds(100))) << i;
+  for (int fd : idle) ::close(fd);
+  for (int fd : newcomers) ::close(fd);
+}
+
+TEST(RestListenerTest, AddressKeyGroupsIpv6By64) {
+  EXPECT_EQ(RestAddressKey("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(RestAddressKey("2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::/64");
+  EXPECT_EQ(RestAddressKey("2001:db8:1:2:ffff:ffff:ffff:ffff"), "2001:db8:1:2::/64");
+  EXPECT_NE(RestAddressKey("2001:db8:1:3::1"), RestAddressKey("2001:db8:1:2::1"));
+  EXPECT_EQ(RestAddressKey("::1"), "::/64");
+  EXPECT_EQ(RestAddressKey("fe80::1%eth0"), "fe80::/64");
+  EXPECT_EQ(RestAddressKey("::ffff:10.0.0.1"), "10.0.0.1");
 }
 
 TEST(RestListenerTest, OptionsOutOfRangeNameTheFlag) {

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 
@@ -90,9 +91,13 @@ class RestServer::Server : public httplib::Server {
   // One request from a RestListener connection. httplib ends a chunked
   // response (NDJSON streams, tar downloads) at once while its own listening
   // socket is invalid; this server never listens (the listener does), so a
-  // placeholder stands for it. stop() never touches it: this server is not
-  // running.
+  // placeholder stands for it. Safe because fd 0 is never used as a socket
+  // here: only httplib's listen() (never called) reads svr_sock_ for I/O, and
+  // stop() closes it only while listen() runs (is_running()); nothing calls
+  // server_->stop() anyway (RestServer::Stop stops the listener). The assert
+  // keeps it so.
   bool ServeStream(httplib::Stream& stream, bool close_connection, bool& connection_closed) {
+    assert(!is_running() && "this httplib::Server must never listen: svr_sock_ holds a placeholder");
     svr_sock_ = 0;
     return process_request(stream, close_connection, connection_closed, nullptr);
   }
