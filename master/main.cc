@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -76,6 +77,8 @@ struct Flags {
   double max_trial_log_mib = 64;
   double max_log_line_kib = 64;
   double max_trial_metric_mib = 256;
+  double max_trial_checkpoint_mib = 256;
+  double max_checkpoint_metadata_kib = 1024;
   std::string dashboard_dir;
   std::string cluster_secret_file;
   double token_ttl_hours = 168;
@@ -92,7 +95,8 @@ struct Flags {
   std::string trial_uid_range;
 };
 
-// The metric bounds (master/store/metric_limits.h); a report over one is refused.
+// The metric and checkpoint bounds (master/store/metric_limits.h); a report
+// over one is refused. 0: unbounded.
 void AddMetricFlags(CLI::App& app, Flags& f) {
   det::master::MetricLimits& m = f.options.metric_limits;
   app.add_option("--max-metric-name-bytes", m.max_name_bytes,
@@ -109,26 +113,43 @@ void AddMetricFlags(CLI::App& app, Flags& f) {
       ->check(CLI::PositiveNumber);
   f.max_trial_metric_mib = m.max_trial_bytes / double(1 << 20);
   app.add_option("--max-trial-metric-mib", f.max_trial_metric_mib,
-                 "Metric data stored per trial; once reached, further metric reports are refused")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+                 "Metric data stored per trial (1 to 1048576, or 0: unbounded); once reached, further metric "
+                 "reports are refused")
+      ->capture_default_str();
 }
 
-void AddFlags(CLI::App& app, Flags& f) {
-  // Every flag can also come from a TOML file (keys = flag names without
-  // "--"), e.g. deploy/config/master.toml; flags on the command line win.
-  app.set_config("--config", "", "Read flags from this TOML file (see deploy/config/master.toml)");
-  // A key that names no flag (a typo) is an error naming it, not ignored.
-  app.allow_config_extras(CLI::config_extras_mode::error);
-  // --help shows every option's default.
-  app.option_defaults()->always_capture_default();
+void AddCheckpointFlags(CLI::App& app, Flags& f) {
+  det::master::CheckpointLimits& c = f.options.checkpoint_limits;
+  app.add_option("--max-trial-checkpoints", c.max_trial_checkpoints,
+                 "Most checkpoints a trial may report, deleted ones included (0: unbounded); further reports are "
+                 "refused")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app.add_option("--max-checkpoint-resources", c.max_resources_per_report,
+                 "Most files one checkpoint report may list (0: unbounded); a larger report is refused")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  f.max_checkpoint_metadata_kib = c.max_metadata_bytes / 1024.0;
+  app.add_option("--max-checkpoint-metadata-kib", f.max_checkpoint_metadata_kib,
+                 "Largest metadata of one checkpoint report (1 to 1048576, or 0: unbounded); a larger one is "
+                 "refused")
+      ->capture_default_str();
+  f.max_trial_checkpoint_mib = c.max_trial_bytes / double(1 << 20);
+  app.add_option("--max-trial-checkpoint-mib", f.max_trial_checkpoint_mib,
+                 "Checkpoint rows (file lists, metadata) stored per trial (1 to 1048576, or 0: unbounded); once "
+                 "reached, further checkpoint reports are refused")
+      ->capture_default_str();
+}
+
+// --data-dir and what lies in it, and the log and trial.so bounds.
+void AddStorageFlags(CLI::App& app, Flags& f) {
   app.add_option("--data-dir", f.options.data_dir,
                  "Directory for the SQLite database, artifacts and checkpoints (created 0700; refused when group or "
-                 "others may access it)")
+                 "others may access it or another uid owns it)")
       ->capture_default_str();
   app.add_flag(det::master::kAllowInsecureDataDirFlag, f.allow_insecure_data_dir,
-               "Start even when group or others may access --data-dir (not recommended: it holds password and "
-               "token hashes)");
+               "Start even when group or others may access --data-dir or another uid owns it (not recommended: it "
+               "holds password and token hashes)");
   app.add_option("--db", f.options.db_path, "SQLite database file (default DATA_DIR/det.db)");
   app.add_option("--checkpoint-root", f.options.checkpoint_root,
                  "Checkpoint directory for configs without checkpoint_storage (default DATA_DIR/checkpoints)");
@@ -148,7 +169,10 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--max-log-line-kib", f.max_log_line_kib, "Longest log line stored; longer lines are cut (marked)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  AddMetricFlags(app, f);
+}
+
+// Where and how the master serves, and how long it waits for trials.
+void AddServerFlags(CLI::App& app, Flags& f) {
   app.add_option("--host", f.host, "Address to listen on")->capture_default_str();
   app.add_option("--grpc-port", f.grpc_port, "gRPC port (0: any free port)")->capture_default_str();
   app.add_option("--http-port", f.http_port, "REST port (0: any free port)")->capture_default_str();
@@ -173,6 +197,10 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "Serve the web dashboard from this directory (e.g. master/http/dashboard) instead of the "
                  "copy built into det-master")
       ->check(CLI::ExistingDirectory);
+}
+
+// Agents' secret, login tokens, TLS and the built-in users' passwords.
+void AddAuthFlags(CLI::App& app, Flags& f) {
   app.add_option("--cluster-secret-file", f.cluster_secret_file,
                  "File holding the secret agents must present (none: agents are not authenticated)")
       ->check(CLI::ExistingFile);
@@ -191,6 +219,10 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::ExistingFile);
   app.add_flag("--allow-empty-passwords", f.allow_empty_passwords,
                "Start even when --host is not loopback and a built-in user has an empty password");
+}
+
+// Message sizes, logging, pools, the resource manager and trial uids.
+void AddServingLimitFlags(CLI::App& app, Flags& f) {
   app.add_option("--max-message-mib", f.max_message_mib,
                  "Largest gRPC message and authenticated REST body (unauthenticated REST bodies: 64 KiB); larger "
                  "trial.so files are uploaded in chunks")
@@ -212,6 +244,22 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "FIRST-LAST (e.g. 200000-299999, FIRST >= 1000): run each det user's trials as a uid of "
                  "their own from this range (uid = gid, recorded per user, the same on every node; agents must "
                  "run as root). Unset: the agents' --trial-user, one uid shared by all users");
+}
+
+void AddFlags(CLI::App& app, Flags& f) {
+  // Every flag can also come from a TOML file (keys = flag names without
+  // "--"), e.g. deploy/config/master.toml; flags on the command line win.
+  app.set_config("--config", "", "Read flags from this TOML file (see deploy/config/master.toml)");
+  // A key that names no flag (a typo) is an error naming it, not ignored.
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  // --help shows every option's default.
+  app.option_defaults()->always_capture_default();
+  AddStorageFlags(app, f);
+  AddMetricFlags(app, f);
+  AddCheckpointFlags(app, f);
+  AddServerFlags(app, f);
+  AddAuthFlags(app, f);
+  AddServingLimitFlags(app, f);
 }
 
 // --trial-uid-range "FIRST-LAST" with 1000 <= FIRST <= LAST < 2^32 - 1 into
@@ -407,39 +455,65 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   return 0;
 }
 
-}  // namespace
+// `value` of the size flag `flag`, in units of `unit` bytes, into `*out`:
+// 1 to 1048576 units, or 0 (no bound) where `zero_unbounded`; anything else
+// (NaN, a fraction of a unit that would round to 0, a product beyond int64)
+// is refused with a message naming the flag.
+bool SizeFlag(const char* flag, double value, int64_t unit, bool zero_unbounded, int64_t* out) {
+  constexpr double kMaxUnits = 1 << 20;
+  if (zero_unbounded && value == 0) {
+    *out = 0;
+    return true;
+  }
+  if (!(value >= 1 && value <= kMaxUnits)) {  // NaN fails here too
+    std::fprintf(stderr, "det-master: error: %s %g: expected %s1 to 1048576\n", flag, value,
+                 zero_unbounded ? "0 (unbounded) or " : "");
+    return false;
+  }
+  *out = static_cast<int64_t>(std::llround(value * static_cast<double>(unit)));
+  return true;
+}
 
-int main(int argc, char** argv) {
-  Flags f;
-  CLI::App app{"det-master: the det-cpp master daemon"};
-  AddFlags(app, f);
-  AddRestFlags(app, f);
-  CLI11_PARSE(app, argc, argv);
+// The flags given in seconds, MiB and KiB into f.options' milliseconds and
+// bytes; false with a message on stderr when one is out of range.
+bool ApplyFlagUnits(Flags& f) {
+  det::master::MasterOptions& o = f.options;
+  o.stop_timeout_ms = static_cast<int64_t>(f.stop_timeout_s * 1000);
+  o.rendezvous_timeout_ms = static_cast<int64_t>(f.rendezvous_timeout_s * 1000);
+  constexpr int64_t kMiB = 1 << 20, kKiB = 1 << 10;
+  return SizeFlag("--max-message-mib", f.max_message_mib, kMiB, false, &o.max_message_bytes) &&
+         SizeFlag("--max-trial-log-mib", f.max_trial_log_mib, kMiB, false, &o.max_trial_log_bytes) &&
+         SizeFlag("--max-artifact-mib", f.max_artifact_mib, kMiB, false, &o.max_trial_so_bytes) &&
+         SizeFlag("--max-log-line-kib", f.max_log_line_kib, kKiB, false, &o.max_log_line_bytes) &&
+         SizeFlag("--max-trial-metric-mib", f.max_trial_metric_mib, kMiB, true, &o.metric_limits.max_trial_bytes) &&
+         SizeFlag("--max-trial-checkpoint-mib", f.max_trial_checkpoint_mib, kMiB, true,
+                  &o.checkpoint_limits.max_trial_bytes) &&
+         SizeFlag("--max-checkpoint-metadata-kib", f.max_checkpoint_metadata_kib, kKiB, true,
+                  &o.checkpoint_limits.max_metadata_bytes);
+}
+
+// Checks the flags that go together and converts their units; false (exit 2)
+// with a message on stderr.
+bool ValidateFlags(Flags& f, det::master::AuthOptions* auth_options) {
   if (f.tls_cert.empty() != f.tls_key.empty()) {
     std::fprintf(stderr, "det-master: error: --tls-cert and --tls-key go together\n");
-    return 2;
+    return false;
   }
   if (auto address = det::master::TrialMasterAddress(f.host, f.advertise, 1); !address.ok()) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(address.status().message()).c_str());
-    return 2;
+    return false;
   }
-  det::master::AuthOptions auth_options;
-  if (!AuthOptionsFrom(f, &auth_options)) return 2;
-  spdlog::set_level(spdlog::level::from_str(f.log_level));
-  det::master::InstallMasterLogSink();  // MasterLogs: the last lines in memory
-  f.options.stop_timeout_ms = static_cast<int64_t>(f.stop_timeout_s * 1000);
-  f.options.rendezvous_timeout_ms = static_cast<int64_t>(f.rendezvous_timeout_s * 1000);
-  f.options.max_message_bytes = static_cast<int64_t>(f.max_message_mib * (1 << 20));
-  f.options.max_trial_log_bytes = static_cast<int64_t>(f.max_trial_log_mib * (1 << 20));
-  f.options.max_trial_so_bytes = static_cast<int64_t>(f.max_artifact_mib * (1 << 20));
-  f.options.max_log_line_bytes = static_cast<int64_t>(f.max_log_line_kib * 1024);
-  if (!ParseTrialUidRange(f.trial_uid_range, &f.options)) return 2;
-  f.options.metric_limits.max_trial_bytes = static_cast<int64_t>(f.max_trial_metric_mib * (1 << 20));
+  return AuthOptionsFrom(f, auth_options) && ApplyFlagUnits(f) && ParseTrialUidRange(f.trial_uid_range, &f.options);
+}
+
+// --resource-pools and --resource-manager into f.options; false (exit 2)
+// with a message on stderr.
+bool LoadResourceFiles(Flags& f) {
   if (!f.resource_pools_file.empty()) {
     auto pools = det::master::LoadResourcePoolsFile(f.resource_pools_file);
     if (!pools.ok()) {
       std::fprintf(stderr, "det-master: error: --resource-pools: %s\n", std::string(pools.status().message()).c_str());
-      return 2;
+      return false;
     }
     f.options.resource_pools = *std::move(pools);
   }
@@ -447,7 +521,7 @@ int main(int argc, char** argv) {
     auto rm = det::master::LoadResourceManagerFile(f.resource_manager_file);
     if (!rm.ok()) {
       std::fprintf(stderr, "det-master: error: --resource-manager: %s\n", std::string(rm.status().message()).c_str());
-      return 2;
+      return false;
     }
     f.options.resource_manager = *std::move(rm);
     // The nodes run det-trial from beside det-master unless told otherwise.
@@ -457,15 +531,12 @@ int main(int argc, char** argv) {
       f.options.resource_manager.slurm.det_trial = (self.parent_path() / "det-trial").string();
     }
   }
+  return true;
+}
 
-  // Signals are taken synchronously (Serve).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
+// Opens the data dir, the core and the users (the built-in passwords, the
+// --reset-agent credentials), then serves; returns the exit code.
+int OpenAndServe(Flags& f, const det::master::AuthOptions& auth_options, sigset_t* signals) {
   umask(077);  // nothing the master creates is readable by group or others (data_dir.h)
   if (absl::Status dir = det::master::PreparePrivateDataDir(f.options.data_dir, f.allow_insecure_data_dir); !dir.ok()) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(dir.message()).c_str());
@@ -494,8 +565,32 @@ int main(int argc, char** argv) {
     spdlog::warn("no cluster secret (--cluster-secret-file): any process that reaches the "
                  "gRPC port can register as an agent");
   }
-  int code = Serve(f, core->get(), auth->get(), &signals);
+  int code = Serve(f, core->get(), auth->get(), signals);
   auth->reset();
   core->reset();
   return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"det-master: the det-cpp master daemon"};
+  AddFlags(app, f);
+  AddRestFlags(app, f);
+  CLI11_PARSE(app, argc, argv);
+  det::master::AuthOptions auth_options;
+  if (!ValidateFlags(f, &auth_options)) return 2;
+  spdlog::set_level(spdlog::level::from_str(f.log_level));
+  det::master::InstallMasterLogSink();  // MasterLogs: the last lines in memory
+  if (!LoadResourceFiles(f)) return 2;
+
+  // Signals are taken synchronously (Serve).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return OpenAndServe(f, auth_options, &signals);
 }

@@ -13,14 +13,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "det/trial/v1/trial.grpc.pb.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -178,6 +181,113 @@ TEST(SecurityMetricsTest, MetricFloodIsBoundedAndTheTrialCanBeKilled) {
   ExpectAlive(cluster);
 }
 
+
+namespace trialv1 = ::det::trial::v1;
+
+// A stand-in det-trial (the agent's --det-trial) that writes its allocation
+// id and token (from fd DET_ALLOCATION_TOKEN_FD) to DIR/creds, then sleeps:
+// the test then calls det.trial.v1 as untrusted trial code could.
+std::string CredentialSavingDetTrial(const TempDir& dir) {
+  const std::string script = dir / "cred-det-trial.sh";
+  WriteFile(script, absl::StrCat("#!/bin/sh\n{ echo \"$DET_ALLOCATION_ID\"; cat <&$DET_ALLOCATION_TOKEN_FD; echo; } > \"",
+                                 dir / "creds.tmp", "\" && mv \"", dir / "creds.tmp", "\" \"", dir / "creds",
+                                 "\"\nexec sleep 300\n"));
+  chmod(script.c_str(), 0755);
+  return script;
+}
+
+// Review item 4: a trial floods ReportCheckpoint (each a new UUID, no
+// directory behind it). Refused with RESOURCE_EXHAUSTED naming the trial and
+// the flag: a report of too many files, too much metadata, the rows' bytes
+// of the trial (--max-trial-checkpoint-mib 1) and their count
+// (--max-trial-checkpoints 40); 300 more reports add nothing; the master
+// stays alive.
+TEST(SecurityMetricsTest, CheckpointReportFloodIsBounded) {
+  TempDir dir;
+  TestCluster cluster(dir, TestClusterOptions().add_master_flags(
+                               {"--max-trial-checkpoints", "40", "--max-trial-checkpoint-mib", "1"}));
+  WriteFile(dir / "fake.so", FakeTrialSo());
+  cluster.StartAgent("a", AgentOptions().add_flags({"--det-trial", CredentialSavingDetTrial(dir)}));
+  const int exp = cluster.CreateExperiment(SingleTrialConfig("ckpt-flood", dir / "checkpoints"), "ckpt-flood",
+                                           dir / "fake.so");
+  ASSERT_GT(exp, 0);
+  const int64_t trial = FirstTrial(cluster, exp);
+  ASSERT_TRUE(PollUntil([&] { return fs::exists(dir / "creds"); }, 60s)) << cluster.AgentLogs();
+  std::istringstream creds(ReadFile(dir / "creds"));
+  std::string allocation, token;
+  ASSERT_TRUE(std::getline(creds, allocation) && std::getline(creds, token));
+  auto stub = trialv1::TrialService::NewStub(
+      grpc::CreateChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials()));
+  int n = 0;
+  auto report = [&](size_t metadata_bytes, size_t files) {
+    trialv1::ReportCheckpointRequest req;
+    req.set_allocation_id(allocation);
+    req.set_uuid(absl::StrCat("0c0ffee0-0000-4000-8000-", absl::Dec(++n, absl::kZeroPad12)));
+    req.set_total_batches(n);
+    if (metadata_bytes > 0) (*req.mutable_metadata()->mutable_fields())["m"].set_string_value(std::string(metadata_bytes, 'm'));
+    for (size_t i = 0; i < files; ++i) (*req.mutable_resources())[absl::StrCat("f", i)] = 1;
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-det-allocation-token", token);
+    ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    trialv1::ReportCheckpointResponse resp;
+    return stub->ReportCheckpoint(&ctx, req, &resp);
+  };
+  auto expect_refused = [&](const grpc::Status& st, const std::string& flag) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << flag << ": " << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr(absl::StrCat("trial ", trial, ": ")));
+    EXPECT_THAT(st.error_message(), HasSubstr("(det-master " + flag + ")"));
+  };
+  const int64_t before = DbBytes(cluster);
+  expect_refused(report(0, 100001), "--max-checkpoint-resources");
+  expect_refused(report((1 << 20) + 1, 0), "--max-checkpoint-metadata-kib");
+  // 200 KiB rows: 5 fit in 1 MiB, the 6th is refused.
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(report(200 << 10, 1).ok()) << i;
+  expect_refused(report(200 << 10, 1), "--max-trial-checkpoint-mib");
+  // Small rows: up to 40 rows in all, the 41st is refused.
+  for (int i = 5; i < 40; ++i) ASSERT_TRUE(report(0, 1).ok()) << i;
+  expect_refused(report(0, 1), "--max-trial-checkpoints");
+  for (int i = 0; i < 300; ++i) ASSERT_FALSE(report(200 << 10, 100).ok()) << i;
+  const std::string where = absl::StrCat(" FROM checkpoints WHERE trial_id = ", trial);
+  EXPECT_EQ(DbInt(cluster, "SELECT COUNT(*)" + where), 40);
+  const int64_t stored = DbInt(cluster, "SELECT SUM(LENGTH(CAST(resources AS BLOB)) + "
+                                        "LENGTH(CAST(metadata_json AS BLOB)) + LENGTH(storage_path) + 128)" + where);
+  EXPECT_LE(stored, 1 << 20);
+  const int64_t growth = DbBytes(cluster) - before;
+  std::printf("[ bounded  ] checkpoint rows 40, %lld bytes (bound 1 MiB), db+wal growth %lld\n",
+              static_cast<long long>(stored), static_cast<long long>(growth));
+  // 300 refused 200 KiB reports (60 MB) left no trace: well under 8 MiB.
+  EXPECT_LT(growth, 8 << 20) << "the database grew by " << growth << " bytes";
+  ExpectAlive(cluster);
+}
+
+// Review item 9(b): a size flag out of range (huge: float-to-int overflow;
+// tiny: 0 bytes, the bound silently off; NaN) stops det-master (exit 2)
+// naming the flag; 0 is accepted where it means unbounded.
+TEST(SecurityMetricsTest, SizeFlagsOutOfRangeAreRefusedNamingTheFlag) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--max-trial-metric-mib", "1e300"},     {"--max-trial-metric-mib", "1e-7"},
+      {"--max-trial-metric-mib", "nan"},       {"--max-trial-checkpoint-mib", "2000000"},
+      {"--max-checkpoint-metadata-kib", "0.5"}, {"--max-log-line-kib", "1e30"},
+      {"--max-artifact-mib", "0.0001"},
+  };
+  int i = 0;
+  for (const auto& [flag, value] : bad) {
+    const std::string d = dir / absl::StrCat("m", ++i);
+    Subprocess master({std::string(DET_BIN_DIR) + "/det-master", "--data-dir", d, "--grpc-port", "0", "--http-port",
+                       "0", flag, value},
+                      d + ".out", d + ".err");
+    EXPECT_EQ(master.Wait(30s), 2) << flag << " " << value << ": " << master.Stderr();
+    EXPECT_THAT(master.Stderr(), HasSubstr("det-master: error: " + flag + " ")) << value;
+    EXPECT_FALSE(fs::exists(d)) << "refused before the data dir is opened";
+  }
+  const std::string d = dir / "unbounded";
+  Subprocess master({std::string(DET_BIN_DIR) + "/det-master", "--data-dir", d, "--grpc-port", "0", "--http-port",
+                     "0", "--ports-file", d + ".ports", "--max-trial-metric-mib", "0", "--max-trial-checkpoint-mib",
+                     "0", "--max-checkpoint-metadata-kib", "0"},
+                    d + ".out", d + ".err");
+  EXPECT_TRUE(PollUntil([&] { return fs::exists(d + ".ports"); }, 30s)) << master.Stderr();
+}
 
 // Unmounts (lazily) what a test mounted, when the test ends.
 struct Unmount {

@@ -75,6 +75,9 @@ struct TrialRuntime {
   bool close_requested = false;
   int64_t last_validation = 0;
   int64_t last_checkpoint = 0;
+  // What the trial's checkpoint rows hold (CheckpointLimits); loaded from the
+  // store at the first report, then counted here.
+  std::optional<CheckpointBudget> checkpoint_budget;
   int64_t next_op_id = 1;
   std::optional<::det::trial::v1::Operation> current_op;
   std::string allocation_id;  // current allocation ("" when none)

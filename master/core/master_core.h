@@ -101,6 +101,9 @@ struct MasterOptions {
   // Metrics: name length, values per reported row, distinct names and bytes
   // per trial (master/store/metric_limits.h); a report over one is refused.
   MetricLimits metric_limits;
+  // Checkpoints: rows and bytes per trial, files and metadata bytes per
+  // report (metric_limits.h); a report over one is refused.
+  CheckpointLimits checkpoint_limits;
   // det-master --trial-uid-range FIRST-LAST: each det user's trials run as
   // a uid of this range (uid = gid) recorded per user when first needed
   // (Store::AgentIdsOfUser) and sent in StartAllocation.run_as_uid. 0-0:
@@ -555,6 +558,11 @@ class MasterCore {
                                                                    const std::string& token) ABSL_LOCKS_EXCLUDED(mu_);
   // The COMPLETED checkpoint row ReportCheckpoint stores for `req`;
   // INVALID_ARGUMENT naming a resource with a negative size.
+  // RESOURCE_EXHAUSTED when `row` would take `trial` over a checkpoint bound
+  // (options_.checkpoint_limits); else OK, the row counted in the trial's
+  // cached budget (loaded from the store on first use).
+  absl::Status AdmitCheckpointLocked(TrialRuntime& trial, const CheckpointRow& row)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<CheckpointRow> CheckpointRowLocked(const ExperimentRuntime& exp, const TrialRuntime& trial,
                                                     const trialv1::ReportCheckpointRequest& req,
                                                     std::optional<int64_t> metadata_size)

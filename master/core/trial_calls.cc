@@ -366,6 +366,19 @@ absl::StatusOr<CheckpointRow> MasterCore::CheckpointRowLocked(const ExperimentRu
   return row;
 }
 
+absl::Status MasterCore::AdmitCheckpointLocked(TrialRuntime& trial, const CheckpointRow& row) {
+  if (!trial.checkpoint_budget) {
+    DET_ASSIGN_OR_RETURN(trial.checkpoint_budget, store_->CheckpointBudgetOf(trial.row.id));
+  }
+  const int64_t bytes = Store::CheckpointRowBytes(row);
+  DET_RETURN_IF_ERROR(CheckCheckpointReport(trial.row.id, static_cast<int64_t>(row.resources.size()),
+                                            static_cast<int64_t>(row.metadata_json.size()), bytes,
+                                            options_.checkpoint_limits, *trial.checkpoint_budget));
+  trial.checkpoint_budget->rows += 1;
+  trial.checkpoint_budget->bytes += bytes;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
     const trialv1::ReportCheckpointRequest& req, const std::string& token) {
   DET_ASSIGN_OR_RETURN(const std::optional<int64_t> metadata_size, MeasureCheckpointMetadata(req, token));
@@ -390,7 +403,11 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
     return Committed(w, trialv1::ReportCheckpointResponse());
   }
   DET_ASSIGN_OR_RETURN(const CheckpointRow row, CheckpointRowLocked(exp, trial, req, metadata_size));
-  DET_RETURN_IF_ERROR(store_->InsertCheckpoint(row));
+  DET_RETURN_IF_ERROR(AdmitCheckpointLocked(trial, row));
+  if (absl::Status inserted = store_->InsertCheckpoint(row); !inserted.ok()) {
+    trial.checkpoint_budget.reset();  // recounted at the next report
+    return inserted;
+  }
   trial.facts.reset();
   alloc->made_progress = true;
   trial.row.latest_checkpoint_uuid = row.uuid;

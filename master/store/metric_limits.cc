@@ -1,5 +1,8 @@
 #include "master/store/metric_limits.h"
 
+#include <algorithm>
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "master/store/store.h"
 
@@ -20,13 +23,40 @@ absl::Status Refused(int64_t trial_id, const std::string& what, const char* flag
                                                    "); this metric report was refused and nothing of it stored"));
 }
 
+// The FNV-1a basis of this process: random, so that names colliding in one
+// master do not collide in the next.
+uint64_t HashBasis() {
+  static const uint64_t basis = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 0xcbf29ce484222325ULL;
+  }();
+  return basis;
+}
+
 }  // namespace
+
+uint64_t MetricNameHash(const std::string& name) {
+  uint64_t h = HashBasis();
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+bool MetricBudget::Has(uint64_t hash) const { return std::binary_search(names.begin(), names.end(), hash); }
+
+void MetricBudget::Add(uint64_t hash) {
+  auto it = std::lower_bound(names.begin(), names.end(), hash);
+  if (it == names.end() || *it != hash) names.insert(it, hash);
+}
 
 absl::Status CheckMetricRows(int64_t trial_id, const std::vector<MetricRow>& rows,
                              const std::vector<std::string>& encoded, const MetricLimits& limits,
                              const MetricBudget& budget, MetricBudget* added) {
   added->names.clear();
   added->bytes = 0;
+  added->example.clear();
   for (size_t i = 0; i < rows.size(); ++i) {
     const MetricRow& r = rows[i];
     const int64_t values = static_cast<int64_t>(r.metrics.size());
@@ -44,14 +74,18 @@ absl::Status CheckMetricRows(int64_t trial_id, const std::vector<MetricRow>& row
                                     limits.max_name_bytes),
                        "--max-metric-name-bytes");
       }
-      if (budget.names.count(name) == 0) added->names.insert(name);
+      const uint64_t hash = MetricNameHash(name);
+      if (!budget.Has(hash) && !added->Has(hash)) {
+        added->Add(hash);
+        if (added->example.empty()) added->example = name;
+      }
     }
     added->bytes += static_cast<int64_t>(encoded[i].size()) + MetricLimits::kRowOverhead;
   }
   const int64_t names = static_cast<int64_t>(budget.names.size() + added->names.size());
   if (limits.max_trial_names > 0 && !added->names.empty() && names > limits.max_trial_names) {
     return Refused(trial_id,
-                   absl::StrCat(added->names.size(), " new metric names (such as '", Shown(*added->names.begin()),
+                   absl::StrCat(added->names.size(), " new metric names (such as '", Shown(added->example),
                                 "') would make ", names, " distinct names; at most ", limits.max_trial_names,
                                 " per trial over all groups (names it already has are still accepted)"),
                    "--max-trial-metric-names");
@@ -67,8 +101,38 @@ absl::Status CheckMetricRows(int64_t trial_id, const std::vector<MetricRow>& row
 }
 
 void ApplyMetricBudget(const MetricBudget& added, MetricBudget* budget) {
-  budget->names.insert(added.names.begin(), added.names.end());
+  for (uint64_t hash : added.names) budget->Add(hash);
   budget->bytes += added.bytes;
+}
+
+absl::Status CheckCheckpointReport(int64_t trial_id, int64_t resources, int64_t metadata_bytes, int64_t row_bytes,
+                                   const CheckpointLimits& limits, const CheckpointBudget& budget) {
+  auto refused = [&](const std::string& what, const char* flag) {
+    return absl::ResourceExhaustedError(absl::StrCat("trial ", trial_id, ": ", what, " (det-master ", flag,
+                                                     "); this checkpoint report was refused and nothing of it "
+                                                     "stored"));
+  };
+  if (limits.max_resources_per_report > 0 && resources > limits.max_resources_per_report) {
+    return refused(absl::StrCat("a checkpoint of ", resources, " files; at most ", limits.max_resources_per_report,
+                                " per report"),
+                   "--max-checkpoint-resources");
+  }
+  if (limits.max_metadata_bytes > 0 && metadata_bytes > limits.max_metadata_bytes) {
+    return refused(absl::StrCat("checkpoint metadata of ", metadata_bytes, " bytes; at most ",
+                                limits.max_metadata_bytes, " per report"),
+                   "--max-checkpoint-metadata-kib");
+  }
+  if (limits.max_trial_checkpoints > 0 && budget.rows >= limits.max_trial_checkpoints) {
+    return refused(absl::StrCat("it has ", budget.rows, " checkpoints (deleted ones included); at most ",
+                                limits.max_trial_checkpoints, " per trial"),
+                   "--max-trial-checkpoints");
+  }
+  if (limits.max_trial_bytes > 0 && budget.bytes + row_bytes > limits.max_trial_bytes) {
+    return refused(absl::StrCat("its checkpoint rows (", budget.bytes, " bytes) plus this one (", row_bytes,
+                                " bytes) exceed the limit of ", limits.max_trial_bytes, " bytes per trial"),
+                   "--max-trial-checkpoint-mib");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace master

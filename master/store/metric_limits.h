@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -29,10 +28,22 @@ struct MetricLimits {
   static constexpr int64_t kRowOverhead = 64;
 };
 
+// A metric name as MetricBudget keeps it: 64 bits of a hash seeded once per
+// process (FNV-1a from a random basis), not the name itself, so that the
+// Store's cache of budgets stays small (8 bytes per name: 10,000 trials of
+// 1,000 names take about 80 MB, not the 2.5 GB their strings would). Two
+// names colliding (about n^2 / 2^65 for n names) make a new name count as
+// known: one name over --max-trial-metric-names, the bytes bound unchanged.
+uint64_t MetricNameHash(const std::string& name);
+
 // What one trial has stored, as MetricLimits counts it.
 struct MetricBudget {
-  std::unordered_set<std::string> names;
+  std::vector<uint64_t> names;  // MetricNameHash of each distinct name, sorted
   int64_t bytes = 0;
+  std::string example;  // in an `added` budget: one new name, for messages
+
+  bool Has(uint64_t hash) const;
+  void Add(uint64_t hash);  // keeps `names` sorted and distinct
 };
 
 // Checks the rows of one call, all of trial `trial_id` (`encoded[i]` is
@@ -47,6 +58,36 @@ absl::Status CheckMetricRows(int64_t trial_id, const std::vector<MetricRow>& row
 
 // Adds `added` (from CheckMetricRows) to `budget`.
 void ApplyMetricBudget(const MetricBudget& added, MetricBudget* budget);
+
+// Bounds on the checkpoints a trial may report (issue 46 review, item 4):
+// ReportCheckpoint names a new UUID each time and needs no directory, so
+// without them a trial fills the master's disk with checkpoint rows. Each
+// bound 0: unbounded. The defaults are det-master's flag defaults.
+struct CheckpointLimits {
+  // Rows of the trial, whatever their state: a checkpoint GC deleted keeps
+  // its row (state DELETED) and its bytes, so it counts. 10,000 is a
+  // checkpoint every 10 minutes for 69 days.
+  int64_t max_trial_checkpoints = 10000;      // --max-trial-checkpoints
+  int64_t max_resources_per_report = 100000;  // --max-checkpoint-resources
+  int64_t max_metadata_bytes = 1 << 20;       // --max-checkpoint-metadata-kib
+  int64_t max_trial_bytes = 256 << 20;        // --max-trial-checkpoint-mib
+  // Each stored row counts as its resources JSON, metadata and storage path
+  // plus this.
+  static constexpr int64_t kRowOverhead = 128;
+};
+
+// What one trial's checkpoint rows hold, as CheckpointLimits counts it.
+struct CheckpointBudget {
+  int64_t rows = 0;
+  int64_t bytes = 0;
+};
+
+// Checks one checkpoint report of trial `trial_id`: `resources` files, a
+// metadata JSON of `metadata_bytes`, a row of `row_bytes` (as the Store
+// counts it), given what the trial has stored. RESOURCE_EXHAUSTED naming the
+// trial, the bound and its det-master flag; nothing is stored then.
+absl::Status CheckCheckpointReport(int64_t trial_id, int64_t resources, int64_t metadata_bytes, int64_t row_bytes,
+                                   const CheckpointLimits& limits, const CheckpointBudget& budget);
 
 }  // namespace master
 }  // namespace det

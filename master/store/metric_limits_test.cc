@@ -5,7 +5,10 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <type_traits>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,7 +62,7 @@ TEST(MetricLimitsTest, EachBoundRefusesNamingTrialAndFlag) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("--max-metric-name-bytes"));
 
-  budget.names = {"m0", "m1", "m2"};
+  for (const char* known : {"m0", "m1", "m2"}) budget.Add(MetricNameHash(known));
   EXPECT_TRUE(Check({Row(7, 1, 0, 3)}, limits, budget, &added).ok()) << "known names are accepted";
   EXPECT_TRUE(added.names.empty());
   EXPECT_TRUE(Check({Row(7, 1, 2, 2)}, limits, budget, &added).ok()) << "a fourth name fits";
@@ -73,6 +76,41 @@ TEST(MetricLimitsTest, EachBoundRefusesNamingTrialAndFlag) {
   s = Check({Row(7, 1, 0, 1)}, limits, budget, &added);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("--max-trial-metric-mib"));
+}
+
+// Review item 7: a budget keeps 8 bytes per name (a hash), not the name.
+TEST(MetricLimitsTest, BudgetKeepsAHashPerNameNotTheName) {
+  static_assert(std::is_same_v<decltype(MetricBudget::names), std::vector<uint64_t>>);
+  MetricBudget budget;
+  for (int i = 0; i < 1000; ++i) budget.Add(MetricNameHash(absl::StrCat(std::string(200, 'n'), i)));
+  budget.Add(MetricNameHash(absl::StrCat(std::string(200, 'n'), 5)));  // known: not added again
+  EXPECT_EQ(budget.names.size(), 1000u);
+  EXPECT_TRUE(std::is_sorted(budget.names.begin(), budget.names.end()));
+  EXPECT_LE(budget.names.capacity() * sizeof(uint64_t), 16u << 10) << "at most 16 KiB for 1,000 names";
+  EXPECT_TRUE(budget.Has(MetricNameHash(std::string(200, 'n') + "999")));
+  EXPECT_FALSE(budget.Has(MetricNameHash("other")));
+}
+
+// Review item 4: each checkpoint bound refuses naming the trial and its flag.
+TEST(MetricLimitsTest, EachCheckpointBoundRefusesNamingTrialAndFlag) {
+  CheckpointLimits limits{3, 10, 100, 1000};
+  CheckpointBudget budget{2, 500};
+  EXPECT_TRUE(CheckCheckpointReport(7, 10, 100, 500, limits, budget).ok()) << "exactly the bounds fit";
+  const std::vector<std::pair<absl::Status, std::string>> refusals = {
+      {CheckCheckpointReport(7, 11, 0, 0, limits, budget), "--max-checkpoint-resources"},
+      {CheckCheckpointReport(7, 0, 101, 0, limits, budget), "--max-checkpoint-metadata-kib"},
+      {CheckCheckpointReport(7, 0, 0, 0, limits, CheckpointBudget{3, 0}), "--max-trial-checkpoints"},
+      {CheckCheckpointReport(7, 0, 0, 501, limits, budget), "--max-trial-checkpoint-mib"},
+  };
+  for (const auto& [s, flag] : refusals) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << flag;
+    EXPECT_THAT(s.message(), HasSubstr("trial 7: "));
+    EXPECT_THAT(s.message(), HasSubstr("(det-master " + flag + ")"));
+  }
+  EXPECT_TRUE(CheckCheckpointReport(7, 1 << 30, 1 << 30, 1LL << 40, CheckpointLimits{0, 0, 0, 0},
+                                    CheckpointBudget{1 << 30, 1LL << 40})
+                  .ok())
+      << "0: unbounded";
 }
 
 TEST(MetricLimitsTest, ZeroIsUnbounded) {

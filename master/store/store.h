@@ -508,6 +508,12 @@ class Store {
   // row.trial_id or row.experiment_id names no row.
   absl::Status InsertCheckpoint(const CheckpointRow& row);
 
+  // What `trial_id`'s checkpoint rows (any state) hold, as CheckpointLimits
+  // counts it (metric_limits.h): rows, and bytes as CheckpointRowBytes.
+  absl::StatusOr<CheckpointBudget> CheckpointBudgetOf(int64_t trial_id);
+  // The bytes `row` counts against its trial's --max-trial-checkpoint-mib.
+  static int64_t CheckpointRowBytes(const CheckpointRow& row);
+
   // NotFound if there is no checkpoint `uuid`.
   absl::StatusOr<CheckpointRow> GetCheckpoint(const std::string& uuid);
 

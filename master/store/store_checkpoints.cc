@@ -57,6 +57,9 @@ constexpr char kListCheckpointsByBoth[] =
 constexpr char kSetCheckpointSearcherMetric[] =
     "UPDATE checkpoints SET searcher_metric = ? WHERE trial_id = ? AND trial_run_id = ? AND total_batches = ? "
     "AND searcher_metric IS NULL";
+constexpr char kCheckpointBudget[] =
+    "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(resources AS BLOB)) + LENGTH(CAST(metadata_json AS BLOB)) + "
+    "LENGTH(CAST(storage_path AS BLOB))), 0) + ?2 * COUNT(*) FROM checkpoints WHERE trial_id = ?1";
 constexpr char kUpdateCheckpointState[] = "UPDATE checkpoints SET state = ? WHERE uuid = ?";
 constexpr char kUpdateCheckpointMetadata[] = "UPDATE checkpoints SET metadata_json = ? WHERE uuid = ?";
 
@@ -131,6 +134,21 @@ absl::Status Store::InsertCheckpoint(const CheckpointRow& row) {
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert checkpoint ", row.uuid));
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<CheckpointBudget> Store::CheckpointBudgetOf(int64_t trial_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kCheckpointBudget));
+  Binder b(st.get());
+  b.Int(trial_id).Int(CheckpointLimits::kRowOverhead);
+  if (sqlite3_step(st.get()) != SQLITE_ROW) return Error(sqlite3_errcode(db_), "count checkpoint rows");
+  return CheckpointBudget{ColInt(st.get(), 0), ColInt(st.get(), 1)};
+}
+
+int64_t Store::CheckpointRowBytes(const CheckpointRow& row) {
+  return static_cast<int64_t>(EncodeResources(row.resources).size() + row.metadata_json.size() +
+                              row.storage_path.size()) +
+         CheckpointLimits::kRowOverhead;
 }
 
 absl::StatusOr<CheckpointRow> Store::GetCheckpoint(const std::string& uuid) {

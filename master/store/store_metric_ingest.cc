@@ -66,7 +66,7 @@ absl::Status Store::AdmitMetricsLocked(const std::vector<MetricRow>& rows, const
       const int64_t cap = metric_limits_.max_trial_names;
       nb.Int(trial_id).Int(cap > 0 ? cap + 1 : -1);
       int rc;
-      while ((rc = sqlite3_step(names.get())) == SQLITE_ROW) budget.names.insert(store_internal::ColText(names.get(), 0));
+      while ((rc = sqlite3_step(names.get())) == SQLITE_ROW) budget.Add(MetricNameHash(store_internal::ColText(names.get(), 0)));
       if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("read the metric names of trial ", trial_id));
       DET_ASSIGN_OR_RETURN(Stmt bytes, Cached(kMetricBytes));
       Binder bb(bytes.get());
