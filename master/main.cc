@@ -362,11 +362,12 @@ void WritePortsFile(const std::string& path, const std::string& host, int grpc_p
 // The REST port's connection bounds (master/http/rest_listener.h).
 void AddRestFlags(CLI::App& app, Flags& f) {
   app.add_option("--rest-max-connections", f.rest.max_connections,
-                 "Most open REST connections (at most the fd limit less 128); beyond, a new one gets 503")
+                 "Most open REST connections (at most the fd limit less 128); at it, a new one closes the oldest "
+                 "still sending its request head, or gets 503 when all run requests")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   app.add_option("--rest-max-connections-per-address", f.rest.max_connections_per_address,
-                 "Most open REST connections from one client IP address; beyond, a new one gets 503")
+                 "Most open REST connections from one client IP address (IPv6: one /64); beyond, a new one gets 503")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   app.add_option("--rest-header-timeout-s", f.rest.header_timeout_s,
