@@ -4,6 +4,7 @@
 // scancel played by the test) with a FakeClock: submission, pending shown
 // as QUEUED, a rank killed by SIGKILL restarting the trial, pause of a
 // pending job cancelling it, and a restarted master reattaching by job id.
+#include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -312,6 +313,29 @@ TEST_F(SlurmCoreTest, AStopThatTimesOutIsScancel) {
   Pass();  // CANCELLED: paused, not a restart
   EXPECT_EQ(apiv1::State_Name(OnlyTrial(exp).state()), "STATE_PAUSED");
   EXPECT_EQ(OnlyTrial(exp).restarts(), 0);
+}
+
+// Review item 7: a kill the database cannot record (here another connection
+// holds its write lock; in the review, a full disk) still scancels the
+// experiment's Slurm job at once, as agents' processes are killed.
+TEST_F(SlurmCoreTest, AKillTheDatabaseCannotRecordStillScancels) {
+  int64_t exp = CreateExperiment(1);
+  Pass();
+  const std::string name = slurm_->jobs.begin()->first;
+  slurm_->jobs[name].second = "RUNNING";
+  Pass();
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "det.db").c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  apiv1::KillExperimentRequest kill;
+  kill.set_experiment_id(exp);
+  auto killed = core_->KillExperiment(kill);  // waits out the store's busy timeout (10 s)
+  EXPECT_EQ(killed.status().code(), absl::StatusCode::kUnavailable) << killed.status();
+  EXPECT_THAT(std::string(killed.status().message()), HasSubstr("1 process group(s) told to stop"));
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  Pass();
+  EXPECT_THAT(slurm_->canceled, ::testing::Contains(name));
 }
 
 TEST_F(SlurmCoreTest, ARestartedMasterReattachesToItsRunningJob) {

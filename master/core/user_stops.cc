@@ -45,7 +45,13 @@ int MasterCore::KillExperimentProcessesNowLocked(int64_t id) {
     auto trial = trials_.find(tid);
     if (trial == trials_.end()) continue;
     auto alloc = allocations_.find(trial->second->allocation_id);
-    if (alloc == allocations_.end() || alloc->second->slurm) continue;
+    if (alloc == allocations_.end()) continue;
+    if (alloc->second->slurm) {
+      // scancel by the next Slurm pass: the driver needs no database write.
+      CancelSlurmJobLocked(*alloc->second);
+      ++told;
+      continue;
+    }
     for (const auto& placement : alloc->second->placements) {
       auto agent = agents_.find(placement.agent_id);
       if (agent == agents_.end() || !agent->second->session) continue;
