@@ -114,23 +114,20 @@ bool NobodyCanRead(const std::string& path) {
 // foreign Origin (another loopback port), a text/plain form body that is
 // valid JSON. Refused with 403 and a JSON reason, and every variant of it;
 // no user is created; the same-origin JSON write and Bearer writes work.
-TEST(SecurityWebTest, CookieWritesFromAnotherOriginAreRefused) {
-  TempDir dir;
-  TestCluster cluster(dir);
-  ASSERT_FALSE(::testing::Test::HasFatalFailure());
-  const std::string admin = RestLogin(cluster.http_port(), "admin", "");
-  ASSERT_FALSE(admin.empty());
-  const std::string cookie = "det_token=" + admin;
-  const std::string self = absl::StrCat("http://127.0.0.1:", cluster.http_port());
-  const std::string attacker = absl::StrCat("http://127.0.0.1:", cluster.http_port() == 65535 ? 1 : cluster.http_port() + 1);
+// One cookie-authenticated write that must be refused: its headers, its
+// Content-Type and what the 403 body says.
+struct CsrfAttempt {
+  std::string name;
+  httplib::Headers headers;
+  std::string content_type;
+  std::string reason;  // in the 403 body
+};
 
-  struct Attempt {
-    std::string name;
-    httplib::Headers headers;
-    std::string content_type;
-    std::string reason;  // in the 403 body
-  };
-  const std::vector<Attempt> refused = {
+// The cross-origin, origin-less, same-site and non-JSON variants of a
+// cookie-authenticated POST /api/v1/users from `attacker` (the master is `self`).
+std::vector<CsrfAttempt> CsrfAttempts(const std::string& cookie, const std::string& self,
+                                      const std::string& attacker) {
+  return {
       {"csrf-form", {{"Cookie", cookie}, {"Origin", attacker}, {"Sec-Fetch-Site", "same-site"}}, "text/plain",
        "cookie-authenticated POST from origin " + attacker + " refused: cross-origin"},
       {"csrf-json", {{"Cookie", cookie}, {"Origin", attacker}}, "application/json", "refused: cross-origin"},
@@ -142,20 +139,15 @@ TEST(SecurityWebTest, CookieWritesFromAnotherOriginAreRefused) {
       {"csrf-urlencoded", {{"Cookie", cookie}, {"Origin", self}}, "application/x-www-form-urlencoded",
        "is not application/json"},
   };
-  for (const Attempt& a : refused) {
-    httplib::Response res = CreateUser(cluster, a.name, a.headers, a.content_type);
-    EXPECT_EQ(res.status, 403) << a.name << ": " << res.body;
-    const json body = json::parse(res.body, nullptr, false);
-    ASSERT_TRUE(body.is_object()) << a.name << ": " << res.body;
-    EXPECT_TRUE(absl::StrContains(body.value("message", ""), a.reason)) << a.name << ": " << res.body;
-    EXPECT_TRUE(absl::StrContains(body.value("message", ""), "send Authorization: Bearer")) << res.body;
-  }
-  // Other writes and methods are refused the same way (kill, delete).
-  httplib::Client client("127.0.0.1", cluster.http_port());
+}
+
+// Other writes and methods are refused the same way (delete), and a CORS
+// preflight is never granted: the browser blocks cross-origin JSON.
+void ExpectOtherCrossOriginWritesRefused(httplib::Client& client, const std::string& cookie,
+                                         const std::string& attacker) {
   auto del = client.Delete("/api/v1/experiments/1", {{"Cookie", cookie}, {"Origin", attacker}});
   ASSERT_TRUE(del);
   EXPECT_EQ(del->status, 403) << del->body;
-  // A CORS preflight is never granted: the browser blocks cross-origin JSON.
   httplib::Request preflight;
   preflight.method = "OPTIONS";
   preflight.path = "/api/v1/users";
@@ -166,16 +158,13 @@ TEST(SecurityWebTest, CookieWritesFromAnotherOriginAreRefused) {
   for (const auto& [name, value] : options->headers) {
     EXPECT_FALSE(absl::StartsWithIgnoreCase(name, "Access-Control-")) << name << ": " << value;
   }
+}
 
-  const std::vector<std::string> users = Usernames(cluster);
-  for (const Attempt& a : refused) {
-    EXPECT_EQ(std::count(users.begin(), users.end(), a.name), 0) << a.name << " was created";
-  }
-  ExpectMasterAlive(cluster);
-
-  // What the dashboard and det-cli send still works: the cookie with the
-  // master's own Origin (or Sec-Fetch-Site: same-origin) and JSON, and a
-  // Bearer token from anywhere.
+// What the dashboard and det-cli send still works: the cookie with the
+// master's own Origin (or Sec-Fetch-Site: same-origin) and JSON, and a
+// Bearer token from anywhere.
+void ExpectSameOriginAndBearerWritesWork(TestCluster& cluster, const std::string& admin, const std::string& cookie,
+                                         const std::string& self, const std::string& attacker) {
   EXPECT_EQ(CreateUser(cluster, "same-origin", {{"Cookie", cookie}, {"Origin", self}}, "application/json").status,
             200);
   EXPECT_EQ(CreateUser(cluster, "fetch-site", {{"Cookie", cookie}, {"Sec-Fetch-Site", "same-origin"}},
@@ -189,6 +178,36 @@ TEST(SecurityWebTest, CookieWritesFromAnotherOriginAreRefused) {
   EXPECT_TRUE(HasUser(cluster, "same-origin"));
   EXPECT_TRUE(HasUser(cluster, "fetch-site"));
   EXPECT_TRUE(HasUser(cluster, "bearer"));
+}
+
+TEST(SecurityWebTest, CookieWritesFromAnotherOriginAreRefused) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  const std::string admin = RestLogin(cluster.http_port(), "admin", "");
+  ASSERT_FALSE(admin.empty());
+  const std::string cookie = "det_token=" + admin;
+  const std::string self = absl::StrCat("http://127.0.0.1:", cluster.http_port());
+  const std::string attacker = absl::StrCat("http://127.0.0.1:", cluster.http_port() == 65535 ? 1 : cluster.http_port() + 1);
+
+  const std::vector<CsrfAttempt> refused = CsrfAttempts(cookie, self, attacker);
+  for (const CsrfAttempt& a : refused) {
+    httplib::Response res = CreateUser(cluster, a.name, a.headers, a.content_type);
+    EXPECT_EQ(res.status, 403) << a.name << ": " << res.body;
+    const json body = json::parse(res.body, nullptr, false);
+    ASSERT_TRUE(body.is_object()) << a.name << ": " << res.body;
+    EXPECT_TRUE(absl::StrContains(body.value("message", ""), a.reason)) << a.name << ": " << res.body;
+    EXPECT_TRUE(absl::StrContains(body.value("message", ""), "send Authorization: Bearer")) << res.body;
+  }
+  httplib::Client client("127.0.0.1", cluster.http_port());
+  ExpectOtherCrossOriginWritesRefused(client, cookie, attacker);
+  const std::vector<std::string> users = Usernames(cluster);
+  for (const CsrfAttempt& a : refused) {
+    EXPECT_EQ(std::count(users.begin(), users.end(), a.name), 0) << a.name << " was created";
+  }
+  ExpectMasterAlive(cluster);
+
+  ExpectSameOriginAndBearerWritesWork(cluster, admin, cookie, self, attacker);
   // Reads with the cookie from anywhere are unaffected (GET changes nothing).
   auto me = client.Get("/api/v1/me", {{"Cookie", cookie}, {"Origin", attacker}});
   ASSERT_TRUE(me);
