@@ -392,8 +392,9 @@ std::string LongYaml(const std::string& checkpoint_dir) {
 
 // The less serious item: ".tmp-*" checkpoint directories left after a disk
 // full. A trial's unfinished saves (.tmp-t<ID>-*) are removed when it starts
-// again; another trial's save in progress and every finished checkpoint in
-// the same storage directory are left alone.
+// again, and by the master at its start for a trial that is not running;
+// another trial's save in progress and every finished checkpoint in the same
+// storage directory are left alone.
 TEST(SecurityMetricsTest, StaleCheckpointTempDirsAreRemovedAtStartAndNothingElse) {
   TempDir dir;
   TestCluster cluster(dir);
@@ -438,6 +439,15 @@ TEST(SecurityMetricsTest, StaleCheckpointTempDirsAreRemovedAtStartAndNothingElse
   }
   ASSERT_EQ(cluster.Cli({"experiment", "kill", std::to_string(exp)}), 0);
   EXPECT_TRUE(PollUntil([&] { return Stopped(cluster.ExperimentState(exp)); }, 120s));
+  // Review item 6: a killed trial never starts again, so det-trial cannot
+  // clean up after it: the master (the storage root's owner) removes its
+  // leftovers at start; another trial's save is still left alone.
+  fs::create_directories(dead);
+  WriteFile(dead + "/model_0.pt", "partial");
+  cluster.KillMaster();
+  cluster.RestartMaster();
+  EXPECT_TRUE(PollUntil([&] { return !fs::exists(dead); }, 30s)) << cluster.MasterLog();
+  EXPECT_EQ(ReadFile(live + "/model_0.pt"), "partial") << "another trial's save in progress is untouched";
   ExpectAlive(cluster);
 }
 

@@ -372,7 +372,22 @@ void MasterCore::OnProcessTerminated(const std::string& allocation_id, int exit_
   std::vector<SearcherOp> ops = SettleTrialLocked(exp, trial, *done);
   absl::Status st = ApplySearcherOps(exp, std::move(ops));
   if (!st.ok()) spdlog::error("experiment {}: {}", exp.row.id, st.ToString());
+  RemoveStaleCheckpointTempsLocked(exp.checkpoint_dir, trial.row.id);  // the run ended: its saves are over
   MaybeFinishExperiment(exp);
+}
+
+void MasterCore::RemoveStaleCheckpointTempsLocked(const std::string& dir, int64_t only) {
+  auto removable = [&](int64_t id) {
+    if (only != 0 && id != only) return false;
+    auto t = trials_.find(id);
+    return t != trials_.end() && t->second->allocation_id.empty();
+  };
+  absl::StatusOr<int> removed = checkpoint_roots_.RemoveStaleTemps(dir, removable);
+  if (!removed.ok()) {
+    spdlog::warn("unfinished checkpoint saves in {} not removed: {}", dir, removed.status().ToString());
+  } else if (*removed > 0) {
+    spdlog::info("removed {} unfinished checkpoint save(s) (.tmp-t*) of trials not running in {}", *removed, dir);
+  }
 }
 
 std::vector<SearcherOp> MasterCore::SettleTrialLocked(ExperimentRuntime& exp, TrialRuntime& trial,

@@ -1,9 +1,11 @@
 #include "master/core/checkpoint_roots.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <filesystem>
@@ -94,6 +96,62 @@ absl::StatusOr<int> CheckpointRoots::OpenCheckpoint(const std::string& storage_p
   if (err == ENOENT) return absl::NotFoundError(absl::StrCat("checkpoint ", uuid, ": ", storage_path, " is gone"));
   return absl::FailedPreconditionError(absl::StrCat("checkpoint ", uuid, ": cannot open ", storage_path,
                                                     " (no symlink is followed): ", std::strerror(err)));
+}
+
+namespace {
+
+// The trial id of det-trial's temporary checkpoint directory name
+// ".tmp-t<ID>-<rest>"; 0 when `name` is not one.
+int64_t TempDirTrial(const std::string& name) {
+  constexpr char kPrefix[] = ".tmp-t";
+  if (name.rfind(kPrefix, 0) != 0) return 0;
+  const size_t start = sizeof(kPrefix) - 1;
+  const size_t dash = name.find('-', start);
+  if (dash == std::string::npos || dash == start || dash - start > 18) return 0;
+  int64_t id = 0;
+  for (size_t i = start; i < dash; ++i) {
+    if (name[i] < '0' || name[i] > '9') return 0;
+    id = id * 10 + (name[i] - '0');
+  }
+  return id;
+}
+
+}  // namespace
+
+absl::StatusOr<int> CheckpointRoots::RemoveStaleTemps(const std::string& dir,
+                                                      const std::function<bool(int64_t)>& removable,
+                                                      int max_entries) const {
+  const std::string lexical = LexicalPath(dir);
+  int fd = -1;
+  for (const Root& r : roots_) {
+    if (!PathWithin(lexical, r.lexical)) continue;
+    auto opened = OpenDirNoFollow(r.lexical, fs::path(lexical).lexically_relative(r.lexical).string());
+    if (!opened.ok()) return absl::IsNotFound(opened.status()) ? absl::StatusOr<int>(0) : opened.status();
+    fd = *opened;
+    break;
+  }
+  if (fd < 0) return absl::FailedPreconditionError(absl::StrCat(dir, " is not under a checkpoint root"));
+  std::vector<std::string> doomed;
+  const int list_fd = dup(fd);
+  DIR* d = list_fd >= 0 ? fdopendir(list_fd) : nullptr;
+  if (d == nullptr && list_fd >= 0) close(list_fd);
+  for (int seen = 0; d != nullptr && seen < max_entries; ++seen) {
+    const dirent* e = readdir(d);
+    if (e == nullptr) break;
+    const int64_t trial = TempDirTrial(e->d_name);
+    if (trial > 0 && removable(trial)) doomed.emplace_back(e->d_name);
+  }
+  if (d != nullptr) closedir(d);
+  int removed = 0;
+  absl::Status first;
+  for (const std::string& name : doomed) {
+    absl::Status st = RemoveTreeNoFollow(fd, name);
+    if (st.ok()) ++removed;
+    if (!st.ok() && first.ok()) first = st;
+  }
+  close(fd);
+  if (!first.ok() && removed == 0) return first;
+  return removed;
 }
 
 }  // namespace det::master

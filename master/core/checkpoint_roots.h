@@ -9,6 +9,8 @@
 #ifndef DET_MASTER_CORE_CHECKPOINT_ROOTS_H_
 #define DET_MASTER_CORE_CHECKPOINT_ROOTS_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,17 @@ class CheckpointRoots {
   // closes. NotFound when it is gone; FailedPrecondition otherwise.
   // Thread-safe.
   absl::StatusOr<int> OpenCheckpoint(const std::string& storage_path, const std::string& uuid) const;
+
+  // Removes det-trial's unfinished saves (".tmp-t<TRIAL>-<uuid>", left by a
+  // run that died mid-save, e.g. on a full disk) directly in checkpoint
+  // storage directory `dir`, for each TRIAL `removable` accepts (trials that
+  // are not running). `dir` must lie under a root; it is opened from the
+  // root and each tree removed without following a symlink
+  // (RemoveTreeNoFollow). At most `max_entries` entries are looked at.
+  // Returns how many directories were removed (a missing `dir`: 0).
+  // Thread-safe (no state changes).
+  absl::StatusOr<int> RemoveStaleTemps(const std::string& dir, const std::function<bool(int64_t)>& removable,
+                                       int max_entries = 100000) const;
 
   // The roots as configured (absolute, normal), comma-separated.
   std::string Describe() const;

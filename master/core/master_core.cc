@@ -3,6 +3,8 @@
 #include "master/core/master_core.h"
 
 #include <filesystem>
+#include <set>
+#include <string>
 
 #include <spdlog/spdlog.h>
 
@@ -49,6 +51,11 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(MasterOptions opt
     std::lock_guard<std::mutex> l(core->mu_);
     WriteScope w(core.get());
     DET_RETURN_IF_ERROR(core->LoadFromStore());
+    // Unfinished saves of trials that no allocation runs (a run that died
+    // mid-save, e.g. on a full disk); trials still running are left alone.
+    std::set<std::string> dirs;  // experiments often share one: each scanned once
+    for (const auto& [id, exp] : core->experiments_) dirs.insert(exp->checkpoint_dir);
+    for (const std::string& dir : dirs) core->RemoveStaleCheckpointTempsLocked(dir, 0);
   }
   if (core->options_.background_thread) {
     core->background_ = std::thread([c = core.get()] { c->BackgroundLoop(); });

@@ -679,6 +679,12 @@ class MasterCore {
   // Deletes their directories (CheckpointRoots::RemoveCheckpoint: only under
   // a root, never through a symlink).
   void DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed) const;
+  // Removes det-trial's unfinished saves (".tmp-t<ID>-*") in checkpoint
+  // directory `dir` of the known trials that have no allocation (none
+  // running, or still running on an agent of a previous master): `only`
+  // limits it to one trial (0: every such trial). Logs what it removed.
+  void RemoveStaleCheckpointTempsLocked(const std::string& dir, int64_t only)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- agent_control.cc (resource pools, agent and slot control)
   // The agent proto (slots with enabled/draining/allocation/trial).

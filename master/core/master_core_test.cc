@@ -6,6 +6,7 @@
 #include "master/core/master_core.h"
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -149,6 +150,41 @@ TEST_F(MasterCoreTest, AgentSilentPastHeartbeatTimeoutIsLostAndItsTrialMoves) {
   agentv1::StartAllocation second = ExpectStart(*b);
   EXPECT_NE(second.allocation_id(), first.allocation_id());
   EXPECT_THAT(second.allocation_id(), ::testing::StartsWith("trial-1.2."));
+}
+
+// Review item 6: det-trial's unfinished saves (.tmp-t<ID>-*) are removed by
+// the master, the owner of the storage root: when the trial's run ends, and
+// at start for trials no allocation runs. A running trial's saves, other
+// trials' and finished checkpoints are left alone.
+TEST_F(MasterCoreTest, StaleCheckpointTempsAreRemovedWhenARunEndsAndAtStart) {
+  namespace fs = std::filesystem;
+  auto a = Agent("a", 1);
+  CreateExperiment();
+  agentv1::StartAllocation start = ExpectStart(*a);
+  const fs::path storage = dir_ / "checkpoints";
+  const fs::path mine = storage / ".tmp-t1-0f0e0d0c-dead", other = storage / ".tmp-t77-0f0e0d0c-live",
+                 done = storage / "0f0e0d0c-0000-4000-8000-000000000001";
+  for (const fs::path& d : {mine, other, done}) {
+    fs::create_directories(d / "sub");
+    std::ofstream(d / "sub" / "model.pt") << "partial";
+  }
+  Restart();  // trial 1's allocation is still running (an agent may have it): kept
+  EXPECT_TRUE(fs::exists(mine));
+  a = Agent("a", 1, {start.allocation_id()});
+  apiv1::PauseExperimentRequest pause;
+  pause.set_experiment_id(1);
+  ASSERT_TRUE(core_->PauseExperiment(pause).ok());
+  Exited("a", start.allocation_id());  // the run ends (paused)
+  EXPECT_FALSE(fs::exists(mine)) << "removed when the run ended";
+  EXPECT_TRUE(fs::exists(other / "sub" / "model.pt")) << "trial 77 is unknown";
+  EXPECT_TRUE(fs::exists(done / "sub" / "model.pt"));
+  fs::create_directories(mine / "sub");  // left by a run that died with the master down
+  std::ofstream(mine / "sub" / "model.pt") << "partial";
+  Restart();
+  EXPECT_EQ(Trial().allocation_id(), "") << "paused: not running";
+  EXPECT_FALSE(fs::exists(mine)) << "removed at start";
+  EXPECT_TRUE(fs::exists(other / "sub" / "model.pt"));
+  EXPECT_TRUE(fs::exists(done / "sub" / "model.pt"));
 }
 
 TEST_F(MasterCoreTest, HeartbeatsKeepAnAgentAndItsAllocation) {
