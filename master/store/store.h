@@ -238,10 +238,8 @@ struct UserRow {
   bool active = true;
   int64_t created_ms = 0;
   int64_t modified_ms = 0;
-  // The Unix uid/gid the user's trials run as on the agents (0: none
-  // recorded). Written by AgentIdsOfUser, never by InsertUser/UpdateUser.
-  int64_t agent_uid = 0;
-  int64_t agent_gid = 0;
+  int64_t agent_uid = 0;  // the Unix uid/gid the user's trials run as on the
+  int64_t agent_gid = 0;  // agents (0: none); only AgentIdsOfUser writes them
 };
 
 // A login token, stored as the hex SHA-256 of the token.
@@ -632,11 +630,9 @@ class Store {
   // The Unix {uid, gid} trials of user `username` run as: the recorded ones;
   // else, when first..last is a range (1000 <= first <= last), the smallest
   // uid of the range above every uid ever recorded in it (a relinked user's
-  // old uid too), recorded now with gid = uid; else {0, 0} (none).
-  // NotFound for an unknown user; ResourceExhausted when the range is used
-  // up. Thread-safe.
-  absl::StatusOr<std::pair<int64_t, int64_t>> AgentIdsOfUser(const std::string& username, int64_t first,
-                                                              int64_t last);
+  // old uid too), recorded now with gid = uid; else {0, 0} (none). NotFound for
+  // an unknown user; ResourceExhausted when the range is used up. Thread-safe.
+  absl::StatusOr<std::pair<int64_t, int64_t>> AgentIdsOfUser(const std::string& username, int64_t first, int64_t last);
   // Records uid/gid for user `user_id` (an admin's link). AlreadyExists when
   // another user has that uid; NotFound for an unknown user; InvalidArgument
   // for uid or gid 0 or the master's own euid or egid. Thread-safe.
