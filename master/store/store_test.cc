@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "master/store/store_test_fixture.h"
 
 namespace det {
 namespace master {
@@ -57,22 +58,9 @@ bool WaitUntilBlockedOnFutexIn(const std::atomic<pid_t>& tid, const void* object
   return false;
 }
 
-class StoreTest : public ::testing::Test {
+class StoreTest : public TempStoreTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/det_store_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/master.db";
-    auto store = Store::Open(path_);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-  }
-  void TearDown() override {
-    store_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  StoreTest() : TempStoreTest("det_store_test") {}
 
   int64_t AddExperiment(const std::string& name = "exp", const std::string& state = "ACTIVE") {
     ExperimentRow e;
@@ -111,9 +99,6 @@ class StoreTest : public ::testing::Test {
     sqlite3_close(db);
   }
 
-  std::string dir_;
-  std::string path_;
-  std::unique_ptr<Store> store_;
 };
 
 TEST_F(StoreTest, MigrationsApplyOnceAndReopenIsIdempotent) {

@@ -9,35 +9,21 @@
 
 #include "gtest/gtest.h"
 #include "master/store/store.h"
+#include "master/store/store_test_fixture.h"
 
 namespace det {
 namespace master {
 namespace {
 
-class StoreUsersTest : public ::testing::Test {
+class StoreUsersTest : public TempStoreTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/det_store_users_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    auto store = Store::Open(dir_ + "/master.db");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-  }
-  void TearDown() override {
-    store_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  StoreUsersTest() : TempStoreTest("det_store_users_test") {}
   void AddUser(const std::string& name) {
     UserRow u;
     u.username = name;
     u.password_hash = "pbkdf2-sha256$1$00$00";
     ASSERT_TRUE(store_->InsertUser(u).ok());
   }
-
-  std::string dir_;
-  std::unique_ptr<Store> store_;
 };
 
 // Each user gets the next uid of the range when first asked, keeps it, and
