@@ -23,6 +23,16 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::Contains;
 
+// Starts `o` and waits up to `timeout` for it to end: a fatal failure if it
+// does not start or end, a failure unless it exits 0.
+void RunToExit(LaunchOptions o, absl::Duration timeout = absl::Seconds(10)) {
+  auto p = Process::Start(std::move(o));
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto st = (*p)->WaitFor(timeout);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code.value_or(-1), 0);
+}
+
 // Collects a process's lines; tests wait on it with a deadline.
 struct Lines {
   absl::Mutex mu;
@@ -79,11 +89,7 @@ TEST(ProcessTest, EnvironmentAndWorkingDirectory) {
   auto o = lines.Options({"/bin/sh", "-c", "echo \"$FOO\"; pwd"});
   o.env.push_back("FOO=bar baz");
   o.cwd = "/";
-  auto p = Process::Start(std::move(o));
-  ASSERT_TRUE(p.ok()) << p.status();
-  auto st = (*p)->WaitFor(absl::Seconds(10));
-  ASSERT_TRUE(st.has_value());
-  EXPECT_EQ(st->exit_code.value_or(-1), 0);
+  ASSERT_NO_FATAL_FAILURE(RunToExit(std::move(o)));
   absl::MutexLock lock(&lines.mu);
   EXPECT_THAT(lines.out, ElementsAre("bar baz", "/"));
 }
@@ -175,11 +181,7 @@ void ExpectEscapedDaemonIsKilled(const std::string& cgroup_dir) {
                           "setsid sleep " + marker + " </dev/null >/dev/null 2>&1 & "
                           "sh -c 'sleep " + marker + "1 & echo spawned' ; echo ready"});
   o.cgroup_dir = cgroup_dir;
-  auto p = Process::Start(std::move(o));
-  ASSERT_TRUE(p.ok()) << p.status();
-  auto st = (*p)->WaitFor(absl::Seconds(20));
-  ASSERT_TRUE(st.has_value());
-  EXPECT_EQ(st->exit_code.value_or(-1), 0);
+  ASSERT_NO_FATAL_FAILURE(RunToExit(std::move(o), absl::Seconds(20)));
   // on_exit ran: nothing of the tree may be left (no polling needed).
   EXPECT_TRUE(ProcessesWith("sleep " + marker).empty()) << "an escaped process outlived its trial";
   if (!cgroup_dir.empty()) {
@@ -218,11 +220,7 @@ TEST(ProcessTest, RunsAsAnotherUser) {
   auto o = lines.Options({"/bin/sh", "-c", "id -u; id -g; id -G"});
   o.run_as = RunAs{65534, 65534, {65534}};
   o.cwd = "/";
-  auto p = Process::Start(std::move(o));
-  ASSERT_TRUE(p.ok()) << p.status();
-  auto st = (*p)->WaitFor(absl::Seconds(10));
-  ASSERT_TRUE(st.has_value());
-  EXPECT_EQ(st->exit_code.value_or(-1), 0);
+  ASSERT_NO_FATAL_FAILURE(RunToExit(std::move(o)));
   absl::MutexLock lock(&lines.mu);
   EXPECT_THAT(lines.out, ElementsAre("65534", "65534", "65534"));
 }
@@ -237,11 +235,7 @@ TEST(ProcessTest, SecretComesOnFd4NotTheEnvironment) {
   o.env = {"PATH=/usr/bin:/bin"};
   o.secret = "s3cr3t-token";
   o.umask = 007;
-  auto p = Process::Start(std::move(o));
-  ASSERT_TRUE(p.ok()) << p.status();
-  auto st = (*p)->WaitFor(absl::Seconds(10));
-  ASSERT_TRUE(st.has_value());
-  EXPECT_EQ(st->exit_code.value_or(-1), 0);
+  ASSERT_NO_FATAL_FAILURE(RunToExit(std::move(o)));
   {
     absl::MutexLock lock(&lines.mu);
     ASSERT_GE(lines.out.size(), 3u);
