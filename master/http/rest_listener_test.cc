@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -132,27 +133,41 @@ void HoldAWorker(int fd) {
   EXPECT_TRUE(ReadCount(fd, &got, "HTTP/1.1 100 Continue\r\n\r\n", 1, std::chrono::seconds(5))) << got;
 }
 
+// What TrickleUntilClosed saw: whether the listener closed the connection,
+// after how long, and what it sent.
+struct Trickled {
+  bool closed = false;
+  double seconds = 0;
+  std::string got;
+};
+
+// Sends chunk(i) on `fd` every 50 ms, at most `sends` times, until the
+// listener closes it; then waits up to 2 s more for the close.
+Trickled TrickleUntilClosed(int fd, int sends, const std::function<std::string(int)>& chunk) {
+  const auto start = Clock::now();
+  Trickled t;
+  for (int i = 0; i < sends && !t.closed; ++i) {
+    const std::string c = chunk(i);
+    if (::send(fd, c.data(), c.size(), MSG_NOSIGNAL) < 0) break;
+    t.closed = ReadUntilClosed(fd, &t.got, std::chrono::milliseconds(50));
+  }
+  if (!t.closed) t.closed = ReadUntilClosed(fd, &t.got, std::chrono::seconds(2));
+  t.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return t;
+}
+
 TEST(RestListenerTest, HeadDeadlineClosesATricklingConnection) {
   RestListenerOptions o;
   o.header_timeout_s = 0.5;
   Listening l(o);
   int fd = Connect(l.port);
   ASSERT_GE(fd, 0);
-  const auto start = Clock::now();
-  std::string got;
-  bool closed = false;
   // One header byte every 50 ms: each arrives well within any per-read
   // timeout, but the head is never done before the deadline.
-  for (int i = 0; i < 60 && !closed; ++i) {
-    std::string byte = i == 0 ? "GET /hi HTTP/1.1\r\nX-Slow: " : "a";
-    if (::send(fd, byte.data(), byte.size(), MSG_NOSIGNAL) < 0) break;
-    closed = ReadUntilClosed(fd, &got, std::chrono::milliseconds(50));
-  }
-  if (!closed) closed = ReadUntilClosed(fd, &got, std::chrono::seconds(2));
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  EXPECT_TRUE(closed) << "the trickling connection is still open after " << seconds << " s";
-  EXPECT_LT(seconds, 2.0);
-  EXPECT_EQ(got, "");  // no answer to pace a client by
+  const Trickled t = TrickleUntilClosed(fd, 60, [](int i) { return i == 0 ? "GET /hi HTTP/1.1\r\nX-Slow: " : "a"; });
+  EXPECT_TRUE(t.closed) << "the trickling connection is still open after " << t.seconds << " s";
+  EXPECT_LT(t.seconds, 2.0);
+  EXPECT_EQ(t.got, "");  // no answer to pace a client by
   ::close(fd);
   EXPECT_TRUE(WaitOpen(l.listener, 0));
 }
@@ -224,18 +239,10 @@ TEST(RestListenerTest, ASlowLargeBodyMeetsItsDeadline) {
   Listening l(o);
   int fd = Connect(l.port);
   Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n");
-  const auto start = Clock::now();
-  std::string got;
-  bool closed = false;
   // 1 KiB every 50 ms: 20 KiB/s, far below the rate the deadline allows.
-  for (int i = 0; i < 100 && !closed; ++i) {
-    if (::send(fd, std::string(1024, 'a').data(), 1024, MSG_NOSIGNAL) < 0) break;
-    closed = ReadUntilClosed(fd, &got, std::chrono::milliseconds(50));
-  }
-  if (!closed) closed = ReadUntilClosed(fd, &got, std::chrono::seconds(2));
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  EXPECT_TRUE(closed) << "the slow body is still being read after " << seconds << " s";
-  EXPECT_LT(seconds, 4.0);
+  const Trickled t = TrickleUntilClosed(fd, 100, [](int) { return std::string(1024, 'a'); });
+  EXPECT_TRUE(t.closed) << "the slow body is still being read after " << t.seconds << " s";
+  EXPECT_LT(t.seconds, 4.0);
   ::close(fd);
   EXPECT_TRUE(WaitOpen(l.listener, 0));
 }
