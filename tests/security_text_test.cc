@@ -136,6 +136,17 @@ int CreateTextExperiment(TestCluster& cluster, const std::string& token, const s
   return nlohmann::json::parse(res->body, nullptr, false)["experiment"].value("id", 0);
 }
 
+// Starts agent "a" (2 slots, the text det-trial) and two experiments of
+// good lines, `prefix`-one and `prefix`-two, as the admin; *trials: theirs.
+void StartTwoGoodTextTrials(TestCluster& cluster, const TempDir& dir, const std::string& prefix,
+                            std::vector<TextTrial>* trials) {
+  cluster.StartAgent("a", AgentOptions().set_slots(2).add_flags({"--det-trial", TextDetTrial(dir)}));
+  ASSERT_GT(CreateTextExperiment(cluster, cluster.Token(), prefix + "-one", "good"), 0);
+  ASSERT_GT(CreateTextExperiment(cluster, cluster.Token(), prefix + "-two", "good"), 0);
+  *trials = TextTrials(dir, 2);
+  ASSERT_EQ(trials->size(), 2u) << cluster.AgentLogs();
+}
+
 // A second det user ("bob") and its REST token.
 std::string CreateBob(TestCluster& cluster) {
   const std::string admin = RestLogin(cluster.http_port(), "admin", "");
@@ -197,11 +208,8 @@ TEST(SecurityTextTest, InvalidUtf8OnStdoutCostsNoOneTheirLogs) {
 TEST(SecurityTextTest, ReportTrialLogsWithInvalidUtf8IsStoredWithReplacement) {
   TempDir dir;
   TestCluster cluster(dir);
-  cluster.StartAgent("a", AgentOptions().set_slots(2).add_flags({"--det-trial", TextDetTrial(dir)}));
-  ASSERT_GT(CreateTextExperiment(cluster, cluster.Token(), "rpc-one", "good"), 0);
-  ASSERT_GT(CreateTextExperiment(cluster, cluster.Token(), "rpc-two", "good"), 0);
-  auto trials = TextTrials(dir, 2);
-  ASSERT_EQ(trials.size(), 2u) << cluster.AgentLogs();
+  std::vector<TextTrial> trials;
+  ASSERT_NO_FATAL_FAILURE(StartTwoGoodTextTrials(cluster, dir, "rpc", &trials));
   const TextTrial& t = trials[0];
   auto stub = trialv1::TrialService::NewStub(grpc::CreateChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials()));
   auto report = [&](const std::string& message, const std::string& source) {
@@ -358,11 +366,8 @@ TEST(SecurityTextTest, CliEscapesControlCharactersInServerText) {
 TEST(SecurityTextTest, TrialLogsPrintEscapedUnlessRaw) {
   TempDir dir;
   TestCluster cluster(dir);
-  cluster.StartAgent("a", AgentOptions().set_slots(2).add_flags({"--det-trial", TextDetTrial(dir)}));
-  ASSERT_GT(CreateTextExperiment(cluster, cluster.Token(), "esc-one", "good"), 0);
-  ASSERT_GT(CreateTextExperiment(cluster, cluster.Token(), "esc-two", "good"), 0);
-  auto trials = TextTrials(dir, 2);
-  ASSERT_EQ(trials.size(), 2u) << cluster.AgentLogs();
+  std::vector<TextTrial> trials;
+  ASSERT_NO_FATAL_FAILURE(StartTwoGoodTextTrials(cluster, dir, "esc", &trials));
   const TextTrial& t = trials[0];
   auto stub = trialv1::TrialService::NewStub(grpc::CreateChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials()));
   trialv1::ReportTrialLogsRequest req;
