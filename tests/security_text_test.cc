@@ -467,7 +467,7 @@ TEST(SecurityTextTest, RestErrorsWithoutABodyOrUtf8HaveAJsonBody) {
   TempDir dir;
   TestCluster cluster(dir);
   const std::string auth = "Authorization: Bearer " + cluster.Token() + "\r\n";
-  for (const std::string request :
+  for (const std::string& request :
        {"POST /api/v1/experiments HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth + "Connection: close\r\n\r\n",
         "POST /api/v1/users HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth + "Connection: close\r\n\r\n",
         "POST /api/v1/users HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
