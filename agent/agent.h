@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "agent/artifact_cache.h"
 #include "agent/process_launcher.h"
+#include "common/det_version.h"
 #include "det/agent/v1/agent.grpc.pb.h"
 
 namespace det::agent {
@@ -65,7 +66,8 @@ struct AgentOptions {
   // Put each trial process tree in a cgroup v2 of its own (under the
   // agent's cgroup) where the agent can create one; false: the reaper only.
   bool use_cgroups = true;
-  std::string version = "0.1.0";
+  // Sent in RegisterAgent; the master refuses another MAJOR.MINOR than its own.
+  std::string version = kDetVersion;
   // Reconnect backoff: initial, doubling up to max.
   absl::Duration backoff_initial = absl::Milliseconds(100);
   absl::Duration backoff_max = absl::Seconds(1);

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "agent/artifact_cache.h"
 #include "agent/trial_env.h"
+#include "common/det_version.h"
 #include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -37,6 +38,10 @@ class FakeMaster final : public av1::AgentService::Service {
     if (req->agent_id() == reject_id_) {
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                           "agent " + req->agent_id() + " is already connected");
+    }
+    if (req->agent_id() == "other-release") {  // a master of another release (master/core/agent_version.h)
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "agent 'other-release' runs det-cpp " + req->version() + " but this master runs det-cpp 9.9.0");
     }
     if (!issue_credential_.empty()) {
       // A real master: issued once, required from then on.
@@ -469,6 +474,19 @@ TEST_F(AgentTest, DuplicateIdIsRejected) {
   absl::Status st = agent.Run();
   EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "already connected")) << st;
+}
+
+// Issue 47: the agent reports its release, and a master of another release
+// refusing it ends Run() at once (det-agent logs it and exits 1) instead of
+// retrying forever.
+TEST_F(AgentTest, AVersionRefusalEndsTheAgentWithoutRetrying) {
+  Agent agent(Options("other-release"));
+  absl::Status st = agent.Run();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), std::string("runs det-cpp ") + kDetVersion)) << st;
+  absl::MutexLock lock(&master_.mu_);
+  ASSERT_EQ(master_.registrations_.size(), 1u);
+  EXPECT_EQ(master_.registrations_[0].version(), kDetVersion);
 }
 
 TEST_F(AgentTest, ArtifactFetchFailureFailsTheStart) {

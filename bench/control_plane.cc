@@ -33,6 +33,7 @@
 #include "det/agent/v1/agent.grpc.pb.h"
 #include "det/api/v1/api.grpc.pb.h"
 #include "det/trial/v1/trial.grpc.pb.h"
+#include "common/det_version.h"
 #include "master/store/store.h"
 #include "tests/test_util.h"
 
@@ -247,6 +248,7 @@ class IngestionTarget {
     auto api = det::api::v1::Determined::NewStub(channel);
     det::agent::v1::RegisterAgentRequest reg;
     reg.set_agent_id("bench-agent");
+    reg.set_version(det::kDetVersion);
     auto* dev = reg.add_devices();
     dev->set_id(0);
     dev->set_type(det::api::v1::DEVICE_TYPE_CPU);

@@ -6,6 +6,8 @@
 #include <functional>
 #include <random>
 
+#include "common/det_version.h"
+
 namespace det::bench {
 
 namespace agentv1 = ::det::agent::v1;
@@ -49,6 +51,7 @@ SimAgents::SimAgents(const std::string& grpc_address, int agents, int slots, con
     a->id = prefix + "-" + std::to_string(i);
     agentv1::RegisterAgentRequest reg;
     reg.set_agent_id(a->id);
+    reg.set_version(det::kDetVersion);
     reg.set_hostname("sim");
     for (int s = 0; s < slots; ++s) {
       auto* dev = reg.add_devices();

@@ -247,7 +247,8 @@ namespace {
 constexpr size_t kInlineTrialSoBytes = 1 << 20;
 constexpr size_t kUploadChunkBytes = 1 << 20;
 
-// Uploads `bytes` with UploadArtifact; fills `sha256` on success.
+}  // namespace
+
 grpc::Status UploadTrialSo(Client& client, const std::string& bytes, std::string* sha256) {
   grpc::ClientContext ctx;
   client.PrepareContext(&ctx, /*streaming=*/true);
@@ -266,8 +267,6 @@ grpc::Status UploadTrialSo(Client& client, const std::string& bytes, std::string
   writer->WritesDone();
   return writer->Finish();
 }
-
-}  // namespace
 
 int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const CommandIo& io) {
   v1::CreateExperimentRequest req;

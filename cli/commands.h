@@ -66,6 +66,10 @@ struct ExperimentCreateArgs {
   std::string det_trial;
 };
 
+// Uploads the trial.so `bytes` with UploadArtifact (in chunks); fills
+// `sha256` on success.
+grpc::Status UploadTrialSo(Client& client, const std::string& bytes, std::string* sha256);
+
 // experiment create CONFIG TRIAL.so [--follow] [--paused]: sends the config
 // text and the trial.so bytes; prints "Created experiment <id>".
 int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const CommandIo& io);

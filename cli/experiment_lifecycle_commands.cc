@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "cli/experiment_trial_so_command.h"
 #include "cli/job_commands.h"
 #include "common/utf8.h"
 
@@ -205,6 +206,7 @@ void AddExperimentLifecycleCommands(CLI::App* experiment, LifecycleCommand* run)
       *run = [o, k](Client& c, const CommandIo& io) { return ExperimentSetJobKnob(c, o->id, k, o->value, io); };
     });
   }
+  AddExperimentSetTrialSoCommand(set, run);  // cli/experiment_trial_so_command.h
   auto* label = experiment->add_subcommand("label", "Add or remove one label")->require_subcommand(1);
   for (bool add : {true, false}) {
     auto* sub = id_command(label, add ? "add" : "remove", add ? "Add a label" : "Remove a label");

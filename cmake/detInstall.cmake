@@ -1,6 +1,6 @@
 # What `cmake --install <build> [--prefix P]` puts under the prefix besides
 # the binaries (the top-level CMakeLists.txt includes this):
-#   lib/libdet_sdk.so.0.1.0, its SONAME link libdet_sdk.so.0 and libdet_sdk.so
+#   lib/libdet_sdk.so.X.Y.Z, its SONAME link libdet_sdk.so.0 and libdet_sdk.so
 #   include/det/*.h                   the SDK headers, det/version.h included
 #   lib/cmake/det/                    the CMake package: detConfig.cmake,
 #                                     detConfigVersion.cmake, detTargets*.cmake

@@ -52,6 +52,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/det_version.h"
 #include "common/proto_json.h"
 #include "common/sha256.h"
 #include "det/agent/v1/agent.grpc.pb.h"
@@ -832,7 +833,7 @@ class FakeAgent {
     req.set_hostname("evil-host");
     req.add_addresses("127.0.0.1");
     req.add_devices()->set_id(0);
-    req.set_version("0.1.0");
+    req.set_version(det::kDetVersion);
     req.set_agent_credential(credential);
     grpc::ClientContext ctx;
     ctx.AddMetadata("x-det-cluster-secret", kAgentSecret);

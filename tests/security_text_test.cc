@@ -29,6 +29,7 @@
 #include "det/agent/v1/agent.grpc.pb.h"
 #include "det/api/v1/api.grpc.pb.h"
 #include "det/trial/v1/trial.grpc.pb.h"
+#include "common/det_version.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -284,7 +285,7 @@ TEST(SecurityTextTest, HostileAgentsInvalidUtf8DoesNotDropItsStream) {
   reg.set_hostname("evil-host");
   reg.add_addresses("127.0.0.1");
   reg.add_devices()->set_id(0);
-  reg.set_version("0.1.0");
+  reg.set_version(det::kDetVersion);
   agentv1::RegisterAgentResponse reg_resp;
   {
     grpc::ClientContext ctx;

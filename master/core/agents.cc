@@ -10,10 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/det_version.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "common/sha256.h"
 #include "common/utf8.h"
+#include "master/core/agent_version.h"
 #include "master/core/auth.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
@@ -97,6 +99,7 @@ void RefuseAgentMessage(AgentRuntime& agent, const std::string& what) {
 
 absl::StatusOr<agentv1::RegisterAgentResponse> MasterCore::RegisterAgent(const agentv1::RegisterAgentRequest& req) {
   DET_RETURN_IF_ERROR(ValidateRegistration(req));
+  DET_RETURN_IF_ERROR(CheckAgentVersion(req.agent_id(), req.version(), kDetVersion));
   if (options_.resource_manager.slurm_managed()) {
     return absl::FailedPreconditionError(absl::StrCat("agent '", req.agent_id().substr(0, 128),
                                                       "': this master's resource manager is slurm; it runs no agents"));

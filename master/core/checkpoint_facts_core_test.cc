@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/det_version.h"
 #include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
@@ -26,6 +27,7 @@ class CheckpointFactsCoreTest : public MasterCoreFixture {
   void Start(const std::string& extra = "") {
     agentv1::RegisterAgentRequest reg;
     reg.set_agent_id("a");
+    reg.set_version(det::kDetVersion);
     reg.set_hostname("localhost");
     reg.add_devices()->set_id(0);
     auto registered = core_->RegisterAgent(reg);

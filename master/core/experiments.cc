@@ -303,6 +303,7 @@ absl::StatusOr<apiv1::ActivateExperimentResponse> MasterCore::ActivateExperiment
   if (exp->row.state != kPaused) {
     return absl::FailedPreconditionError(absl::StrCat("experiment ", id, " is ", exp->row.state, "; only a PAUSED experiment can be activated"));
   }
+  DET_RETURN_IF_ERROR(CheckTrialSoStoredLocked(*exp));
   SetExperimentState(*exp, kActive);
   std::vector<SearcherOp> ops;
   if (exp->trial_by_request.empty() && !exp->search_done) ops = exp->searcher->InitialOperations();
@@ -413,6 +414,9 @@ absl::Status ValidatePatch(const apiv1::PatchExperimentRequest& req) {
       if (!seen.insert(label).second) return absl::InvalidArgumentError(absl::StrCat("labels: duplicate '", label, "'"));
     }
   }
+  if (!req.has_trial_so_sha256() && !req.trial_so_name().empty()) {
+    return absl::InvalidArgumentError("trial_so_name: only with trial_so_sha256 (the trial.so it names)");
+  }
   if (req.has_checkpoint_gc_policy()) {
     const auto& p = req.checkpoint_gc_policy();
     if (p.save_experiment_best() < 0) return absl::InvalidArgumentError("checkpoint_gc_policy.save_experiment_best: must be >= 0");
@@ -426,10 +430,18 @@ absl::Status ValidatePatch(const apiv1::PatchExperimentRequest& req) {
 
 absl::StatusOr<apiv1::PatchExperimentResponse> MasterCore::PatchExperiment(const apiv1::PatchExperimentRequest& req) {
   DET_RETURN_IF_ERROR(ValidatePatch(req));
+  std::string so_name;
+  if (req.has_trial_so_sha256()) {
+    DET_ASSIGN_OR_RETURN(so_name, CheckReplacementTrialSo(req));
+  }
   std::lock_guard<std::mutex> l(mu_);
   WriteScope w(this);
   DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(req.experiment_id()));
   DET_RETURN_IF_ERROR(CheckNotDeletingLocked(*exp));
+  std::string old_sha = exp->row.trial_so_sha256;
+  if (req.has_trial_so_sha256()) {
+    DET_ASSIGN_OR_RETURN(old_sha, ReplaceTrialSoLocked(*exp, req.trial_so_sha256(), so_name));
+  }
   if (req.has_name()) exp->row.name = req.name();
   if (req.has_description()) exp->row.description = req.description();
   if (req.has_labels()) exp->row.labels.assign(req.labels().labels().begin(), req.labels().labels().end());
@@ -445,6 +457,7 @@ absl::StatusOr<apiv1::PatchExperimentResponse> MasterCore::PatchExperiment(const
     spdlog::info("experiment {}: checkpoint GC policy {}", exp->row.id, exp->row.checkpoint_gc_policy_json);
   }
   DET_RETURN_IF_ERROR(store_->UpdateExperiment(exp->row));
+  if (old_sha != exp->row.trial_so_sha256) RemoveArtifactIfUnusedLocked(old_sha);
   apiv1::PatchExperimentResponse resp;
   *resp.mutable_experiment() = ExperimentProto(*exp);
   return Committed(w, resp);

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/det_version.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "common/trial_abi.h"
@@ -145,7 +146,7 @@ void MasterCore::set_trial_master_address(std::string address) {
 
 absl::StatusOr<apiv1::GetMasterResponse> MasterCore::GetMaster(const apiv1::GetMasterRequest&) {
   apiv1::GetMasterResponse resp;
-  resp.set_version("0.1.0");
+  resp.set_version(kDetVersion);
   resp.set_cluster_name(options_.cluster_name);
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -176,7 +176,8 @@ class MasterCore {
   absl::StatusOr<apiv1::CancelExperimentResponse> CancelExperiment(const apiv1::CancelExperimentRequest& req);
   absl::StatusOr<apiv1::KillExperimentResponse> KillExperiment(const apiv1::KillExperimentRequest& req);
   // Changes name, description, labels and/or the checkpoint GC policy (which
-  // is applied at once to the checkpoints of trials that have ended).
+  // is applied at once to the checkpoints of trials that have ended), and/or
+  // a PAUSED experiment's trial.so (experiment_trial_so.cc).
   absl::StatusOr<apiv1::PatchExperimentResponse> PatchExperiment(const apiv1::PatchExperimentRequest& req);
   absl::StatusOr<apiv1::GetExperimentTrialsResponse> GetExperimentTrials(
       const apiv1::GetExperimentTrialsRequest& req);
@@ -505,6 +506,20 @@ class MasterCore {
   absl::StatusOr<std::string> StoreTrialSo(const apiv1::CreateExperimentRequest& req, const std::string& pool,
                                            std::string* so_name, std::vector<std::string>* abi_warnings)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // ---- experiment_trial_so.cc: PatchExperimentRequest.trial_so_sha256.
+  // The request's trial.so checked (stored, experiment replaceable, ABI on
+  // the pool's agents): the name it goes by.
+  absl::StatusOr<std::string> CheckReplacementTrialSo(const apiv1::PatchExperimentRequest& req)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // FailedPrecondition unless `exp` is PAUSED with no allocation left.
+  absl::Status CheckTrialSoReplaceableLocked(const ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailedPrecondition naming the fix when exp's trial.so is not stored.
+  absl::Status CheckTrialSoStoredLocked(const ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Points exp's row at `sha256` (not yet stored); returns the old sha256.
+  absl::StatusOr<std::string> ReplaceTrialSoLocked(ExperimentRuntime& exp, const std::string& sha256,
+                                                   const std::string& so_name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveArtifactIfUnusedLocked(const std::string& sha256) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- experiment_fork.cc
   // Checks req.parent_id (NotFound when unknown) and resolves the config's

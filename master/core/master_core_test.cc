@@ -16,6 +16,7 @@
 #include <sqlite3.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/det_version.h"
 #include "common/exit_codes.h"
 #include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
@@ -46,6 +47,7 @@ class MasterCoreTest : public MasterCoreFixture {
                                       const std::vector<std::string>& running = {}) {
     agentv1::RegisterAgentRequest req;
     req.set_agent_id(id);
+    req.set_version(det::kDetVersion);
     req.set_hostname("localhost");
     for (int i = 0; i < slots; ++i) req.add_devices()->set_id(i);
     for (const auto& r : running) req.add_running_allocation_ids(r);
@@ -546,6 +548,7 @@ TEST_F(MasterCoreTest, DisconnectedAgentHasTheHeartbeatTimeoutToComeBack) {
   // It re-registers with its previous session and what it runs: reattached.
   agentv1::RegisterAgentRequest req;
   req.set_agent_id("a");
+  req.set_version(det::kDetVersion);
   req.add_devices()->set_id(0);
   req.add_running_allocation_ids(start.allocation_id());
   req.set_previous_session_token(registered_["a"].session_token());
@@ -626,6 +629,7 @@ TEST_F(MasterCoreTest, KnownAgentIdNeedsItsCredential) {
   core_->DetachAgent(a);
   agentv1::RegisterAgentRequest req;
   req.set_agent_id("a");
+  req.set_version(det::kDetVersion);
   req.add_devices()->set_id(0);
   auto none = core_->RegisterAgent(req);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kPermissionDenied) << none.status();

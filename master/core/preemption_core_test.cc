@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/det_version.h"
 #include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
@@ -34,6 +35,7 @@ class PreemptionCoreTest : public MasterCoreFixture {
   std::shared_ptr<AgentSession> Agent(const std::string& id, int slots) {
     agentv1::RegisterAgentRequest req;
     req.set_agent_id(id);
+    req.set_version(det::kDetVersion);
     req.set_hostname("localhost");
     req.set_resource_pool(pool_);
     for (int i = 0; i < slots; ++i) req.add_devices()->set_id(i);

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/det_version.h"
 #include "master/core/core_test_fixture.h"
 #include "master/core/slurm_driver.h"
 #include "master/core/slurm_jobs.h"
@@ -355,6 +356,7 @@ TEST_F(SlurmCoreTest, ARestartedMasterReattachesToItsRunningJob) {
 TEST_F(SlurmCoreTest, AgentsAreRefused) {
   agentv1::RegisterAgentRequest req;
   req.set_agent_id("slurm");
+  req.set_version(det::kDetVersion);
   req.add_devices()->set_id(0);
   auto resp = core_->RegisterAgent(req);
   ASSERT_FALSE(resp.ok());

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "common/abi_check.h"
+#include "common/det_version.h"
 #include "common/sha256.h"
 #include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
@@ -40,6 +41,7 @@ class TrialAbiCoreTest : public MasterCoreFixture {
   absl::Status Register(const std::string& id, const std::vector<std::string>& exports, bool manifest = true) {
     agentv1::RegisterAgentRequest req;
     req.set_agent_id(id);
+    req.set_version(det::kDetVersion);
     req.set_hostname("localhost");
     req.add_devices()->set_id(0);
     if (manifest) {
@@ -96,6 +98,7 @@ TEST_F(TrialAbiCoreTest, OneAgentThatCanLoadItIsEnough) {
 TEST_F(TrialAbiCoreTest, AManifestOverItsBoundsRefusesTheRegistration) {
   agentv1::RegisterAgentRequest req;
   req.set_agent_id("big");
+  req.set_version(det::kDetVersion);
   req.add_devices()->set_id(0);
   for (size_t i = 0; i <= kMaxAbiManifestSymbols; ++i) req.mutable_abi_manifest()->add_symbol_hashes(i);
   absl::Status st = core_->RegisterAgent(req).status();

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/det_version.h"
 #include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
@@ -38,6 +39,7 @@ class TrialStatesTest : public MasterCoreFixture {
   std::shared_ptr<AgentSession> Agent(const std::string& id, int slots, const std::vector<std::string>& running = {}) {
     agentv1::RegisterAgentRequest req;
     req.set_agent_id(id);
+    req.set_version(det::kDetVersion);
     req.set_hostname("localhost");
     for (int i = 0; i < slots; ++i) req.add_devices()->set_id(i);
     for (const auto& r : running) req.add_running_allocation_ids(r);

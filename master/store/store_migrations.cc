@@ -4,9 +4,12 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/det_version.h"
 #include "common/status_macros.h"
 #include "master/store/store_internal.h"
 
@@ -311,9 +314,28 @@ const std::vector<const char*>& Migrations() {
 }
 
 constexpr char kSchemaVersion[] = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations";
+// The kv key of the det-cpp release that last opened the database (written
+// by Migrate since det-cpp 0.2.0; absent in a database of 0.1.0), so that an
+// older det-master's refusal names the release the database needs.
+constexpr char kDetVersionKey[] = "det_cpp_version";
 constexpr char kRecordMigration[] =
     "INSERT INTO schema_migrations(version, applied_at) "
     "VALUES (?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))";
+
+// Migrate's FailedPrecondition for a database of schema version `current`
+// newer than this binary's `latest`: both versions, the det-cpp release that
+// last opened it (when recorded) and this binary's, and the fixes.
+absl::Status NewerSchemaError(Store& store, int64_t current, int64_t latest) {
+  absl::StatusOr<std::optional<std::string>> recorded = store.GetValue(kDetVersionKey);
+  const bool named = recorded.ok() && recorded->has_value() && !(*recorded)->empty() && (*recorded)->size() <= 64;
+  const std::string release = named ? absl::StrCat("det-cpp ", **recorded) : "the det-cpp release that wrote it";
+  return absl::FailedPreconditionError(absl::StrCat(
+      "SQLite database ", store.path(), " has schema version ", current, " (last opened by ",
+      named ? release : "a det-cpp release that recorded no version", ") but this det-master is det-cpp ",
+      kDetVersion, " and knows schema versions up to ", latest, "; a database is never migrated back: run ", release,
+      " or newer on it, or restore the backup taken before the upgrade (docs/operations/upgrade.md). "
+      "Nothing in the database was changed"));
+}
 
 }  // namespace
 
@@ -332,11 +354,7 @@ absl::Status Store::Migrate() {
   }
   const auto& migrations = Migrations();
   const int64_t latest = static_cast<int64_t>(migrations.size());
-  if (current > latest) {
-    return absl::FailedPreconditionError(absl::StrCat("SQLite database ", path_, " has schema version ", current,
-                                                      " but this binary knows only ", latest,
-                                                      "; use a newer det-master"));
-  }
+  if (current > latest) return NewerSchemaError(*this, current, latest);
   for (int64_t version = current + 1; version <= latest; ++version) {
     Txn txn(this);
     DET_RETURN_IF_ERROR(txn.Begin());
@@ -351,6 +369,8 @@ absl::Status Store::Migrate() {
     }
     DET_RETURN_IF_ERROR(txn.Commit());
   }
+  DET_ASSIGN_OR_RETURN(std::optional<std::string> recorded, GetValue(kDetVersionKey));
+  if (recorded != std::optional<std::string>(kDetVersion)) DET_RETURN_IF_ERROR(PutValue(kDetVersionKey, kDetVersion));
   return absl::OkStatus();
 }
 

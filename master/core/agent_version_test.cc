@@ -1,0 +1,81 @@
+// The agent version check at registration (agent_version.h): the pure rule,
+// and MasterCore::RegisterAgent refusing an agent of another MAJOR.MINOR
+// without recording it.
+#include "master/core/agent_version.h"
+
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/det_version.h"
+#include "master/core/core_test_fixture.h"
+
+namespace det::master {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(AgentVersionTest, SameMajorMinorIsAcceptedWhateverThePatch) {
+  EXPECT_TRUE(CheckAgentVersion("a", "0.2.0", "0.2.0").ok());
+  EXPECT_TRUE(CheckAgentVersion("a", "0.2.7", "0.2.0").ok());
+  EXPECT_TRUE(CheckAgentVersion("a", "0.2.0", "0.2.3").ok());
+  EXPECT_TRUE(CheckAgentVersion("a", "0.2.1-rc1", "0.2.0").ok());
+  EXPECT_TRUE(CheckAgentVersion("a", "12.34.56", "12.34.0").ok());
+}
+
+TEST(AgentVersionTest, AnotherMinorOrMajorIsRefusedNamingBothVersionsAndTheFix) {
+  for (const char* agent : {"0.1.0", "0.3.0", "1.2.0", "10.2.0"}) {
+    absl::Status st = CheckAgentVersion("gpu-7", agent, "0.2.0");
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << agent << ": " << st;
+    EXPECT_THAT(st.message(), HasSubstr("agent 'gpu-7' runs det-cpp " + std::string(agent)));
+    EXPECT_THAT(st.message(), HasSubstr("this master runs det-cpp 0.2.0"));
+    EXPECT_THAT(st.message(), HasSubstr("install det-cpp 0.2.0 on every node"));
+    EXPECT_THAT(st.message(), HasSubstr("docs/operations/upgrade.md"));
+  }
+}
+
+TEST(AgentVersionTest, AMalformedOrOversizedVersionIsInvalidArgument) {
+  for (const std::string bad : {"", "0.2", "0.2.0.1", "v0.2.0", "0.x.0", "0..0", "-1.2.0", "0.+2.0", " 0.2.0",
+                                "0.2.0 ", "1234567890.2.0"}) {
+    absl::Status st = CheckAgentVersion("a", bad, "0.2.0");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << "'" << bad << "': " << st;
+    EXPECT_THAT(st.message(), HasSubstr("this master is det-cpp 0.2.0")) << bad;
+  }
+  absl::Status st = CheckAgentVersion("a", std::string(kMaxAgentVersionBytes + 1, '1'), "0.2.0");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("at most 64"));
+  EXPECT_TRUE(CheckAgentVersion("a", "0.2.0-" + std::string(kMaxAgentVersionBytes - 6, 'x'), "0.2.0").ok());
+}
+
+class AgentVersionCoreTest : public MasterCoreFixture {
+ protected:
+  absl::Status Register(const std::string& id, const std::string& version) {
+    agentv1::RegisterAgentRequest req;
+    req.set_agent_id(id);
+    req.set_hostname("localhost");
+    req.set_version(version);
+    req.add_devices()->set_id(0);
+    return core_->RegisterAgent(req).status();
+  }
+};
+
+// An agent of the previous minor release is refused before anything about
+// it is recorded; one of the master's own release registers.
+TEST_F(AgentVersionCoreTest, RegisterAgentRefusesAnotherMinorReleaseAndRecordsNothing) {
+  absl::Status old = Register("old", "0.1.0");
+  EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition) << old;
+  EXPECT_THAT(old.message(), HasSubstr(absl::StrCat("runs det-cpp 0.1.0 but this master runs det-cpp ", kDetVersion)));
+  auto agents = core_->GetAgents(apiv1::GetAgentsRequest());
+  ASSERT_TRUE(agents.ok()) << agents.status();
+  EXPECT_EQ(agents->agents_size(), 0);
+
+  EXPECT_TRUE(Register("same", kDetVersion).ok());
+  EXPECT_TRUE(Register("patch", absl::StrCat(kDetVersionMajor, ".", kDetVersionMinor, ".", kDetVersionPatch + 1)).ok());
+  agents = core_->GetAgents(apiv1::GetAgentsRequest());
+  ASSERT_TRUE(agents.ok()) << agents.status();
+  EXPECT_EQ(agents->agents_size(), 2);
+}
+
+}  // namespace
+}  // namespace det::master
