@@ -15,7 +15,7 @@
 //   det-cli experiment fork ID [--config overrides.yaml] [--paused] | continue ID [--max-length N]
 //   det-cli checkpoint list EXPERIMENT_ID | describe UUID | download UUID -o DIR | delete UUID... [--yes]
 //   det-cli checkpoint set-metadata UUID key=value... [--remove KEY]
-//   det-cli agent list | slot list | master info
+//   det-cli agent list | slot list | master info | master backup FILE [--force]
 //   det-cli resource-pool list | agent describe|enable|disable [--drain] | slot enable|disable [--drain]
 //   det-cli user login [USERNAME] [--password-stdin] | logout | whoami | list
 //   det-cli workspace create NAME | list | archive|unarchive NAME
@@ -54,6 +54,7 @@
 #include "cli/trial_new_command.h"
 #include "cli/experiment_fork_commands.h"
 #include "cli/job_commands.h"
+#include "cli/master_backup_command.h"
 #include "cli/user_commands.h"
 #include "cli/workspace_commands.h"
 #include "common/exit_codes.h"
@@ -444,6 +445,10 @@ int Main(int argc, char** argv) {
   // trial logs (filters), experiment validation-history, master logs
   // (cli/metrics_log_commands.h)
   AddMetricsLogCommands(app, &cl.id, &cl.json, &cl.run);
+  // master backup FILE [--force] (cli/master_backup_command.h)
+  MasterBackupArgs backup_args;
+  AddMasterBackupCommand(app.get_subcommand("master"), backup_args,
+                         [&cl](Command command) { cl.run = std::move(command); });
   AddUserCommands(app, cl);
   AddPreviewSearchCommand(app, cl);
   // job list | update (cli/job_commands.h)

@@ -39,6 +39,7 @@
 #include "master/core/master_core.h"
 #include "master/core/master_log_ring.h"
 #include "master/http/rest_server.h"
+#include "master/service/database_backup.h"
 #include "master/service/grpc_services.h"
 #include "master/service/parse_error_interceptor.h"
 #include "master/store/data_dir.h"
@@ -543,6 +544,7 @@ int OpenAndServe(Flags& f, const det::master::AuthOptions& auth_options, sigset_
     std::fprintf(stderr, "det-master: error: %s\n", std::string(dir.message()).c_str());
     return 2;
   }
+  det::master::RemoveStaleBackups(f.options.data_dir);  // database_backup.h: a backup cut short
   auto core = det::master::MasterCore::Create(f.options);
   if (!core.ok()) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(core.status().message()).c_str());

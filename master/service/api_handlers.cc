@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "det/api/v1/api.grpc.pb.h"
 #include "master/service/checkpoint_download.h"
+#include "master/service/database_backup.h"
 #include "master/service/preview_search.h"
 #include "master/service/request_auth.h"
 #include "master/service/stream_cursors.h"
@@ -120,11 +121,7 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
         TrialMetricCursor cursor(core_, req);
         return DrainCursor(cursor, write, cancelled);
       });
-  BindStreaming<apiv1::MasterLogsRequest, apiv1::MasterLogsResponse>(
-      "MasterLogs", [](const ApiCaller&, const auto& req, const auto& write, const auto& cancelled) {
-        MasterLogCursor cursor(req);
-        return DrainCursor(cursor, write, cancelled);
-      });
+  BindAdminStreams();  // MasterLogs, BackupDatabase
   // ---- cluster
   BindCore("GetAgents", &MasterCore::GetAgents);
   BindCore("GetSlots", &MasterCore::GetSlots);
@@ -150,6 +147,20 @@ ApiHandlers::ApiHandlers(MasterCore* core, AuthCore* auth) : core_(core), auth_(
   BindCore("UnarchiveWorkspace", &MasterCore::UnarchiveWorkspace);
   BindCore("ArchiveProject", &MasterCore::ArchiveProject);
   BindCore("UnarchiveProject", &MasterCore::UnarchiveProject);
+}
+
+void ApiHandlers::BindAdminStreams() {
+  BindStreaming<apiv1::MasterLogsRequest, apiv1::MasterLogsResponse>(
+      "MasterLogs", [](const ApiCaller&, const auto& req, const auto& write, const auto& cancelled) {
+        MasterLogCursor cursor(req);
+        return DrainCursor(cursor, write, cancelled);
+      });
+  // The database's snapshot (database_backup.h; the gRPC transport runs
+  // BackupDatabaseReactor instead).
+  BindStreaming<apiv1::BackupDatabaseRequest, apiv1::BackupDatabaseResponse>(
+      "BackupDatabase", [this](const ApiCaller&, const auto&, const auto& write, const auto& cancelled) {
+        return StreamDatabaseBackup(core_, write, cancelled);
+      });
 }
 
 const pb::ServiceDescriptor* ApiHandlers::Service() {

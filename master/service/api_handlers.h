@@ -92,6 +92,8 @@ class ApiHandlers {
                      std::function<absl::Status(const ApiCaller&, const Req&, const std::function<bool(const Resp&)>&,
                                                 const std::function<bool()>&)>
                          fn);
+  // Binds the admins' server-streaming RPCs (MasterLogs, BackupDatabase).
+  void BindAdminStreams();
   // The experiments a kExperimentOwner request names (ids <= 0 are left to
   // the handler's own validation).
   absl::StatusOr<std::vector<int64_t>> OwnedExperiments(const MethodAccess& access, const Message& request) const;

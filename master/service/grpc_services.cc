@@ -13,6 +13,7 @@
 #include "master/service/polling_stream.h"
 #include "master/service/stream_cursors.h"
 #include "master/service/checkpoint_download.h"
+#include "master/service/database_backup.h"
 #include "master/service/request_auth.h"
 #include "master/service/trial_log_cursor.h"
 
@@ -223,6 +224,16 @@ grpc::ServerWriteReactor<apiv1::MasterLogsResponse>* ApiService::MasterLogs(grpc
   }
   auto cursor = std::make_shared<MasterLogCursor>(*req);
   return new PollingStreamReactor<apiv1::MasterLogsResponse>(ctx, [cursor] { return cursor->Next(); });
+}
+
+grpc::ServerWriteReactor<apiv1::BackupDatabaseResponse>* ApiService::BackupDatabase(
+    grpc::CallbackServerContext* ctx, const apiv1::BackupDatabaseRequest* req) {
+  auto caller = Caller(ctx, "BackupDatabase");
+  absl::Status allowed = caller.ok() ? handlers_.Authorize("BackupDatabase", *caller, *req) : caller.status();
+  if (!allowed.ok()) {
+    return new FinishedReactor<grpc::ServerWriteReactor<apiv1::BackupDatabaseResponse>>(ToGrpcStatus(allowed));
+  }
+  return new BackupDatabaseReactor(core_);
 }
 
 grpc::ServerWriteReactor<apiv1::TrialLogsResponse>* ApiService::TrialLogs(grpc::CallbackServerContext* ctx,

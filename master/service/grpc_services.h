@@ -100,6 +100,8 @@ class ApiService final : public apiv1::Determined::CallbackService {
                                                                 const apiv1::TrialLogsRequest*) override;
   grpc::ServerWriteReactor<apiv1::MasterLogsResponse>* MasterLogs(grpc::CallbackServerContext*,
                                                                   const apiv1::MasterLogsRequest*) override;
+  grpc::ServerWriteReactor<apiv1::BackupDatabaseResponse>* BackupDatabase(
+      grpc::CallbackServerContext*, const apiv1::BackupDatabaseRequest*) override;
   DET_CALLBACK_UNARY(apiv1, GetTrialCheckpoints);
   DET_CALLBACK_UNARY(apiv1, GetCheckpoint);
   DET_CALLBACK_UNARY(apiv1, DeleteCheckpoints);

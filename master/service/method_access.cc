@@ -72,6 +72,8 @@ constexpr Entry kTable[] = {
     {"UpdateJob", kByJob},
     // ---- metrics and logs (issue 15): the master's own log is for admins
     {"MasterLogs", kAdminRule},
+    // ---- backup (issue 47): the whole database, password hashes included
+    {"BackupDatabase", kAdminRule},
     // ---- forks and continue (PauseTrial / ActivateTrial are above)
     {"ContinueExperiment", kByExperiment},
     // ---- workspaces and projects (issue 17): any user may create one (and
