@@ -42,6 +42,9 @@ PACKAGES+=(chromium)
 PACKAGES+=(clang libclang-rt-dev)
 # tests/slurm_test.cc runs a single-node Slurm (deploy/slurm-local.sh).
 PACKAGES+=(slurm-wlm munge)
+# tests/deploy_files_check.py: systemd-analyze (in Debian's systemd) and
+# yamllint on the shipped units and YAML.
+PACKAGES+=(systemd yamllint)
 command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 fi

@@ -394,6 +394,9 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
     return 2;
   }
   grpc::ServerBuilder builder;
+  // grpc.health.v1.Health on the gRPC port: SERVING until shutdown begins
+  // (the REST health check, master/http/health.h, also probes the database).
+  grpc::EnableDefaultHealthCheckService(true);
   int bound_grpc = 0;
   builder.AddListeningPort(absl::StrCat(f.host, ":", f.grpc_port), credentials, &bound_grpc);
   const int64_t max_request_bytes = f.options.max_request_bytes();
@@ -454,6 +457,8 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   rest.Stop();
   trials.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  rest.health().SetShuttingDown();
+  if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) health->Shutdown();
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/proto_json.h"
+#include "master/http/health.h"
 #include "master/http/rest_reply.h"
 #include "master/http/rest_stream.h"
 #include "master/service/method_access.h"
@@ -140,6 +141,7 @@ RestDispatcher::RestDispatcher(const ApiHandlers* handlers, const std::vector<Re
         {route.method, route.path, route.rpc, !IsUnauthenticatedMethod(route.rpc), false, route.ndjson});
   }
   infos_.push_back({"GET", kRoutesPath, "", true, false, false});
+  infos_.push_back({"GET", kHealthPath, "", false, false, false});  // served by RestServer (health.h)
   const pb::ServiceDescriptor* service = ApiHandlers::Service();
   for (int i = 0; i < service->method_count(); ++i) {
     const pb::MethodDescriptor* m = service->method(i);

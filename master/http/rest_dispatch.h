@@ -56,7 +56,8 @@ class RestDispatcher {
   RestDispatcher(const ApiHandlers* handlers, const std::vector<RestRoute>& routes);
 
   // Every route, as GET /api/v1/routes lists them: the declared ones, GET
-  // /api/v1/routes, then one generic route per RPC in service order.
+  // /api/v1/routes, GET /api/v1/health (public; RestServer serves it, see
+  // health.h), then one generic route per RPC in service order.
   const std::vector<RestRouteInfo>& routes() const { return infos_; }
 
   // The RPC that `method` `path` calls: a declared route's, or <Name> of a

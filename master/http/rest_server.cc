@@ -106,6 +106,7 @@ class RestServer::Server : public httplib::Server {
 RestServer::RestServer(MasterCore* core, AuthCore* auth)
     : handlers_(std::make_unique<ApiHandlers>(core, auth)),
       dispatcher_(std::make_unique<RestDispatcher>(handlers_.get(), AllRestRoutes())),
+      health_(std::make_unique<HealthCheck>(core != nullptr ? StoreHealthProbe(core->store()) : nullptr)),
       server_(std::make_unique<Server>()) {
   Routes(*server_);
 }
@@ -161,7 +162,7 @@ void RestServer::Routes(httplib::Server& s) {
   // read.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     bool has_user = false;
-    if (absl::StartsWith(req.path, "/api/")) {
+    if (absl::StartsWith(req.path, "/api/") && !IsHealthRequest(req.method, req.path)) {
       absl::Status st = dispatcher_->Authenticate(req);
       if (st.ok()) st = CheckCookieWrite(req, tls_server_ != nullptr);  // csrf.h: cookie writes same-origin only
       if (!st.ok()) {
@@ -198,7 +199,15 @@ void RestServer::Routes(httplib::Server& s) {
     SendError(res, absl::InternalError(what));
   });
 
-  // Every /api/ request goes to the dispatcher's route table.
+  // The health check (health.h): public and cheap, before the API's routes.
+  s.Get(R"(/api/v1/health|/healthz)", [this](const httplib::Request&, httplib::Response& res) {
+    HealthReply reply = HealthAnswer(health_->Check());
+    res.status = reply.status;
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(reply.body, "application/json");
+  });
+
+  // Every other /api/ request goes to the dispatcher's route table.
   const std::string api = "/api/.*";
   auto serve = [this](const httplib::Request& req, httplib::Response& res) {
     dispatcher_->Serve(req, res, serving_in_memory);

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "master/core/auth.h"
 #include "master/core/master_core.h"
+#include "master/http/health.h"
 #include "master/http/rest_listener.h"
 #include "master/http/rest_routes.h"
 
@@ -37,7 +38,8 @@ class RestDispatcher;
 // needs a user token (`Authorization: Bearer <token>` or the det_token
 // cookie), checked once in a pre-routing handler through
 // ApiHandlers::Authenticate, the same check the gRPC services make; the
-// dashboard's files (/, /dashboard/*) need none.
+// dashboard's files (/, /dashboard/*) and the health check (GET
+// /api/v1/health and /healthz, health.h) need none.
 //
 // Bodies: a request that carries no valid user token (Login, GetMaster, the
 // dashboard, anything refused with 401) may have a body of at most
@@ -89,6 +91,10 @@ class RestServer {
   // files when they do not load.
   absl::Status EnableTls(const std::string& cert_file, const std::string& key_file);
 
+  // The health check behind GET /api/v1/health and /healthz (probing the
+  // core's store); SetShuttingDown on it when the master begins to stop.
+  HealthCheck& health() { return *health_; }
+
   // Every API route (also served as GET /api/v1/routes), for tests that must
   // cover all of them.
   const std::vector<Route>& routes() const;
@@ -107,6 +113,7 @@ class RestServer {
   class Server;  // httplib::Server that can also serve an in-memory stream
   std::unique_ptr<ApiHandlers> handlers_;
   std::unique_ptr<RestDispatcher> dispatcher_;
+  std::unique_ptr<HealthCheck> health_;
   std::string dashboard_dir_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<httplib::Server> tls_server_;  // set by EnableTls: HTTPS (never listens)

@@ -606,7 +606,7 @@ TEST_F(RestApiTest, EveryEarlierRouteIsDeclared) {
 }
 
 // In-process sweep: every authenticated route answers 401 without a token;
-// the public ones are exactly GetMaster's and Login's.
+// the public ones are exactly GetMaster's, Login's and the health check's.
 TEST_F(RestApiTest, EveryRouteButThePublicOnesNeedsAToken) {
   std::set<std::string> public_routes;
   for (const RestServer::Route& r : api_->routes()) {
@@ -624,7 +624,7 @@ TEST_F(RestApiTest, EveryRouteButThePublicOnesNeedsAToken) {
       EXPECT_EQ(res.headers["www-authenticate"], "Bearer");
     }
   }
-  EXPECT_EQ(public_routes, (std::set<std::string>{"GET /api/v1/master", "POST /api/v1/auth/login",
+  EXPECT_EQ(public_routes, (std::set<std::string>{"GET /api/v1/master", "POST /api/v1/auth/login", "GET /api/v1/health",
                                                   "POST /api/v1/GetMaster", "POST /api/v1/Login"}));
   for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
            {"GET", "/api/v1/master"}, {"POST", "/api/v1/GetMaster"}}) {

@@ -106,8 +106,20 @@ The master serves the API twice over one core, so the two never disagree:
 
 Every call but `GetMaster` and `Login` needs a token from `Login`: gRPC
 metadata `authorization: Bearer <token>`, the same HTTP header over REST.
+The health check, `GET /api/v1/health` (also `GET /healthz`), needs none:
+200 `{"status":"ok"}` while the master serves, 503 with a `reason` when not
+(the deployment guide, Health checks); the gRPC port serves the
+standard `grpc.health.v1.Health`.
 The comment block of `api.proto` (transport, authentication, errors) is
 quoted in full below.""".split("\n")
+
+
+# Routes without an RPC, by path.
+ROUTE_DESCRIPTIONS = {
+    "/api/v1/routes": "Lists every route the master serves (declared and generic).",
+    "/api/v1/health": "Whether the master is serving (also `GET /healthz`): 200 `{\"status\":\"ok\"}`, or 503 "
+                      "`{\"status\":\"unavailable\",\"reason\":...}`; probes the database at most once a second.",
+}
 
 
 def _routes_by_rpc(facts):
@@ -144,7 +156,7 @@ def _api_routes_section(facts, summaries):
         if r["generic"]:
             continue
         rpc = "[%s](#%s)" % (r["rpc"], r["rpc"].lower()) if r["rpc"] else "—"
-        desc = summaries.get(r["rpc"], "Lists every route the master serves (declared and generic).")
+        desc = summaries.get(r["rpc"], "") if r["rpc"] else ROUTE_DESCRIPTIONS.get(r["path"], "")
         out.append("| %s | `%s` | %s | %s | %s |" % (r["method"], r["path"], rpc, _route_notes(r, declared),
                                                    escape_text(desc)))
     return out + [""]

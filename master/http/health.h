@@ -1,0 +1,105 @@
+// Whether the master is serving, for a load balancer, systemd or a
+// Kubernetes probe: GET /api/v1/health and GET /healthz (the same answer;
+// HEAD too). Unauthenticated and cheap: no token is read, no table is
+// scanned, and the one probe of the database (a trivial query plus a stat of
+// its file) runs at most once per cache window, however many requests come.
+//
+//   200 {"status":"ok"}
+//   503 {"status":"unavailable","reason":"..."}  the reason names what failed
+//       and how to fix it: the master is shutting down; the database file was
+//       deleted or replaced under the running master; the database does not
+//       answer (an SQLite error, or still busy after the stall bound).
+//
+// The gRPC port answers the standard grpc.health.v1.Health service (gRPC's
+// default health check service): SERVING while the master serves, NOT_SERVING
+// once it is shutting down; it does not probe the database.
+#ifndef DET_MASTER_HTTP_HEALTH_H_
+#define DET_MASTER_HTTP_HEALTH_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "master/core/clock.h"
+
+namespace det::master {
+
+class Store;
+
+// The health routes: kHealthPath is listed in GET /api/v1/routes as a public
+// route; kHealthzPath is the conventional alias outside /api/.
+inline constexpr char kHealthPath[] = "/api/v1/health";
+inline constexpr char kHealthzPath[] = "/healthz";
+
+// Whether `method` `path` is a health request (GET or HEAD of either path;
+// the query is not part of `path`).
+bool IsHealthRequest(const std::string& method, const std::string& path);
+
+struct HealthOptions {
+  // A probe's result is reused for this long (a flood of probes costs one
+  // database query per window).
+  int64_t cache_ms = 1000;
+  // A request that finds another request's probe running waits for it until
+  // the probe has run this long, then answers 503 (the database does not
+  // answer); so does every request while that probe goes on.
+  int64_t stall_ms = 5000;
+};
+
+// Thread-safe.
+class HealthCheck {
+ public:
+  // Returns OK when the master's state can be served, else why not (any
+  // code; the message is the reason). Called without locks held, at most one
+  // call at a time.
+  using Probe = std::function<absl::Status()>;
+
+  // `clock` null: SystemClock.
+  HealthCheck(Probe probe, std::shared_ptr<const Clock> clock = nullptr, HealthOptions options = {});
+
+  // OK when serving; Unavailable with the reason otherwise. Runs the probe
+  // when the cached result is older than options.cache_ms and no other call
+  // is running it; waits up to options.stall_ms for a running probe.
+  absl::Status Check();
+
+  // From now on Check answers "the master is shutting down" (SIGTERM).
+  void SetShuttingDown();
+
+  // How many times the probe has run (tests).
+  int64_t probes() const;
+
+ private:
+  const Probe probe_;
+  const std::shared_ptr<const Clock> clock_;
+  const HealthOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable probed_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool probing_ ABSL_GUARDED_BY(mu_) = false;
+  bool have_result_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status result_ ABSL_GUARDED_BY(mu_);
+  int64_t checked_ms_ ABSL_GUARDED_BY(mu_) = 0;  // clock_->MonotonicMs() of result_
+  int64_t probe_started_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t probes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The probe of the master's database: the file at store->path() is still the
+// one open (stat: same device and inode as when this was called, so not
+// deleted, moved or replaced under the master) and the store answers a
+// trivial query (its schema version). `store` must outlive the probe.
+HealthCheck::Probe StoreHealthProbe(Store* store);
+
+// The answer to a health request: HTTP status and JSON body.
+struct HealthReply {
+  int status = 200;
+  std::string body;
+};
+HealthReply HealthAnswer(const absl::Status& health);
+
+}  // namespace det::master
+
+#endif  // DET_MASTER_HTTP_HEALTH_H_

@@ -1,0 +1,193 @@
+// The health check (health.h): its cache, its stall bound, the store probe,
+// and GET /api/v1/health and /healthz through RestServer (in process): public,
+// listed in the route table, 503 with a reason when the database file is
+// gone or the master is shutting down.
+#include "master/http/health.h"
+
+#include <filesystem>
+#include <future>
+#include <map>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "master/core/master_core.h"
+#include "master/http/rest_server.h"
+#include "master/store/store.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_util.h"
+
+namespace det::master {
+namespace {
+
+namespace fs = std::filesystem;
+using det::testing::TempDir;
+
+TEST(HealthCheckTest, AFloodOfChecksRunsTheProbeOncePerWindow) {
+  auto clock = std::make_shared<FakeClock>();
+  HealthCheck health([] { return absl::OkStatus(); }, clock, HealthOptions{1000, 5000});
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(health.Check().ok());
+  EXPECT_EQ(health.probes(), 1);
+  clock->AdvanceMs(999);
+  EXPECT_TRUE(health.Check().ok());
+  EXPECT_EQ(health.probes(), 1);
+  clock->AdvanceMs(1);
+  EXPECT_TRUE(health.Check().ok());
+  EXPECT_EQ(health.probes(), 2);
+}
+
+TEST(HealthCheckTest, AFailedProbeIsUnavailableWithItsReasonUntilItPasses) {
+  auto clock = std::make_shared<FakeClock>();
+  bool broken = true;
+  HealthCheck health(
+      [&broken] { return broken ? absl::InternalError("disk on fire") : absl::OkStatus(); }, clock);
+  absl::Status st = health.Check();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(st.message(), "disk on fire");
+  broken = false;
+  EXPECT_FALSE(health.Check().ok()) << "cached for the window";
+  clock->AdvanceMs(1000);
+  EXPECT_TRUE(health.Check().ok());
+}
+
+TEST(HealthCheckTest, ShuttingDownIsUnavailable) {
+  HealthCheck health([] { return absl::OkStatus(); }, std::make_shared<FakeClock>());
+  ASSERT_TRUE(health.Check().ok());
+  health.SetShuttingDown();
+  absl::Status st = health.Check();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(st.message(), "the master is shutting down");
+}
+
+// A probe stuck in the database: past the stall bound, other requests answer
+// 503 at once instead of queueing behind it.
+TEST(HealthCheckTest, AStuckProbeAnswersUnavailableAfterTheStallBound) {
+  auto clock = std::make_shared<FakeClock>();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  HealthCheck health(
+      [released] {
+        released.wait();
+        return absl::OkStatus();
+      },
+      clock, HealthOptions{1000, 5000});
+  std::thread first([&health] { EXPECT_TRUE(health.Check().ok()); });
+  ASSERT_TRUE(det::testing::PollUntil([&health] { return health.probes() == 1; }, std::chrono::seconds(10)));
+  clock->AdvanceMs(5000);
+  absl::Status st = health.Check();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(st.message(), "has not answered a health probe within 5000 ms")) << st;
+  EXPECT_EQ(health.probes(), 1) << "no second probe while one runs";
+  release.set_value();
+  first.join();
+  EXPECT_TRUE(health.Check().ok());
+}
+
+TEST(HealthCheckTest, TheStoreProbeNoticesADeletedOrReplacedDatabaseFile) {
+  TempDir dir;
+  const std::string path = dir / "det.db";
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  HealthCheck::Probe probe = StoreHealthProbe(store->get());
+  EXPECT_TRUE(probe().ok());
+  fs::copy_file(path, dir / "copy.db");
+  fs::remove(path);
+  absl::Status gone = probe();
+  EXPECT_EQ(gone.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(gone.message(), "the database file " + path + " is gone")) << gone;
+  fs::rename(dir / "copy.db", path);  // another file (inode) at the same path
+  absl::Status replaced = probe();
+  EXPECT_EQ(replaced.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(replaced.message(), "was replaced under the running master")) << replaced;
+}
+
+TEST(HealthCheckTest, HealthAnswerIsJson) {
+  HealthReply ok = HealthAnswer(absl::OkStatus());
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.body, R"({"status":"ok"})");
+  HealthReply down = HealthAnswer(absl::UnavailableError("the master is shutting down \xff"));
+  EXPECT_EQ(down.status, 503);
+  nlohmann::json j = nlohmann::json::parse(down.body);
+  EXPECT_EQ(j["status"], "unavailable");
+  EXPECT_TRUE(absl::StartsWith(j["reason"].get<std::string>(), "the master is shutting down")) << down.body;
+}
+
+class HealthRouteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MasterOptions options;
+    options.data_dir = dir_ / "master";
+    options.checkpoint_storage_roots = {dir_ / "checkpoints"};
+    options.background_thread = false;
+    auto core = MasterCore::Create(options);
+    ASSERT_TRUE(core.ok()) << core.status();
+    core_ = std::move(*core);
+    rest_ = std::make_unique<RestServer>(core_.get());
+  }
+  // The status line's code and the body of `request` (headers end with a blank line).
+  std::pair<int, std::string> Serve(const std::string& request) {
+    const std::string raw = rest_->ServeRawForTesting(request);
+    const size_t end = raw.find("\r\n\r\n");
+    if (raw.size() < 12 || end == std::string::npos) return {0, raw};
+    return {std::stoi(raw.substr(9, 3)), raw.substr(end + 4)};
+  }
+  std::pair<int, std::string> Get(const std::string& path, const std::string& headers = "") {
+    return Serve("GET " + path + " HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n");
+  }
+  TempDir dir_;
+  std::unique_ptr<MasterCore> core_;
+  std::unique_ptr<RestServer> rest_;
+};
+
+TEST_F(HealthRouteTest, BothPathsArePublicAndNeedNoToken) {
+  for (const std::string path : {"/api/v1/health", "/healthz", "/api/v1/health?verbose=1"}) {
+    SCOPED_TRACE(path);
+    auto [status, body] = Get(path);
+    EXPECT_EQ(status, 200) << body;
+    EXPECT_EQ(nlohmann::json::parse(body)["status"], "ok");
+    // A bad token or a cross-origin cookie changes nothing: nothing is read.
+    EXPECT_EQ(Get(path, "Authorization: Bearer nope\r\n").first, 200);
+    EXPECT_EQ(Get(path, "Cookie: det_token=nope\r\nOrigin: http://evil.example\r\n").first, 200);
+  }
+  auto head = Serve("HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(head.first, 200);
+  EXPECT_EQ(head.second, "");
+  // Only GET and HEAD are public: anything else is an API path like any other.
+  EXPECT_EQ(Serve("POST /api/v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}").first, 401);
+  EXPECT_EQ(Get("/api/v1/healthy").first, 401);
+  // Listed as the one public route without an RPC.
+  int listed = 0;
+  for (const RestServer::Route& r : rest_->routes()) {
+    if (r.pattern != kHealthPath) continue;
+    ++listed;
+    EXPECT_EQ(r.method, "GET");
+    EXPECT_FALSE(r.authenticated);
+    EXPECT_EQ(r.rpc, "");
+  }
+  EXPECT_EQ(listed, 1);
+}
+
+TEST_F(HealthRouteTest, ShuttingDownAnswers503WithTheReason) {
+  ASSERT_EQ(Get("/healthz").first, 200);
+  rest_->health().SetShuttingDown();
+  for (const std::string path : {"/api/v1/health", "/healthz"}) {
+    auto [status, body] = Get(path);
+    EXPECT_EQ(status, 503) << body;
+    EXPECT_EQ(nlohmann::json::parse(body)["reason"], "the master is shutting down");
+  }
+}
+
+TEST_F(HealthRouteTest, ADeletedDatabaseAnswers503NamingTheFile) {
+  const std::string db = core_->store()->path();
+  ASSERT_TRUE(fs::remove(db)) << db;
+  auto [status, body] = Get("/api/v1/health");
+  EXPECT_EQ(status, 503) << body;
+  EXPECT_TRUE(absl::StrContains(nlohmann::json::parse(body)["reason"].get<std::string>(),
+                                "the database file " + db + " is gone"))
+      << body;
+}
+
+}  // namespace
+}  // namespace det::master

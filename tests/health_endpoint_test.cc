@@ -1,0 +1,102 @@
+// The master's health check end to end (issue 47, part 5): a real det-master
+// answers GET /api/v1/health and GET /healthz without a token, lists the
+// route as public, answers the standard grpc.health.v1.Health service on its
+// gRPC port, and answers 503 naming the file once its database is deleted
+// under it.
+#include <unistd.h>
+
+#include <future>
+#include <string>
+#include <vector>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/test_cluster.h"
+#include "tests/test_util.h"
+
+namespace det::testing {
+namespace {
+
+using nlohmann::json;
+
+// grpc.health.v1.Health/Check of `service` ("" = the whole server) on
+// `address`; the response's bytes ("\x08\x01" is status SERVING), or the
+// call's error as "error: CODE MESSAGE".
+std::string GrpcHealthCheck(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);  // HealthCheckRequest{service: ""}
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status st) { done.set_value(st); });
+  grpc::Status st = done.get_future().get();
+  if (!st.ok()) return "error: " + std::to_string(st.error_code()) + " " + st.error_message();
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return "error: unreadable response";
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return bytes;
+}
+
+TEST(HealthEndpoint, PublicOnBothPathsListedAndOnTheGrpcPort) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  for (const std::string path : {"/api/v1/health", "/healthz"}) {
+    SCOPED_TRACE(path);
+    auto res = cluster.Http("GET", path, {});
+    ASSERT_TRUE(res) << "no answer";
+    EXPECT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(json::parse(res->body)["status"], "ok") << res->body;
+    EXPECT_EQ(res->get_header_value("Cache-Control"), "no-store");
+  }
+  // The route table lists it as public (auth_test sweeps the others).
+  int status = 0;
+  json routes = cluster.Get("/api/v1/routes", &status);
+  ASSERT_EQ(status, 200) << routes.dump();
+  bool listed = false;
+  for (const json& r : routes["routes"]) {
+    if (r["pattern"] != "/api/v1/health") continue;
+    listed = true;
+    EXPECT_EQ(r["method"], "GET");
+    EXPECT_FALSE(r["authenticated"].get<bool>());
+  }
+  EXPECT_TRUE(listed) << routes.dump();
+  EXPECT_EQ(GrpcHealthCheck(cluster.grpc_address()), std::string("\x08\x01", 2)) << "want SERVING";
+}
+
+// The master writes to a deleted file once det.db is removed under it (an
+// operator's rm, a data dir on a lost mount): the check says so within its
+// 1 s cache window.
+TEST(HealthEndpoint, ADeletedDatabaseAnswers503NamingTheFile) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  auto before = cluster.Http("GET", "/healthz", {});
+  ASSERT_TRUE(before);
+  ASSERT_EQ(before->status, 200) << before->body;
+  ASSERT_EQ(::unlink(cluster.db_path().c_str()), 0) << cluster.db_path();
+  std::string body;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        auto res = cluster.Http("GET", "/api/v1/health", {});
+        if (!res || res->status != 503) return false;
+        body = res->body;
+        return true;
+      },
+      std::chrono::seconds(10)))
+      << "still serving 10 s after det.db was deleted";
+  json j = json::parse(body);
+  EXPECT_EQ(j["status"], "unavailable");
+  EXPECT_NE(j["reason"].get<std::string>().find("the database file " + cluster.db_path() + " is gone"),
+            std::string::npos)
+      << body;
+}
+
+}  // namespace
+}  // namespace det::testing
