@@ -1,0 +1,132 @@
+// Issue 47, part 1: several machines deployed as an operator deploys them
+// (docs/operations/multi-node.md). An "operator's cluster"
+// (tests/multi_host/operator_cluster.h): a master host, two agent hosts of
+// 2 slots each and a client host, network namespaces on a bridge, each
+// installed by deploy/install.sh and configured from the shipped
+// deploy/config/*.toml in the documented keys only, TLS on, the master
+// reached at its advertised name. The example search and a 4-slot
+// distributed trial spanning both agent hosts run to completion.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "tests/multi_host/operator_cluster.h"
+#include "tests/test_util.h"
+
+namespace det::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+const std::string kExamples = std::string(DET_SOURCE_DIR) + "/examples/synthetic";
+constexpr auto kRun = std::chrono::minutes(4);
+
+// `yaml` with `from` replaced by `to`, which must occur exactly once (a
+// length key of the shipped example).
+std::string Edit(const std::string& yaml, const std::string& from, const std::string& to) {
+  size_t at = yaml.find(from);
+  EXPECT_NE(at, std::string::npos) << "'" << from << "' is not in the example";
+  EXPECT_EQ(yaml.find(from, at + 1), std::string::npos) << "'" << from << "' is in the example twice";
+  if (at == std::string::npos) return yaml;
+  return yaml.substr(0, at) + to + yaml.substr(at + from.size());
+}
+
+// The example search (examples/synthetic/random.yaml, as the deployment
+// page runs it) with its length keys shortened for test time.
+std::string SearchConfig() {
+  std::string y = ReadFile(kExamples + "/random.yaml");
+  y = Edit(y, "max_length:\n    batches: 200", "max_length:\n    batches: 40");
+  return Edit(y, "min_validation_period:\n  batches: 50", "min_validation_period:\n  batches: 20");
+}
+
+// examples/synthetic/distributed.yaml on 4 slots, shortened.
+std::string DistributedConfig() {
+  std::string y = ReadFile(kExamples + "/distributed.yaml");
+  y = Edit(y, "slots_per_trial: 2", "slots_per_trial: 4");
+  y = Edit(y, "max_length:\n    batches: 200", "max_length:\n    batches: 40");
+  return Edit(y, "min_validation_period:\n  batches: 50", "min_validation_period:\n  batches: 20");
+}
+
+// What install.sh and the operator's edits left on the hosts.
+void ExpectInstalledAsDocumented(OperatorCluster& c) {
+  const std::string master_toml = ReadFile(c.root(Host::kMaster) + "/etc/det/master.toml");
+  EXPECT_EQ(GetTomlKey(master_toml, "advertise-address"), absl::StrCat("\"", OperatorCluster::kMasterName, "\""));
+  EXPECT_EQ(GetTomlKey(master_toml, "host"), "\"0.0.0.0\"");
+  EXPECT_EQ(GetTomlKey(master_toml, "data-dir"), "\"" + c.root(Host::kMaster) + "/var/lib/det\"");
+  const std::string secret = ReadFile(c.root(Host::kMaster) + "/etc/det/cluster-secret");
+  EXPECT_GE(secret.size(), 32u);
+  for (Host h : {Host::kAgent1, Host::kAgent2}) {
+    SCOPED_TRACE(c.root(h));
+    // The master's secret, copied (never a fresh one), mode 0600; the copy
+    // the operator brought over is gone.
+    EXPECT_EQ(ReadFile(c.root(h) + "/etc/det/cluster-secret"), secret);
+    struct stat st {};
+    ASSERT_EQ(stat((c.root(h) + "/etc/det/cluster-secret").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_NE(access((c.root(h) + "/root/cluster-secret").c_str(), F_OK), 0);
+    const std::string agent_toml = ReadFile(c.root(h) + "/etc/det/agent.toml");
+    EXPECT_EQ(GetTomlKey(agent_toml, "det-trial"), "\"" + c.root(h) + "/usr/local/bin/det-trial\"");
+    EXPECT_EQ(GetTomlKey(agent_toml, "master"), absl::StrCat("\"", OperatorCluster::kMasterName, ":8090\""));
+  }
+}
+
+// The trials of experiment `id`, each COMPLETED with validation metrics.
+void ExpectTrialsCompleted(OperatorCluster& c, int id, size_t n) {
+  json trials = c.Trials(id);
+  ASSERT_EQ(trials.size(), n) << trials.dump();
+  for (const auto& t : trials) {
+    EXPECT_EQ(t.value("state", ""), "STATE_COMPLETED") << t.dump();
+    EXPECT_FALSE(c.Metrics(t.value("id", 0), "validation").empty()) << t.dump();
+  }
+}
+
+// Must show 1 (part 1): deployed from the shipped files, TLS on, det-cli on
+// the client host; the example search and a 4-slot trial across both agent
+// hosts complete.
+TEST(MultiHost, DeployedFromTheShippedFilesRunsTheSearchAndASpanningTrial) {
+  const auto start = std::chrono::steady_clock::now();
+  OperatorCluster c;
+  ASSERT_TRUE(c.ok()) << c.error() << c.Logs();
+  ASSERT_NO_FATAL_FAILURE(ExpectInstalledAsDocumented(c));
+
+  // det-cli on the client host, over TLS at the advertised name.
+  CliResult agents = c.Cli({"agent", "list"});
+  ASSERT_EQ(agents.rc, 0) << agents.err;
+  EXPECT_THAT(agents.out, HasSubstr("agent-1"));
+  EXPECT_THAT(agents.out, HasSubstr("agent-2"));
+  CliResult who = c.Cli({"user", "whoami"});
+  EXPECT_THAT(who.out, HasSubstr("admin")) << who.err;
+
+  const int spanning = c.CreateExperiment(DistributedConfig(), "distributed");
+  ASSERT_GT(spanning, 0);
+  const int search = c.CreateExperiment(SearchConfig(), "random");
+  ASSERT_GT(search, 0);
+  ASSERT_EQ(c.WaitUntilEnded(spanning, kRun), "STATE_COMPLETED") << c.Trials(spanning).dump() << c.Logs();
+  ASSERT_EQ(c.WaitUntilEnded(search, kRun), "STATE_COMPLETED") << c.Trials(search).dump() << c.Logs();
+
+  ASSERT_NO_FATAL_FAILURE(ExpectTrialsCompleted(c, spanning, 1));
+  ASSERT_NO_FATAL_FAILURE(ExpectTrialsCompleted(c, search, 4));
+  // The 4 ranks spanned both agent hosts: the chief's store on one agent's
+  // address, reached from the other across the bridge.
+  const int64_t trial = c.Trials(spanning)[0].value("id", 0);
+  const std::string logs = c.TrialLogs(trial);
+  EXPECT_THAT(logs, HasSubstr("rank 0 of 4: process group over ")) << logs;
+  EXPECT_THAT(logs, HasSubstr("(2 node(s))")) << logs;
+  const bool on1 = logs.find(c.address(Host::kAgent1) + ":") != std::string::npos;
+  const bool on2 = logs.find(c.address(Host::kAgent2) + ":") != std::string::npos;
+  EXPECT_TRUE(on1 != on2) << "the chief listens on one agent host's address\n" << logs;
+  std::printf("[ timing   ] operator cluster: built, search and 4-slot trial completed in %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+}  // namespace
+}  // namespace det::testing
