@@ -130,14 +130,19 @@ absl::Status DatabaseBackup::Open(const std::string& db_path, const std::string&
   return absl::OkStatus();
 }
 
-DatabaseBackup::~DatabaseBackup() {
+DatabaseBackup::~DatabaseBackup() { Discard(); }
+
+void DatabaseBackup::Discard() {
   if (fd_ >= 0) close(fd_);
+  fd_ = -1;
   if (db_ != nullptr) sqlite3_close_v2(db_);
+  db_ = nullptr;
   if (!temp_path_.empty()) {
-    unlink(temp_path_.c_str());
-    unlink((temp_path_ + "-journal").c_str());
+    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) unlink((temp_path_ + suffix).c_str());
+    temp_path_.clear();
   }
   if (holds_slot_) g_backup_running.store(false);
+  holds_slot_ = false;
 }
 
 absl::Status DatabaseBackup::Snapshot() {
@@ -201,6 +206,7 @@ absl::StatusOr<bool> DatabaseBackup::Next(apiv1::BackupDatabaseResponse* chunk) 
     chunk->set_sha256(sha_->HexDigest());
     chunk->set_schema_version(schema_version_);
     *chunk->mutable_snapshot_time() = google::protobuf::util::TimeUtil::MillisecondsToTimestamp(snapshot_ms_);
+    Discard();
   }
   return true;
 }
@@ -247,13 +253,19 @@ BackupDatabaseReactor::BackupDatabaseReactor(MasterCore* core) {
   backup_ = *std::move(backup);
   snapshot_thread_ = std::thread([this] {
     absl::Status st = backup_->Snapshot();
-    if (!st.ok()) return Finish(ToGrpcStatus(st));
+    if (!st.ok()) {
+      backup_->Discard();
+      return Finish(ToGrpcStatus(st));
+    }
     Next();
   });
 }
 
 void BackupDatabaseReactor::OnWriteDone(bool ok) {
-  if (!ok) return Finish(grpc::Status::OK);  // the client went away
+  if (!ok) {
+    backup_->Discard();
+    return Finish(grpc::Status::OK);  // the client went away
+  }
   Next();
 }
 
@@ -274,7 +286,10 @@ void BackupDatabaseReactor::OnDone() {
 
 void BackupDatabaseReactor::Next() {
   auto more = backup_->Next(&chunk_);
-  if (!more.ok()) return Finish(ToGrpcStatus(more.status()));
+  if (!more.ok()) {
+    backup_->Discard();
+    return Finish(ToGrpcStatus(more.status()));
+  }
   if (!*more) return Finish(grpc::Status::OK);
   StartWrite(&chunk_);
 }

@@ -60,7 +60,7 @@ class DatabaseBackup {
   static absl::StatusOr<std::unique_ptr<DatabaseBackup>> Start(const std::string& db_path,
                                                               const std::string& data_dir,
                                                               BackupOptions options = {});
-  // Removes the temporary file, frees the slot.
+  // Discard().
   ~DatabaseBackup();
   DatabaseBackup(const DatabaseBackup&) = delete;
   DatabaseBackup& operator=(const DatabaseBackup&) = delete;
@@ -72,8 +72,14 @@ class DatabaseBackup {
   // Ends a running Snapshot soon (SQLite's progress handler); thread-safe.
   void Cancel() { cancelled_.store(true); }
   // Fills `chunk` with the next piece; false when the last one was sent
-  // (the one with done set). Requires: Snapshot succeeded.
+  // (the one with done set). Requires: Snapshot succeeded. Once it has
+  // read the last piece it Discard()s: the file is gone before the client
+  // gets the last message.
   absl::StatusOr<bool> Next(::det::api::v1::BackupDatabaseResponse* chunk);
+  // Closes and removes the temporary file (with any -journal, -wal or -shm
+  // SQLite made beside it) and frees the slot. Idempotent; called before a
+  // call is finished, so that neither outlives what the client sees.
+  void Discard();
 
   const std::string& temp_path() const { return temp_path_; }
 
