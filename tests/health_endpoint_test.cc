@@ -1,8 +1,8 @@
 // The master's health check end to end (issue 47, part 5): a real det-master
 // answers GET /api/v1/health and GET /healthz without a token, lists the
 // route as public, answers the standard grpc.health.v1.Health service on its
-// gRPC port, and answers 503 naming the file once its database is deleted
-// under it.
+// gRPC port, serves it over HTTPS with TLS, and answers 503 naming the file
+// once its database is deleted under it.
 #include <unistd.h>
 
 #include <future>
@@ -69,6 +69,25 @@ TEST(HealthEndpoint, PublicOnBothPathsListedAndOnTheGrpcPort) {
   }
   EXPECT_TRUE(listed) << routes.dump();
   EXPECT_EQ(GrpcHealthCheck(cluster.grpc_address()), std::string("\x08\x01", 2)) << "want SERVING";
+}
+
+// With --tls-cert/--tls-key the check is HTTPS like the rest of the port (a
+// Kubernetes probe then needs `scheme: HTTPS`): curl -f verifying the
+// certificate gets 200. openssl and curl are test dependencies
+// (deploy/install-deps.sh): missing, the test fails.
+TEST(HealthEndpoint, ServedOverHttpsWithTls) {
+  TempDir dir;
+  ASSERT_EQ(WriteSelfSignedCert(dir.path()), "");
+  ASSERT_EQ(access("/usr/bin/curl", X_OK), 0) << "/usr/bin/curl is missing: run deploy/install-deps.sh";
+  TestCluster cluster(
+      dir, TestClusterOptions().add_master_flags({"--tls-cert", dir / "cert.pem", "--tls-key", dir / "key.pem"}));
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  const std::string url = "https://127.0.0.1:" + std::to_string(cluster.http_port()) + "/healthz";
+  std::string out, err;
+  ASSERT_EQ(RunProcess({"/usr/bin/curl", "-fsS", "--max-time", "10", "--cacert", dir / "cert.pem", url}, &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(json::parse(out)["status"], "ok") << out;
 }
 
 // The master writes to a deleted file once det.db is removed under it (an
