@@ -34,7 +34,9 @@ absl::Status Corrupt(const std::string& why) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BackupFileWriter>> BackupFileWriter::Create(const std::string& path, bool force) {
-  if (path.empty() || path.size() > 4096) return absl::InvalidArgumentError("backup: FILE: give a path (at most 4096 bytes)");
+  if (path.empty() || path.size() > 4096) {
+    return absl::InvalidArgumentError("backup: FILE: give a path (at most 4096 bytes)");
+  }
   struct stat st;
   if (!force && lstat(path.c_str(), &st) == 0) {
     return absl::AlreadyExistsError(

@@ -286,8 +286,9 @@ TEST(BackupTest, ARestoredMasterShowsTheSourceAtTheBackupPoint) {
     EXPECT_LE(restored.metric, after.metric);
     EXPECT_GE(restored.user, before.user);
     EXPECT_LE(restored.user, after.user);
-    EXPECT_EQ(backup.Int("SELECT COUNT(*) FROM users WHERE username LIKE 'load-%'"),
-              backup.Int("SELECT MAX(CAST(substr(username, 6) AS INTEGER)) + 1 FROM users WHERE username LIKE 'load-%'"))
+    EXPECT_EQ(
+        backup.Int("SELECT COUNT(*) FROM users WHERE username LIKE 'load-%'"),
+        backup.Int("SELECT MAX(CAST(substr(username, 6) AS INTEGER)) + 1 FROM users WHERE username LIKE 'load-%'"))
         << "users created in order are missing from the backup";
   }
   // The source stops (its last rows final); the restored master starts on

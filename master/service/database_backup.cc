@@ -176,7 +176,8 @@ absl::Status DatabaseBackup::ReadFacts() {
   fd_ = open(temp_path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
   if (fd_ < 0 || fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InternalError(absl::StrCat("backup: cannot read the snapshot ", temp_path_, ": ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("backup: cannot read the snapshot ", temp_path_, ": ", std::strerror(errno)));
   }
   size_ = st.st_size;
   sha_ = std::make_unique<Sha256>();
