@@ -5,9 +5,7 @@
 // two agents over loopback, and on two agents in two network namespaces
 // joined by a veth pair ("two hosts"). Plus: a failing rank stops the others.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <signal.h>
 #include <unistd.h>
@@ -31,6 +29,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "tests/multi_host/netns.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -220,32 +219,6 @@ TEST(DistributedTest, LocalFailingRankStopsTheOthers) {
 
 // ---------------------------------------------------------------- clusters
 
-// Runs `fn` on a thread that entered network namespace `netns` (empty: this
-// one). Network namespaces are per thread, so the test's other threads stay.
-template <typename F>
-auto InNetns(const std::string& netns, F fn) -> decltype(fn()) {
-  if (netns.empty()) return fn();
-  decltype(fn()) result{};
-  std::thread t([&] {
-    int fd = open(("/var/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
-      if (fd >= 0) close(fd);
-      return;
-    }
-    close(fd);
-    result = fn();
-  });
-  t.join();
-  return result;
-}
-
-std::string IpBinary() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (access(p, X_OK) == 0) return p;
-  }
-  return "";
-}
-
 // A "host": a network namespace (empty: this one) and the address other
 // hosts reach it at.
 struct Host {
@@ -309,30 +282,25 @@ class Cluster : public TestCluster {
         .add_master_flags({"--host", host.address, "--allow-empty-passwords"})
         .set_master_address(host.address)
         .set_master_prefix(host.Prefix())
-        .set_in_master_network([netns = host.netns](const std::function<void()>& fn) {
-          InNetns(netns, [&] {
-            fn();
-            return 0;
-          });
-        });
+        .set_in_master_network([netns = host.netns](const std::function<void()>& fn) { InNetns(netns, fn); });
   }
   // A TCP port free on `host` a moment ago (the kernel's choice).
   static int FreePort(const Host& host) {
-    return InNetns(host.netns, [&]() -> int {
+    int port = 0;
+    InNetns(host.netns, [&] {
       int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) return 0;
+      if (fd < 0) return;
       sockaddr_in addr{};
       addr.sin_family = AF_INET;
       inet_pton(AF_INET, host.address.c_str(), &addr.sin_addr);
       socklen_t len = sizeof(addr);
-      int port = 0;
       if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
           getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
         port = ntohs(addr.sin_port);
       }
       close(fd);
-      return port;
     });
+    return port;
   }
 };
 

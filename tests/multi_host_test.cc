@@ -7,8 +7,11 @@
 // reached at its advertised name. The example search and a 4-slot
 // distributed trial spanning both agent hosts run to completion.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <vector>
 #include <set>
 #include <string>
 
@@ -88,6 +91,75 @@ void ExpectTrialsCompleted(OperatorCluster& c, int id, size_t n) {
     EXPECT_FALSE(c.Metrics(t.value("id", 0), "validation").empty()) << t.dump();
   }
 }
+
+// ------------------------------------------------------------ install.sh
+
+// Runs deploy/install.sh ARGS with `env` ("K=V") in the environment.
+CliResult InstallSh(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> argv = {"/usr/bin/env", std::string("DET_BUILD_DIR=") + DET_BUILD_ROOT};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.insert(argv.end(), {"/bin/bash", std::string(DET_SOURCE_DIR) + "/deploy/install.sh"});
+  argv.insert(argv.end(), args.begin(), args.end());
+  CliResult r;
+  r.rc = RunProcess(argv, &r.out, &r.err, std::chrono::minutes(1));
+  return r;
+}
+
+// Each bad option stops install.sh before it installs anything, naming the
+// option and an example of a good value.
+TEST(MultiHostInstall, BadOptionsAreRefusedNamingThem) {
+  TempDir dir;
+  CliResult r = InstallSh({"--prefix", "usr/local", "--no-system", "client"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--prefix 'usr/local' must be an absolute path"));
+  r = InstallSh({"--root", "/", "--no-system", "client"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--root '/' must be an absolute path"));
+  r = InstallSh({"--root", dir.path() + "/a b", "--no-system", "client"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--root"));
+  r = InstallSh({"--root"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("usage: "));
+  r = InstallSh({"--root", dir.path(), "--no-system", "worker"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown argument 'worker'"));
+  // An agent node without the master's secret.
+  r = InstallSh({"--root", dir.path(), "--no-system", "agent"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("CLUSTER_SECRET_FILE=/root/cluster-secret"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/usr")) << "installed before refusing";
+}
+
+// --prefix and --root: binaries under ROOT/PREFIX, and the installed
+// configs and units name those binaries and ROOT's /etc/det and /var/lib.
+TEST(MultiHostInstall, PrefixAndRootPointConfigsAndUnitsAtTheNode) {
+  TempDir dir;
+  const std::string root = dir.path();
+  CliResult r = InstallSh({"--prefix", "/opt/det", "--root", root, "--no-system", "all"});
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_EQ(access((root + "/opt/det/bin/det-master").c_str(), X_OK), 0);
+  const std::string master = ReadFile(root + "/etc/det/master.toml");
+  const std::string agent = ReadFile(root + "/etc/det/agent.toml");
+  EXPECT_EQ(GetTomlKey(master, "data-dir"), "\"" + root + "/var/lib/det\"");
+  EXPECT_EQ(GetTomlKey(master, "cluster-secret-file"), "\"" + root + "/etc/det/cluster-secret\"");
+  EXPECT_EQ(GetTomlKey(master, "checkpoint-root"), "\"" + root + "/mnt/det-checkpoints\"");
+  EXPECT_EQ(GetTomlKey(agent, "det-trial"), "\"" + root + "/opt/det/bin/det-trial\"");
+  EXPECT_EQ(GetTomlKey(agent, "work-dir"), "\"" + root + "/var/lib/det-agent\"");
+  EXPECT_THAT(agent, HasSubstr("# tls-ca = \"" + root + "/etc/det/tls/ca.pem\""));
+  EXPECT_THAT(ReadFile(root + "/etc/systemd/system/det-master.service"),
+              HasSubstr("ExecStart=" + root + "/opt/det/bin/det-master --config " + root + "/etc/det/master.toml\n"));
+  EXPECT_THAT(ReadFile(root + "/etc/systemd/system/det-agent.service"),
+              HasSubstr("ExecStart=" + root + "/opt/det/bin/det-agent --config " + root + "/etc/det/agent.toml\n"));
+  // The secrets: made once, private.
+  struct stat st {};
+  ASSERT_EQ(stat((root + "/etc/det/cluster-secret").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat((root + "/var/lib/det").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
+// ---------------------------------------------------------- the cluster
 
 // Must show 1 (part 1): deployed from the shipped files, TLS on, det-cli on
 // the client host; the example search and a 4-slot trial across both agent
