@@ -352,6 +352,19 @@ TEST(BackupTest, AnExistingFileIsKeptWithoutForce) {
   EXPECT_TRUE(BackupTemps(dir / "master").empty());
 }
 
+TEST(BackupTest, AMasterRemovesASnapshotLeftByACrashAtStart) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  cluster.KillMaster();
+  const std::string stale = dir / "master/.det-backup-0123456789abcdef0123456789abcdef.tmp";
+  WriteFile(stale, "a snapshot cut short");
+  WriteFile(dir / "master/keep.txt", "not a snapshot");
+  cluster.RestartMaster();
+  EXPECT_FALSE(fs::exists(stale)) << cluster.MasterLog();
+  EXPECT_TRUE(fs::exists(dir / "master/keep.txt"));
+  EXPECT_THAT(cluster.MasterLog(), HasSubstr("the temporary file of a backup that did not finish"));
+}
+
 TEST(BackupTest, TheRestFormStreamsTheSameSnapshot) {
   TempDir dir;
   TestCluster cluster(dir);
