@@ -393,10 +393,10 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
     std::fprintf(stderr, "det-master: error: cannot read --tls-cert/--tls-key\n");
     return 2;
   }
-  grpc::ServerBuilder builder;
   // grpc.health.v1.Health on the gRPC port: SERVING until shutdown begins
   // (the REST health check, master/http/health.h, also probes the database).
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
   int bound_grpc = 0;
   builder.AddListeningPort(absl::StrCat(f.host, ":", f.grpc_port), credentials, &bound_grpc);
   const int64_t max_request_bytes = f.options.max_request_bytes();
@@ -454,11 +454,11 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   int sig = 0;
   sigwait(signals, &sig);
   spdlog::info("det-master: signal {}, shutting down", sig);
+  rest.health().SetShuttingDown();
+  if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) health->Shutdown();
   rest.Stop();
   trials.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  rest.health().SetShuttingDown();
-  if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) health->Shutdown();
   return 0;
 }
 
