@@ -201,6 +201,19 @@ TEST(UpgradeTest, PausedExperimentOfV010ResumesBitExactlyAfterTheMigration) {
   EXPECT_THAT(err, HasSubstr("det-cli experiment set trial-so 1 TRIAL_SO"));
   EXPECT_EQ(cluster.ExperimentState(1), "STATE_PAUSED");
 
+  // Only the owner (determined, who created it under 0.1.0) or an admin may.
+  const std::string admin = RestLogin(cluster.http_port(), "admin", "");
+  ASSERT_FALSE(admin.empty());
+  auto made = cluster.Http("POST", "/api/v1/users", {{"Authorization", "Bearer " + admin}},
+                           R"({"user": {"username": "bob", "active": true}, "password": "bob-pw"})");
+  ASSERT_TRUE(made && made->status == 200) << (made ? made->body : "no answer");
+  auto bob = cluster.Http("PATCH", "/api/v1/experiments/1",
+                          {{"Authorization", "Bearer " + RestLogin(cluster.http_port(), "bob", "bob-pw")}},
+                          absl::StrCat(R"({"trial_so_sha256": ")", std::string(64, 'a'), R"("})"));
+  ASSERT_TRUE(bob);
+  EXPECT_EQ(bob->status, 403) << bob->body;
+  EXPECT_THAT(bob->body, HasSubstr("user 'bob' may not change experiment 1 (owner 'determined')"));
+
   ASSERT_EQ(cluster.Cli({"experiment", "set", "trial-so", "1", kUpgradeTrial}, &out, &err), 0) << out << err;
   EXPECT_THAT(out, HasSubstr("Experiment 1 now runs upgrade_v010_trial.so"));
   const std::string sha = Sql(cluster.db_path(), "SELECT trial_so_sha256 FROM experiments WHERE id = 1");
