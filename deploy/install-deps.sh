@@ -45,6 +45,9 @@ PACKAGES+=(slurm-wlm munge)
 # tests/deploy_files_check.py: systemd-analyze (in Debian's systemd) and
 # yamllint on the shipped units and YAML.
 PACKAGES+=(systemd yamllint)
+# tests/multi_host_test.cc: the operator cluster's CA and TLS certificate
+# (openssl), its hosts on a bridge (iproute2, above).
+PACKAGES+=(openssl)
 command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 fi

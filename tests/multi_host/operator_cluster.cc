@@ -11,6 +11,7 @@
 #include <atomic>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -233,7 +234,12 @@ CliResult OperatorCluster::RunOn(Host host, const std::vector<std::string>& argv
 }
 
 bool OperatorCluster::WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  return PollUntil(pred, timeout);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
 }
 
 }  // namespace det::testing

@@ -199,7 +199,8 @@ class OperatorCluster {
   // det-cli trial logs ID's stdout ("" on failure).
   std::string TrialLogs(int64_t trial_id);
 
-  // Polls `pred` every 20 ms until true; false after `timeout`.
+  // Polls `pred` every 100 ms (a REST poll is a TLS handshake) until true;
+  // false after `timeout`.
   static bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
   // The master's SQLite file (read-only checks: open it with

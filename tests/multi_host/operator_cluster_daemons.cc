@@ -15,6 +15,18 @@ namespace {
 // systemd's default PATH for services: the units set no other environment.
 constexpr char kSystemdPath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+// The TCP sockets and neighbours of each host (ss and ip from iproute2),
+// for a failure message.
+std::string NetworkState(OperatorCluster& c) {
+  std::string out;
+  for (Host h : {Host::kMaster, Host::kAgent1, Host::kAgent2}) {
+    CliResult ss = c.RunOn(h, {"/usr/bin/env", "ss", "-tan"}, std::chrono::seconds(10));
+    CliResult neigh = c.RunOn(h, {"/usr/bin/env", "ip", "neigh"}, std::chrono::seconds(10));
+    absl::StrAppend(&out, "--- ", c.netns(h), " (", c.address(h), ")\n", ss.out, ss.err, neigh.out, neigh.err);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<Subprocess> OperatorCluster::StartDaemon(Host host, const std::string& unit,
@@ -41,7 +53,7 @@ void OperatorCluster::StartAll() {
   ASSERT_NO_FATAL_FAILURE(StartMaster());
   StartAgent(1);
   StartAgent(2);
-  ASSERT_TRUE(WaitForAgents(2, std::chrono::seconds(60))) << Logs();
+  ASSERT_TRUE(WaitForAgents(2, std::chrono::seconds(60))) << Logs() << NetworkState(*this);
   const std::string password = ReadFile(root(Host::kMaster) + "/etc/det/initial-admin-password");
   CliResult login = Cli({"user", "login", "admin", "--password-stdin"}, password);
   ASSERT_EQ(login.rc, 0) << login.out << login.err << Logs();
