@@ -19,6 +19,7 @@
 #include "agent/agent_credential.h"
 #include "agent/cgroup.h"
 #include "common/abi_check.h"
+#include "common/master_channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -146,12 +147,12 @@ void Agent::SleepUnlessShutdown(absl::Duration d) {
 absl::Status Agent::Run() {
   auto creds = options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials();
   // Reconnect within a second of a restarted master coming back (gRPC's own
-  // reconnect backoff would grow to two minutes); Run() adds its backoff.
+  // reconnect backoff would grow to two minutes), see a dead link within
+  // seconds (keepalive); Run() adds its backoff.
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  stub_ = av1::AgentService::NewStub(grpc::CreateCustomChannel(options_.master_address, creds, args));
+  SetMasterChannelArgs(&args);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options_.master_address, creds, args);
+  stub_ = av1::AgentService::NewStub(channel);
   DET_RETURN_IF_ERROR(PrepareHost());
 
   absl::Duration backoff = options_.backoff_initial;
@@ -164,6 +165,10 @@ absl::Status Agent::Run() {
       if (shutdown_) break;
     }
     Reap();
+    // A channel that lost its connection redials only while a thread waits
+    // on it (master_channel.h); the calls below fail at once until it is
+    // connected again, so wait here (bounded: shutdown waits for it).
+    channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(2));
     if (need_register) {
       absl::Status st = Register(registered_once);
       if (!st.ok()) {

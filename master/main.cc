@@ -34,6 +34,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/master_channel.h"
 #include "master/core/auth.h"
 #include "master/core/listen_address.h"
 #include "master/core/master_core.h"
@@ -411,6 +412,8 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   quota.Resize(static_cast<size_t>(f.grpc_memory_mib * (1 << 20)));
   builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(64 << 20);
+  // Agents and trials ping every few seconds to see a dead link (keepalive).
+  det::AddServerKeepalivePolicy(&builder);
   builder.RegisterService(&api);
   builder.RegisterService(&agents);
   builder.RegisterService(&trials);

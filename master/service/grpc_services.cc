@@ -289,10 +289,22 @@ grpc::Status AgentServiceImpl::Connect(grpc::ServerContext* ctx,
     }
   });
   agentv1::AgentMessage in;
-  while (stream->Read(&in)) core_->HandleAgentMessage(s->agent_id(), in);
+  // A session the master closed (the agent was lost, or connected again)
+  // ends at the agent's next message (a heartbeat each interval): told
+  // UNAUTHENTICATED, the agent registers again, reporting what it still
+  // runs (which the master then kills if it gave it up).
+  bool ended_by_master = false;
+  while (stream->Read(&in)) {
+    if ((ended_by_master = s->closed())) break;
+    core_->HandleAgentMessage(s->agent_id(), in);
+  }
   core_->DetachAgent(s);
   s->Close();
   writer.join();
+  if (ended_by_master) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "the master ended this agent session (the agent was lost, or connected again); register again");
+  }
   return grpc::Status::OK;
 }
 

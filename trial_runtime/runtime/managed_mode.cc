@@ -30,6 +30,7 @@
 #include "common/utf8.h"
 #include "det/trial/v1/trial.grpc.pb.h"
 #include "trial_runtime/runtime/distributed.h"
+#include "trial_runtime/runtime/master_client.h"
 #include "trial_runtime/runtime/operation_relay.h"
 #include "trial_runtime/runtime/allocation_token.h"
 #include "trial_runtime/runtime/process_setup.h"
@@ -48,96 +49,6 @@ std::string Env(const char* name, const char* fallback = "") {
   return v != nullptr ? v : fallback;
 }
 
-// Reconnects within a second of a restarted master coming back (gRPC's
-// default reconnect backoff grows to two minutes).
-std::shared_ptr<grpc::Channel> MasterChannel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  // A TLS master: det-agent --tls-ca passes its CA file down.
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (const char* ca = std::getenv("DET_MASTER_CERT_FILE"); ca != nullptr && *ca != '\0') {
-    std::ifstream in(ca, std::ios::binary);
-    std::stringstream pem;
-    pem << in.rdbuf();
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
-    creds = grpc::SslCredentials(ssl);
-  }
-  return grpc::CreateCustomChannel(address, creds, args);
-}
-
-// How long calls keep retrying an unreachable master (it may be restarting)
-// before the run gives up with kExitMasterUnreachable:
-// DET_MASTER_RETRY_TIMEOUT_S, default 10 minutes.
-std::chrono::milliseconds MasterRetryTimeout() {
-  const char* v = std::getenv("DET_MASTER_RETRY_TIMEOUT_S");
-  double s = v != nullptr ? std::atof(v) : 0;
-  return std::chrono::milliseconds(static_cast<int64_t>((s > 0 ? s : 600) * 1000));
-}
-
-// Calls the master's TrialService with the allocation token and a deadline,
-// retrying while the master is unreachable. Every call is safe to repeat:
-// the master ignores a report it already stored.
-class MasterClient {
- public:
-  MasterClient(const std::string& address, std::string allocation_id, std::string token)
-      : stub_(tv1::TrialService::NewStub(MasterChannel(address))),
-        allocation_id_(std::move(allocation_id)),
-        token_(std::move(token)),
-        retry_timeout_(MasterRetryTimeout()) {}
-
-  const std::string& allocation_id() const { return allocation_id_; }
-
-  template <typename Req, typename Resp, typename Method>
-  absl::Status Call(const char* what, Method method, Req req, Resp* resp,
-                    std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
-    req.set_allocation_id(allocation_id_);
-    auto backoff = std::chrono::milliseconds(100);
-    const auto give_up = Clock::now() + retry_timeout_;
-    for (bool reported = false;;) {
-      grpc::ClientContext ctx;
-      ctx.AddMetadata("x-det-allocation-token", token_);
-      ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-      grpc::Status s = ((*stub_).*method)(&ctx, req, resp);
-      Note(s.error_code());
-      if (s.ok()) return absl::OkStatus();
-      if (s.error_code() != grpc::StatusCode::UNAVAILABLE || Clock::now() >= give_up) {
-        return FromGrpcStatus(s, what);
-      }
-      if (!reported) {
-        std::fprintf(stderr, "[det-trial] master unreachable (%s); retrying %s\n", s.error_message().c_str(), what);
-        reported = true;
-      }
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-    }
-  }
-
-  // Records what a call's outcome says about the allocation: the master is
-  // unreachable (until a call gets through again), or it no longer knows the
-  // allocation (it gave up on it: for good).
-  void Note(grpc::StatusCode code) {
-    unreachable_ = code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (code == grpc::StatusCode::NOT_FOUND || code == grpc::StatusCode::PERMISSION_DENIED) revoked_ = true;
-  }
-  // Whether the run lost its master or its allocation (not the trial's fault).
-  bool lost() const { return unreachable_.load() || revoked_.load(); }
-  bool revoked() const { return revoked_.load(); }
-
-  tv1::TrialService::Stub* stub() { return stub_.get(); }
-  const std::string& token() const { return token_; }
-
- private:
-  std::unique_ptr<tv1::TrialService::Stub> stub_;
-  std::string allocation_id_;
-  std::string token_;
-  std::chrono::milliseconds retry_timeout_;
-  std::atomic<bool> unreachable_{false};
-  std::atomic<bool> revoked_{false};
-};
-
 tv1::MetricsRow Row(int64_t total_batches, double epochs, const MetricsMap& metrics, int64_t gbs) {
   tv1::MetricsRow row;
   row.set_total_batches(total_batches);
@@ -152,45 +63,14 @@ tv1::MetricsRow Row(int64_t total_batches, double epochs, const MetricsMap& metr
   return row;
 }
 
-class MasterReporter final : public Reporter {
+// A training or report_metrics report the master refused for a metric
+// bound (RESOURCE_EXHAUSTED: --max-trial-metric-names and the like) is
+// said on stderr (the first, then every 100th) and dropped: training goes
+// on. A refused validation fails the trial (the searcher needs it). Used on
+// the report queue's thread only.
+class RefusedReports {
  public:
-  MasterReporter(MasterClient* client, int64_t gbs, bool chief) : client_(client), gbs_(gbs), chief_(chief) {}
-  absl::Status ReportTrainingMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) override {
-    std::printf("[det-trial] training   batches %-7lld epochs %-8.4f%s\n", static_cast<long long>(total_batches),
-                epochs, Format(metrics).c_str());
-    std::fflush(stdout);
-    if (!chief_) return absl::OkStatus();
-    tv1::ReportTrainingMetricsRequest req;
-    *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
-    tv1::ReportTrainingMetricsResponse resp;
-    return Dropped(client_->Call("ReportTrainingMetrics", &tv1::TrialService::Stub::ReportTrainingMetrics, req, &resp),
-                   "training metrics");
-  }
-  absl::Status ReportValidationMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) override {
-    std::printf("[det-trial] validation batches %-7lld epochs %-8.4f%s\n", static_cast<long long>(total_batches),
-                epochs, Format(metrics).c_str());
-    std::fflush(stdout);
-    if (!chief_) return absl::OkStatus();
-    tv1::ReportValidationMetricsRequest req;
-    *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
-    tv1::ReportValidationMetricsResponse resp;
-    return client_->Call("ReportValidationMetrics", &tv1::TrialService::Stub::ReportValidationMetrics, req, &resp);
-  }
-  absl::Status ReportMetrics(const std::string& group, int64_t total_batches, double epochs,
-                             const MetricsMap& metrics) override {
-    if (!chief_) return absl::OkStatus();
-    tv1::ReportMetricsRequest req;
-    req.set_group(group);
-    *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
-    tv1::ReportMetricsResponse resp;
-    return Dropped(client_->Call("ReportMetrics", &tv1::TrialService::Stub::ReportMetrics, req, &resp),
-                   "report_metrics");
-  }
-  // A training or report_metrics report the master refused for a metric
-  // bound (RESOURCE_EXHAUSTED: --max-trial-metric-names and the like) is
-  // said on stderr (the first, then every 100th) and dropped: training goes
-  // on. A refused validation fails the trial (the searcher needs it).
-  absl::Status Dropped(absl::Status s, const char* what) {
+  absl::Status Filter(absl::Status s, const char* what) {
     if (s.code() != absl::StatusCode::kResourceExhausted) return s;
     const long long n = ++refused_;
     // The first refusal for each bound (named by its flag), then every 100th.
@@ -205,6 +85,46 @@ class MasterReporter final : public Reporter {
     }
     return absl::OkStatus();
   }
+
+ private:
+  long long refused_ = 0;  // reports refused for a metric bound
+  std::set<std::string> bounds_seen_;
+};
+
+class MasterReporter final : public Reporter {
+ public:
+  MasterReporter(MasterClient* client, int64_t gbs, bool chief) : client_(client), gbs_(gbs), chief_(chief) {}
+  absl::Status ReportTrainingMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) override {
+    std::printf("[det-trial] training   batches %-7lld epochs %-8.4f%s\n", static_cast<long long>(total_batches),
+                epochs, Format(metrics).c_str());
+    std::fflush(stdout);
+    if (!chief_) return absl::OkStatus();
+    tv1::ReportTrainingMetricsRequest req;
+    *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
+    return client_->Post<tv1::ReportTrainingMetricsRequest, tv1::ReportTrainingMetricsResponse>(
+        "ReportTrainingMetrics", &tv1::TrialService::Stub::ReportTrainingMetrics, req,
+        [refused = refused_](absl::Status s) { return refused->Filter(std::move(s), "training metrics"); });
+  }
+  absl::Status ReportValidationMetrics(int64_t total_batches, double epochs, const MetricsMap& metrics) override {
+    std::printf("[det-trial] validation batches %-7lld epochs %-8.4f%s\n", static_cast<long long>(total_batches),
+                epochs, Format(metrics).c_str());
+    std::fflush(stdout);
+    if (!chief_) return absl::OkStatus();
+    tv1::ReportValidationMetricsRequest req;
+    *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
+    return client_->Post<tv1::ReportValidationMetricsRequest, tv1::ReportValidationMetricsResponse>(
+        "ReportValidationMetrics", &tv1::TrialService::Stub::ReportValidationMetrics, req);
+  }
+  absl::Status ReportMetrics(const std::string& group, int64_t total_batches, double epochs,
+                             const MetricsMap& metrics) override {
+    if (!chief_) return absl::OkStatus();
+    tv1::ReportMetricsRequest req;
+    req.set_group(group);
+    *req.add_rows() = Row(total_batches, epochs, metrics, gbs_);
+    return client_->Post<tv1::ReportMetricsRequest, tv1::ReportMetricsResponse>(
+        "ReportMetrics", &tv1::TrialService::Stub::ReportMetrics, req,
+        [refused = refused_](absl::Status s) { return refused->Filter(std::move(s), "report_metrics"); });
+  }
   absl::Status ReportCheckpoint(const SavedCheckpoint& checkpoint, int64_t total_batches) override {
     std::printf("[det-trial] checkpoint batches %-7lld %s\n", static_cast<long long>(total_batches),
                 checkpoint.path.c_str());
@@ -215,8 +135,8 @@ class MasterReporter final : public Reporter {
     req.set_total_batches(total_batches);
     req.set_total_records(total_batches * gbs_);
     for (const auto& [k, v] : checkpoint.resources) (*req.mutable_resources())[k] = v;
-    tv1::ReportCheckpointResponse resp;
-    return client_->Call("ReportCheckpoint", &tv1::TrialService::Stub::ReportCheckpoint, req, &resp);
+    return client_->Post<tv1::ReportCheckpointRequest, tv1::ReportCheckpointResponse>(
+        "ReportCheckpoint", &tv1::TrialService::Stub::ReportCheckpoint, req);
   }
 
  private:
@@ -232,8 +152,8 @@ class MasterReporter final : public Reporter {
   MasterClient* client_;
   int64_t gbs_;
   bool chief_;
-  long long refused_ = 0;  // reports refused for a metric bound (Dropped)
-  std::set<std::string> bounds_seen_;
+  // Shared with the reports queued: they may outlive this reporter.
+  std::shared_ptr<RefusedReports> refused_ = std::make_shared<RefusedReports>();
 };
 
 // Preempts on SIGTERM or when the master says so (long-polled in a thread).
@@ -272,6 +192,9 @@ class MasterPreemption final : public PreemptionSource {
       tv1::ShouldPreemptResponse resp;
       grpc::ClientContext ctx;
       ctx.AddMetadata("x-det-allocation-token", client_->token());
+      // Waits for the channel to connect: a waiting call is what makes gRPC
+      // redial the master promptly (common/master_channel.h).
+      ctx.set_wait_for_ready(true);
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
       grpc::Status s = client_->stub()->ShouldPreempt(&ctx, req, &resp);
       if (s.ok() && resp.preempt()) {
@@ -470,7 +393,7 @@ std::optional<int> ManagedRank::Rendezvous() {
   do {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now());
     st = client_.Call("AllocationRendezvous", &tv1::TrialService::Stub::AllocationRendezvous, rdv_req, &rdv_resp,
-                      std::max(left, std::chrono::milliseconds(1)));
+                      std::max(left, std::chrono::milliseconds(1)), /*retry_deadline_exceeded=*/false);
   } while (st.code() == absl::StatusCode::kDeadlineExceeded && std::chrono::steady_clock::now() < give_up);
   if (!st.ok() && st.code() != absl::StatusCode::kUnimplemented) {
     return Fail(client_.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
@@ -750,7 +673,14 @@ int RunManagedWithToken(const std::string& trial_path, int threads, const std::s
   }
   MasterClient client(master, allocation_id, token);
   ManagedRank run(&client, rank);
-  return run.Run(trial_path, threads);
+  const int rc = run.Run(trial_path, threads);
+  // What the run reported, delivered before it exits (every path to a
+  // successful end already flushed through a Call but a preemption's).
+  if (absl::Status st = client.FlushReports(); rc == 0 && !st.ok()) {
+    std::fprintf(stderr, "det-trial: error: %s\n", std::string(st.message()).c_str());
+    return client.lost() ? kExitMasterUnreachable : kExitTrialError;
+  }
+  return rc;
 }
 
 }  // namespace det::runtime

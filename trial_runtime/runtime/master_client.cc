@@ -1,0 +1,59 @@
+#include "trial_runtime/runtime/master_client.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "common/master_channel.h"
+
+namespace det::runtime {
+namespace {
+
+// Reconnects within a second of a restarted master or a link coming back
+// (gRPC's default reconnect backoff grows to two minutes); keepalive sees a
+// dead link within seconds (master_channel.h).
+std::shared_ptr<grpc::Channel> MasterChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  SetMasterChannelArgs(&args);
+  // A TLS master: det-agent --tls-ca passes its CA file down.
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (const char* ca = std::getenv("DET_MASTER_CERT_FILE"); ca != nullptr && *ca != '\0') {
+    std::ifstream in(ca, std::ios::binary);
+    std::stringstream pem;
+    pem << in.rdbuf();
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem.str();
+    creds = grpc::SslCredentials(ssl);
+  }
+  return grpc::CreateCustomChannel(address, creds, args);
+}
+
+ReportQueueOptions QueueOptions(std::chrono::milliseconds retry_timeout) {
+  ReportQueueOptions o;
+  o.retry_timeout = retry_timeout;
+  return o;
+}
+
+}  // namespace
+
+std::chrono::milliseconds MasterRetryTimeout() {
+  const char* v = std::getenv("DET_MASTER_RETRY_TIMEOUT_S");
+  double s = v != nullptr ? std::atof(v) : 0;
+  s = std::min(s, 7 * 24 * 3600.0);  // at most a week, so that the milliseconds fit
+  return std::chrono::milliseconds(static_cast<int64_t>((s > 0 ? s : 600) * 1000));
+}
+
+MasterClient::MasterClient(const std::string& address, std::string allocation_id, std::string token)
+    : stub_(::det::trial::v1::TrialService::NewStub(MasterChannel(address))),
+      allocation_id_(std::move(allocation_id)),
+      token_(std::move(token)),
+      retry_timeout_(MasterRetryTimeout()),
+      reports_(QueueOptions(retry_timeout_)) {}
+
+void MasterClient::Note(grpc::StatusCode code) {
+  unreachable_ = code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+  if (code == grpc::StatusCode::NOT_FOUND || code == grpc::StatusCode::PERMISSION_DENIED) revoked_ = true;
+}
+
+}  // namespace det::runtime

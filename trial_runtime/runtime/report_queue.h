@@ -1,0 +1,101 @@
+// The trial runtime's outbox for reports to the master (metrics,
+// checkpoints): training does not wait for the master. Reports are sent in
+// the order queued by one sender thread, each retried while the master is
+// unreachable, so that a trial keeps training through a network partition
+// or a master restart and delivers what it reported when the master is back.
+// The queue is bounded in count and bytes: when full, Push waits
+// (backpressure), it never drops a report.
+//
+// Redelivery is safe: the master ignores a metrics row it stored (unique on
+// trial, run, group and batches) and a checkpoint uuid it knows, so a report
+// whose reply was lost (it reached the master) is not duplicated.
+#ifndef DET_TRIAL_RUNTIME_RUNTIME_REPORT_QUEUE_H_
+#define DET_TRIAL_RUNTIME_RUNTIME_REPORT_QUEUE_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+
+namespace det::runtime {
+
+// The defaults: a trial at one report per batch buffers this many before it
+// waits for the master.
+inline constexpr size_t kReportQueueMaxReports = 4096;
+inline constexpr size_t kReportQueueMaxBytes = 16 << 20;
+
+struct ReportQueueOptions {
+  using Clock = std::chrono::steady_clock;
+  // The bounds of what is queued (sent and unsent-yet reports). A report
+  // larger than max_bytes is queued alone.
+  size_t max_reports = kReportQueueMaxReports;
+  size_t max_bytes = kReportQueueMaxBytes;
+  // How long one report keeps being retried while every try fails with a
+  // transient error (UNAVAILABLE, DEADLINE_EXCEEDED) before the queue fails
+  // (DET_MASTER_RETRY_TIMEOUT_S in det-trial).
+  std::chrono::milliseconds retry_timeout = std::chrono::minutes(10);
+  // The wait between tries: min_backoff, doubling up to max_backoff.
+  std::chrono::milliseconds min_backoff{100};
+  std::chrono::milliseconds max_backoff{1000};
+  // The clock retry_timeout is measured on (a test injects its own).
+  std::function<Clock::time_point()> now = [] { return Clock::now(); };
+};
+
+// Thread-safe: any thread may Push and Flush.
+class ReportQueue {
+ public:
+  // One try at delivering a report: OK, a transient error (retried) or any
+  // other error (the queue fails with it).
+  using Send = std::function<absl::Status()>;
+
+  explicit ReportQueue(ReportQueueOptions options = {});
+  // Stops the sender after its current try; reports not delivered yet are
+  // dropped (Flush first to deliver them).
+  ~ReportQueue();
+  ReportQueue(const ReportQueue&) = delete;
+  ReportQueue& operator=(const ReportQueue&) = delete;
+
+  // Queues `send`, a report of `bytes` bytes that `what` names in messages,
+  // behind the others. Waits while the queue is full. Returns the queue's
+  // error, and queues nothing, once a report failed.
+  absl::Status Push(std::string what, size_t bytes, Send send);
+
+  // Waits until every queued report is delivered; returns OK or the error
+  // that failed the queue: the report's own error (named by its `what`), or
+  // UNAVAILABLE when it was retried for retry_timeout.
+  absl::Status Flush();
+
+  // Reports queued and not yet delivered, and their bytes.
+  size_t size() const;
+  size_t bytes() const;
+
+ private:
+  struct Report {
+    std::string what;
+    size_t bytes;
+    Send send;
+  };
+  void Run();
+  // Delivers `r`, retrying transient errors; OK or the error to fail with.
+  absl::Status Deliver(const Report& r);
+  bool Transient(const absl::Status& s) const;
+
+  const ReportQueueOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // a report queued or delivered, an error, stop_
+  std::deque<Report> queue_;         // guarded by mu_; the front is being sent
+  size_t bytes_ = 0;                 // guarded by mu_
+  absl::Status error_;               // guarded by mu_
+  bool stop_ = false;                // guarded by mu_
+  std::thread sender_;
+};
+
+}  // namespace det::runtime
+
+#endif  // DET_TRIAL_RUNTIME_RUNTIME_REPORT_QUEUE_H_
