@@ -198,6 +198,26 @@ TEST(MultiHost, DeployedFromTheShippedFilesRunsTheSearchAndASpanningTrial) {
   const bool on1 = logs.find(c.address(Host::kAgent1) + ":") != std::string::npos;
   const bool on2 = logs.find(c.address(Host::kAgent2) + ":") != std::string::npos;
   EXPECT_TRUE(on1 != on2) << "the chief listens on one agent host's address\n" << logs;
+  // All 4 ranks ran and logged, 2 on each agent host, each exiting 0 (the
+  // agents' own logs: stored trial log lines carry no agent id).
+  std::set<int> ranks;
+  std::string allocation;
+  json lines = c.Rest("GET", absl::StrCat("/api/v1/trials/", trial, "/logs"));
+  for (const auto& l : lines.value("logs", json::array())) {
+    if (l.contains("rank") && l["rank"].is_number()) ranks.insert(l["rank"].get<int>());
+    if (allocation.empty()) allocation = l.value("allocation_id", "");
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3})) << lines.dump();
+  ASSERT_FALSE(allocation.empty()) << lines.dump();
+  for (int i = 1; i <= 2; ++i) {
+    const std::string log = c.AgentLog(i);
+    int exited = 0;
+    for (int rank = 0; rank < 4; ++rank) {
+      exited += log.find(absl::StrCat("allocation ", allocation, " rank ", rank, " exited with code 0")) !=
+                std::string::npos;
+    }
+    EXPECT_EQ(exited, 2) << "agent " << i << " ran " << exited << " of the 4 ranks\n" << log;
+  }
   std::printf("[ timing   ] operator cluster: built, search and 4-slot trial completed in %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
