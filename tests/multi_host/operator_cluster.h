@@ -116,8 +116,9 @@ class OperatorCluster {
   // step is a test failure (ADD_FAILURE with the step's output); ok() is
   // then false and the test should stop (ASSERT_TRUE(cluster.ok())).
   explicit OperatorCluster(OperatorClusterOptions options = {});
-  // SIGKILLs every process this object started (daemons and their trial
-  // processes), then removes the namespaces, the bridge, the hosts files
+  // SIGTERMs the agents, then the master (up to 10 s each), SIGKILLs
+  // whatever is left in the hosts' namespaces (trial processes of a killed
+  // agent), then removes the namespaces, the bridge, the hosts files
   // (/etc/netns/NS) and the temp dir, also after a failed set-up.
   ~OperatorCluster();
   OperatorCluster(const OperatorCluster&) = delete;
