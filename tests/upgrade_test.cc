@@ -246,22 +246,18 @@ TEST(UpgradeTest, PausedExperimentOfV010ResumesBitExactlyAfterTheMigration) {
   EXPECT_THAT(err, HasSubstr("only a PAUSED experiment's trial.so can be replaced"));
 }
 
-// Must show 3: a database of a newer schema (a later det-cpp's) is refused
-// at start, naming both schema versions and both releases; nothing in it
-// changes.
-TEST(UpgradeTest, NewerSchemaIsRefusedAtStartNamingBothVersionsAndLeftUnchanged) {
-  TempDir dir;
-  PlaceFixture(dir, /*checkpoints=*/false);
-  { TestCluster migrate(dir); }  // this release migrates it and records its version
-  const std::string db = dir / "master/det.db";
-  ASSERT_EQ(Sql(db, "SELECT value FROM kv WHERE key = 'det_cpp_version'"), kDetVersion);
-  // What a later release's det-master leaves: one more migration, its version.
+// What a later release's det-master leaves in `db`, migrated by this one:
+// one more migration and its version (0.3.0). Returns that schema version.
+int64_t MarkNewer(const std::string& db) {
+  EXPECT_EQ(Sql(db, "SELECT value FROM kv WHERE key = 'det_cpp_version'"), kDetVersion);
   const int64_t newer = master::Store::LatestSchemaVersion() + 1;
   Sql(db, absl::StrCat("INSERT INTO schema_migrations(version, applied_at) VALUES (", newer, ", 0)"));
   Sql(db, "UPDATE kv SET value = '0.3.0' WHERE key = 'det_cpp_version'");
-  ASSERT_FALSE(fs::exists(db + "-wal") && fs::file_size(db + "-wal") > 0);
-  const std::string before = ReadFile(db);
+  return newer;
+}
 
+// Runs det-master on dir/master and expects the refusal of schema `newer`.
+void ExpectNewerSchemaRefused(const TempDir& dir, int64_t newer) {
   std::string out, err;
   const int rc = RunProcess({std::string(kTestBinDir) + "/det-master", "--data-dir", dir / "master", "--grpc-port",
                              "0", "--http-port", "0"},
@@ -272,8 +268,52 @@ TEST(UpgradeTest, NewerSchemaIsRefusedAtStartNamingBothVersionsAndLeftUnchanged)
   EXPECT_THAT(all, HasSubstr(absl::StrCat("this det-master is det-cpp ", kDetVersion,
                                           " and knows schema versions up to ", newer - 1)));
   EXPECT_THAT(all, HasSubstr("run det-cpp 0.3.0 or newer on it, or restore the backup taken before the upgrade"));
+}
+
+// Must show 3: a database of a newer schema (a later det-cpp's) is refused
+// at start, naming both schema versions and both releases; nothing in it
+// changes.
+TEST(UpgradeTest, NewerSchemaIsRefusedAtStartNamingBothVersionsAndLeftUnchanged) {
+  TempDir dir;
+  PlaceFixture(dir, /*checkpoints=*/false);
+  { TestCluster migrate(dir); }  // this release migrates it and records its version
+  const std::string db = dir / "master/det.db";
+  const int64_t newer = MarkNewer(db);
+  ASSERT_FALSE(fs::exists(db + "-wal") && fs::file_size(db + "-wal") > 0);
+  const std::string before = ReadFile(db);
+
+  ExpectNewerSchemaRefused(dir, newer);
   EXPECT_EQ(ReadFile(db), before) << "the refused database was changed";
   EXPECT_EQ(SchemaVersion(db), newer);
+}
+
+// The same refusal of a backup of a newer release: `det-cli master backup`
+// and `VACUUM INTO` write rollback-journal files. It is refused before any
+// write: the header still says rollback journal (bytes 18 and 19 are 1, not
+// WAL's 2) and no -wal or -shm file appears.
+TEST(UpgradeTest, NewerSchemaBackupInRollbackModeIsRefusedBeforeAnyWrite) {
+  TempDir dir;
+  PlaceFixture(dir, /*checkpoints=*/false);
+  { TestCluster migrate(dir); }
+  const std::string db = dir / "master/det.db";
+  const int64_t newer = MarkNewer(db);
+  const std::string backup = dir / "backup.db";
+  Sql(db, absl::StrCat("VACUUM INTO '", backup, "'"));
+  for (const std::string& f : {db, db + "-wal", db + "-shm"}) fs::remove(f);
+  fs::rename(backup, db);
+  fs::permissions(db, fs::perms::owner_read | fs::perms::owner_write);
+  const std::string before = ReadFile(db);
+  ASSERT_GT(before.size(), 20u);
+  ASSERT_EQ(before[18], 1) << "VACUUM INTO wrote a WAL-mode file";
+  ASSERT_EQ(before[19], 1);
+
+  ExpectNewerSchemaRefused(dir, newer);
+  const std::string after = ReadFile(db);
+  EXPECT_TRUE(after == before) << "the refused backup was changed (header bytes 18/19 now "
+                               << int(after.size() > 19 ? after[18] : -1) << "/"
+                               << int(after.size() > 19 ? after[19] : -1) << ")";
+  EXPECT_FALSE(fs::exists(db + "-wal")) << "a -wal file appeared";
+  EXPECT_FALSE(fs::exists(db + "-shm")) << "a -shm file appeared";
 }
 
 // An agent of the previous minor release (0.1.0), presenting the cluster

@@ -157,6 +157,9 @@ Store::~Store() {
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  // Before any write: PRAGMA journal_mode=WAL below rewrites the header of a
+  // rollback-journal file (a backup) and creates -wal/-shm.
+  DET_RETURN_IF_ERROR(store_internal::RefuseNewerSchema(path));
   DET_RETURN_IF_ERROR(MakeDatabaseFilesPrivate(path));  // data_dir.h: 0600 before SQLite creates -wal/-shm
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,

@@ -347,8 +347,8 @@ class Store {
   // Opens (creating if missing) the SQLite database at `path`, sets WAL
   // journaling, synchronous=NORMAL, foreign keys and a busy timeout, and
   // applies every migration not yet recorded in schema_migrations, each in its
-  // own transaction. Errors name `path`; FailedPrecondition when the database
-  // was written by a newer binary (more migrations than this one knows).
+  // own transaction. Errors name `path`; FailedPrecondition, before any write,
+  // when the database was written by a newer binary (more migrations).
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
 
   // The number of migrations this binary knows (the schema version Open

@@ -171,6 +171,12 @@ inline int64_t SqlLimit(int64_t limit) { return limit > 0 ? limit : -1; }
 
 // "?, ?, ?" for n parameters.
 std::string Placeholders(size_t n);
+// Store::Open's first step (store_migrations.cc): reads the schema version of
+// the existing database at `path` on a read-only connection (no PRAGMA, no
+// journal mode switch, so a rollback-journal backup stays one) and returns
+// Migrate's FailedPrecondition when it is newer than this binary's. OK when
+// there is no database yet or no schema_migrations table (Open goes on).
+absl::Status RefuseNewerSchema(const std::string& path);
 
 // JSON text of `j`. Never throws: invalid UTF-8 is replaced rather than
 // rejected.

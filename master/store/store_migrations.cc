@@ -2,12 +2,14 @@
 #include "master/store/store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/det_version.h"
 #include "common/status_macros.h"
@@ -318,23 +320,40 @@ constexpr char kSchemaVersion[] = "SELECT COALESCE(MAX(version), 0) FROM schema_
 // by Migrate since det-cpp 0.2.0; absent in a database of 0.1.0), so that an
 // older det-master's refusal names the release the database needs.
 constexpr char kDetVersionKey[] = "det_cpp_version";
+constexpr char kGetDetVersion[] = "SELECT value FROM kv WHERE key = ?1";
 constexpr char kRecordMigration[] =
     "INSERT INTO schema_migrations(version, applied_at) "
     "VALUES (?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))";
 
-// Migrate's FailedPrecondition for a database of schema version `current`
-// newer than this binary's `latest`: both versions, the det-cpp release that
-// last opened it (when recorded) and this binary's, and the fixes.
-absl::Status NewerSchemaError(Store& store, int64_t current, int64_t latest) {
-  absl::StatusOr<std::optional<std::string>> recorded = store.GetValue(kDetVersionKey);
-  const bool named = recorded.ok() && recorded->has_value() && !(*recorded)->empty() && (*recorded)->size() <= 64;
-  const std::string release = named ? absl::StrCat("det-cpp ", **recorded) : "the det-cpp release that wrote it";
+// Migrate's FailedPrecondition for the database at `path` of schema version
+// `current` newer than this binary's `latest`: both versions, the det-cpp
+// release that last opened it (`recorded`, when known) and this binary's,
+// and the fixes.
+absl::Status NewerSchemaError(const std::string& path, int64_t current, int64_t latest,
+                              const std::optional<std::string>& recorded) {
+  const bool named = recorded.has_value() && !recorded->empty() && recorded->size() <= 64;
+  const std::string release = named ? absl::StrCat("det-cpp ", *recorded) : "the det-cpp release that wrote it";
   return absl::FailedPreconditionError(absl::StrCat(
-      "SQLite database ", store.path(), " has schema version ", current, " (last opened by ",
+      "SQLite database ", path, " has schema version ", current, " (last opened by ",
       named ? release : "a det-cpp release that recorded no version", ") but this det-master is det-cpp ",
       kDetVersion, " and knows schema versions up to ", latest, "; a database is never migrated back: run ", release,
       " or newer on it, or restore the backup taken before the upgrade (docs/operations/upgrade.md). "
       "Nothing in the database was changed"));
+}
+
+// One row's first column of `sql` (bound to `key` when given) on `db`, as
+// text; nullopt when the statement fails or finds no row.
+std::optional<std::string> ReadOnlyScalar(sqlite3* db, const char* sql, const char* key = nullptr) {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) return std::nullopt;
+  if (key != nullptr) sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+  std::optional<std::string> value;
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+    const unsigned char* text = sqlite3_column_text(st, 0);
+    if (text != nullptr) value = std::string(reinterpret_cast<const char*>(text));
+  }
+  sqlite3_finalize(st);
+  return value;
 }
 
 }  // namespace
@@ -354,7 +373,12 @@ absl::Status Store::Migrate() {
   }
   const auto& migrations = Migrations();
   const int64_t latest = static_cast<int64_t>(migrations.size());
-  if (current > latest) return NewerSchemaError(*this, current, latest);
+  if (current > latest) {
+    // Normally refused by RefuseNewerSchema already (a database another
+    // det-master migrated meanwhile comes here).
+    absl::StatusOr<std::optional<std::string>> recorded = GetValue(kDetVersionKey);
+    return NewerSchemaError(path_, current, latest, recorded.ok() ? *recorded : std::nullopt);
+  }
   for (int64_t version = current + 1; version <= latest; ++version) {
     Txn txn(this);
     DET_RETURN_IF_ERROR(txn.Begin());
@@ -372,6 +396,27 @@ absl::Status Store::Migrate() {
   DET_ASSIGN_OR_RETURN(std::optional<std::string> recorded, GetValue(kDetVersionKey));
   if (recorded != std::optional<std::string>(kDetVersion)) DET_RETURN_IF_ERROR(PutValue(kDetVersionKey, kDetVersion));
   return absl::OkStatus();
+}
+
+absl::Status store_internal::RefuseNewerSchema(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || st.st_size == 0) return absl::OkStatus();  // Open creates it
+  sqlite3* db = nullptr;
+  // Read-only: no journal mode switch, no schema_migrations table created.
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+    sqlite3_close_v2(db);
+    return absl::OkStatus();  // Open's read-write open reports why
+  }
+  sqlite3_busy_timeout(db, 10000);  // as Open's connection
+  absl::Status result = absl::OkStatus();
+  std::optional<std::string> version = ReadOnlyScalar(db, kSchemaVersion);
+  const int64_t latest = Store::LatestSchemaVersion();
+  int64_t current = 0;
+  if (version.has_value() && absl::SimpleAtoi(*version, &current) && current > latest) {
+    result = NewerSchemaError(path, current, latest, ReadOnlyScalar(db, kGetDetVersion, kDetVersionKey));
+  }
+  sqlite3_close_v2(db);
+  return result;
 }
 
 absl::StatusOr<int64_t> Store::SchemaVersion() {

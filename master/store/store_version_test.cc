@@ -3,6 +3,9 @@
 // versions and both det-cpp releases, with nothing in it changed.
 #include <sqlite3.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -71,6 +74,37 @@ TEST_F(StoreVersionTest, NewerSchemaIsRefusedNamingBothVersionsAndChangingNothin
   EXPECT_NE(msg.find("docs/operations/upgrade.md"), std::string::npos) << msg;
   EXPECT_EQ(RawQueryText("SELECT value FROM kv WHERE key = 'det_cpp_version'"), "9.8.7");
   EXPECT_EQ(RawQueryText("SELECT MAX(version) FROM schema_migrations"), "9999");
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A newer database in rollback-journal mode (a backup: det-cli master backup
+// and VACUUM INTO write one) is refused before anything is written: no
+// journal mode switch to WAL (header bytes 18 and 19 stay 1), no -wal or
+// -shm file, the same bytes.
+TEST_F(StoreVersionTest, ANewerRollbackJournalDatabaseIsRefusedBeforeAnyWrite) {
+  store_.reset();
+  RawExec("INSERT INTO schema_migrations(version, applied_at) VALUES (9999, 0)");
+  RawExec("PRAGMA journal_mode=DELETE");
+  ASSERT_FALSE(std::filesystem::exists(path_ + "-wal"));
+  ASSERT_FALSE(std::filesystem::exists(path_ + "-shm"));
+  const std::string before = FileBytes(path_);
+  ASSERT_GT(before.size(), 20u);
+  ASSERT_EQ(before[18], 1);
+  ASSERT_EQ(before[19], 1);
+  auto s = Store::Open(path_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(s.status().message()).find("has schema version 9999"), std::string::npos) << s.status();
+  const std::string after = FileBytes(path_);
+  EXPECT_TRUE(after == before) << "changed; header bytes 18/19 now " << int(after[18]) << "/" << int(after[19]);
+  EXPECT_FALSE(std::filesystem::exists(path_ + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(path_ + "-shm"));
 }
 
 // A newer database that recorded no release still names both schema versions.
