@@ -62,23 +62,44 @@ absl::StatusOr<std::string> MasterCore::CheckReplacementTrialSo(const apiv1::Pat
     pool = exp->config.resources.resource_pool;
   }
   // The create-time ABI check, against the pool's agents.
-  DET_ASSIGN_OR_RETURN(std::vector<std::string> warnings, CheckTrialAbiOnAgents(sha, so_name, pool));
-  for (const auto& w : warnings) spdlog::warn("experiment {}: trial.so {}: {}", req.experiment_id(), so_name, w);
+  absl::StatusOr<std::vector<std::string>> warnings = CheckTrialAbiOnAgents(sha, so_name, pool);
+  if (!warnings.ok()) {
+    // As StoreTrialSo: an upload no agent can load is not kept unless used.
+    std::lock_guard<std::mutex> l(mu_);
+    RemoveArtifactIfUnusedLocked(sha);
+    return warnings.status();
+  }
+  for (const auto& w : *warnings) spdlog::warn("experiment {}: trial.so {}: {}", req.experiment_id(), so_name, w);
   return so_name;
 }
 
 absl::StatusOr<std::string> MasterCore::ReplaceTrialSoLocked(ExperimentRuntime& exp, const std::string& sha256,
-                                                             const std::string& so_name) {
+                                                             bool* unshared) {
   // Checked again: the experiment or the artifact may have changed since.
   DET_RETURN_IF_ERROR(CheckTrialSoReplaceableLocked(exp));
   if (!artifacts_.Has(sha256)) {
     return absl::UnavailableError(absl::StrCat("trial_so_sha256 ", sha256, " was deleted meanwhile; upload it again"));
   }
-  DET_RETURN_IF_ERROR(artifacts_.SetName(sha256, so_name));
+  DET_ASSIGN_OR_RETURN(int64_t others, store_->CountExperimentsWithArtifact(sha256, exp.row.id));
+  *unshared = others == 0;
   std::string old = exp.row.trial_so_sha256;
   exp.row.trial_so_sha256 = sha256;
-  spdlog::info("experiment {}: trial.so is now {} (sha256 {}), was sha256 {}", exp.row.id, so_name, sha256, old);
   return old;
+}
+
+void MasterCore::FinishTrialSoReplacement(const std::string& sha256, const std::string& so_name, bool unshared,
+                                          const std::string& old_sha) {
+  // Content-addressed: the name goes with the bytes, so it is only changed
+  // when no other experiment's trial.so goes by it.
+  if (unshared) {
+    absl::Status st = artifacts_.SetName(sha256, so_name);
+    if (!st.ok()) spdlog::warn("trial.so {}: not named {}: {}", sha256, so_name, st.ToString());
+  }
+  if (old_sha.empty() || old_sha == sha256) return;
+  // Counted and removed under the lock (as DeletionStep): a CreateExperiment
+  // naming these bytes meanwhile is counted or finds them gone.
+  std::lock_guard<std::mutex> l(mu_);
+  RemoveArtifactIfUnusedLocked(old_sha);
 }
 
 void MasterCore::RemoveArtifactIfUnusedLocked(const std::string& sha256) {

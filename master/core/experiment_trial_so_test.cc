@@ -9,6 +9,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "common/det_version.h"
 #include "common/sha256.h"
@@ -61,6 +62,25 @@ class ExperimentTrialSoTest : public MasterCoreFixture {
     return resp.ok() ? resp->experiment().trial_so().sha256() : "";
   }
   bool ArtifactStored(const std::string& sha) { return std::filesystem::exists(dir_ / ("artifacts/" + sha + ".so")); }
+  // Runs `sql` on the master's database through a connection of its own.
+  void Sql(const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open_v2((dir_ / "det.db").c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "") << ": " << sql;
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+  // Every later commit of a transaction that updates an experiment fails
+  // (a deferred foreign key its trigger violates; SQLITE_FULL or an I/O
+  // error in production), until DROP TRIGGER det_test_fail_commit.
+  void FailCommitsThatUpdateAnExperiment() {
+    Sql("CREATE TABLE det_test_parent(id INTEGER PRIMARY KEY);"
+        "CREATE TABLE det_test_child(pid INTEGER REFERENCES det_test_parent(id) DEFERRABLE INITIALLY DEFERRED);"
+        "CREATE TRIGGER det_test_fail_commit AFTER UPDATE ON experiments "
+        "BEGIN INSERT INTO det_test_child(pid) VALUES (1); END;");
+  }
 };
 
 TEST_F(ExperimentTrialSoTest, APausedExperimentGetsTheNewTrialSoRecordedAndTheUnusedOldOneRemoved) {
@@ -75,6 +95,7 @@ TEST_F(ExperimentTrialSoTest, APausedExperimentGetsTheNewTrialSoRecordedAndTheUn
   EXPECT_EQ(resp->experiment().trial_so().sha256(), new_sha);
   EXPECT_FALSE(ArtifactStored(old_sha)) << "no other experiment uses it";
   EXPECT_TRUE(ArtifactStored(new_sha));
+  EXPECT_EQ(core_->artifacts().Name(new_sha), "new_trial.so") << "no other experiment uses it";
   // Recorded in the database: a restarted master runs the new one.
   Restart();
   EXPECT_EQ(StoredSha(id), new_sha);
@@ -90,6 +111,43 @@ TEST_F(ExperimentTrialSoTest, AnOldTrialSoAnotherExperimentUsesIsKept) {
   ASSERT_TRUE(SetTrialSo(a, Upload(TrialSo("new"))).ok());
   EXPECT_TRUE(ArtifactStored(Sha256Hex(shared)));
   EXPECT_EQ(StoredSha(b), Sha256Hex(shared));
+}
+
+// The name goes with the bytes (content-addressed): a trial.so that another
+// experiment uses keeps the name it goes by there (its agents' load errors,
+// DET_TRIAL_SO_NAME).
+TEST_F(ExperimentTrialSoTest, ATrialSoAnotherExperimentUsesKeepsItsName) {
+  const std::string shared = TrialSo("shared");
+  Create(shared);  // named old_trial.so
+  const int64_t b = Create(TrialSo("b"));
+  ASSERT_TRUE(SetTrialSo(b, Sha256Hex(shared), "renamed.so").ok());
+  EXPECT_EQ(StoredSha(b), Sha256Hex(shared));
+  EXPECT_EQ(core_->artifacts().Name(Sha256Hex(shared)), "old_trial.so");
+}
+
+// A commit that fails leaves the experiment on its old trial.so (the core
+// reloads it from the database): that file is still stored, and the new
+// one's name is unchanged. Once commits succeed, the replacement goes
+// through.
+TEST_F(ExperimentTrialSoTest, AFailedCommitKeepsTheOldTrialSoStoredAndTheNewOnesName) {
+  const std::string old_bytes = TrialSo("old");
+  const int64_t id = Create(old_bytes);
+  const std::string old_sha = Sha256Hex(old_bytes);
+  const std::string new_sha = Upload(TrialSo("new"));
+  ASSERT_EQ(core_->artifacts().Name(new_sha), "trial.so");
+  FailCommitsThatUpdateAnExperiment();
+
+  absl::Status st = SetTrialSo(id, new_sha).status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(StoredSha(id), old_sha);
+  EXPECT_TRUE(ArtifactStored(old_sha)) << "the experiment's trial.so was removed, but the commit failed";
+  EXPECT_EQ(core_->artifacts().Name(new_sha), "trial.so") << "renamed, but the commit failed";
+
+  Sql("DROP TRIGGER det_test_fail_commit");
+  ASSERT_TRUE(SetTrialSo(id, new_sha).ok());
+  EXPECT_EQ(StoredSha(id), new_sha);
+  EXPECT_FALSE(ArtifactStored(old_sha));
+  EXPECT_EQ(core_->artifacts().Name(new_sha), "new_trial.so");
 }
 
 TEST_F(ExperimentTrialSoTest, OnlyAPausedExperimentsTrialSoIsReplaced) {

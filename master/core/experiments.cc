@@ -125,7 +125,11 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   for (const auto& w : config.warnings) resp.add_warnings(w);
   for (const auto& w : abi_warnings) resp.add_warnings(w);
   if (req.validate_only()) return resp;
-  if (!req.trial_so_name().empty()) DET_RETURN_IF_ERROR(artifacts_.SetName(sha, so_name));
+  // The name goes with the bytes: one other experiments' trial.so goes by
+  // is kept (as by PatchExperiment).
+  if (!req.trial_so_name().empty() && store_->CountExperimentsWithArtifact(sha, 0).value_or(1) == 0) {
+    DET_RETURN_IF_ERROR(artifacts_.SetName(sha, so_name));
+  }
 
   std::lock_guard<std::mutex> l(mu_);
   // A DeleteExperiment may have removed an unshared trial.so meanwhile (it
@@ -434,33 +438,43 @@ absl::StatusOr<apiv1::PatchExperimentResponse> MasterCore::PatchExperiment(const
   if (req.has_trial_so_sha256()) {
     DET_ASSIGN_OR_RETURN(so_name, CheckReplacementTrialSo(req));
   }
-  std::lock_guard<std::mutex> l(mu_);
-  WriteScope w(this);
-  DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(req.experiment_id()));
-  DET_RETURN_IF_ERROR(CheckNotDeletingLocked(*exp));
-  std::string old_sha = exp->row.trial_so_sha256;
-  if (req.has_trial_so_sha256()) {
-    DET_ASSIGN_OR_RETURN(old_sha, ReplaceTrialSoLocked(*exp, req.trial_so_sha256(), so_name));
-  }
-  if (req.has_name()) exp->row.name = req.name();
-  if (req.has_description()) exp->row.description = req.description();
-  if (req.has_labels()) exp->row.labels.assign(req.labels().labels().begin(), req.labels().labels().end());
-  if (req.has_checkpoint_gc_policy()) {
-    const auto& p = req.checkpoint_gc_policy();
-    exp->row.checkpoint_gc_policy_json = nlohmann::json{{"save_experiment_best", p.save_experiment_best()},
-                                                        {"save_trial_best", p.save_trial_best()},
-                                                        {"save_trial_latest", p.save_trial_latest()}}
-                                             .dump();
-    // Applied to the trials that have ended (by the background loop).
-    exp->gc_pending = true;
-    stop_cv_.notify_all();
-    spdlog::info("experiment {}: checkpoint GC policy {}", exp->row.id, exp->row.checkpoint_gc_policy_json);
-  }
-  DET_RETURN_IF_ERROR(store_->UpdateExperiment(exp->row));
-  if (old_sha != exp->row.trial_so_sha256) RemoveArtifactIfUnusedLocked(old_sha);
+  std::string old_sha;
+  bool unshared = false;
   apiv1::PatchExperimentResponse resp;
-  *resp.mutable_experiment() = ExperimentProto(*exp);
-  return Committed(w, resp);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    WriteScope w(this);
+    DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(req.experiment_id()));
+    DET_RETURN_IF_ERROR(CheckNotDeletingLocked(*exp));
+    if (req.has_trial_so_sha256()) {
+      DET_ASSIGN_OR_RETURN(old_sha, ReplaceTrialSoLocked(*exp, req.trial_so_sha256(), &unshared));
+    }
+    if (req.has_name()) exp->row.name = req.name();
+    if (req.has_description()) exp->row.description = req.description();
+    if (req.has_labels()) exp->row.labels.assign(req.labels().labels().begin(), req.labels().labels().end());
+    if (req.has_checkpoint_gc_policy()) {
+      const auto& p = req.checkpoint_gc_policy();
+      exp->row.checkpoint_gc_policy_json = nlohmann::json{{"save_experiment_best", p.save_experiment_best()},
+                                                          {"save_trial_best", p.save_trial_best()},
+                                                          {"save_trial_latest", p.save_trial_latest()}}
+                                               .dump();
+      // Applied to the trials that have ended (by the background loop).
+      exp->gc_pending = true;
+      stop_cv_.notify_all();
+      spdlog::info("experiment {}: checkpoint GC policy {}", exp->row.id, exp->row.checkpoint_gc_policy_json);
+    }
+    DET_RETURN_IF_ERROR(store_->UpdateExperiment(exp->row));
+    *resp.mutable_experiment() = ExperimentProto(*exp);
+    DET_RETURN_IF_ERROR(w.Commit());
+  }
+  if (req.has_trial_so_sha256()) {
+    // Only once committed (a failed commit puts the experiment back on
+    // old_sha), and without the lock held across the renaming.
+    spdlog::info("experiment {}: trial.so is now {} (sha256 {}), was sha256 {}", req.experiment_id(), so_name,
+                 req.trial_so_sha256(), old_sha);
+    FinishTrialSoReplacement(req.trial_so_sha256(), so_name, unshared, old_sha);
+  }
+  return resp;
 }
 
 absl::StatusOr<apiv1::GetExperimentTrialsResponse> MasterCore::GetExperimentTrials(

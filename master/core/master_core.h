@@ -516,9 +516,15 @@ class MasterCore {
   absl::Status CheckTrialSoReplaceableLocked(const ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FailedPrecondition naming the fix when exp's trial.so is not stored.
   absl::Status CheckTrialSoStoredLocked(const ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Points exp's row at `sha256` (not yet stored); returns the old sha256.
-  absl::StatusOr<std::string> ReplaceTrialSoLocked(ExperimentRuntime& exp, const std::string& sha256,
-                                                   const std::string& so_name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Points exp's row at `sha256` (not yet stored); returns the old sha256,
+  // and in *unshared whether no other experiment uses `sha256`.
+  absl::StatusOr<std::string> ReplaceTrialSoLocked(ExperimentRuntime& exp, const std::string& sha256, bool* unshared)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After PatchExperiment committed the replacement: names `sha256` so_name
+  // when it was `unshared` (a name other experiments' trial.so goes by is
+  // kept), then removes `old_sha` unless an experiment still uses it.
+  void FinishTrialSoReplacement(const std::string& sha256, const std::string& so_name, bool unshared,
+                                const std::string& old_sha) ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveArtifactIfUnusedLocked(const std::string& sha256) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- experiment_fork.cc

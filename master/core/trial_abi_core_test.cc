@@ -87,6 +87,33 @@ TEST_F(TrialAbiCoreTest, RefusedWhenNoAgentOfThePoolCanLoadIt) {
   EXPECT_FALSE(core_->artifacts().Has(Sha256Hex(SeedTrialSo())));
 }
 
+// `det-cli experiment set trial-so` (PatchExperiment) runs the same check
+// on a PAUSED experiment's replacement, and a refused upload is not kept
+// either unless an experiment uses it.
+TEST_F(TrialAbiCoreTest, AReplacementTrialSoNoAgentCanLoadIsRefusedAndNotKept) {
+  apiv1::CreateExperimentRequest req;
+  req.set_config_yaml(det::testing::SingleTrialConfig("abi", dir_ / "checkpoints"));
+  req.set_trial_so(det::testing::FakeTrialSo());
+  auto paused = core_->CreateExperiment(req);
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  req.set_trial_so(SeedTrialSo());  // uploaded before any agent reported: unchecked
+  req.set_validate_only(true);
+  ASSERT_TRUE(core_->CreateExperiment(req).ok());
+  const std::string seed_sha = Sha256Hex(SeedTrialSo());
+  ASSERT_TRUE(core_->artifacts().Has(seed_sha));
+  ASSERT_TRUE(Register("a1", {"_ZSt9terminatev"}).ok());
+
+  apiv1::PatchExperimentRequest patch;
+  patch.set_experiment_id(paused->experiment().id());
+  patch.set_trial_so_sha256(seed_sha);
+  patch.set_trial_so_name("my_trial.so");
+  absl::Status st = core_->PatchExperiment(patch).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_THAT(st.message(), HasSubstr("is not exported by agent 'a1'"));
+  EXPECT_FALSE(core_->artifacts().Has(seed_sha)) << "the refused upload was kept";
+  EXPECT_TRUE(core_->artifacts().Has(Sha256Hex(det::testing::FakeTrialSo())));
+}
+
 TEST_F(TrialAbiCoreTest, OneAgentThatCanLoadItIsEnough) {
   ASSERT_TRUE(Register("a1", {"_ZSt9terminatev"}).ok());
   ASSERT_TRUE(Register("a2", {"_ZSt9terminatev", kOldAbiSymbol}).ok());
