@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -17,9 +18,26 @@ struct MajorMinor {
   int64_t minor = 0;
 };
 
-// MAJOR.MINOR of "MAJOR.MINOR.PATCH[-suffix]"; nullopt for anything else.
+// A SemVer pre-release or build suffix ("-rc.1", "+git.abc"): a '-' or '+'
+// then at least one of [0-9A-Za-z.+-] (what SemVer's identifiers use), so
+// no control character or escape reaches GET /api/v1/agents.
+bool ValidSuffix(const std::string& suffix) {
+  if (suffix.empty()) return true;
+  if (suffix.size() < 2 || (suffix[0] != '-' && suffix[0] != '+')) return false;
+  for (char c : suffix) {
+    const bool ok = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '.' ||
+                    c == '-' || c == '+';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// MAJOR.MINOR of "MAJOR.MINOR.PATCH[-suffix|+suffix]"; nullopt for anything
+// else.
 std::optional<MajorMinor> ParseVersion(const std::string& version) {
-  const std::string core = version.substr(0, version.find('-'));
+  const size_t end = version.find_first_of("-+");
+  if (!ValidSuffix(end == std::string::npos ? "" : version.substr(end))) return std::nullopt;
+  const std::string core = version.substr(0, end);
   std::vector<std::string> parts = absl::StrSplit(core, '.');
   if (parts.size() != 3) return std::nullopt;
   int64_t n[3] = {0, 0, 0};
@@ -44,7 +62,9 @@ absl::Status CheckAgentVersion(const std::string& agent_id, const std::string& a
   std::optional<MajorMinor> agent = ParseVersion(agent_version);
   if (!agent) {
     return absl::InvalidArgumentError(absl::StrCat(
-        who, ": version '", agent_version, "' is not MAJOR.MINOR.PATCH; this master is det-cpp ", master_version,
+        who, ": version '", absl::CHexEscape(agent_version),
+        "' is not MAJOR.MINOR.PATCH with an optional -suffix or +suffix of [0-9A-Za-z.+-]; this master is det-cpp ",
+        master_version,
         "; install det-cpp ", master_version, " on the agent's node (docs/operations/upgrade.md)"));
   }
   std::optional<MajorMinor> master = ParseVersion(master_version);

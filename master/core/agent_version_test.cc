@@ -4,10 +4,12 @@
 #include "master/core/agent_version.h"
 
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/escaping.h"
 #include "common/det_version.h"
 #include "master/core/core_test_fixture.h"
 
@@ -46,6 +48,23 @@ TEST(AgentVersionTest, AMalformedOrOversizedVersionIsInvalidArgument) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_THAT(st.message(), HasSubstr("at most 64"));
   EXPECT_TRUE(CheckAgentVersion("a", "0.2.0-" + std::string(kMaxAgentVersionBytes - 6, 'x'), "0.2.0").ok());
+}
+
+// The suffix is SemVer's pre-release or build metadata, nothing else: it is
+// stored and shown by GET /api/v1/agents and det-cli agent describe.
+TEST(AgentVersionTest, TheSuffixIsSemVerCharactersOnly) {
+  for (const char* good : {"0.2.0-rc.1", "0.2.0+git.abc123", "0.2.0-rc-1+build.7", "0.2.0-A.z9"}) {
+    EXPECT_TRUE(CheckAgentVersion("a", good, "0.2.0").ok()) << good;
+  }
+  const std::vector<std::string> bad_versions = {
+      "0.2.0-", "0.2.0+", "0.2.0-rc\n1", "0.2.0-\x1b[31mred", "0.2.0-a b", "0.2.0-\xc3\xa9", "0.2.0-rc/1",
+      std::string("0.2.0-rc\0x", 10)};
+  for (const std::string& bad : bad_versions) {
+    absl::Status st = CheckAgentVersion("a", bad, "0.2.0");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << absl::CHexEscape(bad) << ": " << st;
+    EXPECT_THAT(st.message(), HasSubstr("optional -suffix or +suffix of [0-9A-Za-z.+-]")) << absl::CHexEscape(bad);
+    for (char c : std::string(st.message())) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << "unescaped in " << st;
+  }
 }
 
 class AgentVersionCoreTest : public MasterCoreFixture {
