@@ -12,12 +12,14 @@
 #   deploy/build.sh && sudo deploy/install.sh [OPTIONS] [master|agent|all|client]
 # Options (docs/operations/multi-node.md):
 #   --prefix DIR   where the binaries go (default $PREFIX, else /usr/local)
-#   --root DIR     the node's file-system root, like DESTDIR: binaries to
-#                  DIR/PREFIX, configs to DIR/etc/det, units to
-#                  DIR/etc/systemd/system, and the paths in the installed
-#                  configs and units (/etc/det, /var/lib/det*, the checkpoint
-#                  root, PREFIX/bin) point under DIR, so the node runs from
-#                  there (a staged or test node). Default: / (none).
+#   --root DIR     the node's file-system root: binaries to DIR/PREFIX,
+#                  configs to DIR/etc/det, units to DIR/etc/systemd/system,
+#                  and (unlike DESTDIR) the paths in the installed configs
+#                  and units (/etc/det, /var/lib/det*, the checkpoint root,
+#                  PREFIX/bin) point under DIR, so the node runs from there
+#                  (a staged or test node; not a container image: see
+#                  deploy/docker/). The units' StateDirectory= (always
+#                  /var/lib/NAME) is commented out. Default: / (none).
 #   --no-system    no useradd, no chown to det, no ldconfig, no systemctl
 #                  (an unprivileged or staged install; daemons run as you).
 # client: the binaries only (det-cli for a user's machine), no config.
@@ -141,6 +143,12 @@ for unit in master agent; do
     install -d -m 0755 "$root/etc/systemd/system"
     install -m 0644 "$src/deploy/systemd/det-$unit.service" "$root/etc/systemd/system/"
     relocate "$root/etc/systemd/system/det-$unit.service"
+    if [ -n "$root" ]; then
+      # systemd makes a StateDirectory= under /var/lib only; the data dir is
+      # DIR/var/lib/det (made above) or det-agent's work dir (it makes it).
+      sed -i 's|^StateDirectory|# not under --root (the data dir is under it): StateDirectory|' \
+        "$root/etc/systemd/system/det-$unit.service"
+    fi
   fi
 done
 [ "$system" = 1 ] && { systemctl daemon-reload 2>/dev/null || true; }
