@@ -6,6 +6,7 @@
 //              [--dashboard-dir DIR]
 //              [--cluster-secret-file FILE] [--token-ttl-hours 168]
 //              [--tls-cert FILE --tls-key FILE] [--max-message-mib 8] [--grpc-memory-mib 128]
+//              [--shutdown-drain-ms 5000] [--init-empty-db]
 //              [--initial-admin-password-file FILE] [--allow-empty-passwords]
 //              [--resource-pools FILE.yaml]
 //
@@ -20,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -89,6 +91,8 @@ struct Flags {
   std::string initial_admin_password_file;
   bool allow_empty_passwords = false;
   bool allow_insecure_data_dir = false;
+  bool init_empty_db = false;
+  int64_t shutdown_drain_ms = 5000;
   double max_message_mib = 8;
   double grpc_memory_mib = 128;
   double max_artifact_mib = 1024;
@@ -153,6 +157,9 @@ void AddStorageFlags(CLI::App& app, Flags& f) {
                "Start even when group or others may access --data-dir or another uid owns it (not recommended: it "
                "holds password and token hashes)");
   app.add_option("--db", f.options.db_path, "SQLite database file (default DATA_DIR/det.db)");
+  app.add_flag(det::master::kInitEmptyDbFlag, f.init_empty_db,
+               "Create an empty database even though the data dir holds a cluster's state (its cluster-id, "
+               "artifacts, checkpoints, a -wal file) and the database is missing: give it once, on purpose");
   app.add_option("--checkpoint-root", f.options.checkpoint_root,
                  "Checkpoint directory for configs without checkpoint_storage (default DATA_DIR/checkpoints)");
   app.add_option("--checkpoint-storage-root", f.options.checkpoint_storage_roots,
@@ -184,6 +191,12 @@ void AddServerFlags(CLI::App& app, Flags& f) {
                  "(default HOST:GRPC_PORT; required when --host is 0.0.0.0 or ::)");
   app.add_option("--heartbeat-timeout-ms", f.options.heartbeat_timeout_ms, "Agent heartbeat timeout")
       ->capture_default_str();
+  app.add_option("--shutdown-drain-ms", f.shutdown_drain_ms,
+                 "On SIGTERM the health check answers 503 for this long before the ports close, so load "
+                 "balancers and probes see it (a second SIGTERM ends it early); 0 to 600000")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}));
   f.stop_timeout_s = f.options.stop_timeout_ms / 1000.0;
   app.add_option("--stop-timeout-s", f.stop_timeout_s,
                  "A trial asked to stop (pause, cancel, kill) that has not exited after this long is killed")
@@ -383,6 +396,22 @@ void AddRestFlags(CLI::App& app, Flags& f) {
       ->check(CLI::Range(0.1, 3600.0));
 }
 
+// --shutdown-drain-ms: everything still serves, the health check answering
+// 503, for `ms` or until another signal of `signals` comes.
+void Drain(int64_t ms, sigset_t* signals) {
+  if (ms <= 0) return;
+  spdlog::info("det-master: health answers 503; closing the ports in {} ms (--shutdown-drain-ms; a second "
+               "SIGTERM closes them now)", ms);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return;
+    timespec ts{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
+    if (sigtimedwait(signals, nullptr, &ts) >= 0) return;  // another SIGTERM/SIGINT
+    if (errno != EINTR) return;                             // EAGAIN: the drain is over
+  }
+}
+
 // Serves the core until SIGTERM or SIGINT (blocked in `signals`); returns
 // the exit code.
 int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, sigset_t* signals) {
@@ -459,6 +488,7 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   spdlog::info("det-master: signal {}, shutting down", sig);
   rest.health().SetShuttingDown();
   if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) health->Shutdown();
+  Drain(f.shutdown_drain_ms, signals);
   rest.Stop();
   trials.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -552,11 +582,23 @@ int OpenAndServe(Flags& f, const det::master::AuthOptions& auth_options, sigset_
     std::fprintf(stderr, "det-master: error: %s\n", std::string(dir.message()).c_str());
     return 2;
   }
+  const std::string db_path =
+      f.options.db_path.empty() ? (std::filesystem::path(f.options.data_dir) / "det.db").string() : f.options.db_path;
+  absl::Status lost = det::master::CheckDatabaseNotLost(f.options.data_dir, db_path, f.init_empty_db);
+  if (!lost.ok()) {
+    std::fprintf(stderr, "det-master: error: %s\n", std::string(lost.message()).c_str());
+    return 2;
+  }
   det::master::RemoveStaleBackups(f.options.data_dir);  // database_backup.h: a backup cut short
   auto core = det::master::MasterCore::Create(f.options);
   if (!core.ok()) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(core.status().message()).c_str());
     return 1;
+  }
+  auto master_info = (*core)->GetMaster({});
+  if (!master_info.ok() || !det::master::RecordClusterId(f.options.data_dir, master_info->cluster_id()).ok()) {
+    spdlog::warn("cannot record the cluster id in {}/{} (a later start cannot tell a lost database)",
+                 f.options.data_dir, det::master::kClusterIdFile);
   }
   auto auth = det::master::AuthCore::Create((*core)->store(), auth_options);
   if (!auth.ok()) {

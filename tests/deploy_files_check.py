@@ -19,9 +19,13 @@ Checks:
             deploy/k8s/*.yaml, deploy/config/*.yaml, examples/*/*.yaml and the
             config itself.
   probes    every container of deploy/k8s/*.yaml that runs det-master has
-            startup, readiness and liveness probes doing httpGet of /healthz or
-            /api/v1/health on its http-port, scheme HTTPS exactly when its
-            ConfigMap's master.toml sets tls-cert.
+            startup, readiness and liveness probes doing httpGet on its
+            http-port, scheme HTTPS exactly when its ConfigMap's master.toml
+            sets tls-cert: readiness of /healthz or /api/v1/health, startup and
+            liveness (which restart the container) of /livez only, never the
+            database check (a restart would lose a deleted det.db for good);
+            and the pod's terminationGracePeriodSeconds (default 30) covers
+            the ConfigMap's shutdown-drain-ms (default 5000) plus 10 s.
 
 A missing tool (systemd-analyze, yamllint, Python's yaml module) is a failure
 naming the Debian package, never a skip. --selftest breaks a copy of the
@@ -40,7 +44,10 @@ import tempfile
 
 UNIT_DIRS = ["/usr/lib/systemd/system", "/lib/systemd/system"]
 HEALTH_PATHS = {"/healthz", "/api/v1/health"}
-PROBES = ["startupProbe", "readinessProbe", "livenessProbe"]
+LIVE_PATHS = {"/livez"}
+# Which health paths each probe may use: the probes that restart the
+# container ask the core only (/livez).
+PROBES = {"startupProbe": LIVE_PATHS, "readinessProbe": HEALTH_PATHS, "livenessProbe": LIVE_PATHS}
 
 
 def need_tool(name, package):
@@ -182,16 +189,38 @@ def master_tls(docs):
     return False
 
 
+def master_drain_ms(docs):
+    """shutdown-drain-ms of a ConfigMap's master.toml in `docs` (det-master's default 5000 when unset)."""
+    for d in docs:
+        if d.get("kind") == "ConfigMap":
+            m = re.search(r"^\s*shutdown-drain-ms\s*=\s*(\d+)", (d.get("data") or {}).get("master.toml", ""), re.M)
+            if m:
+                return int(m.group(1))
+    return 5000
+
+
+def check_grace(rel, spec, drain_ms, problems):
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    if not isinstance(grace, int) or grace * 1000 < drain_ms + 10000:
+        problems.append("%s: terminationGracePeriodSeconds %r does not cover shutdown-drain-ms %d plus 10 s for the "
+                        "stop: raise it or shorten the drain" % (rel, grace, drain_ms))
+
+
 def check_container_probes(rel, c, tls, problems):
     ports = {p.get("containerPort") for p in c.get("ports", [])}
-    for kind in PROBES:
+    for kind, paths in PROBES.items():
         get = (c.get(kind) or {}).get("httpGet")
         where = "%s: container %s: %s" % (rel, c.get("name"), kind)
+        want_path = sorted(paths)[-1]
         if not get:
-            problems.append("%s is missing: add an httpGet of /healthz on the http-port" % where)
+            problems.append("%s is missing: add an httpGet of %s on the http-port" % (where, want_path))
             continue
-        if get.get("path") not in HEALTH_PATHS:
-            problems.append("%s: path %r is not the health check (/healthz)" % (where, get.get("path")))
+        if get.get("path") in HEALTH_PATHS and paths == LIVE_PATHS:
+            problems.append("%s: path %r checks the database: a failure restarts the container, which cannot bring "
+                            "back a deleted det.db and loses what the master still holds; use /livez"
+                            % (where, get.get("path")))
+        elif get.get("path") not in paths:
+            problems.append("%s: path %r is not the health check (%s)" % (where, get.get("path"), want_path))
         if get.get("port") not in ports:
             problems.append("%s: port %r is none of the container's ports %s" % (where, get.get("port"), sorted(ports)))
         want = "HTTPS" if tls else "HTTP"
@@ -218,6 +247,7 @@ def check_probes(root, problems):
                 if os.path.basename(str((c.get("command") or [""])[0])) == "det-master":
                     masters += 1
                     check_container_probes(rel, c, tls, problems)
+                    check_grace(rel, spec, master_drain_ms(docs), problems)
     if masters == 0:
         problems.append("deploy/k8s: no container runs det-master")
 
@@ -254,6 +284,11 @@ BREAKAGES = [
     ("trailing spaces", "deploy/config/slurm.yaml", "\n", "  \n", "trailing-spaces"),
     ("a probe on the wrong path", "deploy/k8s/master.yaml", "path: /healthz", "path: /api/v1/master",
      "not the health check"),
+    ("a liveness probe on the database check", "deploy/k8s/master.yaml", "restarted after a minute of a wedged core\n"
+     "            httpGet:\n              path: /livez", "restarted\n            httpGet:\n              path: /healthz",
+     "livenessProbe: path '/healthz' checks the database"),
+    ("a drain longer than the grace period", "deploy/k8s/master.yaml", "shutdown-drain-ms = 5000",
+     "shutdown-drain-ms = 25000", "does not cover shutdown-drain-ms 25000"),
     ("a missing liveness probe", "deploy/k8s/master.yaml", "livenessProbe:", "livenessProbeX:",
      "livenessProbe is missing"),
     ("TLS on without HTTPS probes", "deploy/k8s/master.yaml", 'host = "0.0.0.0"',

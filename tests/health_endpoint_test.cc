@@ -1,9 +1,15 @@
 // The master's health check end to end (issue 47, part 5): a real det-master
-// answers GET /api/v1/health and GET /healthz without a token, lists the
-// route as public, answers the standard grpc.health.v1.Health service on its
-// gRPC port, serves it over HTTPS with TLS, and answers 503 naming the file
-// once its database is deleted under it.
+// answers GET /api/v1/health, GET /healthz and GET /livez without a token,
+// lists the route as public, answers the standard grpc.health.v1.Health
+// service on its gRPC port, serves it over HTTPS with TLS, answers 503 naming
+// the file once its database is deleted under it (liveness stays 200), 503
+// for --shutdown-drain-ms after SIGTERM, 405 to other methods on /healthz;
+// and a restarted master refuses to create an empty database over the
+// cluster's state.
+#include <signal.h>
 #include <unistd.h>
+
+#include <filesystem>
 
 #include <future>
 #include <string>
@@ -14,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_join.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -115,6 +122,91 @@ TEST(HealthEndpoint, ADeletedDatabaseAnswers503NamingTheFile) {
   EXPECT_NE(j["reason"].get<std::string>().find("the database file " + cluster.db_path() + " is gone"),
             std::string::npos)
       << body;
+  // Liveness does not look at the file: a restart would lose what the master
+  // still holds (deploy/k8s/master.yaml's livenessProbe is /livez).
+  auto live = cluster.Http("GET", "/livez", {});
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200) << live->body;
+}
+
+// SIGTERM: the master answers 503 "shutting down" for --shutdown-drain-ms
+// (everything else still served, liveness 200) before its ports close, so a
+// load balancer polling /healthz sees it; then it exits 0.
+TEST(HealthEndpoint, AfterSigtermItAnswers503ForTheDrainThenExits) {
+  TempDir dir;
+  TestCluster cluster(dir, TestClusterOptions().add_master_flags({"--shutdown-drain-ms", "3000"}));
+  auto before = cluster.Http("GET", "/healthz", {});
+  ASSERT_TRUE(before);
+  ASSERT_EQ(before->status, 200) << before->body;
+  cluster.master().Signal(SIGTERM);
+  std::string body;
+  std::vector<std::string> seen;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        auto res = cluster.Http("GET", "/healthz", {});
+        seen.push_back(res ? std::to_string(res->status) : httplib::to_string(res.error()));
+        if (!res || res->status != 503) return false;
+        body = res->body;
+        return true;
+      },
+      std::chrono::seconds(10)))
+      << "no 503 after SIGTERM; answers: " << absl::StrJoin(seen, ", ") << "\n" << cluster.MasterLog();
+  EXPECT_EQ(json::parse(body)["reason"], "the master is shutting down") << body;
+  auto live = cluster.Http("GET", "/livez", {});
+  ASSERT_TRUE(live) << "the port closed before the drain ended";
+  EXPECT_EQ(live->status, 200) << live->body;
+  EXPECT_EQ(cluster.master().Wait(std::chrono::seconds(30)), 0) << cluster.MasterLog();
+}
+
+// Another method on /healthz or /livez is 405 naming GET and HEAD, at once
+// (curl -X POST sends no Content-Length: the body is never waited for).
+TEST(HealthEndpoint, OtherMethodsOnHealthzAnswer405AtOnce) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  ASSERT_EQ(access("/usr/bin/curl", X_OK), 0) << "/usr/bin/curl is missing: run deploy/install-deps.sh";
+  for (const std::string path : {"/healthz", "/livez"}) {
+    const std::string url = "http://127.0.0.1:" + std::to_string(cluster.http_port()) + path;
+    std::string out, err;
+    ASSERT_EQ(RunProcess({"/usr/bin/curl", "-sS", "-X", "POST", "--max-time", "10", "-D", "-", "-o", "/dev/null",
+                          url},
+                         &out, &err),
+              0)
+        << path << ": " << err;
+    EXPECT_NE(out.find("HTTP/1.1 405"), std::string::npos) << out;
+    EXPECT_NE(out.find("Allow: GET, HEAD"), std::string::npos) << out;
+  }
+}
+
+// det.db gone while the data dir holds the cluster's state (its cluster-id,
+// written at each start): a restarted master refuses to start an empty
+// cluster over it, naming the file and both fixes, and creates nothing;
+// with --init-empty-db it starts (empty).
+TEST(HealthEndpoint, ARestartedMasterRefusesToCreateAnEmptyDatabaseOverTheClustersState) {
+  TempDir dir;
+  std::string db;
+  {
+    TestCluster cluster(dir);
+    db = cluster.db_path();
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir / "master/cluster-id"));
+  for (const std::string suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db + suffix);
+  std::string out, err;
+  EXPECT_EQ(RunProcess({std::string(DET_BIN_DIR) + "/det-master", "--data-dir", dir / "master", "--grpc-port", "0",
+                        "--http-port", "0"},
+                       &out, &err, std::chrono::seconds(60)),
+            2)
+      << err;
+  EXPECT_NE(err.find("det-master: error: the database " + db + " is missing or empty, but the data dir"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("cluster-id (cluster "), std::string::npos) << err;
+  EXPECT_NE(err.find("start once with --init-empty-db"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(db)) << "nothing created";
+  std::filesystem::remove(dir / "ports-1.json");  // the first cluster's: the next one writes its own
+  TestCluster fresh(dir, TestClusterOptions().add_master_flags({"--init-empty-db"}));
+  int status = 0;
+  json master = fresh.Get("/api/v1/master", &status);
+  EXPECT_EQ(status, 200) << master.dump();
 }
 
 }  // namespace

@@ -40,6 +40,8 @@ void TestCluster::StartMaster(int grpc_port) {
   }
   // The tests' configs keep checkpoints under dir/checkpoints.
   argv.insert(argv.end(), {std::string("--checkpoint-storage-root"), dir_ / "checkpoints"});
+  // No health drain on SIGTERM (a test that wants one gives its own flag: the last wins).
+  argv.insert(argv.end(), {std::string("--shutdown-drain-ms"), std::string("0")});
   argv.insert(argv.end(), options_.master_flags.begin(), options_.master_flags.end());
   master_ = std::make_unique<Subprocess>(argv, dir_ / absl::StrCat("master-", master_runs_, ".out"),
                                          dir_ / absl::StrCat("master-", master_runs_, ".err"));

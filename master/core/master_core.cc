@@ -2,6 +2,7 @@
 // every part of the core shares. See master_core.h for where the rest lives.
 #include "master/core/master_core.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -160,6 +161,20 @@ absl::StatusOr<apiv1::GetMasterResponse> MasterCore::GetMaster(const apiv1::GetM
   resp.set_max_request_bytes(options_.max_request_bytes());
   resp.set_trial_abi_version(static_cast<int32_t>(kTrialAbiVersion));
   return resp;
+}
+
+bool MasterCore::Ping(std::chrono::milliseconds wait) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  auto pause = std::chrono::microseconds(50);
+  for (;;) {
+    if (mu_.try_lock()) {
+      mu_.unlock();
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(pause);  // a lock holder, not an event: retry with backoff up to 10 ms
+    pause = std::min(pause * 2, std::chrono::microseconds(10000));
+  }
 }
 
 absl::StatusOr<ExperimentRuntime*> MasterCore::FindExperiment(int64_t id) {

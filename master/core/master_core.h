@@ -399,6 +399,14 @@ class MasterCore {
   // not held; thread-safe (one pass at a time).
   void RunSlurmPass() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Whether the core answers (the health check): takes and releases mu_
+  // within `wait`, polling try_lock, so a stuck holder never blocks the caller.
+  bool Ping(std::chrono::milliseconds wait) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tests: holds mu_ until the returned lock is released (a wedged core).
+  std::unique_lock<std::mutex> LockForTesting() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return std::unique_lock<std::mutex>(mu_);
+  }
+
   // Store access for benchmarks and tests.
   Store* store() { return store_.get(); }
   const MasterOptions& options() const { return options_; }

@@ -8,13 +8,18 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "master/core/master_core.h"
 #include "master/store/store.h"
 #include "nlohmann/json.hpp"
 
 namespace det::master {
 
 bool IsHealthRequest(const std::string& method, const std::string& path) {
-  return (method == "GET" || method == "HEAD") && (path == kHealthPath || path == kHealthzPath);
+  return (method == "GET" || method == "HEAD") && (path == kHealthPath || path == kHealthzPath || path == kLivezPath);
+}
+
+bool IsHealthPathWithOtherMethod(const std::string& method, const std::string& path) {
+  return method != "GET" && method != "HEAD" && (path == kHealthzPath || path == kLivezPath);
 }
 
 HealthCheck::HealthCheck(Probe probe, std::shared_ptr<const Clock> clock, HealthOptions options)
@@ -61,6 +66,25 @@ absl::Status HealthCheck::Check() {
   return shutting_down_ ? absl::UnavailableError("the master is shutting down") : st;
 }
 
+HealthCheck::Probe CoreHealthProbe(MasterCore* core, int64_t wait_ms) {
+  return [core, wait_ms]() -> absl::Status {
+    if (core->Ping(std::chrono::milliseconds(wait_ms))) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat(
+        "the master's core has not answered within ", wait_ms,
+        " ms (an operation holds its lock that long: a deadlock or stuck storage); the master log says what it "
+        "was doing; restart the master if this persists"));
+  };
+}
+
+HealthCheck::Probe AllProbes(std::vector<HealthCheck::Probe> probes) {
+  return [probes = std::move(probes)]() -> absl::Status {
+    for (const HealthCheck::Probe& probe : probes) {
+      if (absl::Status st = probe(); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  };
+}
+
 HealthCheck::Probe StoreHealthProbe(Store* store) {
   const std::string path = store->path();
   struct stat opened {};
@@ -71,7 +95,8 @@ HealthCheck::Probe StoreHealthProbe(Store* store) {
       if (::stat(path.c_str(), &now) != 0) {
         return absl::UnavailableError(absl::StrCat(
             "the database file ", path, " is gone (", std::strerror(errno),
-            "): the master writes to a deleted file; stop it, restore the database from a backup, start it again"));
+            "): the master writes to a deleted file, which is lost once it stops; before stopping it, take a backup "
+            "(det-cli master backup FILE) and restore that"));
       }
       if (now.st_dev != dev || now.st_ino != ino) {
         return absl::UnavailableError(absl::StrCat("the database file ", path,

@@ -1,14 +1,20 @@
 // Whether the master is serving, for a load balancer, systemd or a
-// Kubernetes probe: GET /api/v1/health and GET /healthz (the same answer;
-// HEAD too). Unauthenticated and cheap: no token is read, no table is
-// scanned, and the one probe of the database (a trivial query plus a stat of
-// its file) runs at most once per cache window, however many requests come.
+// Kubernetes probe. Unauthenticated and cheap: no token is read, no table is
+// scanned, and each check's probe runs at most once per cache window, however
+// many requests come.
 //
+// Readiness: GET /api/v1/health and GET /healthz (the same answer; HEAD too):
 //   200 {"status":"ok"}
 //   503 {"status":"unavailable","reason":"..."}  the reason names what failed
-//       and how to fix it: the master is shutting down; the database file was
+//       and how to fix it: the master is shutting down; its core does not
+//       answer (its lock held past kCoreWaitMs); the database file was
 //       deleted or replaced under the running master; the database does not
 //       answer (an SQLite error, or still busy after the stall bound).
+// Liveness: GET /livez: the same answers, but only the core is probed (not
+// the database, and not shutting down): a restart cannot fix a deleted or
+// replaced det.db, and would lose what the running master still holds of it.
+// Another method on /healthz or /livez: 405 (Allow: GET, HEAD); on
+// /api/v1/health it is an API path like the rest (401 without a token).
 //
 // The gRPC port answers the standard grpc.health.v1.Health service (gRPC's
 // default health check service): SERVING while the master serves, NOT_SERVING
@@ -22,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -29,16 +36,26 @@
 
 namespace det::master {
 
+class MasterCore;
 class Store;
 
 // The health routes: kHealthPath is listed in GET /api/v1/routes as a public
 // route; kHealthzPath is the conventional alias outside /api/.
 inline constexpr char kHealthPath[] = "/api/v1/health";
 inline constexpr char kHealthzPath[] = "/healthz";
+inline constexpr char kLivezPath[] = "/livez";
 
-// Whether `method` `path` is a health request (GET or HEAD of either path;
-// the query is not part of `path`).
+// How long a probe waits for the master core's lock before it says the core
+// does not answer.
+inline constexpr int64_t kCoreWaitMs = 2000;
+
+// Whether `method` `path` is a health request (GET or HEAD of one of the
+// three paths; the query is not part of `path`).
 bool IsHealthRequest(const std::string& method, const std::string& path);
+
+// Whether `method` `path` is another method on /healthz or /livez (answered
+// 405 before its body is read).
+bool IsHealthPathWithOtherMethod(const std::string& method, const std::string& path);
 
 struct HealthOptions {
   // A probe's result is reused for this long (a flood of probes costs one
@@ -86,6 +103,14 @@ class HealthCheck {
   int64_t probe_started_ms_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t probes_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// The probe of the master's core: OK when it answers (MasterCore::Ping takes
+// and releases its lock within `wait_ms`), else Unavailable saying so.
+// `core` must outlive the probe.
+HealthCheck::Probe CoreHealthProbe(MasterCore* core, int64_t wait_ms = kCoreWaitMs);
+
+// The probes in order; the first failure is the answer.
+HealthCheck::Probe AllProbes(std::vector<HealthCheck::Probe> probes);
 
 // The probe of the master's database: the file at store->path() is still the
 // one open (stat: same device and inode as when this was called, so not

@@ -1,11 +1,14 @@
-// The health check (health.h): its cache, its stall bound, the store probe,
-// and GET /api/v1/health and /healthz through RestServer (in process): public,
-// listed in the route table, 503 with a reason when the database file is
-// gone or the master is shutting down.
+// The health check (health.h): its cache, its stall bound, the core and store
+// probes, and GET /api/v1/health, /healthz and /livez through RestServer (in
+// process): public, listed in the route table, 503 with a reason when the
+// core is wedged, the database file is gone or the master is shutting down;
+// liveness asks the core only.
 #include "master/http/health.h"
 
 #include <filesystem>
+#include <chrono>
 #include <future>
+#include <mutex>
 #include <map>
 #include <string>
 #include <thread>
@@ -103,6 +106,41 @@ TEST(HealthCheckTest, TheStoreProbeNoticesADeletedOrReplacedDatabaseFile) {
   EXPECT_TRUE(absl::StrContains(replaced.message(), "was replaced under the running master")) << replaced;
 }
 
+// A wedged core (its lock held: a deadlock, a stall under the lock): the
+// probe answers Unavailable once its bound has passed, not never.
+TEST(HealthCheckTest, TheCoreProbeAnswersWithinItsBoundWhileTheCoreIsWedged) {
+  TempDir dir;
+  MasterOptions options;
+  options.data_dir = dir / "master";
+  options.checkpoint_storage_roots = {dir / "checkpoints"};
+  options.background_thread = false;
+  auto core = MasterCore::Create(options);
+  ASSERT_TRUE(core.ok()) << core.status();
+  HealthCheck::Probe probe = CoreHealthProbe(core->get(), 200);
+  EXPECT_TRUE(probe().ok());
+  {
+    std::unique_lock<std::mutex> wedged = (*core)->LockForTesting();
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status st = probe();
+    const auto waited = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+    EXPECT_TRUE(absl::StrContains(st.message(), "the master's core has not answered within 200 ms")) << st;
+    EXPECT_GE(waited, std::chrono::milliseconds(200));
+    EXPECT_LT(waited, std::chrono::seconds(5)) << "bounded";
+  }
+  EXPECT_TRUE(probe().ok()) << "answers again once the lock is free";
+}
+
+TEST(HealthCheckTest, AllProbesAnswersTheFirstFailure) {
+  int runs = 0;
+  HealthCheck::Probe all = AllProbes({[&runs] { ++runs; return absl::OkStatus(); },
+                                      [&runs] { ++runs; return absl::UnavailableError("second"); },
+                                      [&runs] { ++runs; return absl::UnavailableError("third"); }});
+  EXPECT_EQ(all().message(), "second");
+  EXPECT_EQ(runs, 2);
+  EXPECT_TRUE(AllProbes({})().ok());
+}
+
 TEST(HealthCheckTest, HealthAnswerIsJson) {
   HealthReply ok = HealthAnswer(absl::OkStatus());
   EXPECT_EQ(ok.status, 200);
@@ -142,7 +180,7 @@ class HealthRouteTest : public ::testing::Test {
 };
 
 TEST_F(HealthRouteTest, BothPathsArePublicAndNeedNoToken) {
-  for (const std::string path : {"/api/v1/health", "/healthz", "/api/v1/health?verbose=1"}) {
+  for (const std::string path : {"/api/v1/health", "/healthz", "/api/v1/health?verbose=1", "/livez"}) {
     SCOPED_TRACE(path);
     auto [status, body] = Get(path);
     EXPECT_EQ(status, 200) << body;
@@ -154,9 +192,18 @@ TEST_F(HealthRouteTest, BothPathsArePublicAndNeedNoToken) {
   auto head = Serve("HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(head.first, 200);
   EXPECT_EQ(head.second, "");
-  // Only GET and HEAD are public: anything else is an API path like any other.
+  // Only GET and HEAD are public: anything else on /api/v1/health is an API
+  // path like any other; on /healthz and /livez it is 405 naming GET and HEAD.
   EXPECT_EQ(Serve("POST /api/v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}").first, 401);
   EXPECT_EQ(Get("/api/v1/healthy").first, 401);
+  for (const std::string request : {"POST /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+                                    "DELETE /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"}) {
+    SCOPED_TRACE(request);
+    const std::string raw = rest_->ServeRawForTesting(request);
+    EXPECT_TRUE(absl::StartsWith(raw, "HTTP/1.1 405")) << raw;
+    EXPECT_TRUE(absl::StrContains(raw, "Allow: GET, HEAD\r\n")) << raw;
+    EXPECT_TRUE(absl::StrContains(raw, "answers GET and HEAD only")) << raw;
+  }
   // Listed as the one public route without an RPC.
   int listed = 0;
   for (const RestServer::Route& r : rest_->routes()) {
@@ -177,6 +224,47 @@ TEST_F(HealthRouteTest, ShuttingDownAnswers503WithTheReason) {
     EXPECT_EQ(status, 503) << body;
     EXPECT_EQ(nlohmann::json::parse(body)["reason"], "the master is shutting down");
   }
+}
+
+// Liveness (/livez) asks the core only: a deleted database and shutting
+// down leave it 200 (a restart would lose what the master holds), while
+// readiness (/healthz) answers 503.
+TEST_F(HealthRouteTest, LivenessIgnoresTheDatabaseFileAndShuttingDown) {
+  const std::string db = core_->store()->path();
+  ASSERT_TRUE(fs::remove(db)) << db;
+  EXPECT_EQ(Get("/healthz").first, 503);
+  auto [status, body] = Get("/livez");
+  EXPECT_EQ(status, 200) << body;
+  EXPECT_EQ(nlohmann::json::parse(body)["status"], "ok");
+  rest_->health().SetShuttingDown();
+  EXPECT_EQ(Get("/livez").first, 200);
+}
+
+// A wedged core (its lock held): readiness and liveness both answer 503
+// naming it within the probe's bound (kCoreWaitMs), well inside the probes'
+// timeouts (deploy/k8s/master.yaml: 3 s and 5 s).
+TEST_F(HealthRouteTest, AWedgedCoreAnswers503WithinTheBound) {
+  ASSERT_EQ(Get("/healthz").first, 200);
+  ASSERT_EQ(Get("/livez").first, 200);
+  std::unique_lock<std::mutex> wedged = core_->LockForTesting();
+  // Past the 1 s cache window of the answers above.
+  ASSERT_TRUE(det::testing::PollUntil(
+      [&] {
+        const auto start = std::chrono::steady_clock::now();
+        auto [status, body] = Get("/healthz");
+        const auto took = std::chrono::steady_clock::now() - start;
+        if (status == 200) return false;
+        EXPECT_EQ(status, 503) << body;
+        EXPECT_TRUE(absl::StrContains(nlohmann::json::parse(body)["reason"].get<std::string>(),
+                                      "the master's core has not answered within 2000 ms"))
+            << body;
+        EXPECT_LT(took, std::chrono::milliseconds(kCoreWaitMs + 2000)) << "bounded";
+        return true;
+      },
+      std::chrono::seconds(10)));
+  ASSERT_TRUE(det::testing::PollUntil([&] { return Get("/livez").first == 503; }, std::chrono::seconds(10)));
+  wedged.unlock();
+  EXPECT_TRUE(det::testing::PollUntil([&] { return Get("/healthz").first == 200; }, std::chrono::seconds(10)));
 }
 
 TEST_F(HealthRouteTest, ADeletedDatabaseAnswers503NamingTheFile) {

@@ -103,10 +103,24 @@ class RestServer::Server : public httplib::Server {
   }
 };
 
+namespace {
+// Another method on /healthz or /livez (health.h): 405, its body never read.
+bool AnswerHealthMethodNotAllowed(const httplib::Request& req, httplib::Response& res) {
+  if (!IsHealthPathWithOtherMethod(req.method, req.path)) return false;
+  res.set_header("Connection", "close");
+  res.set_header("Allow", "GET, HEAD");
+  SendError(res, absl::InvalidArgumentError(req.path + " answers GET and HEAD only"));
+  res.status = 405;
+  return true;
+}
+}  // namespace
+
 RestServer::RestServer(MasterCore* core, AuthCore* auth)
     : handlers_(std::make_unique<ApiHandlers>(core, auth)),
       dispatcher_(std::make_unique<RestDispatcher>(handlers_.get(), AllRestRoutes())),
-      health_(std::make_unique<HealthCheck>(core != nullptr ? StoreHealthProbe(core->store()) : nullptr)),
+      health_(std::make_unique<HealthCheck>(
+          core != nullptr ? AllProbes({CoreHealthProbe(core), StoreHealthProbe(core->store())}) : nullptr)),
+      liveness_(std::make_unique<HealthCheck>(core != nullptr ? CoreHealthProbe(core) : nullptr)),
       server_(std::make_unique<Server>()) {
   Routes(*server_);
 }
@@ -162,6 +176,7 @@ void RestServer::Routes(httplib::Server& s) {
   // read.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     bool has_user = false;
+    if (AnswerHealthMethodNotAllowed(req, res)) return httplib::Server::HandlerResponse::Handled;
     if (absl::StartsWith(req.path, "/api/") && !IsHealthRequest(req.method, req.path)) {
       absl::Status st = dispatcher_->Authenticate(req);
       if (st.ok()) st = CheckCookieWrite(req, tls_server_ != nullptr);  // csrf.h: cookie writes same-origin only
@@ -200,8 +215,8 @@ void RestServer::Routes(httplib::Server& s) {
   });
 
   // The health check (health.h): public and cheap, before the API's routes.
-  s.Get(R"(/api/v1/health|/healthz)", [this](const httplib::Request&, httplib::Response& res) {
-    HealthReply reply = HealthAnswer(health_->Check());
+  s.Get(R"(/api/v1/health|/healthz|/livez)", [this](const httplib::Request& req, httplib::Response& res) {
+    HealthReply reply = HealthAnswer(req.path == kLivezPath ? liveness_->Check() : health_->Check());
     res.status = reply.status;
     res.set_header("Cache-Control", "no-store");
     res.set_content(reply.body, "application/json");

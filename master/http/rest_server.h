@@ -39,7 +39,7 @@ class RestDispatcher;
 // cookie), checked once in a pre-routing handler through
 // ApiHandlers::Authenticate, the same check the gRPC services make; the
 // dashboard's files (/, /dashboard/*) and the health check (GET
-// /api/v1/health and /healthz, health.h) need none.
+// /api/v1/health, /healthz and /livez, health.h) need none.
 //
 // Bodies: a request that carries no valid user token (Login, GetMaster, the
 // dashboard, anything refused with 401) may have a body of at most
@@ -92,8 +92,10 @@ class RestServer {
   absl::Status EnableTls(const std::string& cert_file, const std::string& key_file);
 
   // The health check behind GET /api/v1/health and /healthz (probing the
-  // core's store); SetShuttingDown on it when the master begins to stop.
+  // core and its store); SetShuttingDown on it when the master begins to
+  // stop. liveness(): GET /livez (the core only; never shutting down).
   HealthCheck& health() { return *health_; }
+  HealthCheck& liveness() { return *liveness_; }
 
   // Every API route (also served as GET /api/v1/routes), for tests that must
   // cover all of them.
@@ -114,6 +116,7 @@ class RestServer {
   std::unique_ptr<ApiHandlers> handlers_;
   std::unique_ptr<RestDispatcher> dispatcher_;
   std::unique_ptr<HealthCheck> health_;
+  std::unique_ptr<HealthCheck> liveness_;
   std::string dashboard_dir_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<httplib::Server> tls_server_;  // set by EnableTls: HTTPS (never listens)

@@ -43,6 +43,29 @@ absl::Status PreparePrivateDataDirOf(const std::string& dir, bool allow_insecure
 // error when it cannot.
 absl::Status MakeDatabaseFilesPrivate(const std::string& db_path);
 
+// A lost database (issue 47): det-master refuses to create an empty database
+// where a cluster's state already lies, since that silently starts an empty
+// cluster over it (e.g. a restart after det.db was deleted under a running
+// master). The flag that allows it anyway, named in the refusal:
+inline constexpr char kInitEmptyDbFlag[] = "--init-empty-db";
+// DATA_DIR/cluster-id: the cluster id of the database the master last served
+// from this data dir, written at each start (RecordClusterId).
+inline constexpr char kClusterIdFile[] = "cluster-id";
+
+// Before the database is opened (SQLite would create a missing one): when
+// `db_path` is missing or 0 bytes long while `data_dir` holds a cluster's
+// state (its cluster-id file, a non-empty artifacts/ or checkpoints/,
+// db_path's -wal, -shm or -journal, a .det-backup-* file),
+// FailedPrecondition naming what was found and the fixes (restore the
+// database from a backup, or kInitEmptyDbFlag), unless `init_empty_db`
+// (then a warning is logged). OK otherwise: a fresh data dir, or the
+// database is there.
+absl::Status CheckDatabaseNotLost(const std::string& data_dir, const std::string& db_path, bool init_empty_db);
+
+// Writes `cluster_id` to DATA_DIR/cluster-id (0600, replaced atomically);
+// Unavailable naming the file and the OS error when it cannot.
+absl::Status RecordClusterId(const std::string& data_dir, const std::string& cluster_id);
+
 }  // namespace det::master
 
 #endif  // DET_MASTER_STORE_DATA_DIR_H_

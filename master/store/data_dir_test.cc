@@ -9,8 +9,10 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -126,6 +128,67 @@ TEST_F(DataDirTest, UncreatableDatabaseNamesTheFile) {
   absl::Status st = MakeDatabaseFilesPrivate(db);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StrContains(st.message(), db)) << st;
+}
+
+// A fresh data dir (nothing, or only what a new volume holds) and a data dir
+// whose database is there start as before.
+TEST_F(DataDirTest, AFreshDataDirOrAPresentDatabaseIsNotALostDatabase) {
+  const std::string db = dir_ + "/det.db";
+  EXPECT_TRUE(CheckDatabaseNotLost(dir_, db, false).ok());
+  std::filesystem::create_directories(dir_ + "/lost+found");
+  std::filesystem::create_directories(dir_ + "/artifacts");  // empty
+  EXPECT_TRUE(CheckDatabaseNotLost(dir_, db, false).ok());
+  ASSERT_TRUE(RecordClusterId(dir_, "0123abcd").ok());
+  EXPECT_EQ(ModeOf(dir_ + "/cluster-id"), 0600u);
+  { ASSERT_TRUE(Store::Open(db).ok()); }
+  EXPECT_TRUE(CheckDatabaseNotLost(dir_, db, false).ok()) << "the database is there";
+}
+
+// Each trace of a cluster's state, with det.db missing or 0 bytes: refused
+// naming it, the database and both fixes; --init-empty-db lets it start.
+TEST_F(DataDirTest, AMissingDatabaseBesideAClustersStateIsRefusedNamingTheFix) {
+  const std::string db = dir_ + "/det.db";
+  struct Trace {
+    std::string what;
+    std::function<void()> make;
+  };
+  const std::vector<Trace> traces = {
+      {"cluster-id (cluster 0123abcd)", [&] { ASSERT_TRUE(RecordClusterId(dir_, "0123abcd").ok()); }},
+      {"artifacts/ (not empty)", [&] {
+         std::filesystem::create_directories(dir_ + "/artifacts");
+         std::ofstream(dir_ + "/artifacts/abc.so") << "x";
+       }},
+      {"checkpoints/ (not empty)", [&] { std::filesystem::create_directories(dir_ + "/checkpoints/uuid"); }},
+      {"det.db-wal", [&] { std::ofstream(db + "-wal") << "x"; }},
+      {"det.db-shm", [&] { std::ofstream(db + "-shm") << "x"; }},
+      {".det-backup-0a.tmp", [&] { std::ofstream(dir_ + "/.det-backup-0a.tmp") << "x"; }},
+  };
+  for (const Trace& trace : traces) {
+    for (bool empty_file : {false, true}) {
+      SCOPED_TRACE(trace.what + (empty_file ? ", det.db 0 bytes" : ", det.db missing"));
+      for (const auto& e : std::filesystem::directory_iterator(dir_)) std::filesystem::remove_all(e.path());
+      trace.make();
+      if (empty_file) std::ofstream(db).flush();
+      absl::Status st = CheckDatabaseNotLost(dir_, db, false);
+      EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+      EXPECT_TRUE(absl::StrContains(st.message(), "the database " + db + " is missing or empty")) << st;
+      EXPECT_TRUE(absl::StrContains(st.message(), trace.what)) << st;
+      EXPECT_TRUE(absl::StrContains(st.message(), "Restore the database from a backup")) << st;
+      EXPECT_TRUE(absl::StrContains(st.message(), "start once with --init-empty-db")) << st;
+      EXPECT_TRUE(CheckDatabaseNotLost(dir_, db, true).ok());
+    }
+  }
+}
+
+TEST_F(DataDirTest, RecordClusterIdReplacesTheFileAndNamesItWhenItCannot) {
+  ASSERT_TRUE(RecordClusterId(dir_, "aa").ok());
+  ASSERT_TRUE(RecordClusterId(dir_, "bb").ok());
+  std::ifstream in(dir_ + "/cluster-id");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "bb\n");
+  absl::Status st = RecordClusterId(dir_ + "/missing", "aa");
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(st.message(), dir_ + "/missing/cluster-id")) << st;
 }
 
 }  // namespace
