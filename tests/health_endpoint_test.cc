@@ -202,6 +202,14 @@ TEST(HealthEndpoint, ARestartedMasterRefusesToCreateAnEmptyDatabaseOverTheCluste
   EXPECT_NE(err.find("cluster-id (cluster "), std::string::npos) << err;
   EXPECT_NE(err.find("start once with --init-empty-db"), std::string::npos) << err;
   EXPECT_FALSE(std::filesystem::exists(db)) << "nothing created";
+  // Never from a config file, where it would stay and disarm the check.
+  WriteFile(dir / "master.toml", "init-empty-db = true\n");
+  EXPECT_NE(RunProcess({std::string(DET_BIN_DIR) + "/det-master", "--config", dir / "master.toml", "--data-dir",
+                        dir / "master", "--grpc-port", "0", "--http-port", "0"},
+                       &out, &err, std::chrono::seconds(60)),
+            0);
+  EXPECT_NE(err.find("init-empty-db: This option is not allowed in a configuration file"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(db)) << "nothing created";
   std::filesystem::remove(dir / "ports-1.json");  // the first cluster's: the next one writes its own
   TestCluster fresh(dir, TestClusterOptions().add_master_flags({"--init-empty-db"}));
   int status = 0;
