@@ -26,9 +26,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -360,11 +362,21 @@ bool SecureDefaults(const Flags& f, det::master::AuthCore* auth) {
 
 // Insecure credentials, or TLS from --tls-cert/--tls-key (null when
 // unreadable).
-std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(const Flags& f) {
+// Null, with *error naming the file, why and the fix, when one is unreadable
+// (e.g. a key only root may read while the unit runs as User=det).
+std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(const Flags& f, std::string* error) {
   if (f.tls_cert.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions ssl;
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  if (!ReadTextFile(f.tls_key, &pair.private_key) || !ReadTextFile(f.tls_cert, &pair.cert_chain)) return nullptr;
+  for (const auto& [flag, path, out] : {std::tuple("--tls-key", &f.tls_key, &pair.private_key),
+                                        std::tuple("--tls-cert", &f.tls_cert, &pair.cert_chain)}) {
+    if (ReadTextFile(*path, out)) continue;
+    *error = absl::StrCat("cannot read ", flag, " ", *path, ": ", std::strerror(errno), "; det-master runs as ",
+                          getuid() == 0 ? "root" : absl::StrCat("uid ", getuid()),
+                          ", which must be able to read it (the shipped unit's User=det: chown det ", *path,
+                          "; chmod 600 for the key)");
+    return nullptr;
+  }
   ssl.pem_key_cert_pairs.push_back(std::move(pair));
   return grpc::SslServerCredentials(ssl);
 }
@@ -420,9 +432,10 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   det::master::ApiService api(core, auth);
   det::master::AgentServiceImpl agents(core, auth);
   det::master::TrialServiceImpl trials(core);
-  std::shared_ptr<grpc::ServerCredentials> credentials = GrpcCredentials(f);
+  std::string tls_error;
+  std::shared_ptr<grpc::ServerCredentials> credentials = GrpcCredentials(f, &tls_error);
   if (!credentials) {
-    std::fprintf(stderr, "det-master: error: cannot read --tls-cert/--tls-key\n");
+    std::fprintf(stderr, "det-master: error: %s\n", tls_error.c_str());
     return 2;
   }
   // grpc.health.v1.Health on the gRPC port: SERVING until shutdown begins
