@@ -8,7 +8,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/det_version.h"
 #include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
@@ -25,15 +24,8 @@ class CheckpointFactsCoreTest : public MasterCoreFixture {
   // searcher metric validation_loss, smaller is better) with `extra` config
   // lines; its first allocation.
   void Start(const std::string& extra = "") {
-    agentv1::RegisterAgentRequest reg;
-    reg.set_agent_id("a");
-    reg.set_version(det::kDetVersion);
-    reg.set_hostname("localhost");
-    reg.add_devices()->set_id(0);
-    auto registered = core_->RegisterAgent(reg);
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    auto session = core_->AttachAgent(registered->session_token());
-    ASSERT_TRUE(session.ok()) << session.status();
+    std::shared_ptr<AgentSession> session;
+    ASSERT_NO_FATAL_FAILURE(AttachOneSlotAgent(&session));
     apiv1::CreateExperimentRequest req;
     req.set_config_yaml(det::testing::SingleTrialConfig("facts", dir_ / "checkpoints", 1) + extra);
     req.set_trial_so(det::testing::FakeTrialSo());
@@ -43,7 +35,7 @@ class CheckpointFactsCoreTest : public MasterCoreFixture {
     experiment_ = created->experiment().id();
     core_->RunBackgroundPass();
     agentv1::MasterMessage msg;
-    while ((*session)->Pop(&msg, std::chrono::milliseconds(0))) {
+    while (session->Pop(&msg, std::chrono::milliseconds(0))) {
       if (msg.has_start_allocation()) start_ = msg.start_allocation();
     }
     ASSERT_FALSE(start_.allocation_id().empty());

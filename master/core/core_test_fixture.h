@@ -4,7 +4,8 @@
 // clock_ to null (then the system clock). Restart() is a master restart on
 // the same store. Tests call the core's entry points directly; Exited, Trial
 // and TrialLogs are the agent report and the reads most tests share;
-// CreateActiveExperiment, Starts and Train the usual way to a running trial.
+// AttachOneSlotAgent, CreateActiveExperiment, Starts and Train the usual way
+// to a running trial.
 #ifndef DET_MASTER_CORE_CORE_TEST_FIXTURE_H_
 #define DET_MASTER_CORE_CORE_TEST_FIXTURE_H_
 
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/det_version.h"
 #include "master/core/clock.h"
 #include "master/core/master_core.h"
 #include "tests/test_util.h"
@@ -46,6 +48,21 @@ class MasterCoreFixture : public ::testing::Test {
   virtual void Customize(MasterOptions* /*options*/) {}
   // Runs after every Open, with core_ set.
   virtual void Opened() {}
+
+  // Registers agent `agent_id` of this release on host localhost with one
+  // slot (device 0) and attaches it: its session in *session.
+  void AttachOneSlotAgent(std::shared_ptr<AgentSession>* session, const std::string& agent_id = "a") {
+    agentv1::RegisterAgentRequest reg;
+    reg.set_agent_id(agent_id);
+    reg.set_version(det::kDetVersion);
+    reg.set_hostname("localhost");
+    reg.add_devices()->set_id(0);
+    auto registered = core_->RegisterAgent(reg);
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    auto attached = core_->AttachAgent(registered->session_token());
+    ASSERT_TRUE(attached.ok()) << attached.status();
+    *session = *std::move(attached);
+  }
 
   // An experiment of `yaml` with the fake trial.so, activated: its id, or 0
   // (a failure) when refused.

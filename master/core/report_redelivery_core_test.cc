@@ -8,7 +8,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/det_version.h"
 #include "master/core/core_test_fixture.h"
 #include "tests/test_util.h"
 
@@ -22,16 +21,7 @@ class ReportRedeliveryCoreTest : public MasterCoreFixture {
   // One agent of one slot and an active experiment of one trial; its first
   // allocation in start_.
   void Start() {
-    agentv1::RegisterAgentRequest reg;
-    reg.set_agent_id("a");
-    reg.set_version(det::kDetVersion);
-    reg.set_hostname("localhost");
-    reg.add_devices()->set_id(0);
-    auto registered = core_->RegisterAgent(reg);
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    auto session = core_->AttachAgent(registered->session_token());
-    ASSERT_TRUE(session.ok()) << session.status();
-    session_ = *session;
+    ASSERT_NO_FATAL_FAILURE(AttachOneSlotAgent(&session_));
     ASSERT_GT(CreateActiveExperiment(det::testing::SingleTrialConfig("redelivery", dir_ / "checkpoints", 1)), 0);
     core_->RunBackgroundPass();
     for (const auto& s : Starts(*session_)) start_ = s;
