@@ -138,36 +138,57 @@ absl::Status BackupFileWriter::Commit() {
   return absl::OkStatus();
 }
 
-int MasterBackup(Client& client, const std::string& path, bool force, const CommandIo& io) {
+int BackupExitCode(const absl::Status& st) {
+  if (st.ok()) return 0;
+  return absl::IsAlreadyExists(st) ? 2 : 1;
+}
+
+int WriteBackupStream(const BackupStream& stream, const std::string& path, bool force, const CommandIo& io) {
   auto writer = BackupFileWriter::Create(path, force);
-  if (!writer.ok()) {
-    io.err << "det-cli: error: " << TerminalText(std::string(writer.status().message())) << '\n';
-    return absl::IsAlreadyExists(writer.status()) ? 2 : 1;
-  }
-  grpc::ClientContext ctx;
-  client.PrepareContext(&ctx, /*streaming=*/true);
-  auto reader = client.stub().BackupDatabase(&ctx, v1::BackupDatabaseRequest());
+  auto fail = [&io](const absl::Status& st) {
+    io.err << "det-cli: error: " << TerminalText(std::string(st.message())) << '\n';
+    return BackupExitCode(st);
+  };
+  if (!writer.ok()) return fail(writer.status());
   v1::BackupDatabaseResponse chunk;
   absl::Status st;
-  while (st.ok() && reader->Read(&chunk)) st = (*writer)->Add(chunk);
+  while (st.ok() && stream.read(&chunk)) st = (*writer)->Add(chunk);
   if (!st.ok()) {
-    ctx.TryCancel();
-    reader->Finish();
-    io.err << "det-cli: error: " << TerminalText(std::string(st.message())) << '\n';
-    return 1;
+    stream.cancel();
+    return fail(st);
   }
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) return ReportError(client, status, io.err);
-  if (st = (*writer)->Commit(); !st.ok()) {
-    io.err << "det-cli: error: " << TerminalText(std::string(st.message())) << '\n';
-    return 1;
-  }
+  if (int rc = stream.finish(); rc != 0) return rc;
+  // AlreadyExists (FILE appeared while the backup ran): 2, like the check
+  // before it began.
+  if (st = (*writer)->Commit(); !st.ok()) return fail(st);
   const v1::BackupDatabaseResponse& last = (*writer)->last();
   io.out << "Backed up the master's database to " << TerminalText(path) << ": " << last.size_bytes()
          << " bytes, schema version " << last.schema_version() << ", snapshot taken at "
          << google::protobuf::util::TimeUtil::ToString(last.snapshot_time()) << ", sha256 "
          << TerminalText(last.sha256()) << '\n';
   return 0;
+}
+
+int MasterBackup(Client& client, const std::string& path, bool force, const CommandIo& io) {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderInterface<v1::BackupDatabaseResponse>> reader;
+  BackupStream stream;
+  stream.read = [&](v1::BackupDatabaseResponse* chunk) {
+    if (!reader) {
+      client.PrepareContext(&ctx, /*streaming=*/true);
+      reader = client.stub().BackupDatabase(&ctx, v1::BackupDatabaseRequest());
+    }
+    return reader->Read(chunk);
+  };
+  stream.cancel = [&] {
+    ctx.TryCancel();
+    if (reader) reader->Finish();
+  };
+  stream.finish = [&] {
+    grpc::Status status = reader ? reader->Finish() : grpc::Status::OK;
+    return status.ok() ? 0 : ReportError(client, status, io.err);
+  };
+  return WriteBackupStream(stream, path, force, io);
 }
 
 void AddMasterBackupCommand(CLI::App* master, MasterBackupArgs& args,

@@ -72,9 +72,25 @@ class BackupFileWriter {
   ::det::api::v1::BackupDatabaseResponse last_;  // the done message (data cleared)
 };
 
-// Runs the backup into `path`; prints its size, schema version, snapshot
-// time and SHA-256. Exit status 0, 1 on an error (named), 2 when `path`
-// exists without `force`.
+// det-cli master backup's exit status for `st`: 0 when OK, 2 for
+// AlreadyExists (FILE exists, or appeared while the backup ran, without
+// --force), 1 otherwise.
+int BackupExitCode(const absl::Status& st);
+
+// One BackupDatabase call as WriteBackupStream drives it.
+struct BackupStream {
+  std::function<bool(::det::api::v1::BackupDatabaseResponse*)> read;  // false: the stream ended
+  std::function<void()> cancel;  // ends the call early (a bad chunk)
+  std::function<int()> finish;   // the call's status: 0, or the exit status after naming the error
+};
+// Writes `stream` into `path` with a BackupFileWriter (FILE is checked
+// before the first read); prints its size, schema version, snapshot time
+// and SHA-256. Returns the exit status: 0, 1 on an error (named on
+// io.err), 2 when `path` exists without `force`, before the backup or
+// when it appeared meanwhile.
+int WriteBackupStream(const BackupStream& stream, const std::string& path, bool force, const CommandIo& io);
+
+// Runs the backup into `path` over `client` (WriteBackupStream).
 int MasterBackup(Client& client, const std::string& path, bool force, const CommandIo& io);
 
 // Option values of `master backup`; must outlive the CLI::App.

@@ -1,11 +1,13 @@
 // BackupFileWriter (master_backup_command.h): FILE is written atomically
 // (0600) only from a complete stream whose SHA-256 matches, never replaces
-// an existing file without --force, and leaves no temporary file behind.
+// an existing file without --force, and leaves no temporary file behind;
+// WriteBackupStream's exit status 2 when FILE appears mid-stream.
 #include "cli/master_backup_command.h"
 
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <sstream>
 
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -84,6 +86,40 @@ TEST(BackupFileWriterTest, AFileCreatedMeanwhileIsKept) {
   w->reset();
   EXPECT_EQ(ReadFile(file), "someone else's");
   EXPECT_EQ(Entries(dir), 1u);
+}
+
+// det-cli master backup's exit status when FILE appears while the stream
+// is read (docs/operations/backup.md): 2, as when it existed before, and
+// FILE is kept.
+TEST(BackupFileWriterTest, AFileCreatedDuringTheStreamExitsWith2) {
+  TempDir dir;
+  const std::string file = dir / "b.db";
+  const std::string data = "snapshot bytes";
+  int reads = 0;
+  bool cancelled = false;
+  BackupStream stream;
+  stream.read = [&](v1::BackupDatabaseResponse* chunk) {
+    if (reads++ > 0) return false;
+    WriteFile(file, "someone else's");  // appears mid-backup
+    *chunk = Chunk(data, 0, static_cast<int64_t>(data.size()), true, Sha256Hex(data));
+    return true;
+  };
+  stream.cancel = [&] { cancelled = true; };
+  stream.finish = [] { return 0; };
+  std::ostringstream out, err;
+  CommandIo io{out, err};
+  EXPECT_EQ(WriteBackupStream(stream, file, false, io), 2) << err.str();
+  EXPECT_NE(err.str().find(file + " appeared while the backup ran"), std::string::npos) << err.str();
+  EXPECT_NE(err.str().find("--force"), std::string::npos) << err.str();
+  EXPECT_EQ(ReadFile(file), "someone else's");
+  EXPECT_EQ(Entries(dir), 1u) << "a temporary file was left";
+  EXPECT_FALSE(cancelled);
+  // An existing FILE before the first read: 2, and the master is not asked.
+  reads = 0;
+  EXPECT_EQ(WriteBackupStream(stream, file, false, io), 2);
+  EXPECT_EQ(reads, 0);
+  EXPECT_EQ(BackupExitCode(absl::DataLossError("x")), 1);
+  EXPECT_EQ(BackupExitCode(absl::OkStatus()), 0);
 }
 
 TEST(BackupFileWriterTest, ABadStreamLeavesNothing) {

@@ -251,6 +251,11 @@ void AddServingLimitFlags(CLI::App& app, Flags& f) {
                  "Memory all gRPC connections together may hold for messages in flight (gRPC resource quota)")
       ->capture_default_str()
       ->check(CLI::Range(16.0, 65536.0));
+  app.add_option("--backup-write-timeout-s", f.options.backup_write_timeout_s,
+                 "Cancel a det-cli master backup whose client has read nothing for this long (frees the one "
+                 "backup slot and its temporary file)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
   app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
   app.add_option("--resource-pools", f.resource_pools_file,
                  "YAML file declaring the resource pools (resource_pools: [{pool_name, description, max_slots, "

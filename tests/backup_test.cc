@@ -5,7 +5,9 @@
 // that moment, PRAGMA integrity_check is ok, and a checkpoint it names
 // downloads through it. Also: admins only (gRPC and REST), an existing FILE
 // is kept without --force, the master's temporary file is gone afterwards,
-// and the REST form streams the same snapshot.
+// the REST form streams the same snapshot, a call cancelled mid-stream or a
+// client that stops reading frees the file and the slot, and a det.db
+// deleted while the master runs is backed up from the served database.
 //
 // "At that moment": every table compared has ids that only grow in commit
 // order (one writer). So the restored database must hold exactly the
@@ -14,6 +16,7 @@
 // before det-cli started and after it ended.
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -30,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "det/api/v1/api.grpc.pb.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -397,6 +401,104 @@ TEST(BackupTest, TheRestFormStreamsTheSameSnapshot) {
   Db db(file);
   EXPECT_EQ(db.Rows("PRAGMA integrity_check"), std::vector<std::string>{"ok"});
   EXPECT_TRUE(BackupTemps(dir / "master").empty());
+}
+
+// Grows the database by `mib` MiB of random bytes in kv (another
+// connection, while the master runs), so a backup streams many chunks.
+void Pad(const std::string& db_path, int mib) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  sqlite3_busy_timeout(db, 10000);
+  for (int i = 0; i < mib; ++i) {
+    const std::string sql =
+        absl::StrCat("INSERT INTO kv(key, value) VALUES ('backup-test-pad-", i, "', randomblob(1048576))");
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  }
+  sqlite3_close_v2(db);
+}
+
+// The master's file and slot are free again: a det-cli backup succeeds.
+bool BackupSucceeds(TestCluster& cluster, const std::string& file) {
+  std::string out, err;
+  return PollUntil([&] { return cluster.Cli({"master", "backup", file, "--force"}, &out, &err) == 0; }, 30s);
+}
+
+// Review finding 8: a gRPC call cancelled mid-stream (det-cli interrupted)
+// leaves no temporary file and frees the one backup slot.
+TEST(BackupTest, ACallCancelledMidStreamRemovesItsFileAndFreesTheSlot) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  Pad(cluster.db_path(), 8);
+  const std::string admin = RestLogin(cluster.http_port(), "admin");
+  ASSERT_FALSE(admin.empty());
+  auto stub = api::v1::Determined::NewStub(
+      grpc::CreateChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + admin);
+  auto reader = stub->BackupDatabase(&ctx, api::v1::BackupDatabaseRequest());
+  api::v1::BackupDatabaseResponse chunk;
+  ASSERT_TRUE(reader->Read(&chunk)) << reader->Finish().error_message();
+  EXPECT_FALSE(chunk.done());
+  EXPECT_EQ(BackupTemps(dir / "master").size(), 1u) << "the snapshot is not in the data dir while it streams";
+  ctx.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(PollUntil([&] { return BackupTemps(dir / "master").empty(); }, 30s))
+      << "the cancelled call's temporary file was left\n" << cluster.MasterLog();
+  ASSERT_EQ(LoginAdmin(cluster), 0);
+  EXPECT_TRUE(BackupSucceeds(cluster, dir / "after-cancel.db")) << "the slot was not freed\n" << cluster.MasterLog();
+}
+
+// Review finding 8: a client that stops reading holds the slot and the
+// temporary file only until --backup-write-timeout-s.
+TEST(BackupTest, AClientThatStopsReadingIsCancelledAfterTheWriteTimeout) {
+  TempDir dir;
+  TestCluster cluster(dir, TestClusterOptions().add_master_flags({"--backup-write-timeout-s", "1"}));
+  Pad(cluster.db_path(), 32);
+  const std::string admin = RestLogin(cluster.http_port(), "admin");
+  ASSERT_FALSE(admin.empty());
+  // A small receive window: the master cannot push the stream into the
+  // client's buffers while it does not read.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+  args.SetMaxReceiveMessageSize(16 << 20);
+  auto stub = api::v1::Determined::NewStub(
+      grpc::CreateCustomChannel(cluster.grpc_address(), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer " + admin);
+  auto reader = stub->BackupDatabase(&ctx, api::v1::BackupDatabaseRequest());
+  api::v1::BackupDatabaseResponse chunk;
+  ASSERT_TRUE(reader->Read(&chunk)) << reader->Finish().error_message();
+  EXPECT_FALSE(chunk.done());
+  // ... and reads no more.
+  EXPECT_TRUE(PollUntil([&] { return BackupTemps(dir / "master").empty(); }, 60s))
+      << "a client that stopped reading still holds the temporary file\n" << cluster.MasterLog();
+  EXPECT_THAT(cluster.MasterLog(), HasSubstr("the client read nothing for 1 s; cancelling its backup"));
+  ASSERT_EQ(LoginAdmin(cluster), 0);
+  EXPECT_TRUE(BackupSucceeds(cluster, dir / "after-stall.db")) << "the slot was not freed\n" << cluster.MasterLog();
+  ctx.TryCancel();
+  reader->Finish();
+}
+
+// Review finding 1: det.db deleted while the master runs (it serves the
+// open file on): the backup holds what the master serves.
+TEST(BackupTest, ABackupAfterDetDbWasDeletedHoldsTheServedDatabase) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  ASSERT_EQ(LoginAdmin(cluster), 0);
+  const std::string admin = RestLogin(cluster.http_port(), "admin");
+  json body = {{"user", {{"username", "made-before-the-unlink"}}}, {"password", "pw"}};
+  auto res = cluster.Http("POST", "/api/v1/PostUser", {{"Authorization", "Bearer " + admin}}, body.dump());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  ASSERT_EQ(unlink(cluster.db_path().c_str()), 0);
+  const std::string file = dir / "rescued.db";
+  std::string out, err;
+  ASSERT_EQ(cluster.Cli({"master", "backup", file}, &out, &err), 0) << out << err << cluster.MasterLog();
+  Db db(file);
+  EXPECT_EQ(db.Rows("PRAGMA integrity_check"), std::vector<std::string>{"ok"});
+  EXPECT_EQ(db.Int("SELECT COUNT(*) FROM users WHERE username = 'made-before-the-unlink'"), 1);
+  EXPECT_THAT(cluster.MasterLog(), HasSubstr("is no longer the file this master opened"));
 }
 
 }  // namespace

@@ -115,6 +115,9 @@ struct MasterOptions {
   // trial.so files go through UploadArtifact in 1 MiB chunks.
   int64_t max_message_bytes = 8 << 20;
   int64_t max_request_bytes() const { return max_message_bytes; }
+  // det-master --backup-write-timeout-s: a BackupDatabase call whose client
+  // has read nothing this long (a chunk unsent) is cancelled (database_backup.h).
+  int backup_write_timeout_s = 60;
   // Every time the core reads (null: SystemClock).
   std::shared_ptr<const Clock> clock;
   // Runs the background pass (timeouts, scheduling, checkpoint GC) every

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <string_view>
+#include <thread>
 
 #include <google/protobuf/util/time_util.h>
 #include <openssl/rand.h>
@@ -26,6 +27,9 @@ namespace det::master {
 namespace {
 
 namespace apiv1 = ::det::api::v1;
+
+// Consecutive steps that may find the database locked (10 ms apart).
+constexpr int kMaxBusySteps = 3000;
 
 // The process's one backup slot.
 std::atomic<bool> g_backup_running{false};
@@ -62,29 +66,25 @@ absl::StatusOr<std::string> RandomHex() {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
-// What SQLite's progress handler sees during VACUUM INTO.
-struct Progress {
-  const BackupOptions* options;
-  sqlite3* db;
-  const std::atomic<bool>* cancelled;
-  bool hook_called = false;
-};
-
-// The progress handler: runs the test hook once inside the read
-// transaction; non-zero (cancelled) ends the VACUUM.
-int OnProgress(void* arg) {
-  auto* p = static_cast<Progress*>(arg);
-  if (p->options->during_snapshot && !p->hook_called && sqlite3_txn_state(p->db, "main") == SQLITE_TXN_READ) {
-    p->hook_called = true;
-    p->options->during_snapshot();
+// The size of one of the connection's open files (the database or its
+// -wal), through the file handle SQLite holds: right even when the path now
+// names another file or none. 0 when it is not open.
+int64_t OpenFileBytes(sqlite3* db, int op) {
+  sqlite3_file* file = nullptr;
+  if (sqlite3_file_control(db, "main", op, &file) != SQLITE_OK || file == nullptr || file->pMethods == nullptr) {
+    return 0;
   }
-  return p->cancelled->load() ? 1 : 0;
+  sqlite3_int64 size = 0;
+  return file->pMethods->xFileSize(file, &size) == SQLITE_OK ? static_cast<int64_t>(size) : 0;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DatabaseBackup>> DatabaseBackup::Start(const std::string& db_path,
-                                                                      const std::string& data_dir,
+int64_t BackupRequiredFreeBytes(int64_t db_bytes, int64_t wal_bytes) {
+  return db_bytes + wal_bytes + std::max(db_bytes / 10, kBackupMinHeadroomBytes);
+}
+
+absl::StatusOr<std::unique_ptr<DatabaseBackup>> DatabaseBackup::Start(Store* store, const std::string& data_dir,
                                                                       BackupOptions options) {
   bool expected = false;
   if (!g_backup_running.compare_exchange_strong(expected, true)) {
@@ -93,29 +93,43 @@ absl::StatusOr<std::unique_ptr<DatabaseBackup>> DatabaseBackup::Start(const std:
   }
   std::unique_ptr<DatabaseBackup> backup(new DatabaseBackup());
   backup->holds_slot_ = true;
+  backup->store_ = store;
   backup->options_ = std::move(options);
   if (!backup->options_.free_bytes) backup->options_.free_bytes = StatvfsFreeBytes;
-  DET_RETURN_IF_ERROR(backup->Open(db_path, data_dir));
+  backup->options_.pages_per_step = std::max(1, backup->options_.pages_per_step);
+  DET_RETURN_IF_ERROR(backup->Open(data_dir));
   return backup;
 }
 
-absl::Status DatabaseBackup::Open(const std::string& db_path, const std::string& data_dir) {
-  int rc = sqlite3_open_v2(db_path.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    return absl::InternalError(absl::StrCat("backup: cannot open the database ", db_path, ": ",
-                                            db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc)));
+absl::Status DatabaseBackup::Open(const std::string& data_dir) {
+  const std::string& db_path = store_->path();
+  int64_t db_bytes = 0, wal_bytes = 0;
+  int moved = 0;
+  DET_RETURN_IF_ERROR(store_->WithConnection([&](sqlite3* db) -> absl::Status {
+    DET_ASSIGN_OR_RETURN(int64_t pages, QueryInt(db, "PRAGMA page_count", db_path));
+    DET_ASSIGN_OR_RETURN(int64_t page_size, QueryInt(db, "PRAGMA page_size", db_path));
+    db_bytes = std::max(pages * page_size, OpenFileBytes(db, SQLITE_FCNTL_FILE_POINTER));
+    wal_bytes = OpenFileBytes(db, SQLITE_FCNTL_JOURNAL_POINTER);
+    sqlite3_file_control(db, "main", SQLITE_FCNTL_HAS_MOVED, &moved);
+    return absl::OkStatus();
+  }));
+  if (moved != 0) {
+    spdlog::warn("backup: {} is no longer the file this master opened (deleted or replaced since); backing up the "
+                 "database the master serves, through its open connection", db_path);
   }
-  sqlite3_busy_timeout(db_, 10000);
-  DET_ASSIGN_OR_RETURN(int64_t pages, QueryInt(db_, "PRAGMA page_count", db_path));
-  DET_ASSIGN_OR_RETURN(int64_t page_size, QueryInt(db_, "PRAGMA page_size", db_path));
-  const int64_t db_bytes = pages * page_size;
+  const int64_t required = BackupRequiredFreeBytes(db_bytes, wal_bytes);
   DET_ASSIGN_OR_RETURN(int64_t free_bytes, options_.free_bytes(data_dir));
-  if (free_bytes < db_bytes) {
+  if (free_bytes < required) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "backup: the data dir ", data_dir, " has ", free_bytes, " bytes free, less than the database's size (",
-        db_bytes, " bytes) that its snapshot needs there; free space on that file system (or give the master a "
-        "larger --data-dir) and retry"));
+        "backup: the data dir ", data_dir, " has ", free_bytes, " bytes free, less than the ", required,
+        " bytes a backup requires there (the database's ", db_bytes, " bytes for the snapshot, its -wal's ",
+        wal_bytes, " bytes, and max(10 %, 256 MiB) left for the master's own writes meanwhile); free space on that "
+        "file system (or give the master a larger --data-dir) and retry"));
   }
+  return CreateTemp(data_dir);
+}
+
+absl::Status DatabaseBackup::CreateTemp(const std::string& data_dir) {
   DET_ASSIGN_OR_RETURN(std::string name, RandomHex());
   temp_path_ = absl::StrCat(data_dir, "/", kBackupTempPrefix, name, ".tmp");
   int fd = open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -127,16 +141,23 @@ absl::Status DatabaseBackup::Open(const std::string& db_path, const std::string&
   }
   fchmod(fd, 0600);  // whatever the umask
   close(fd);
+  // The copy's own connection: no journal (a copy cut short is removed).
+  int rc = sqlite3_open_v2(temp_path_.c_str(), &dest_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc == SQLITE_OK) rc = sqlite3_exec(dest_, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF", nullptr, nullptr,
+                                         nullptr);
+  if (rc != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("backup: cannot open ", temp_path_, ": ",
+                                            dest_ != nullptr ? sqlite3_errmsg(dest_) : sqlite3_errstr(rc)));
+  }
   return absl::OkStatus();
 }
 
 DatabaseBackup::~DatabaseBackup() { Discard(); }
 
 void DatabaseBackup::Discard() {
+  EndCopy();
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
-  if (db_ != nullptr) sqlite3_close_v2(db_);
-  db_ = nullptr;
   if (!temp_path_.empty()) {
     for (const char* suffix : {"", "-journal", "-wal", "-shm"}) unlink((temp_path_ + suffix).c_str());
     temp_path_.clear();
@@ -145,22 +166,85 @@ void DatabaseBackup::Discard() {
   holds_slot_ = false;
 }
 
+void DatabaseBackup::EndCopy() {
+  if (copy_ != nullptr) {
+    // sqlite3_backup_finish detaches from the Store's connection: its lock.
+    (void)store_->WithConnection([this](sqlite3*) {
+      sqlite3_backup_finish(copy_);
+      return absl::OkStatus();
+    });
+    copy_ = nullptr;
+  }
+  if (dest_ != nullptr) sqlite3_close_v2(dest_);
+  dest_ = nullptr;
+}
+
+absl::StatusOr<bool> DatabaseBackup::Step(int* restarts, int64_t* copied) {
+  int rc = SQLITE_OK;
+  std::string error;
+  DET_RETURN_IF_ERROR(store_->WithConnection([&](sqlite3* src) {
+    if (copy_ == nullptr) copy_ = sqlite3_backup_init(dest_, "main", src, "main");
+    if (copy_ == nullptr) {
+      rc = sqlite3_errcode(dest_);
+      error = sqlite3_errmsg(dest_);
+      return absl::OkStatus();
+    }
+    rc = sqlite3_backup_step(copy_, options_.pages_per_step);
+    // Pages copied so far: a step that copies grows it, unless another
+    // connection's write restarted the copy from page 1 (it is then one
+    // step's pages again, no more than before).
+    const int64_t now_copied = sqlite3_backup_pagecount(copy_) - sqlite3_backup_remaining(copy_);
+    if (rc == SQLITE_OK && *copied > 0 && now_copied <= *copied) ++*restarts;
+    *copied = now_copied;
+    if (rc == SQLITE_DONE) {
+      snapshot_ms_ = NowMs();  // the moment the copy is the served database
+      rc = sqlite3_backup_finish(copy_);
+      copy_ = nullptr;
+      if (rc == SQLITE_OK) rc = SQLITE_DONE;
+    }
+    busy_ = rc == SQLITE_BUSY || rc == SQLITE_LOCKED;
+    if (rc != SQLITE_OK && rc != SQLITE_DONE && !busy_) error = sqlite3_errmsg(dest_);
+    return absl::OkStatus();
+  }));
+  busy_steps_ = busy_ ? busy_steps_ + 1 : 0;
+  if (busy_steps_ > kMaxBusySteps) {
+    return absl::UnavailableError(absl::StrCat("backup: ", store_->path(), " stayed locked by another process for ",
+                                               kMaxBusySteps / 100, " s; stop it and retry"));
+  }
+  if (!error.empty()) {
+    return absl::InternalError(absl::StrCat("backup: copying ", store_->path(), " into ", temp_path_, ": ", error,
+                                            " (", sqlite3_errstr(rc), ")"));
+  }
+  if (*restarts > kMaxBackupRestarts) {
+    return absl::UnavailableError(absl::StrCat(
+        "backup: another process keeps writing to ", store_->path(), " (the copy restarted ", *restarts,
+        " times); only det-master should write to its database: stop the other writer and retry"));
+  }
+  return rc == SQLITE_DONE;
+}
+
 absl::Status DatabaseBackup::Snapshot() {
-  if (cancelled_.load()) return absl::CancelledError("backup: cancelled");
-  Progress progress{&options_, db_, &cancelled_};
-  sqlite3_progress_handler(db_, options_.during_snapshot ? 10 : 1000, OnProgress, &progress);
-  sqlite3_stmt* st = nullptr;
-  int rc = sqlite3_prepare_v2(db_, "VACUUM INTO ?1", -1, &st, nullptr);
-  if (rc == SQLITE_OK) rc = sqlite3_bind_text(st, 1, temp_path_.c_str(), -1, SQLITE_TRANSIENT);
-  snapshot_ms_ = NowMs();
-  if (rc == SQLITE_OK) rc = sqlite3_step(st);
-  std::string error = rc == SQLITE_DONE ? "" : sqlite3_errmsg(db_);
-  sqlite3_finalize(st);
-  sqlite3_progress_handler(db_, 0, nullptr, nullptr);
-  if (cancelled_.load()) return absl::CancelledError("backup: cancelled");
-  if (!error.empty()) return absl::InternalError(absl::StrCat("backup: VACUUM INTO ", temp_path_, ": ", error));
-  sqlite3_close_v2(db_);
-  db_ = nullptr;
+  int restarts = 0;
+  int steps = 0;
+  int64_t copied = 0;
+  while (true) {
+    if (cancelled_.load()) {
+      EndCopy();
+      return absl::CancelledError("backup: cancelled");
+    }
+    DET_ASSIGN_OR_RETURN(bool complete, Step(&restarts, &copied));
+    if (complete) break;
+    if (options_.during_snapshot) options_.during_snapshot(++steps);
+    if (busy_) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a lock held elsewhere: back off
+  }
+  // A rollback-journal file, like VACUUM INTO's (the pages copied say WAL).
+  char* err = nullptr;
+  if (sqlite3_exec(dest_, "PRAGMA journal_mode=DELETE", nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string error = err != nullptr ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("backup: ", temp_path_, ": PRAGMA journal_mode=DELETE: ", error));
+  }
+  EndCopy();
   return ReadFacts();
 }
 
@@ -235,7 +319,7 @@ absl::Status StreamDatabaseBackup(MasterCore* core,
                                   const std::function<bool(const apiv1::BackupDatabaseResponse&)>& write,
                                   const std::function<bool()>& cancelled) {
   DET_ASSIGN_OR_RETURN(std::unique_ptr<DatabaseBackup> backup,
-                       DatabaseBackup::Start(core->store()->path(), core->options().data_dir));
+                       DatabaseBackup::Start(core->store(), core->options().data_dir));
   DET_RETURN_IF_ERROR(backup->Snapshot());
   apiv1::BackupDatabaseResponse chunk;
   while (!cancelled()) {
@@ -245,27 +329,56 @@ absl::Status StreamDatabaseBackup(MasterCore* core,
   return absl::OkStatus();
 }
 
-BackupDatabaseReactor::BackupDatabaseReactor(MasterCore* core) {
-  auto backup = DatabaseBackup::Start(core->store()->path(), core->options().data_dir);
+void WatchBackupWrites(const std::shared_ptr<BackupWriteWatch>& watch, std::chrono::milliseconds timeout,
+                       const std::function<void()>& cancel) {
+  std::unique_lock<std::mutex> lock(watch->mu);
+  while (!watch->stopped) {
+    if (!watch->pending) {
+      watch->cv.wait(lock);
+      continue;
+    }
+    const auto deadline = watch->since + timeout;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      watch->timed_out = true;
+      lock.unlock();  // the call's OnDone joins this thread: the context outlives cancel()
+      cancel();
+      return;
+    }
+    watch->cv.wait_until(lock, deadline);
+  }
+}
+
+BackupDatabaseReactor::BackupDatabaseReactor(MasterCore* core, grpc::CallbackServerContext* ctx) {
+  auto backup = DatabaseBackup::Start(core->store(), core->options().data_dir);
   if (!backup.ok()) {
     Finish(ToGrpcStatus(backup.status()));
     return;
   }
   backup_ = *std::move(backup);
-  snapshot_thread_ = std::thread([this] {
+  const auto timeout = std::chrono::milliseconds(int64_t{1000} * core->options().backup_write_timeout_s);
+  snapshot_thread_ = std::thread([this, watch = watch_, timeout, ctx] {
     absl::Status st = backup_->Snapshot();
     if (!st.ok()) {
       backup_->Discard();
       return Finish(ToGrpcStatus(st));
     }
-    Next();
+    Next();  // `this` may be gone once it returns: only `watch` and `ctx` below
+    WatchBackupWrites(watch, timeout, [&timeout, ctx] {
+      spdlog::warn("backup: the client read nothing for {} s; cancelling its backup (--backup-write-timeout-s)",
+                   timeout.count() / 1000);
+      ctx->TryCancel();
+    });
   });
 }
 
 void BackupDatabaseReactor::OnWriteDone(bool ok) {
+  {
+    std::lock_guard<std::mutex> lock(watch_->mu);
+    watch_->pending = false;
+  }
   if (!ok) {
     backup_->Discard();
-    return Finish(grpc::Status::OK);  // the client went away
+    return Finish(grpc::Status::OK);  // the client went away (or the write timed out)
   }
   Next();
 }
@@ -275,6 +388,11 @@ void BackupDatabaseReactor::OnCancel() {
 }
 
 void BackupDatabaseReactor::OnDone() {
+  {
+    std::lock_guard<std::mutex> lock(watch_->mu);
+    watch_->stopped = true;
+  }
+  watch_->cv.notify_all();
   if (snapshot_thread_.joinable()) {
     if (snapshot_thread_.get_id() == std::this_thread::get_id()) {
       snapshot_thread_.detach();  // OnDone ran inline on it: it returns next
@@ -292,6 +410,12 @@ void BackupDatabaseReactor::Next() {
     return Finish(ToGrpcStatus(more.status()));
   }
   if (!*more) return Finish(grpc::Status::OK);
+  {
+    std::lock_guard<std::mutex> lock(watch_->mu);
+    watch_->pending = true;
+    watch_->since = std::chrono::steady_clock::now();
+  }
+  watch_->cv.notify_all();
   StartWrite(&chunk_);
 }
 

@@ -1,7 +1,9 @@
-// DatabaseBackup (database_backup.h) on a real Store: the snapshot is
-// consistent and writers are not blocked while it is taken, its chunks and
-// SHA-256, one backup at a time, the free-space refusal, cancel, and the
-// temporary files (0600, removed; stale ones removed at start).
+// DatabaseBackup (database_backup.h) on a real Store: the snapshot is the
+// served database when the copy ends (the master's writes meanwhile in it,
+// other writers not blocked), also after det.db was deleted or replaced on
+// disk; its chunks and SHA-256, one backup at a time, the free-space
+// refusal with headroom, cancel, the temporary files (0600, removed; stale
+// ones removed at start), and the write watch of a gRPC call.
 #include "master/service/database_backup.h"
 
 #include <sqlite3.h>
@@ -10,7 +12,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -36,7 +40,46 @@ class DatabaseBackupTest : public TempStoreTest {
     sqlite3_close_v2(writer_);
     TempStoreTest::TearDown();
   }
+  // On another connection (another process's writes).
   int Exec(const std::string& sql) { return sqlite3_exec(writer_, sql.c_str(), nullptr, nullptr, nullptr); }
+  // On the Store's own connection (the master's writes).
+  absl::Status ExecServed(const std::string& sql) {
+    return store_->WithConnection([&](sqlite3* db) {
+      char* err = nullptr;
+      if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) == SQLITE_OK) return absl::OkStatus();
+      absl::Status st = absl::InternalError(err != nullptr ? err : "error");
+      sqlite3_free(err);
+      return st;
+    });
+  }
+  // Every chunk of a taken snapshot.
+  static std::string ReadAll(DatabaseBackup& backup) {
+    std::string bytes;
+    apiv1::BackupDatabaseResponse chunk;
+    while (true) {
+      auto more = backup.Next(&chunk);
+      EXPECT_TRUE(more.ok()) << more.status();
+      if (!more.ok() || !*more) return bytes;
+      bytes += chunk.data();
+    }
+  }
+  // A backup file is a rollback-journal database (header bytes 18 and 19
+  // are 1, like VACUUM INTO's) whose integrity_check is ok.
+  static void ExpectRollbackJournalAndIntact(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    char header[20] = {};
+    in.read(header, sizeof(header));
+    EXPECT_EQ(header[18], 1);
+    EXPECT_EQ(header[19], 1);
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    sqlite3_stmt* check = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &check, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(check), SQLITE_ROW);
+    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(check, 0)), "ok");
+    sqlite3_finalize(check);
+    sqlite3_close_v2(db);
+  }
   // Files of the data dir whose names start with the backup prefix.
   std::vector<std::string> BackupTemps() const {
     std::vector<std::string> out;
@@ -61,8 +104,8 @@ class DatabaseBackupTest : public TempStoreTest {
   sqlite3* writer_ = nullptr;
 };
 
-TEST_F(DatabaseBackupTest, SnapshotIsConsistentAndWritersAreNotBlocked) {
-  // About 2 MiB of rows, so the snapshot is sent in several chunks.
+TEST_F(DatabaseBackupTest, SnapshotIsTheServedDatabaseWhenItEndsAndWritersAreNotBlocked) {
+  // About 2 MiB of rows, so the snapshot takes many steps and chunks.
   ASSERT_EQ(Exec("BEGIN"), SQLITE_OK);
   for (int i = 0; i < 2000; ++i) {
     ASSERT_EQ(Exec(absl::StrCat("INSERT INTO kv(key, value) VALUES ('row-", i, "', printf('%.1000c', 'x'))")),
@@ -72,14 +115,18 @@ TEST_F(DatabaseBackupTest, SnapshotIsConsistentAndWritersAreNotBlocked) {
   int during_rc = -1;
   std::string temp_during;
   BackupOptions options;
-  options.during_snapshot = [&] {
-    // Another connection commits while the snapshot's read transaction is
-    // open, with no busy wait: under WAL it must not be blocked.
-    during_rc = Exec("INSERT INTO kv(key, value) VALUES ('during', 'x')");
+  options.pages_per_step = 16;
+  options.during_snapshot = [&](int step) {
+    if (step != 1) return;
+    // The master writes through its own connection mid-copy: SQLite copies
+    // that write into the backup too. Another connection commits with no
+    // busy wait: it is not blocked (it restarts the copy).
+    ASSERT_TRUE(ExecServed("INSERT INTO kv(key, value) VALUES ('served-during', 'x')").ok());
+    during_rc = Exec("INSERT INTO kv(key, value) VALUES ('other-during', 'x')");
     auto temps = BackupTemps();
     if (!temps.empty()) temp_during = temps[0];
   };
-  auto backup = DatabaseBackup::Start(path_, dir_, options);
+  auto backup = DatabaseBackup::Start(store_.get(), dir_, options);
   ASSERT_TRUE(backup.ok()) << backup.status();
   ASSERT_TRUE((*backup)->Snapshot().ok());
   EXPECT_EQ(during_rc, SQLITE_OK) << "a write was blocked by the snapshot: " << sqlite3_errmsg(writer_);
@@ -90,6 +137,22 @@ TEST_F(DatabaseBackupTest, SnapshotIsConsistentAndWritersAreNotBlocked) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(fs::path(temp_during).parent_path(), fs::path(dir_));
 
+  const std::string bytes = ReadAll(**backup);
+  EXPECT_TRUE(BackupTemps().empty()) << "the temporary file was left behind";
+  backup->reset();
+  const std::string restored = dir_ + "/restored.db";
+  std::ofstream(restored, std::ios::binary) << bytes;
+  EXPECT_EQ(QueryInt(restored, "SELECT COUNT(*) FROM kv WHERE key LIKE 'row-%'"), 2000);
+  EXPECT_EQ(QueryInt(restored, "SELECT COUNT(*) FROM kv WHERE key IN ('served-during', 'other-during')"), 2)
+      << "a write committed before the copy ended is not in it";
+  ExpectRollbackJournalAndIntact(restored);
+}
+
+TEST_F(DatabaseBackupTest, ChunksCarryTheSizeAndTheSha256) {
+  ASSERT_EQ(Exec(absl::StrCat("INSERT INTO kv(key, value) VALUES ('big', randomblob(", 3 << 20, "))")), SQLITE_OK);
+  auto backup = DatabaseBackup::Start(store_.get(), dir_);
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  ASSERT_TRUE((*backup)->Snapshot().ok());
   std::string bytes;
   apiv1::BackupDatabaseResponse chunk, last;
   int chunks = 0;
@@ -103,65 +166,123 @@ TEST_F(DatabaseBackupTest, SnapshotIsConsistentAndWritersAreNotBlocked) {
     bytes += chunk.data();
     last = chunk;
   }
-  EXPECT_GE(chunks, 2);
+  EXPECT_GE(chunks, 3);
   ASSERT_TRUE(last.done());
   EXPECT_EQ(last.size_bytes(), static_cast<int64_t>(bytes.size()));
   EXPECT_EQ(last.sha256(), Sha256Hex(bytes));
   EXPECT_EQ(last.schema_version(), Store::LatestSchemaVersion());
   EXPECT_GT(last.snapshot_time().seconds(), 0);
-  // Removed once the last chunk is read: before the client gets it.
-  EXPECT_TRUE(BackupTemps().empty()) << "the temporary file was left behind";
-  backup->reset();
+}
 
+// Review finding 1: a det.db deleted (or replaced) on disk while the master
+// runs. The backup is of the database the master serves, through its open
+// connection: the only copy left of a deleted one.
+TEST_F(DatabaseBackupTest, BacksUpTheServedDatabaseAfterDetDbWasDeleted) {
+  ASSERT_TRUE(ExecServed("INSERT INTO kv(key, value) VALUES ('served', 'yes')").ok());
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+  auto backup = DatabaseBackup::Start(store_.get(), dir_);
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  ASSERT_TRUE((*backup)->Snapshot().ok());
   const std::string restored = dir_ + "/restored.db";
-  std::ofstream(restored, std::ios::binary) << bytes;
-  EXPECT_EQ(QueryInt(restored, "SELECT COUNT(*) FROM kv WHERE key LIKE 'row-%'"), 2000);
-  EXPECT_EQ(QueryInt(restored, "SELECT COUNT(*) FROM kv WHERE key = 'during'"), 0)
-      << "a write committed after the snapshot began is in it";
-  EXPECT_EQ(QueryInt(path_, "SELECT COUNT(*) FROM kv WHERE key = 'during'"), 1);
+  std::ofstream(restored, std::ios::binary) << ReadAll(**backup);
+  EXPECT_EQ(QueryInt(restored, "SELECT COUNT(*) FROM kv WHERE key = 'served'"), 1);
+  ExpectRollbackJournalAndIntact(restored);
+}
+
+TEST_F(DatabaseBackupTest, BacksUpTheServedDatabaseNotAFileRenamedOverDetDb) {
+  ASSERT_TRUE(ExecServed("INSERT INTO kv(key, value) VALUES ('served', 'yes')").ok());
+  // Everything in det.db itself, the -wal empty: reopening the path would
+  // read the other file alone.
+  ASSERT_TRUE(ExecServed("PRAGMA wal_checkpoint(TRUNCATE)").ok());
+  const std::string other = dir_ + "/other.db";
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(restored.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
-  sqlite3_stmt* check = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &check, nullptr), SQLITE_OK);
-  ASSERT_EQ(sqlite3_step(check), SQLITE_ROW);
-  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(check, 0)), "ok");
-  sqlite3_finalize(check);
+  ASSERT_EQ(sqlite3_open_v2(other.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE kv(key TEXT, value TEXT); INSERT INTO kv VALUES ('impostor', 'x')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
   sqlite3_close_v2(db);
+  ASSERT_EQ(rename(other.c_str(), path_.c_str()), 0);
+  auto backup = DatabaseBackup::Start(store_.get(), dir_);
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  ASSERT_TRUE((*backup)->Snapshot().ok());
+  const std::string restored = dir_ + "/restored.db";
+  std::ofstream(restored, std::ios::binary) << ReadAll(**backup);
+  EXPECT_EQ(QueryInt(restored, "SELECT COUNT(*) FROM kv WHERE key = 'served'"), 1);
+  EXPECT_EQ(QueryInt(restored, "SELECT COUNT(*) FROM kv WHERE key = 'impostor'"), 0);
+}
+
+TEST_F(DatabaseBackupTest, AnotherProcessWritingOnAndOnIsRefusedNamingIt) {
+  ASSERT_EQ(Exec(absl::StrCat("INSERT INTO kv(key, value) VALUES ('big', randomblob(", 1 << 20, "))")), SQLITE_OK);
+  BackupOptions options;
+  options.pages_per_step = 16;
+  int writes = 0;
+  options.during_snapshot = [&](int) {
+    ASSERT_EQ(Exec(absl::StrCat("INSERT INTO kv(key, value) VALUES ('w", writes++, "', 'x')")), SQLITE_OK);
+  };
+  auto backup = DatabaseBackup::Start(store_.get(), dir_, options);
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  absl::Status st = (*backup)->Snapshot();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("another process keeps writing to " + path_), std::string::npos) << st;
+  EXPECT_EQ(writes, kMaxBackupRestarts + 1);
+  backup->reset();
+  EXPECT_TRUE(BackupTemps().empty());
 }
 
 TEST_F(DatabaseBackupTest, OneBackupAtATime) {
-  auto first = DatabaseBackup::Start(path_, dir_);
+  auto first = DatabaseBackup::Start(store_.get(), dir_);
   ASSERT_TRUE(first.ok()) << first.status();
-  auto second = DatabaseBackup::Start(path_, dir_);
+  auto second = DatabaseBackup::Start(store_.get(), dir_);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(second.status().message().find("already running"), std::string::npos) << second.status();
   first->reset();
-  auto third = DatabaseBackup::Start(path_, dir_);
+  auto third = DatabaseBackup::Start(store_.get(), dir_);
   EXPECT_TRUE(third.ok()) << third.status();
 }
 
-TEST_F(DatabaseBackupTest, RefusesWhenTheDataDirHasLessRoomThanTheDatabase) {
+TEST_F(DatabaseBackupTest, RequiredFreeSpaceIsTheDatabaseItsWalAndHeadroom) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  EXPECT_EQ(BackupRequiredFreeBytes(100 * kMiB, 0), 356 * kMiB);
+  EXPECT_EQ(BackupRequiredFreeBytes(10240 * kMiB, 1024 * kMiB), (10240 + 1024 + 1024) * kMiB);
+}
+
+// Review finding 7: free space equal to the database's size leaves the
+// master nothing for its own writes: refused; the required amount passes.
+TEST_F(DatabaseBackupTest, RefusesWhenTheDataDirHasNoHeadroomBeyondTheSnapshot) {
+  ASSERT_EQ(Exec(absl::StrCat("INSERT INTO kv(key, value) VALUES ('big', randomblob(", 1 << 20, "))")), SQLITE_OK);
+  const int64_t db_bytes = QueryInt(path_, "PRAGMA page_count") * QueryInt(path_, "PRAGMA page_size");
+  struct stat wal;
+  const int64_t wal_bytes = stat((path_ + "-wal").c_str(), &wal) == 0 ? wal.st_size : 0;
+  const int64_t required = BackupRequiredFreeBytes(db_bytes, wal_bytes);
+  for (int64_t free : {db_bytes, required - 1}) {
+    BackupOptions options;
+    options.free_bytes = [free](const std::string&) -> absl::StatusOr<int64_t> { return free; };
+    auto backup = DatabaseBackup::Start(store_.get(), dir_, options);
+    ASSERT_FALSE(backup.ok()) << "accepted with " << free << " bytes free";
+    EXPECT_EQ(backup.status().code(), absl::StatusCode::kResourceExhausted);
+    const std::string message(backup.status().message());
+    EXPECT_NE(message.find(dir_), std::string::npos) << message;
+    EXPECT_NE(message.find(absl::StrCat(free, " bytes free, less than the ", required, " bytes")), std::string::npos)
+        << message;
+    EXPECT_NE(message.find(absl::StrCat("its -wal's ", wal_bytes, " bytes")), std::string::npos) << message;
+    EXPECT_NE(message.find("max(10 %, 256 MiB)"), std::string::npos) << message;
+    EXPECT_NE(message.find("free space"), std::string::npos) << message;
+    EXPECT_TRUE(BackupTemps().empty());
+  }
   BackupOptions options;
-  options.free_bytes = [](const std::string&) -> absl::StatusOr<int64_t> { return 100; };
-  auto backup = DatabaseBackup::Start(path_, dir_, options);
-  ASSERT_FALSE(backup.ok());
-  EXPECT_EQ(backup.status().code(), absl::StatusCode::kResourceExhausted);
-  const std::string message(backup.status().message());
-  EXPECT_NE(message.find(dir_), std::string::npos) << message;
-  EXPECT_NE(message.find("100 bytes free"), std::string::npos) << message;
-  EXPECT_NE(message.find("free space"), std::string::npos) << message;
-  EXPECT_TRUE(BackupTemps().empty());
-  // The slot was given back.
-  EXPECT_TRUE(DatabaseBackup::Start(path_, dir_).ok());
+  options.free_bytes = [required](const std::string&) -> absl::StatusOr<int64_t> { return required; };
+  // The slot was given back each time.
+  EXPECT_TRUE(DatabaseBackup::Start(store_.get(), dir_, options).ok());
 }
 
 TEST_F(DatabaseBackupTest, ACancelledSnapshotRemovesItsFile) {
-  ASSERT_EQ(Exec("INSERT INTO kv(key, value) VALUES ('a', printf('%.5000c', 'x'))"), SQLITE_OK);
+  ASSERT_EQ(Exec("INSERT INTO kv(key, value) VALUES ('a', printf('%.50000c', 'x'))"), SQLITE_OK);
   DatabaseBackup* running = nullptr;
   BackupOptions options;
-  options.during_snapshot = [&] { running->Cancel(); };
-  auto backup = DatabaseBackup::Start(path_, dir_, options);
+  options.pages_per_step = 1;
+  options.during_snapshot = [&](int) { running->Cancel(); };
+  auto backup = DatabaseBackup::Start(store_.get(), dir_, options);
   ASSERT_TRUE(backup.ok()) << backup.status();
   running = backup->get();
   absl::Status st = (*backup)->Snapshot();
@@ -169,6 +290,48 @@ TEST_F(DatabaseBackupTest, ACancelledSnapshotRemovesItsFile) {
   EXPECT_EQ(BackupTemps().size(), 1u);
   backup->reset();
   EXPECT_TRUE(BackupTemps().empty());
+  // The Store's connection is free of the copy: it writes on.
+  EXPECT_TRUE(ExecServed("INSERT INTO kv(key, value) VALUES ('after', 'x')").ok());
+}
+
+// Review finding 8: a write pending for the timeout cancels the call; none
+// is cancelled while nothing is pending, and a stopped watch returns.
+TEST(BackupWriteWatchTest, APendingWriteIsCancelledAfterTheTimeout) {
+  auto watch = std::make_shared<BackupWriteWatch>();
+  watch->pending = true;
+  watch->since = std::chrono::steady_clock::now();
+  std::promise<void> cancelled;
+  int cancels = 0;
+  std::thread watcher([&] {
+    WatchBackupWrites(watch, std::chrono::milliseconds(100), [&] {
+      if (++cancels == 1) cancelled.set_value();
+    });
+  });
+  const bool in_time = cancelled.get_future().wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  {
+    std::lock_guard<std::mutex> lock(watch->mu);
+    watch->stopped = true;  // ends the watch if it never cancelled
+  }
+  watch->cv.notify_all();
+  watcher.join();
+  EXPECT_TRUE(in_time) << "a write pending for 10 s was never cancelled (timeout 100 ms)";
+  EXPECT_EQ(cancels, 1);
+  EXPECT_TRUE(watch->timed_out);
+  EXPECT_GE(std::chrono::steady_clock::now() - watch->since, std::chrono::milliseconds(100));
+}
+
+TEST(BackupWriteWatchTest, NothingPendingIsNeverCancelledAndStopEndsTheWatch) {
+  auto watch = std::make_shared<BackupWriteWatch>();
+  int cancels = 0;
+  std::thread watcher([&] { WatchBackupWrites(watch, std::chrono::milliseconds(1), [&] { ++cancels; }); });
+  {
+    std::lock_guard<std::mutex> lock(watch->mu);
+    watch->stopped = true;
+  }
+  watch->cv.notify_all();
+  watcher.join();
+  EXPECT_EQ(cancels, 0);
+  EXPECT_FALSE(watch->timed_out);
 }
 
 TEST_F(DatabaseBackupTest, StaleBackupsAreRemovedAndNothingElse) {

@@ -233,7 +233,7 @@ grpc::ServerWriteReactor<apiv1::BackupDatabaseResponse>* ApiService::BackupDatab
   if (!allowed.ok()) {
     return new FinishedReactor<grpc::ServerWriteReactor<apiv1::BackupDatabaseResponse>>(ToGrpcStatus(allowed));
   }
-  return new BackupDatabaseReactor(core_);
+  return new BackupDatabaseReactor(core_, ctx);
 }
 
 grpc::ServerWriteReactor<apiv1::TrialLogsResponse>* ApiService::TrialLogs(grpc::CallbackServerContext* ctx,

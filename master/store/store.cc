@@ -277,6 +277,11 @@ absl::StatusOr<std::optional<std::string>> Store::GetValue(const std::string& ke
 
 // ---- Maintenance ----
 
+absl::Status Store::WithConnection(const std::function<absl::Status(sqlite3*)>& fn) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return fn(db_);
+}
+
 absl::Status Store::IntegrityCheck() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kIntegrityCheck));

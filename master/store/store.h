@@ -700,10 +700,10 @@ class Store {
   absl::Status SetProjectArchived(int64_t id, bool archived);
 
   // ---- Maintenance ----
-
-  // Runs PRAGMA integrity_check; Internal (with SQLite's report) unless it
-  // says "ok".
+  // Runs PRAGMA integrity_check; Internal (with SQLite's report) unless it says "ok".
   absl::Status IntegrityCheck();
+  // Returns fn(db) run on the connection under the Store's lock (BackupDatabase's sqlite3_backup_step).
+  absl::Status WithConnection(const std::function<absl::Status(sqlite3*)>& fn);
 
  private:
   class Stmt;
