@@ -78,27 +78,6 @@ class StoreTest : public TempStoreTest {
     EXPECT_TRUE(id.ok()) << id.status();
     return id.value_or(0);
   }
-
-  // Runs `sql` on a second, raw connection and returns the first column of
-  // the first row as an integer.
-  int64_t RawQueryInt(const std::string& sql) {
-    sqlite3* db = nullptr;
-    EXPECT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-    sqlite3_stmt* st = nullptr;
-    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
-    int64_t v = -1;
-    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-  }
-  void RawExec(const std::string& sql) {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
-    sqlite3_close(db);
-  }
-
 };
 
 TEST_F(StoreTest, MigrationsApplyOnceAndReopenIsIdempotent) {

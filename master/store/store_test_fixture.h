@@ -1,11 +1,15 @@
 // A gtest fixture shared by the Store's unit tests: a fresh Store in a temp
-// dir of its own per test (dir_, its database path_), removed afterwards.
+// dir of its own per test (dir_, its database path_), removed afterwards;
+// RawExec and RawQuery* reach the database file on a second, raw connection.
 #ifndef DET_MASTER_STORE_STORE_TEST_FIXTURE_H_
 #define DET_MASTER_STORE_STORE_TEST_FIXTURE_H_
 
+#include <sqlite3.h>
 #include <stdlib.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -34,6 +38,38 @@ class TempStoreTest : public ::testing::Test {
     store_.reset();
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
+  }
+
+  // Runs `sql` on a raw connection to path_.
+  void RawExec(const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  // The first column of the first row of `sql` on a raw connection: as an
+  // integer (-1 when there is no row), as text ("" when there is none).
+  int64_t RawQueryInt(const std::string& sql) {
+    int64_t v = -1;
+    RawQueryFirstRow(sql, [&v](sqlite3_stmt* st) { v = sqlite3_column_int64(st, 0); });
+    return v;
+  }
+  std::string RawQueryText(const std::string& sql) {
+    std::string v;
+    RawQueryFirstRow(sql, [&v](sqlite3_stmt* st) {
+      if (sqlite3_column_text(st, 0) != nullptr) v = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    });
+    return v;
+  }
+  // Hands the first row of `sql` (if any) on a raw connection to `read`.
+  void RawQueryFirstRow(const std::string& sql, const std::function<void(sqlite3_stmt*)>& read) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    if (sqlite3_step(st) == SQLITE_ROW) read(st);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
   }
 
   std::string prefix_;

@@ -1,8 +1,6 @@
 // Issue 47 (upgrade): the det-cpp release that last opened a database is
 // recorded, and a database of a newer schema is refused naming both schema
 // versions and both det-cpp releases, with nothing in it changed.
-#include <sqlite3.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -22,26 +20,14 @@ class StoreVersionTest : public TempStoreTest {
  protected:
   StoreVersionTest() : TempStoreTest("store_version_test") {}
 
-  // The first column of the first row of `sql` on a raw connection ("" when
-  // there is none).
-  std::string RawQueryText(const std::string& sql) {
-    sqlite3* db = nullptr;
-    EXPECT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-    sqlite3_stmt* st = nullptr;
-    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
-    std::string v;
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != nullptr) {
-      v = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
-    }
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-  }
-  void RawExec(const std::string& sql) {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
-    sqlite3_close(db);
+  // Closes the store, marks its database as of schema version 9999 (a
+  // newer det-cpp's), runs `then` on it and opens it again: the open's
+  // status.
+  absl::Status ReopenAsNewerSchema(const std::string& then) {
+    store_.reset();
+    RawExec("INSERT INTO schema_migrations(version, applied_at) VALUES (9999, 0)");
+    RawExec(then);
+    return Store::Open(path_).status();
   }
 };
 
@@ -56,13 +42,10 @@ TEST_F(StoreVersionTest, OpenRecordsTheDetVersion) {
 }
 
 TEST_F(StoreVersionTest, NewerSchemaIsRefusedNamingBothVersionsAndChangingNothing) {
-  store_.reset();
-  RawExec("INSERT INTO schema_migrations(version, applied_at) VALUES (9999, 0)");
-  RawExec("UPDATE kv SET value = '9.8.7' WHERE key = 'det_cpp_version'");
-  auto s = Store::Open(path_);
+  const absl::Status s = ReopenAsNewerSchema("UPDATE kv SET value = '9.8.7' WHERE key = 'det_cpp_version'");
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
-  const std::string msg(s.status().message());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  const std::string msg(s.message());
   EXPECT_NE(msg.find(absl::StrCat(path_, " has schema version 9999 (last opened by det-cpp 9.8.7)")),
             std::string::npos)
       << msg;
@@ -109,12 +92,9 @@ TEST_F(StoreVersionTest, ANewerRollbackJournalDatabaseIsRefusedBeforeAnyWrite) {
 
 // A newer database that recorded no release still names both schema versions.
 TEST_F(StoreVersionTest, NewerSchemaWithoutARecordedReleaseNamesTheSchemaVersions) {
-  store_.reset();
-  RawExec("INSERT INTO schema_migrations(version, applied_at) VALUES (9999, 0)");
-  RawExec("DELETE FROM kv WHERE key = 'det_cpp_version'");
-  auto s = Store::Open(path_);
+  const absl::Status s = ReopenAsNewerSchema("DELETE FROM kv WHERE key = 'det_cpp_version'");
   ASSERT_FALSE(s.ok());
-  const std::string msg(s.status().message());
+  const std::string msg(s.message());
   EXPECT_NE(msg.find("has schema version 9999 (last opened by a det-cpp release that recorded no version)"),
             std::string::npos)
       << msg;
