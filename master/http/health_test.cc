@@ -10,6 +10,7 @@
 #include <future>
 #include <mutex>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -27,6 +28,16 @@ namespace {
 
 namespace fs = std::filesystem;
 using det::testing::TempDir;
+
+// A MasterCore on `dir`/master (checkpoints under `dir`/checkpoints), no
+// background thread.
+absl::StatusOr<std::unique_ptr<MasterCore>> CoreIn(const TempDir& dir) {
+  MasterOptions options;
+  options.data_dir = dir / "master";
+  options.checkpoint_storage_roots = {dir / "checkpoints"};
+  options.background_thread = false;
+  return MasterCore::Create(options);
+}
 
 TEST(HealthCheckTest, AFloodOfChecksRunsTheProbeOncePerWindow) {
   auto clock = std::make_shared<FakeClock>();
@@ -110,11 +121,7 @@ TEST(HealthCheckTest, TheStoreProbeNoticesADeletedOrReplacedDatabaseFile) {
 // probe answers Unavailable once its bound has passed, not never.
 TEST(HealthCheckTest, TheCoreProbeAnswersWithinItsBoundWhileTheCoreIsWedged) {
   TempDir dir;
-  MasterOptions options;
-  options.data_dir = dir / "master";
-  options.checkpoint_storage_roots = {dir / "checkpoints"};
-  options.background_thread = false;
-  auto core = MasterCore::Create(options);
+  auto core = CoreIn(dir);
   ASSERT_TRUE(core.ok()) << core.status();
   HealthCheck::Probe probe = CoreHealthProbe(core->get(), 200);
   EXPECT_TRUE(probe().ok());
@@ -155,11 +162,7 @@ TEST(HealthCheckTest, HealthAnswerIsJson) {
 class HealthRouteTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    MasterOptions options;
-    options.data_dir = dir_ / "master";
-    options.checkpoint_storage_roots = {dir_ / "checkpoints"};
-    options.background_thread = false;
-    auto core = MasterCore::Create(options);
+    auto core = CoreIn(dir_);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
     rest_ = std::make_unique<RestServer>(core_.get());
