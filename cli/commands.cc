@@ -268,6 +268,14 @@ grpc::Status UploadTrialSo(Client& client, const std::string& bytes, std::string
   return writer->Finish();
 }
 
+std::string TrialSoName(const std::string& trial_path) {
+  std::string name = Utf8Sanitized(std::filesystem::path(trial_path).filename().string().substr(0, 255), "?");
+  for (char& c : name) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return name;
+}
+
 int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const CommandIo& io) {
   v1::CreateExperimentRequest req;
   if (!ReadFileBytes(args.config_path, req.mutable_config_yaml())) {
@@ -287,12 +295,7 @@ int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const Com
     if (int rc = CheckTrialAbiLocally(args.trial_path, det_trial, /*before_upload=*/true, io.err); rc != 0) return rc;
   }
   // The master names the file in its ABI error and the agents' load errors.
-  // proto3 strings must be UTF-8: a Latin-1 file name's bytes become '?'.
-  std::string so_name = Utf8Sanitized(std::filesystem::path(args.trial_path).filename().string().substr(0, 255), "?");
-  for (char& c : so_name) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  req.set_trial_so_name(so_name);
+  req.set_trial_so_name(TrialSoName(args.trial_path));
   if (req.trial_so().size() > kInlineTrialSoBytes) {
     std::string sha;
     grpc::Status uploaded = UploadTrialSo(client, req.trial_so(), &sha);

@@ -70,6 +70,11 @@ struct ExperimentCreateArgs {
 // `sha256` on success.
 grpc::Status UploadTrialSo(Client& client, const std::string& bytes, std::string* sha256);
 
+// The name the master and the agents' errors use for the trial.so at
+// `trial_path`: its file name's first 255 bytes, UTF-8 (proto3 strings must
+// be: a Latin-1 name's bytes become '?'), control characters '?'.
+std::string TrialSoName(const std::string& trial_path);
+
 // experiment create CONFIG TRIAL.so [--follow] [--paused]: sends the config
 // text and the trial.so bytes; prints "Created experiment <id>".
 int ExperimentCreate(Client& client, const ExperimentCreateArgs& args, const CommandIo& io);

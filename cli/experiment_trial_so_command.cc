@@ -1,13 +1,11 @@
 #include "cli/experiment_trial_so_command.h"
 
-#include <filesystem>
 #include <memory>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/trial_abi_check.h"
 #include "common/bounded_file.h"
-#include "common/utf8.h"
 #include "det/api/v1/api.grpc.pb.h"
 
 namespace det::cli {
@@ -27,10 +25,7 @@ int ExperimentSetTrialSo(Client& client, const SetTrialSoArgs& args, const Comma
     if (int rc = CheckTrialAbiLocally(args.trial_path, det_trial, /*before_upload=*/true, io.err); rc != 0) return rc;
   }
   // As experiment create: the file name the master and the agents' errors use.
-  std::string so_name = Utf8Sanitized(std::filesystem::path(args.trial_path).filename().string().substr(0, 255), "?");
-  for (char& c : so_name) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
+  const std::string so_name = TrialSoName(args.trial_path);
   std::string sha;
   grpc::Status status = UploadTrialSo(client, *bytes, &sha);
   if (!status.ok()) return ReportError(client, status, io.err);
