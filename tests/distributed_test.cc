@@ -30,6 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/multi_host/netns.h"
+#include "tests/synthetic_weights.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -49,19 +50,6 @@ constexpr int kFeatures = 16;
 // Two ranks sum their halves' gradients in another order than one rank sums
 // the whole batch's: equal up to float rounding, which Adam carries along.
 constexpr double kTolerance = 2e-4;
-
-// The synthetic example's model (examples/synthetic/synthetic_trial.cc), to
-// read its checkpoints.
-struct MlpImpl : torch::nn::Module {
-  MlpImpl()
-      : fc1(register_module("fc1", torch::nn::Linear(kFeatures, kHidden))),
-        drop(register_module("drop", torch::nn::Dropout(0.0))),
-        fc2(register_module("fc2", torch::nn::Linear(kHidden, 2))) {}
-  torch::nn::Linear fc1;
-  torch::nn::Dropout drop;
-  torch::nn::Linear fc2;
-};
-TORCH_MODULE(Mlp);
 
 // A small synthetic experiment. Dropout 0: every rank would draw its own
 // dropout masks, which no 1-rank run can reproduce.
@@ -92,20 +80,10 @@ std::string Yaml(int slots, const std::string& checkpoint_dir, const Extra& extr
   return out;
 }
 
-std::map<std::string, torch::Tensor> LoadWeights(const std::string& checkpoint_dir) {
-  Mlp model;
-  torch::serialize::InputArchive archive;
-  archive.load_from(checkpoint_dir + "/model_0.pt");
-  model->load(archive);
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model->named_parameters()) out[p.key()] = p.value().detach().clone();
-  return out;
-}
-
 void ExpectSameWeights(const std::string& a, const std::string& b) {
   SCOPED_TRACE(a + " vs " + b);
-  auto wa = LoadWeights(a);
-  auto wb = LoadWeights(b);
+  auto wa = LoadSyntheticWeights(a, kFeatures, kHidden);
+  auto wb = LoadSyntheticWeights(b, kFeatures, kHidden);
   ASSERT_EQ(wa.size(), wb.size());
   ASSERT_EQ(wa.size(), 4u);
   for (const auto& [name, t] : wa) {

@@ -31,6 +31,7 @@
 #include "common/det_version.h"
 #include "det/agent/v1/agent.grpc.pb.h"
 #include "master/store/store.h"
+#include "tests/synthetic_weights.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
 
@@ -113,29 +114,6 @@ std::string Str(const json& j, const std::string& key) { return j.is_object() ? 
 int64_t Int(const json& v) {
   if (v.is_string()) return std::stoll(v.get<std::string>());  // int64 in protobuf's JSON mapping
   return v.is_number() ? v.get<int64_t>() : 0;
-}
-
-// The synthetic example's model (examples/synthetic/synthetic_trial.cc,
-// hidden_size 16, 16 features), to read its checkpoints.
-struct MlpImpl : torch::nn::Module {
-  MlpImpl()
-      : fc1(register_module("fc1", torch::nn::Linear(16, 16))),
-        drop(register_module("drop", torch::nn::Dropout(0.1))),
-        fc2(register_module("fc2", torch::nn::Linear(16, 2))) {}
-  torch::nn::Linear fc1;
-  torch::nn::Dropout drop;
-  torch::nn::Linear fc2;
-};
-TORCH_MODULE(Mlp);
-
-std::map<std::string, torch::Tensor> LoadWeights(const std::string& checkpoint_dir) {
-  Mlp model;
-  torch::serialize::InputArchive archive;
-  archive.load_from(checkpoint_dir + "/model_0.pt");
-  model->load(archive);
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& p : model->named_parameters()) out[p.key()] = p.value().detach().clone();
-  return out;
 }
 
 // The latest checkpoint of experiment `id`'s one trial: its directory.
@@ -233,7 +211,7 @@ TEST(UpgradeTest, PausedExperimentOfV010ResumesBitExactlyAfterTheMigration) {
   const std::string a = LatestCheckpointDir(cluster, 1), b = LatestCheckpointDir(cluster, straight);
   ASSERT_FALSE(a.empty());
   ASSERT_NE(a, b);
-  auto wa = LoadWeights(a), wb = LoadWeights(b);
+  auto wa = LoadSyntheticWeights(a), wb = LoadSyntheticWeights(b);
   ASSERT_EQ(wa.size(), 4u);
   ASSERT_EQ(wa.size(), wb.size());
   for (const auto& [name, t] : wa) {
