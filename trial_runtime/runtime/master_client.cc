@@ -16,17 +16,7 @@ namespace {
 std::shared_ptr<grpc::Channel> MasterChannel(const std::string& address) {
   grpc::ChannelArguments args;
   SetMasterChannelArgs(&args);
-  // A TLS master: det-agent --tls-ca passes its CA file down.
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (const char* ca = std::getenv("DET_MASTER_CERT_FILE"); ca != nullptr && *ca != '\0') {
-    std::ifstream in(ca, std::ios::binary);
-    std::stringstream pem;
-    pem << in.rdbuf();
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
-    creds = grpc::SslCredentials(ssl);
-  }
-  return grpc::CreateCustomChannel(address, creds, args);
+  return grpc::CreateCustomChannel(address, MasterChannelCredentials(), args);
 }
 
 ReportQueueOptions QueueOptions(std::chrono::milliseconds retry_timeout) {
@@ -36,6 +26,17 @@ ReportQueueOptions QueueOptions(std::chrono::milliseconds retry_timeout) {
 }
 
 }  // namespace
+
+std::shared_ptr<grpc::ChannelCredentials> MasterChannelCredentials() {
+  const char* ca = std::getenv("DET_MASTER_CERT_FILE");
+  if (ca == nullptr || *ca == '\0') return grpc::InsecureChannelCredentials();
+  std::ifstream in(ca, std::ios::binary);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  return grpc::SslCredentials(ssl);
+}
 
 std::chrono::milliseconds MasterRetryTimeout() {
   const char* v = std::getenv("DET_MASTER_RETRY_TIMEOUT_S");

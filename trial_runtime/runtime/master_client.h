@@ -31,6 +31,11 @@ namespace det::runtime {
 // (a value that is not a positive number means the default).
 std::chrono::milliseconds MasterRetryTimeout();
 
+// The credentials of a channel to the master: TLS with the CA file
+// DET_MASTER_CERT_FILE names (det-agent --tls-ca passes its CA file down),
+// else insecure.
+std::shared_ptr<grpc::ChannelCredentials> MasterChannelCredentials();
+
 // Thread-safe.
 class MasterClient {
  public:

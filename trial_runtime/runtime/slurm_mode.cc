@@ -7,9 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -24,6 +22,7 @@
 #include "det/trial/v1/trial.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "trial_runtime/runtime/managed_mode.h"
+#include "trial_runtime/runtime/master_client.h"
 
 extern char** environ;
 
@@ -81,17 +80,8 @@ class LogShipper {
       close(p[1]);
       read_[i] = p[0];
     }
-    grpc::ChannelArguments args;
-    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-    if (const char* ca = std::getenv("DET_MASTER_CERT_FILE"); ca != nullptr && *ca != '\0') {
-      std::ifstream in(ca, std::ios::binary);
-      std::stringstream pem;
-      pem << in.rdbuf();
-      grpc::SslCredentialsOptions ssl;
-      ssl.pem_root_certs = pem.str();
-      creds = grpc::SslCredentials(ssl);
-    }
-    stub_ = tv1::TrialService::NewStub(grpc::CreateCustomChannel(job_.master, creds, args));
+    stub_ = tv1::TrialService::NewStub(
+        grpc::CreateCustomChannel(job_.master, MasterChannelCredentials(), grpc::ChannelArguments()));
     thread_ = std::thread([this] { Loop(); });
   }
 
