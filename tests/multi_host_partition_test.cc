@@ -242,26 +242,33 @@ int64_t WallMs() {
   return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Creates the plan's experiment and waits until its trial runs on an agent
-// and has trained `batches` (a stored training row). Returns {experiment,
-// trial}; fatal failure after 60 s.
-std::pair<int, int64_t> StartTrial(OperatorCluster& c, const TrialPlan& p, int64_t batches, std::string* agent) {
-  const int exp = c.CreateExperiment(Config(p), "partition");
-  EXPECT_GT(exp, 0);
+// What StartTrial started: the experiment, its one trial and the agent
+// that trial runs on.
+struct Started {
+  int exp = 0;
   int64_t trial = 0;
+  std::string agent;
+};
+
+// Checks that `c` came up, creates the plan's experiment and waits until its
+// trial runs on an agent and has trained `batches` (a stored training row);
+// fatal failure after 60 s.
+void StartTrial(OperatorCluster& c, const TrialPlan& p, int64_t batches, Started* s) {
+  ASSERT_TRUE(c.ok()) << c.error() << c.Logs();
+  s->exp = c.CreateExperiment(Config(p), "partition");
+  ASSERT_GT(s->exp, 0);
   Db db(c.db_path());
   const bool running = OperatorCluster::WaitFor(
       [&] {
-        if (trial == 0) trial = OnlyTrial(c, exp);
-        if (trial == 0) return false;
-        *agent = AgentOf(c, trial);
-        return !agent->empty() && db.TrainedBatches(trial) >= batches;
+        if (s->trial == 0) s->trial = OnlyTrial(c, s->exp);
+        if (s->trial == 0) return false;
+        s->agent = AgentOf(c, s->trial);
+        return !s->agent.empty() && db.TrainedBatches(s->trial) >= batches;
       },
       seconds(60));
-  EXPECT_TRUE(running) << "trial " << trial << " of experiment " << exp << " did not reach " << batches
+  ASSERT_TRUE(running) << "trial " << s->trial << " of experiment " << s->exp << " did not reach " << batches
                        << " batches on an agent\n"
                        << c.Logs();
-  return {running ? exp : 0, trial};
 }
 
 // A case's cluster: short heartbeat timeout and trial retry timeout (the
@@ -295,30 +302,28 @@ int64_t ResumedAt(const std::vector<MetricRow>& rows, int64_t run_id, int64_t ba
 
 TEST(MultiHost, AgentLinkCutLongerThanHeartbeatTimeoutRestartsOnTheOtherAgent) {
   OperatorCluster c(Options(3000, 60));
-  ASSERT_TRUE(c.ok()) << c.error() << c.Logs();
   TrialPlan p;
   p.checkpoint_period = 20;
-  std::string first;
-  auto [exp, trial] = StartTrial(c, p, 24, &first);  // past its first checkpoint
-  ASSERT_GT(exp, 0);
-  const Host cut = HostOf(first);
-  const std::string other = first == "agent-1" ? "agent-2" : "agent-1";
+  Started s;
+  ASSERT_NO_FATAL_FAILURE(StartTrial(c, p, 24, &s));  // past its first checkpoint
+  const Host cut = HostOf(s.agent);
+  const std::string other = s.agent == "agent-1" ? "agent-2" : "agent-1";
 
   c.LinkDown(cut);
   // Down until the master gave the agent up and runs the trial elsewhere.
-  const bool moved = OperatorCluster::WaitFor([&] { return AgentOf(c, trial) == other; }, seconds(30));
+  const bool moved = OperatorCluster::WaitFor([&] { return AgentOf(c, s.trial) == other; }, seconds(30));
   c.LinkUp(cut);
-  ASSERT_TRUE(moved) << "trial " << trial << " not restarted on " << other << "\n" << c.Logs();
-  EXPECT_THAT(c.MasterLog(), HasSubstr("agent " + first + " lost: "));
+  ASSERT_TRUE(moved) << "trial " << s.trial << " not restarted on " << other << "\n" << c.Logs();
+  EXPECT_THAT(c.MasterLog(), HasSubstr("agent " + s.agent + " lost: "));
   // The old agent registers again and its trial process is ended: its
   // slots are free while the trial runs on the other agent.
-  EXPECT_TRUE(OperatorCluster::WaitFor([&] { return AgentIdle(c, first); }, seconds(30)))
-      << first << " still runs the old process\n"
+  EXPECT_TRUE(OperatorCluster::WaitFor([&] { return AgentIdle(c, s.agent); }, seconds(30)))
+      << s.agent << " still runs the old process\n"
       << c.Logs();
 
-  const TrialRow t = ExpectCompleted(c, exp, trial);
+  const TrialRow t = ExpectCompleted(c, s.exp, s.trial);
   EXPECT_EQ(t.run_id, 2);
-  std::vector<MetricRow> rows = ExpectEachBatchOnce(c, trial, p);
+  std::vector<MetricRow> rows = ExpectEachBatchOnce(c, s.trial, p);
   // The restarted run resumed from a checkpoint (not from batch 0), and what
   // is stored past it is the new run's only: the old process, which trained
   // on while cut off, never reported into it.
@@ -331,35 +336,31 @@ TEST(MultiHost, AgentLinkCutLongerThanHeartbeatTimeoutRestartsOnTheOtherAgent) {
 
 TEST(MultiHost, AgentLinkCutShorterThanHeartbeatTimeoutRestartsNothing) {
   OperatorCluster c(Options(8000, 60));
-  ASSERT_TRUE(c.ok()) << c.error() << c.Logs();
   TrialPlan p;
-  std::string agent;
-  auto [exp, trial] = StartTrial(c, p, 10, &agent);
-  ASSERT_GT(exp, 0);
-  c.LinkDown(HostOf(agent));
+  Started s;
+  ASSERT_NO_FATAL_FAILURE(StartTrial(c, p, 10, &s));
+  c.LinkDown(HostOf(s.agent));
   std::this_thread::sleep_for(seconds(2));  // the cut: well under the 8 s heartbeat timeout
-  c.LinkUp(HostOf(agent));
-  EXPECT_EQ(ExpectCompleted(c, exp, trial).run_id, 1);
+  c.LinkUp(HostOf(s.agent));
+  EXPECT_EQ(ExpectCompleted(c, s.exp, s.trial).run_id, 1);
   EXPECT_THAT(c.MasterLog(), Not(HasSubstr(" lost: ")));
-  ExpectEachBatchOnce(c, trial, p);
+  ExpectEachBatchOnce(c, s.trial, p);
 }
 
 TEST(MultiHost, MasterLinkCutShorterThanTimeoutsBuffersAndDelivers) {
   OperatorCluster c(Options(8000, 60));
-  ASSERT_TRUE(c.ok()) << c.error() << c.Logs();
   TrialPlan p;  // 100 batches of 100 ms, a checkpoint at 50: no call needs an answer in batches 6..30
-  std::string agent;
-  auto [exp, trial] = StartTrial(c, p, 6, &agent);
-  ASSERT_GT(exp, 0);
+  Started s;
+  ASSERT_NO_FATAL_FAILURE(StartTrial(c, p, 6, &s));
   const int64_t cut_ms = WallMs();
   c.LinkDown(Host::kMaster);
   std::this_thread::sleep_for(milliseconds(2500));  // the cut: under both timeouts
   c.LinkUp(Host::kMaster);
   const int64_t back_ms = WallMs();
 
-  EXPECT_EQ(ExpectCompleted(c, exp, trial).run_id, 1);
+  EXPECT_EQ(ExpectCompleted(c, s.exp, s.trial).run_id, 1);
   EXPECT_THAT(c.MasterLog(), Not(HasSubstr(" lost: ")));
-  std::vector<MetricRow> rows = ExpectEachBatchOnce(c, trial, p);
+  std::vector<MetricRow> rows = ExpectEachBatchOnce(c, s.trial, p);
   // It trained on while cut off: rows the trial made during the cut (their
   // time is the trial's) were buffered and delivered.
   int during = 0;
@@ -371,12 +372,10 @@ TEST(MultiHost, MasterLinkCutShorterThanTimeoutsBuffersAndDelivers) {
 
 TEST(MultiHost, MasterLinkCutLongerThanTimeoutsRestartsFromTheCheckpoint) {
   OperatorCluster c(Options(3000, 2));
-  ASSERT_TRUE(c.ok()) << c.error() << c.Logs();
   TrialPlan p;
   p.checkpoint_period = 20;
-  std::string agent;
-  auto [exp, trial] = StartTrial(c, p, 24, &agent);
-  ASSERT_GT(exp, 0);
+  Started s;
+  ASSERT_NO_FATAL_FAILURE(StartTrial(c, p, 24, &s));
   c.LinkDown(Host::kMaster);
   // Down until the master lost both agents and the trial process gave up
   // (DET_MASTER_RETRY_TIMEOUT_S=2 after keepalive saw the dead link).
@@ -391,29 +390,27 @@ TEST(MultiHost, MasterLinkCutLongerThanTimeoutsRestartsFromTheCheckpoint) {
   ASSERT_TRUE(lost) << "agents not lost or trial process still running (" << TrialProcesses(c) << ")\n" << c.Logs();
   ASSERT_TRUE(c.WaitForAgents(2, seconds(30))) << c.Logs();
   // Restarted (each agent lost gave up the allocation placed on it).
-  const TrialRow t = ExpectCompleted(c, exp, trial);
+  const TrialRow t = ExpectCompleted(c, s.exp, s.trial);
   EXPECT_GE(t.run_id, 2);
-  std::vector<MetricRow> rows = ExpectEachBatchOnce(c, trial, p);
+  std::vector<MetricRow> rows = ExpectEachBatchOnce(c, s.trial, p);
   EXPECT_GE(ResumedAt(rows, t.run_id, p.batches), p.checkpoint_period)
       << "restarted from batch 0, not from its checkpoint";
 }
 
 TEST(MultiHost, MasterKilledAndRestartedReattaches) {
   OperatorCluster c(Options(8000, 60));
-  ASSERT_TRUE(c.ok()) << c.error() << c.Logs();
   TrialPlan p;
-  std::string agent;
-  auto [exp, trial] = StartTrial(c, p, 6, &agent);
-  ASSERT_GT(exp, 0);
+  Started s;
+  ASSERT_NO_FATAL_FAILURE(StartTrial(c, p, 6, &s));
   const int64_t killed_ms = WallMs();
   ASSERT_NO_FATAL_FAILURE(c.KillMasterHard());
   ASSERT_NO_FATAL_FAILURE(c.StartMaster());
   ASSERT_TRUE(c.WaitForAgents(2, seconds(30))) << c.Logs();
   const int64_t back_ms = WallMs();
   EXPECT_THAT(c.MasterLog(), HasSubstr("reattached allocation"));
-  EXPECT_EQ(ExpectCompleted(c, exp, trial).run_id, 1) << "the trial was restarted, not reattached";
-  EXPECT_EQ(AgentOf(c, trial), "");  // ended, slot given back
-  std::vector<MetricRow> rows = ExpectEachBatchOnce(c, trial, p);
+  EXPECT_EQ(ExpectCompleted(c, s.exp, s.trial).run_id, 1) << "the trial was restarted, not reattached";
+  EXPECT_EQ(AgentOf(c, s.trial), "");  // ended, slot given back
+  std::vector<MetricRow> rows = ExpectEachBatchOnce(c, s.trial, p);
   int during = 0;
   for (const MetricRow& r : rows) during += r.group == "training" && r.time_ms > killed_ms && r.time_ms < back_ms;
   std::printf("[ info     ] %d training rows made while the master was down (%lld ms)\n", during,
