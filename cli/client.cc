@@ -1,9 +1,9 @@
 #include "cli/client.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <utility>
+
+#include "common/master_channel.h"
 
 namespace det::cli {
 
@@ -21,23 +21,13 @@ ClientOptions ClientOptionsFromEnv(const std::string& flag_master) {
 
 namespace {
 
-std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::string& tls_ca) {
-  if (tls_ca.empty()) return grpc::InsecureChannelCredentials();
-  std::ifstream in(tls_ca, std::ios::binary);
-  std::stringstream pem;
-  pem << in.rdbuf();
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = pem.str();
-  return grpc::SslCredentials(ssl);
-}
-
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const std::string& tls_ca) {
   grpc::ChannelArguments args;
   // Trial libraries travel inline in CreateExperiment (the master bounds the
   // size); long listings and log batches may exceed the 4 MiB default.
   args.SetMaxSendMessageSize(-1);
   args.SetMaxReceiveMessageSize(-1);
-  return grpc::CreateCustomChannel(target, Credentials(tls_ca), args);
+  return grpc::CreateCustomChannel(target, TlsOrInsecureCredentials(tls_ca), args);
 }
 
 }  // namespace

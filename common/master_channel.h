@@ -17,6 +17,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
 namespace det {
 
 inline constexpr int kReconnectInitialBackoffMs = 100;
@@ -40,6 +45,19 @@ inline void SetMasterChannelArgs(grpc::ChannelArguments* args) {
   args->SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args->SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args->SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+}
+
+// The credentials of a client's channel to the master: insecure when
+// `ca_file` is "", else TLS trusting the PEM certificates in `ca_file` (one
+// that cannot be read trusts nothing: the handshake fails).
+inline std::shared_ptr<grpc::ChannelCredentials> TlsOrInsecureCredentials(const std::string& ca_file) {
+  if (ca_file.empty()) return grpc::InsecureChannelCredentials();
+  std::ifstream in(ca_file, std::ios::binary);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  return grpc::SslCredentials(ssl);
 }
 
 // Sets the master's side: accepts the clients' pings (SetMasterChannelArgs).

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "common/master_channel.h"
 
@@ -29,13 +27,7 @@ ReportQueueOptions QueueOptions(std::chrono::milliseconds retry_timeout) {
 
 std::shared_ptr<grpc::ChannelCredentials> MasterChannelCredentials() {
   const char* ca = std::getenv("DET_MASTER_CERT_FILE");
-  if (ca == nullptr || *ca == '\0') return grpc::InsecureChannelCredentials();
-  std::ifstream in(ca, std::ios::binary);
-  std::stringstream pem;
-  pem << in.rdbuf();
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = pem.str();
-  return grpc::SslCredentials(ssl);
+  return TlsOrInsecureCredentials(ca != nullptr ? ca : "");
 }
 
 std::chrono::milliseconds MasterRetryTimeout() {
