@@ -111,7 +111,8 @@ const std::set<std::string> kMutatingRpcs = {
     "DeleteCheckpoints", "PatchCheckpoint", "ContinueExperiment", "EnableAgent", "DisableAgent", "EnableSlot", "DisableSlot", "UpdateJob", "PostUser",
     "PatchUser", "ArchiveWorkspace", "UnarchiveWorkspace", "ArchiveProject", "UnarchiveProject"};
 bool IsReadOrOwnSession(const std::string& rpc) {
-  for (const char* prefix : {"Get", "Preview", "Stream", "Download", "TrialLogs", "MasterLogs"}) {
+  // BackupDatabase and MasterLogs read, admins only (BackupTest.OnlyAdminsMayBackUp).
+  for (const char* prefix : {"Get", "Preview", "Stream", "Download", "TrialLogs", "MasterLogs", "BackupDatabase"}) {
     if (rpc.rfind(prefix, 0) == 0) return true;
   }
   // Creating is open to every user (they own what they create).
