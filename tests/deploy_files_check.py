@@ -14,7 +14,10 @@ Checks:
             restart policy: Restart=on-failure, RestartSec, and in [Unit]
             StartLimitIntervalSec and StartLimitBurst, with
             StartLimitBurst * RestartSec < StartLimitIntervalSec (else the
-            limit can never trip).
+            limit can never trip). det-master.service's TimeoutStopSec
+            covers deploy/config/master.toml's shutdown-drain-ms (default
+            5000) plus 10 s for the stop (else every systemctl stop ends in
+            SIGKILL, no clean shutdown).
   yaml      Debian's yamllint --strict with deploy/yamllint.yaml on
             deploy/k8s/*.yaml, deploy/config/*.yaml, examples/*/*.yaml and the
             config itself.
@@ -144,6 +147,27 @@ def verify_units(units, problems):
                             % (" ".join(names), r.returncode, out.replace("\n", "\n  ")))
 
 
+def toml_drain_ms(path):
+    """shutdown-drain-ms set in the TOML file `path` (det-master's default 5000 when unset)."""
+    with open(path, encoding="utf-8") as f:
+        m = re.search(r"^\s*shutdown-drain-ms\s*=\s*(\d+)", f.read(), re.M)
+    return int(m.group(1)) if m else 5000
+
+
+def check_stop_timeout(root, problems):
+    """det-master.service waits for the drain of the shipped master.toml plus 10 s before SIGKILL."""
+    unit = os.path.join(root, "deploy/systemd/det-master.service")
+    if not os.path.isfile(unit):
+        problems.append("deploy/systemd/det-master.service is missing")
+        return
+    drain_ms = toml_drain_ms(os.path.join(root, "deploy/config/master.toml"))
+    stop = seconds(parse_unit(unit).get("Service", {}).get("TimeoutStopSec"))
+    if stop is None or stop * 1000 < drain_ms + 10000:
+        problems.append("det-master.service: TimeoutStopSec %s s does not cover deploy/config/master.toml's "
+                        "shutdown-drain-ms %d plus 10 s for the stop (systemd would SIGKILL the master): raise "
+                        "TimeoutStopSec or shorten the drain" % (stop, drain_ms))
+
+
 def check_units(root, problems):
     units = unit_files(root)
     if not units:
@@ -152,6 +176,7 @@ def check_units(root, problems):
     verify_units(units, problems)
     for unit in units:
         check_restart_policy(unit, problems)
+    check_stop_timeout(root, problems)
 
 
 def yaml_files(root):
@@ -289,6 +314,11 @@ BREAKAGES = [
      "livenessProbe: path '/healthz' checks the database"),
     ("a drain longer than the grace period", "deploy/k8s/master.yaml", "shutdown-drain-ms = 5000",
      "shutdown-drain-ms = 25000", "does not cover shutdown-drain-ms 25000"),
+    ("a drain longer than the unit's stop timeout", "deploy/config/master.toml", 'data-dir = "/var/lib/det"\n',
+     'data-dir = "/var/lib/det"\nshutdown-drain-ms = 25000\n', "does not cover deploy/config/master.toml's "
+     "shutdown-drain-ms 25000"),
+    ("a stop timeout shorter than the drain", "deploy/systemd/det-master.service", "TimeoutStopSec=30",
+     "TimeoutStopSec=12", "TimeoutStopSec 12 s does not cover"),
     ("a missing liveness probe", "deploy/k8s/master.yaml", "livenessProbe:", "livenessProbeX:",
      "livenessProbe is missing"),
     ("TLS on without HTTPS probes", "deploy/k8s/master.yaml", 'host = "0.0.0.0"',
