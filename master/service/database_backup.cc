@@ -204,6 +204,7 @@ absl::StatusOr<bool> DatabaseBackup::Step(int* restarts, int64_t* copied) {
     }
     busy_ = rc == SQLITE_BUSY || rc == SQLITE_LOCKED;
     if (rc != SQLITE_OK && rc != SQLITE_DONE && !busy_) error = sqlite3_errmsg(dest_);
+    if (options_.in_step) options_.in_step(++steps_);
     return absl::OkStatus();
   }));
   busy_steps_ = busy_ ? busy_steps_ + 1 : 0;

@@ -4,7 +4,9 @@
 // How: SQLite's online backup API (sqlite3_backup_*) copies the Store's own
 // open connection into a new temporary file in the data dir, a few pages
 // per step, each step under the Store's lock (master/store/store.h
-// WithConnection); between steps the master keeps serving. A write the
+// WithConnection); between steps the master keeps serving (a thread that
+// waited for that lock during a step takes it before the next step:
+// store_mutex.h, so a long backup never starves the master's writes). A write the
 // master commits meanwhile goes through that same connection, so SQLite
 // copies it into the backup as well: when the last step ends, the file is
 // exactly the served database at that moment (the snapshot time). Because
@@ -64,6 +66,8 @@ struct BackupOptions {
   // Tests: called after each step of the copy that did not complete it
   // (1, 2, ...; not under the Store's lock).
   std::function<void(int step)> during_snapshot;
+  // Tests: called at the end of each step, under the Store's lock (1, 2, ...).
+  std::function<void(int step)> in_step;
   int pages_per_step = kBackupPagesPerStep;
 };
 
@@ -126,6 +130,7 @@ class DatabaseBackup {
   sqlite3_backup* copy_ = nullptr;
   bool busy_ = false;    // the last step found a lock held
   int busy_steps_ = 0;   // consecutive such steps
+  int steps_ = 0;        // steps taken
   std::string temp_path_;
   int fd_ = -1;  // the snapshot, open for reading once written
   int64_t size_ = 0;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -103,6 +104,47 @@ class DatabaseBackupTest : public TempStoreTest {
 
   sqlite3* writer_ = nullptr;
 };
+
+// Review 2, finding 2: the steps run back to back under the Store's lock,
+// which is not fair; a master write that waited during a step must get the
+// lock before the next step, not after the whole copy.
+TEST_F(DatabaseBackupTest, AWriterWaitingDuringAStepCommitsBeforeTheNextStep) {
+  ASSERT_EQ(Exec("BEGIN"), SQLITE_OK);
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_EQ(Exec(absl::StrCat("INSERT INTO kv(key, value) VALUES ('row-", i, "', printf('%.1000c', 'x'))")),
+              SQLITE_OK);
+  }
+  ASSERT_EQ(Exec("COMMIT"), SQLITE_OK);
+  std::thread writer;
+  absl::Status written = absl::UnknownError("the writer did not run");
+  int waiters = 0;
+  std::vector<int> steps_without_the_write;
+  BackupOptions options;
+  options.pages_per_step = 4;
+  options.in_step = [&](int step) {
+    if (step == 1) {
+      // The master writes while the step holds the lock: it waits for it.
+      writer = std::thread([&] { written = store_->PutValue("written-during", "yes"); });
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while ((waiters = store_->LockWaitersForTest()) == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();  // polling for the writer to block, with a deadline
+      }
+      return;
+    }
+    auto value = store_->GetValue("written-during");  // the same thread: the lock is recursive
+    if (!value.ok() || !value->has_value()) steps_without_the_write.push_back(step);
+  };
+  auto backup = DatabaseBackup::Start(store_.get(), dir_, options);
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  ASSERT_TRUE((*backup)->Snapshot().ok());
+  writer.join();
+  ASSERT_EQ(waiters, 1) << "the writer never blocked on the Store's lock";
+  ASSERT_TRUE(written.ok()) << written;
+  EXPECT_TRUE(steps_without_the_write.empty())
+      << "the waiting write was not committed before step " << steps_without_the_write.front() << " (and "
+      << steps_without_the_write.size() - 1 << " later steps): the backup took the lock back before the writer";
+  EXPECT_EQ(QueryInt((*backup)->temp_path(), "SELECT COUNT(*) FROM kv WHERE key = 'written-during'"), 1);
+}
 
 TEST_F(DatabaseBackupTest, SnapshotIsTheServedDatabaseWhenItEndsAndWritersAreNotBlocked) {
   // About 2 MiB of rows, so the snapshot takes many steps and chunks.

@@ -148,7 +148,7 @@ Store::Store(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 
 Store::~Store() {
   StopMetricWriter();
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   for (auto& [sql, stmt] : stmts_) sqlite3_finalize(stmt);
   stmts_.clear();
   for (auto& [sql, stmt] : dynamic_stmts_) sqlite3_finalize(stmt);
@@ -173,7 +173,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
   std::unique_ptr<Store> store(new Store(path, db));
   {
-    std::lock_guard<std::recursive_mutex> lock(store->mu_);
+    std::lock_guard<StoreMutex> lock(store->mu_);
     DET_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL", "set journal_mode=WAL"));
     DET_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL", "set synchronous=NORMAL"));
     DET_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON", "enable foreign keys"));
@@ -264,7 +264,7 @@ absl::Status Store::PutValue(const std::string& key, const std::string& value) {
 }
 
 absl::StatusOr<std::optional<std::string>> Store::GetValue(const std::string& key) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetValue));
   Binder b(st.get());
   b.Text(key);
@@ -278,12 +278,14 @@ absl::StatusOr<std::optional<std::string>> Store::GetValue(const std::string& ke
 // ---- Maintenance ----
 
 absl::Status Store::WithConnection(const std::function<absl::Status(sqlite3*)>& fn) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  return fn(db_);
+  mu_.lock();
+  absl::Status status = fn(db_);
+  mu_.UnlockAndHandOff(std::chrono::seconds(1));
+  return status;
 }
 
 absl::Status Store::IntegrityCheck() {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kIntegrityCheck));
   std::vector<std::string> lines;
   int rc;

@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "master/store/metric_limits.h"
+#include "master/store/store_mutex.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -702,8 +703,9 @@ class Store {
   // ---- Maintenance ----
   // Runs PRAGMA integrity_check; Internal (with SQLite's report) unless it says "ok".
   absl::Status IntegrityCheck();
-  // Returns fn(db) run on the connection under the Store's lock (BackupDatabase's sqlite3_backup_step).
+  // fn(db) under the Store's lock (backup steps); a thread that waited for it meanwhile gets it first (store_mutex.h).
   absl::Status WithConnection(const std::function<absl::Status(sqlite3*)>& fn);
+  int LockWaitersForTest() const { return mu_.waiting(); }  // threads blocked on the Store's lock
 
  private:
   class Stmt;
@@ -733,8 +735,7 @@ class Store {
   auto Write(Body body) -> decltype(body());
 
   const std::string path_;
-  // Recursive: a Transaction holds it while the same thread calls methods.
-  std::recursive_mutex mu_;
+  StoreMutex mu_;  // recursive: a Transaction holds it while the thread calls methods
   // The open Store::Transactions of the thread holding mu_ (0 = none).
   int txn_depth_ ABSL_GUARDED_BY(mu_) = 0;
   // Whether the outermost Transaction's BEGIN succeeded.

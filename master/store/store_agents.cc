@@ -101,7 +101,7 @@ absl::Status Store::UpsertAgent(const AgentRow& row) {
 }
 
 absl::StatusOr<std::vector<AgentRow>> Store::ListAgents() {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListAgents));
   std::vector<AgentRow> out;
   int rc;
@@ -111,7 +111,7 @@ absl::StatusOr<std::vector<AgentRow>> Store::ListAgents() {
 }
 
 absl::StatusOr<std::optional<AgentRow>> Store::GetAgent(const std::string& id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetAgent));
   Binder b(st.get());
   b.Text(id);
@@ -174,7 +174,7 @@ absl::Status Store::DeleteAllocation(const std::string& id) {
 }
 
 absl::StatusOr<std::vector<AllocationRow>> Store::ListAllocations() {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListAllocations));
   std::vector<AllocationRow> out;
   int rc;

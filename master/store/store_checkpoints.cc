@@ -137,7 +137,7 @@ absl::Status Store::InsertCheckpoint(const CheckpointRow& row) {
 }
 
 absl::StatusOr<CheckpointBudget> Store::CheckpointBudgetOf(int64_t trial_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kCheckpointBudget));
   Binder b(st.get());
   b.Int(trial_id).Int(CheckpointLimits::kRowOverhead);
@@ -152,7 +152,7 @@ int64_t Store::CheckpointRowBytes(const CheckpointRow& row) {
 }
 
 absl::StatusOr<CheckpointRow> Store::GetCheckpoint(const std::string& uuid) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetCheckpoint));
   Binder b(st.get());
   b.Text(uuid);
@@ -168,7 +168,7 @@ absl::StatusOr<std::vector<CheckpointRow>> Store::ListCheckpoints(std::optional<
   const char* sql = experiment_id.has_value()
                         ? (trial_id.has_value() ? kListCheckpointsByBoth : kListCheckpointsByExperiment)
                         : (trial_id.has_value() ? kListCheckpointsByTrial : kListCheckpointsAll);
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(sql));
   Binder b(st.get());
   if (experiment_id.has_value()) b.Int(*experiment_id);

@@ -86,7 +86,7 @@ absl::Status Store::DeleteExperimentRow(int64_t experiment_id) {
 }
 
 absl::StatusOr<int64_t> Store::CountExperimentsWithArtifact(const std::string& sha256, int64_t except_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kCountArtifactUsers));
   Binder b(st.get());
   b.Text(sha256).Int(except_id);

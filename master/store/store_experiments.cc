@@ -172,7 +172,7 @@ absl::Status Store::UpdateExperiment(const ExperimentRow& row) {
 }
 
 absl::StatusOr<ExperimentRow> Store::GetExperiment(int64_t id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetExperiment));
   Binder b(st.get());
   b.Int(id);
@@ -188,7 +188,7 @@ absl::StatusOr<std::vector<ExperimentRow>> Store::ListExperiments(const Experime
   std::string sql = absl::StrCat("SELECT " DET_EXPERIMENT_COLUMNS " FROM experiments",
                                  ExperimentWhere(filter, &binds), " ORDER BY id", filter.order_desc ? " DESC" : "",
                                  " LIMIT ", SqlLimit(filter.limit), " OFFSET ", std::max<int64_t>(filter.offset, 0));
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
   Binder b(st.get());
   for (const auto& v : binds) b.Text(v);
@@ -206,7 +206,7 @@ absl::StatusOr<std::vector<ExperimentRow>> Store::ListExperiments(const Experime
 absl::StatusOr<int64_t> Store::CountExperiments(const ExperimentFilter& filter) {
   std::vector<std::string> binds;
   std::string sql = absl::StrCat("SELECT COUNT(*) FROM experiments", ExperimentWhere(filter, &binds));
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
   Binder b(st.get());
   for (const auto& v : binds) b.Text(v);

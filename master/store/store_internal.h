@@ -93,7 +93,7 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
 
 template <typename Body>
 auto Store::Write(Body body) -> decltype(body()) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   if (txn_depth_ > 0 && !txn_error_.ok()) {
     return absl::AbortedError(
         absl::StrCat("not written: the Store::Transaction already failed: ", txn_error_.message()));

@@ -45,7 +45,7 @@ std::vector<std::string> Encode(const std::vector<MetricRow>& rows) {
 }  // namespace
 
 void Store::set_metric_limits(const MetricLimits& limits) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   metric_limits_ = limits;
 }
 

@@ -129,7 +129,7 @@ bool ParseFull(const char* text, Interner* names, std::vector<std::pair<int32_t,
 absl::StatusOr<int64_t> Store::ScanMetrics(int64_t trial_id, const std::string& group, bool include_archived,
                                            int64_t after_batches, int64_t after_id, int64_t limit,
                                            MetricScan* scan, size_t max_values) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(group.empty() ? kScanMetrics : kScanGroupMetrics));
   Binder b(st.get());
   b.Int(trial_id).Text(group).Int(include_archived ? 1 : 0).Int(after_batches).Int(SqlLimit(limit));

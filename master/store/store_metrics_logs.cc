@@ -187,7 +187,7 @@ TaskLogRow ReadTaskLog(sqlite3_stmt* s) {
 absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, const std::string& group,
                                                           bool include_archived, int64_t after_batches,
                                                           int64_t limit, int64_t after_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(group.empty() ? kListMetrics : kListGroupMetrics));
   Binder b(st.get());
   b.Int(trial_id).Text(group).Int(include_archived ? 1 : 0).Int(after_batches).Int(SqlLimit(limit));
@@ -206,7 +206,7 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, cons
 absl::StatusOr<std::vector<MetricRow>> Store::GetMetricsByIds(const std::vector<int64_t>& ids) {
   if (ids.size() > 10000) return absl::InvalidArgumentError(absl::StrCat("at most 10000 ids, got ", ids.size()));
   std::vector<MetricRow> out;
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached("SELECT " DET_METRIC_COLUMNS " FROM metrics WHERE id = ?"));
   for (int64_t id : ids) {
     Binder b(st.get());
@@ -241,7 +241,7 @@ absl::Status Store::ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches)
 }
 
 absl::StatusOr<int64_t> Store::MaxMetricId() {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached("SELECT COALESCE(MAX(id), 0) FROM metrics"));
   int rc = sqlite3_step(st.get());
   if (rc != SQLITE_ROW) return Error(rc, "largest metric id");
@@ -250,7 +250,7 @@ absl::StatusOr<int64_t> Store::MaxMetricId() {
 
 absl::StatusOr<int64_t> Store::CountMetricsInIdRange(int64_t trial_id, const std::string& group, int64_t above_id,
                                                      int64_t up_to_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kCountMetricsInIdRange));
   Binder b(st.get());
   b.Int(trial_id).Int(above_id).Int(up_to_id).Text(group);
@@ -262,7 +262,7 @@ absl::StatusOr<int64_t> Store::CountMetricsInIdRange(int64_t trial_id, const std
 
 absl::StatusOr<bool> Store::MetricsReportedOutOfOrder(int64_t trial_id, const std::string& group, int64_t above_id,
                                                       int64_t after_batches, int64_t after_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kMetricsOutOfOrder));
   Binder b(st.get());
   b.Int(trial_id).Int(above_id).Text(group).Int(after_batches).Int(after_id);
@@ -276,7 +276,7 @@ absl::StatusOr<bool> Store::MetricsReportedOutOfOrder(int64_t trial_id, const st
 // ---- Task logs ----
 
 void Store::set_task_log_limits(const TaskLogLimits& limits) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   task_log_limits_ = limits;
 }
 
@@ -397,7 +397,7 @@ absl::Status Store::InsertTaskLogs(const std::vector<TaskLogRow>& rows) {
 }
 
 absl::StatusOr<std::vector<TaskLogRow>> Store::ListTaskLogs(int64_t trial_id, int64_t after_id, int64_t limit) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListTaskLogs));
   Binder b(st.get());
   b.Int(trial_id).Int(after_id).Int(SqlLimit(limit));
@@ -473,7 +473,7 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetricsAfterId(const std::vect
     return absl::InvalidArgumentError(
         absl::StrCat("trial_ids: ", trial_ids.size(), " trials; at most ", kMaxStreamTrials));
   }
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, CachedDynamic(MetricsAfterIdSql(trial_ids.size(), !group.empty())));
   Binder b(st.get());
   b.Int(after_id);
@@ -492,7 +492,7 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetricsAfterId(const std::vect
 }
 
 absl::StatusOr<std::vector<ValidationPoint>> Store::ListExperimentValidations(int64_t experiment_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(
       Stmt st, PrepareOnce("SELECT m.id, m.trial_id, m.total_batches, m.time_ms, m.metrics FROM metrics m "
                            "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = ? AND "
@@ -517,7 +517,7 @@ absl::StatusOr<std::vector<ValidationPoint>> Store::ListExperimentValidations(in
 
 absl::StatusOr<std::vector<TaskLogRow>> Store::ListTaskLogsFiltered(const TaskLogFilter& filter, int64_t limit) {
   DET_RETURN_IF_ERROR(CheckLogFilter(filter));
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   const std::string sql = absl::StrCat("SELECT " DET_TASK_LOG_COLUMNS " FROM task_logs WHERE ",
                                        LogFilterWhere(filter), " AND id > ? ORDER BY id LIMIT ?");
   DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
@@ -535,7 +535,7 @@ absl::StatusOr<std::vector<TaskLogRow>> Store::ListTaskLogsFiltered(const TaskLo
 absl::StatusOr<int64_t> Store::TaskLogTailStart(const TaskLogFilter& filter, int64_t tail) {
   if (tail <= 0) return absl::InvalidArgumentError("tail must be > 0");
   DET_RETURN_IF_ERROR(CheckLogFilter(filter));
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   const std::string sql = absl::StrCat("SELECT id FROM task_logs WHERE ", LogFilterWhere(filter),
                                        " ORDER BY id DESC LIMIT 1 OFFSET ?");
   DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));

@@ -420,7 +420,7 @@ absl::Status store_internal::RefuseNewerSchema(const std::string& path) {
 }
 
 absl::StatusOr<int64_t> Store::SchemaVersion() {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kSchemaVersion));
   int rc = sqlite3_step(st.get());
   if (rc != SQLITE_ROW) return Error(rc, "read schema version");

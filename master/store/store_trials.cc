@@ -120,7 +120,7 @@ absl::Status Store::UpdateTrial(const TrialRow& row) {
 }
 
 absl::StatusOr<TrialRow> Store::GetTrial(int64_t id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetTrial));
   Binder b(st.get());
   b.Int(id);
@@ -132,7 +132,7 @@ absl::StatusOr<TrialRow> Store::GetTrial(int64_t id) {
 }
 
 absl::StatusOr<std::vector<TrialRow>> Store::ListTrials(int64_t experiment_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListTrials));
   Binder b(st.get());
   b.Int(experiment_id);
@@ -150,7 +150,7 @@ absl::StatusOr<std::vector<TrialRow>> Store::ListTrialsInStates(const std::vecto
   std::string sql =
       absl::StrCat("SELECT " DET_TRIAL_COLUMNS " FROM trials WHERE state IN (", Placeholders(states.size()),
                    ") ORDER BY id");
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(sql));
   Binder b(st.get());
   for (const auto& s : states) b.Text(s);

@@ -121,7 +121,7 @@ absl::Status Store::UpdateUser(const UserRow& row) {
 }
 
 absl::StatusOr<UserRow> Store::GetUser(int64_t id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetUser));
   Binder b(st.get());
   b.Int(id);
@@ -133,7 +133,7 @@ absl::StatusOr<UserRow> Store::GetUser(int64_t id) {
 }
 
 absl::StatusOr<UserRow> Store::GetUserByName(const std::string& username) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetUserByName));
   Binder b(st.get());
   b.Text(username);
@@ -145,7 +145,7 @@ absl::StatusOr<UserRow> Store::GetUserByName(const std::string& username) {
 }
 
 absl::StatusOr<std::vector<UserRow>> Store::ListUsers() {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListUsers));
   std::vector<UserRow> out;
   int rc;
@@ -158,7 +158,7 @@ absl::StatusOr<std::pair<int64_t, int64_t>> Store::AgentIdsOfUser(const std::str
                                                                    int64_t last) {
   // Only the UPDATE runs through Write: a refusal (an unknown user, a used-up
   // range) must not fail the caller's Transaction.
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(UserRow user, GetUserByName(username));
   if (user.agent_uid != 0) return std::make_pair(user.agent_uid, user.agent_gid);
   if (first < 1000 || first > last) return std::make_pair(int64_t{0}, int64_t{0});
@@ -233,7 +233,7 @@ absl::Status Store::InsertUserToken(const UserTokenRow& row) {
 }
 
 absl::StatusOr<UserTokenRow> Store::GetUserToken(const std::string& token_hash) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetUserToken));
   Binder b(st.get());
   b.Text(token_hash);

@@ -94,7 +94,7 @@ absl::StatusOr<int64_t> Store::InsertWorkspace(const WorkspaceRow& row) {
 }
 
 absl::StatusOr<WorkspaceRow> Store::GetWorkspace(int64_t id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetWorkspace));
   Binder b(st.get());
   b.Int(id);
@@ -106,7 +106,7 @@ absl::StatusOr<WorkspaceRow> Store::GetWorkspace(int64_t id) {
 }
 
 absl::StatusOr<std::optional<WorkspaceRow>> Store::FindWorkspace(const std::string& name) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kFindWorkspace));
   Binder b(st.get());
   b.Text(name);
@@ -118,7 +118,7 @@ absl::StatusOr<std::optional<WorkspaceRow>> Store::FindWorkspace(const std::stri
 }
 
 absl::StatusOr<std::vector<WorkspaceRow>> Store::ListWorkspaces() {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListWorkspaces));
   std::vector<WorkspaceRow> out;
   int rc;
@@ -128,7 +128,7 @@ absl::StatusOr<std::vector<WorkspaceRow>> Store::ListWorkspaces() {
 }
 
 absl::StatusOr<int64_t> Store::CountWorkspaces() {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kCountWorkspaces));
   int rc = sqlite3_step(st.get());
   if (rc != SQLITE_ROW) return Error(rc, "count workspaces");
@@ -156,7 +156,7 @@ absl::StatusOr<int64_t> Store::InsertProject(const ProjectRow& row) {
 }
 
 absl::StatusOr<ProjectRow> Store::GetProject(int64_t id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kGetProject));
   Binder b(st.get());
   b.Int(id);
@@ -168,7 +168,7 @@ absl::StatusOr<ProjectRow> Store::GetProject(int64_t id) {
 }
 
 absl::StatusOr<std::optional<ProjectRow>> Store::FindProject(int64_t workspace_id, const std::string& name) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kFindProject));
   Binder b(st.get());
   b.Int(workspace_id).Text(name);
@@ -181,7 +181,7 @@ absl::StatusOr<std::optional<ProjectRow>> Store::FindProject(int64_t workspace_i
 
 absl::StatusOr<std::vector<ProjectRow>> Store::ListProjects(std::optional<int64_t> workspace_id,
                                                             const std::string& name) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kListProjects));
   int rc = workspace_id ? sqlite3_bind_int64(st.get(), 1, *workspace_id) : sqlite3_bind_null(st.get(), 1);
   if (rc == SQLITE_OK) rc = sqlite3_bind_text64(st.get(), 2, name.data(), name.size(), SQLITE_STATIC, SQLITE_UTF8);
@@ -193,7 +193,7 @@ absl::StatusOr<std::vector<ProjectRow>> Store::ListProjects(std::optional<int64_
 }
 
 absl::StatusOr<int64_t> Store::CountProjects(int64_t workspace_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
+  std::lock_guard<StoreMutex> lock(mu_);
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kCountProjects));
   Binder b(st.get());
   b.Int(workspace_id);
