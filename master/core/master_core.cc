@@ -163,19 +163,7 @@ absl::StatusOr<apiv1::GetMasterResponse> MasterCore::GetMaster(const apiv1::GetM
   return resp;
 }
 
-bool MasterCore::Ping(std::chrono::milliseconds wait) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  const auto deadline = std::chrono::steady_clock::now() + wait;
-  auto pause = std::chrono::microseconds(50);
-  for (;;) {
-    if (mu_.try_lock()) {
-      mu_.unlock();
-      return true;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(pause);  // a lock holder, not an event: retry with backoff up to 10 ms
-    pause = std::min(pause * 2, std::chrono::microseconds(10000));
-  }
-}
+bool MasterCore::Ping(std::chrono::milliseconds wait) { return ping_probe_.Probe(wait); }
 
 absl::StatusOr<ExperimentRuntime*> MasterCore::FindExperiment(int64_t id) {
   auto it = experiments_.find(id);

@@ -50,6 +50,7 @@
 #include "master/core/checkpoint_files.h"
 #include "master/core/checkpoint_roots.h"
 #include "master/core/clock.h"
+#include "master/core/lock_probe.h"
 #include "master/core/resource_pools.h"
 #include "master/core/slurm_driver.h"
 #include "master/search/scheduler.h"
@@ -402,8 +403,8 @@ class MasterCore {
   // not held; thread-safe (one pass at a time).
   void RunSlurmPass() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Whether the core answers (the health check): takes and releases mu_
-  // within `wait`, polling try_lock, so a stuck holder never blocks the caller.
+  // Whether the core answers (the health check): mu_ was taken and released
+  // within `wait` by a probe thread waiting on it (lock_probe.h); never blocks the caller longer.
   bool Ping(std::chrono::milliseconds wait) ABSL_LOCKS_EXCLUDED(mu_);
   // Tests: holds mu_ until the returned lock is released (a wedged core).
   std::unique_lock<std::mutex> LockForTesting() ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -769,6 +770,7 @@ class MasterCore {
   std::string master_id_;  // random, new at every start
 
   std::mutex mu_;
+  LockProbe ping_probe_{mu_};  // Ping's (after mu_: destroyed first)
   std::condition_variable preempt_cv_;
   std::condition_variable rendezvous_cv_;  // a rank reported in AllocationRendezvous
   std::string trial_master_address_ ABSL_GUARDED_BY(mu_);

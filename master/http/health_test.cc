@@ -13,10 +13,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "master/core/lock_probe.h"
 #include "master/core/master_core.h"
 #include "master/http/rest_server.h"
 #include "master/store/store.h"
@@ -119,6 +121,26 @@ TEST(HealthCheckTest, TheStoreProbeNoticesADeletedOrReplacedDatabaseFile) {
 
 // A wedged core (its lock held: a deadlock, a stall under the lock): the
 // probe answers Unavailable once its bound has passed, not never.
+// MasterCore::Ping's probe (master/core/lock_probe.h): a thread waiting on
+// the mutex, not a try_lock poll; callers wait for its answer, bounded.
+TEST(LockProbeTest, AnswersWhetherItsThreadTookTheMutexWithinTheBound) {
+  std::mutex target;
+  LockProbe probe(target);
+  EXPECT_TRUE(probe.Probe(std::chrono::seconds(60))) << "a free mutex";
+  std::unique_lock<std::mutex> held(target);
+  EXPECT_FALSE(probe.Probe(std::chrono::milliseconds(50))) << "held for the whole bound";
+  // Released while a probe waits: its thread, queued on the mutex, takes it.
+  std::future<bool> waiting = std::async(std::launch::async, [&] { return probe.Probe(std::chrono::seconds(60)); });
+  held.unlock();
+  EXPECT_TRUE(waiting.get());
+  // Callers at the same time share the probe thread.
+  std::vector<std::future<bool>> callers;
+  for (int i = 0; i < 8; ++i) {
+    callers.push_back(std::async(std::launch::async, [&] { return probe.Probe(std::chrono::seconds(60)); }));
+  }
+  for (auto& c : callers) EXPECT_TRUE(c.get());
+}
+
 TEST(HealthCheckTest, TheCoreProbeAnswersWithinItsBoundWhileTheCoreIsWedged) {
   TempDir dir;
   auto core = CoreIn(dir);
