@@ -360,12 +360,16 @@ TEST(MultiHost, MasterLinkCutShorterThanTimeoutsBuffersAndDelivers) {
 
   EXPECT_EQ(ExpectCompleted(c, s.exp, s.trial).run_id, 1);
   EXPECT_THAT(c.MasterLog(), Not(HasSubstr(" lost: ")));
+  // Every batch's row is stored exactly once, those made during the cut too.
   std::vector<MetricRow> rows = ExpectEachBatchOnce(c, s.trial, p);
   // It trained on while cut off: rows the trial made during the cut (their
-  // time is the trial's) were buffered and delivered.
+  // time is the trial's) were buffered and delivered. How many depends on
+  // the machine's speed, so this asserts progress only (at least one row),
+  // not a rate.
   int during = 0;
   for (const MetricRow& r : rows) during += r.group == "training" && r.time_ms > cut_ms && r.time_ms < back_ms;
-  EXPECT_GE(during, 8) << "training rows made during the " << back_ms - cut_ms << " ms cut";
+  EXPECT_GE(during, 1) << "no training row made during the " << back_ms - cut_ms << " ms cut: the trial did not "
+                          "train on while cut off";
   std::printf("[ info     ] %d training rows made during the %lld ms cut\n", during,
               static_cast<long long>(back_ms - cut_ms));
 }

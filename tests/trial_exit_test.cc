@@ -125,6 +125,34 @@ INSTANTIATE_TEST_SUITE_P(
                                "was built for trial ABI version 2"}),
     [](const ::testing::TestParamInfo<ExitCase>& info) { return info.param.name; });
 
+// A validation report the master refuses (its metric name 'validation_loss'
+// is over --max-metric-name-bytes 12; the training names are shorter) ends
+// the trial in ERROR with that refusal as its reason: det-trial queues its
+// reports, and the refusal that failed the queue is what it reports, at
+// once (issue 47, review 2 finding 1; without that, no reason reached the
+// master).
+TEST(TrialExitTest, ARefusedValidationReportIsTheTrialsReasonForError) {
+  TempDir dir;
+  TestCluster cluster(dir, TestClusterOptions().add_master_flags({"--max-metric-name-bytes", "12"}));
+  cluster.StartAgent("a");
+  ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, 30s)) << cluster.MasterLog();
+  std::string yaml = OneTrial("refused-validation", dir / "checkpoints", 40, 0);
+  yaml.replace(yaml.find("max_restarts: 3"), 15, "max_restarts: 0");
+  const int exp = cluster.CreateExperiment(yaml, "refused-validation", kSynthetic);
+  ASSERT_GT(exp, 0);
+  json trial;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        trial = OnlyTrial(cluster, exp);
+        return trial.value("state", "") == "STATE_ERROR";
+      },
+      120s))
+      << cluster.Trials(exp).dump() << cluster.MasterLog() << cluster.AgentLogs();
+  EXPECT_THAT(trial.value("error_message", ""), HasSubstr("ReportValidationMetrics")) << trial.dump();
+  EXPECT_THAT(trial.value("error_message", ""), HasSubstr("--max-metric-name-bytes")) << trial.dump();
+  EXPECT_EQ(cluster.BusySlots(), 0);
+}
+
 const std::string kSetupFailure = std::string(DET_TRIALS_DIR) + "/setup_failure_trial.so";
 
 // A one-trial experiment of tests/data/setup_failure_trial.cc (20 batches,

@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
@@ -156,6 +157,30 @@ class MasterReporter final : public Reporter {
   std::shared_ptr<RefusedReports> refused_ = std::make_shared<RefusedReports>();
 };
 
+// Delivers the reports still queued, giving up at `deadline` (not after
+// the client's retry timeout): then each report not delivered is named on
+// stderr, a checkpoint's with its uuid (its files stay on disk, unknown to
+// the master). OK when every report was delivered.
+absl::Status DeliverQueuedReports(MasterClient* client, std::chrono::steady_clock::time_point deadline) {
+  deadline = std::min(deadline, std::chrono::steady_clock::now() + client->retry_timeout());
+  absl::Status st = client->FlushReports(deadline);
+  if (st.ok()) return st;
+  const std::vector<std::string> pending = client->PendingReports();
+  if (!pending.empty()) {
+    std::fprintf(stderr, "det-trial: %zu reports not delivered to the master:", pending.size());
+    for (size_t i = 0; i < pending.size() && i < 20; ++i) std::fprintf(stderr, " [%s]", pending[i].c_str());
+    std::fprintf(stderr, "%s\n", pending.size() > 20 ? " ..." : "");
+    for (const std::string& what : pending) {
+      if (what.rfind("ReportCheckpoint ", 0) == 0) {
+        std::fprintf(stderr, "det-trial: checkpoint %s is on disk but was not reported to the master\n",
+                     what.c_str() + sizeof("ReportCheckpoint ") - 1);
+      }
+    }
+  }
+  std::fflush(stderr);
+  return st;
+}
+
 // Preempts on SIGTERM or when the master says so (long-polled in a thread).
 // Exits the process at once when the agent that started it is gone (nobody
 // would report its end) or the master no longer knows its allocation
@@ -204,7 +229,12 @@ class MasterPreemption final : public PreemptionSource {
       }
       client_->Note(s.error_code());
       if (client_->revoked()) Abandon("the master no longer knows allocation " + client_->allocation_id());
-      if (getppid() != parent_) Abandon("the agent that started this process is gone");
+      if (getppid() != parent_) {
+        // The master may not know yet and still accept what is queued (a
+        // checkpoint whose files are on disk): delivered within a short bound.
+        (void)DeliverQueuedReports(client_, std::chrono::steady_clock::now() + kFlushBeforeAbandon);
+        Abandon("the agent that started this process is gone");
+      }
       std::unique_lock<std::mutex> l(mu_);
       // After an error wait a little before asking again; a successful long
       // poll already waited on the master.
@@ -212,6 +242,9 @@ class MasterPreemption final : public PreemptionSource {
                    [&] { return stop_; });
     }
   }
+  // How long reports still queued may take to reach the master when the
+  // agent is gone (at most DET_MASTER_RETRY_TIMEOUT_S).
+  static constexpr std::chrono::seconds kFlushBeforeAbandon{10};
   [[noreturn]] static void Abandon(const std::string& why) {
     std::fflush(stdout);
     std::fprintf(stderr, "det-trial: %s; exiting\n", why.c_str());
@@ -235,17 +268,28 @@ class MasterPreemption final : public PreemptionSource {
 // kExitMasterUnreachable, which the master does not count as a restart,
 // unless `deterministic` (the code is the trial's fault however the master
 // is doing). The message reported is bounded (ReportableMessage).
+//
+// When a queued report failed (the master refused it), that refusal is what
+// is reported: `status` is then only its consequence. The early exit is
+// sent at once, not behind the queued reports (the master keeps an
+// allocation's first early-exit report, so the order does not matter).
 int Fail(int code, MasterClient* client, const absl::Status& status, bool deterministic) {
   std::fprintf(stderr, "det-trial: error: %s\n", std::string(status.message()).c_str());
   if (client != nullptr && client->lost() && !deterministic) return kExitMasterUnreachable;
   if (client != nullptr) {
+    absl::Status why = client->QueueError();
+    if (!why.ok() && why != status) {
+      std::fprintf(stderr, "det-trial: error: a report to the master failed: %s\n", std::string(why.message()).c_str());
+    }
+    if (why.ok()) why = status;
     tv1::ReportEarlyExitRequest req;
     req.set_reason(tv1::EARLY_EXIT_REASON_ERRORED);
-    req.set_message(ReportableMessage(status.message()));
+    req.set_message(ReportableMessage(why.message()));
     tv1::ReportEarlyExitResponse resp;
     (void)client->Call("ReportEarlyExit", &tv1::TrialService::Stub::ReportEarlyExit, req, &resp,
-                       std::chrono::seconds(5));
+                       std::chrono::seconds(5), /*retry_deadline_exceeded=*/true, /*flush_first=*/false);
   }
+  std::fflush(stderr);
   return code;
 }
 
@@ -276,6 +320,9 @@ class ManagedRank {
   std::optional<int> Rendezvous();
   std::optional<int> BuildTrial();
   int FailSetup(const absl::Status& status);
+  // A call to the master failed: reported only when a queued report's
+  // refusal failed it (the master's answer to the call itself needs none).
+  int FailCall(const absl::Status& status);
   TrialInfo MakeTrialInfo() const;
   TrainingPlan MakeTrainingPlan() const;
   std::optional<int> RestoreLatestCheckpoint();
@@ -534,7 +581,7 @@ int ManagedRank::PerformOperations() {
     tv1::GetNextOperationResponse resp;
     absl::Status st = client_.Call("GetNextOperation", &tv1::TrialService::Stub::GetNextOperation, req, &resp,
                                    std::chrono::seconds(30));
-    if (!st.ok()) return Fail(client_.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
+    if (!st.ok()) return FailCall(st);
     const tv1::Operation& op = resp.operation();
     spdlog::debug("[det-trial] operation {}: {} (target {} batches, at {})", op.op_id(),
                   tv1::OperationKind_Name(op.kind()), op.target_total_batches(), controller_->batches_trained());
@@ -562,6 +609,11 @@ int ManagedRank::PerformOperations() {
     if (ended) return *ended;
     completed_op = op.op_id();
   }
+}
+
+int ManagedRank::FailCall(const absl::Status& status) {
+  const int code = client_.lost() ? kExitMasterUnreachable : kExitTrialError;
+  return Fail(code, client_.QueueError().ok() ? nullptr : &client_, status, false);
 }
 
 std::optional<int> ManagedRank::Train(const tv1::Operation& op) {
@@ -602,7 +654,7 @@ std::optional<int> ManagedRank::Validate(const tv1::Operation& op) {
   tv1::CompleteSearcherOperationResponse done_resp;
   absl::Status st = client_.Call("CompleteSearcherOperation", &tv1::TrialService::Stub::CompleteSearcherOperation,
                                  done, &done_resp);
-  if (!st.ok()) return Fail(client_.lost() ? kExitMasterUnreachable : kExitTrialError, nullptr, st, false);
+  if (!st.ok()) return FailCall(st);
   return std::nullopt;
 }
 
@@ -675,8 +727,15 @@ int RunManagedWithToken(const std::string& trial_path, int threads, const std::s
   ManagedRank run(&client, rank);
   const int rc = run.Run(trial_path, threads);
   // What the run reported, delivered before it exits (every path to a
-  // successful end already flushed through a Call but a preemption's).
-  if (absl::Status st = client.FlushReports(); rc == 0 && !st.ok()) {
+  // successful end already flushed through a Call but a preemption's). A
+  // failed run already waited its retry timeout for an unreachable master:
+  // it does not wait again (one DET_MASTER_RETRY_TIMEOUT_S in all).
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = rc == 0 ? now + client.retry_timeout()
+                        : client.lost() ? now
+                                        : now + std::min<std::chrono::milliseconds>(client.retry_timeout(),
+                                                                                     std::chrono::seconds(10));
+  if (absl::Status st = DeliverQueuedReports(&client, deadline); rc == 0 && !st.ok()) {
     std::fprintf(stderr, "det-trial: error: %s\n", std::string(st.message()).c_str());
     return client.lost() ? kExitMasterUnreachable : kExitTrialError;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "common/master_channel.h"
 
 namespace det::runtime {
@@ -43,6 +44,14 @@ MasterClient::MasterClient(const std::string& address, std::string allocation_id
       token_(std::move(token)),
       retry_timeout_(MasterRetryTimeout()),
       reports_(QueueOptions(retry_timeout_)) {}
+
+absl::Status MasterClient::FlushReports(Clock::time_point deadline) {
+  absl::Status s = reports_.Flush(deadline);
+  if (s.code() != absl::StatusCode::kDeadlineExceeded) return s;
+  return absl::UnavailableError(absl::StrCat(
+      "the master was unreachable for ", std::chrono::duration_cast<std::chrono::seconds>(retry_timeout_).count(),
+      " s (", s.message(), "); DET_MASTER_RETRY_TIMEOUT_S in det-agent's environment sets how long a trial retries"));
+}
 
 void MasterClient::Note(grpc::StatusCode code) {
   unreachable_ = code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;

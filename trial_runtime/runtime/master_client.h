@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/grpc_status.h"
@@ -48,19 +50,23 @@ class MasterClient {
 
   const std::string& allocation_id() const { return allocation_id_; }
 
-  // Delivers every queued report, then calls `method` with a deadline,
-  // retrying UNAVAILABLE (and DEADLINE_EXCEEDED unless
-  // `retry_deadline_exceeded` is false: a call whose deadline is the
-  // caller's own) for MasterRetryTimeout(). Every call is safe to repeat.
-  // Returns the queue's error when a queued report failed.
+  // Delivers every queued report (unless `flush_first` is false: the call
+  // may overtake them), then calls `method` with a deadline, retrying
+  // UNAVAILABLE (and DEADLINE_EXCEEDED unless `retry_deadline_exceeded` is
+  // false: a call whose deadline is the caller's own). The flush and the
+  // retries share one MasterRetryTimeout(): a call never waits longer for
+  // an unreachable master. Every call is safe to repeat. Returns the
+  // queue's error when a queued report failed.
   template <typename Req, typename Resp, typename Method>
   absl::Status Call(const char* what, Method method, Req req, Resp* resp,
                     std::chrono::milliseconds deadline = std::chrono::seconds(30),
-                    bool retry_deadline_exceeded = true) {
-    if (absl::Status queued = reports_.Flush(); !queued.ok()) return queued;
+                    bool retry_deadline_exceeded = true, bool flush_first = true) {
+    const auto give_up = Clock::now() + retry_timeout_;
+    if (flush_first) {
+      if (absl::Status queued = FlushReports(give_up); !queued.ok()) return queued;
+    }
     req.set_allocation_id(allocation_id_);
     auto backoff = std::chrono::milliseconds(100);
-    const auto give_up = Clock::now() + retry_timeout_;
     for (bool reported = false;;) {
       grpc::Status s = Once(method, req, resp, deadline);
       const bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -85,7 +91,9 @@ class MasterClient {
   absl::Status Post(const char* what, Method method, Req req, std::function<absl::Status(absl::Status)> filter = {}) {
     req.set_allocation_id(allocation_id_);
     const size_t bytes = req.ByteSizeLong();
-    return reports_.Push(what, bytes, [this, what, method, req = std::move(req), filter = std::move(filter)] {
+    std::string name = what;  // a checkpoint's report is named with its uuid
+    if constexpr (std::is_same_v<Req, ::det::trial::v1::ReportCheckpointRequest>) name += " " + req.uuid();
+    return reports_.Push(std::move(name), bytes, [this, what, method, req = std::move(req), filter = std::move(filter)] {
       Resp resp;
       absl::Status s = FromGrpcStatus(Once(method, req, &resp, std::chrono::seconds(30)), what);
       return filter ? filter(std::move(s)) : s;
@@ -94,6 +102,15 @@ class MasterClient {
 
   // Delivers every queued report; OK or the error that failed the queue.
   absl::Status FlushReports() { return reports_.Flush(); }
+  // The same, giving up at `deadline`: then UNAVAILABLE naming the retry
+  // timeout and how many reports are still queued.
+  absl::Status FlushReports(Clock::time_point deadline);
+  // The error that failed the queue (OK while none did): the failed
+  // report's own error, which names it.
+  absl::Status QueueError() const { return reports_.error(); }
+  // The reports queued and not delivered yet (a checkpoint's with its uuid).
+  std::vector<std::string> PendingReports() const { return reports_.Pending(); }
+  std::chrono::milliseconds retry_timeout() const { return retry_timeout_; }
 
   // Records what a call's outcome says about the allocation: the master is
   // unreachable (until a call gets through again), or it no longer knows the

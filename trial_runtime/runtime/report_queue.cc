@@ -42,6 +42,27 @@ absl::Status ReportQueue::Flush() {
   return error_;
 }
 
+absl::Status ReportQueue::Flush(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (changed_.wait_until(l, deadline, [&] { return queue_.empty() || !error_.ok() || stop_; })) return error_;
+  return absl::DeadlineExceededError(
+      absl::StrCat(queue_.size(), " reports still queued for the master at the deadline (the first: ",
+                   queue_.front().what, ")"));
+}
+
+absl::Status ReportQueue::error() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return error_;
+}
+
+std::vector<std::string> ReportQueue::Pending() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> out;
+  out.reserve(queue_.size());
+  for (const Report& r : queue_) out.push_back(r.what);
+  return out;
+}
+
 size_t ReportQueue::size() const {
   std::lock_guard<std::mutex> l(mu_);
   return queue_.size();

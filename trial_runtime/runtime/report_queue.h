@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -70,6 +71,15 @@ class ReportQueue {
   // that failed the queue: the report's own error (named by its `what`), or
   // UNAVAILABLE when it was retried for retry_timeout.
   absl::Status Flush();
+  // Flush, waiting at most until `deadline` (steady clock): DEADLINE_EXCEEDED
+  // naming how many reports are still queued when it passes.
+  absl::Status Flush(std::chrono::steady_clock::time_point deadline);
+
+  // The error that failed the queue (OK while none did): the failed
+  // report's own error, named by its `what`.
+  absl::Status error() const;
+  // The `what` of each report queued and not yet delivered, in order.
+  std::vector<std::string> Pending() const;
 
   // Reports queued and not yet delivered, and their bytes.
   size_t size() const;

@@ -166,6 +166,41 @@ TEST(ReportQueueTest, APermanentErrorFailsTheQueueAndNothingAfterItIsSent) {
   EXPECT_EQ(q.Push("more", 1, [] { return absl::OkStatus(); }).code(), absl::StatusCode::kNotFound);
 }
 
+// The failed report's own error stays readable (error()): a trial that
+// fails because of it reports that refusal, not what followed (finding 1).
+TEST(ReportQueueTest, ErrorIsTheFailedReportsOwnError) {
+  ReportQueue q(Fast());
+  EXPECT_TRUE(q.error().ok());
+  ASSERT_TRUE(q.Push("ReportValidationMetrics", 1, [] {
+                 return absl::ResourceExhaustedError("ReportValidationMetrics: metric name too long");
+               }).ok());
+  EXPECT_EQ(q.Flush().code(), absl::StatusCode::kResourceExhausted);
+  absl::Status e = q.error();
+  EXPECT_EQ(e.code(), absl::StatusCode::kResourceExhausted) << e;
+  EXPECT_NE(e.message().find("ReportValidationMetrics"), std::string::npos) << e;
+}
+
+// A Flush with a deadline returns by it although the report is still being
+// retried (its own retry timeout is 10 min): a caller's one deadline covers
+// the flush (finding 5), and the reports left are named (finding 3).
+TEST(ReportQueueTest, FlushWithADeadlineReturnsByItAndNamesWhatIsLeft) {
+  ReportQueue q(Fast());
+  ASSERT_TRUE(q.Push("ReportCheckpoint c-1", 1, [] { return absl::UnavailableError("down"); }).ok());
+  ASSERT_TRUE(q.Push("ReportTrainingMetrics", 1, [] { return absl::OkStatus(); }).ok());
+  absl::Status s = q.Flush(std::chrono::steady_clock::now() + milliseconds(20));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("2 reports still queued"), std::string::npos) << s;
+  EXPECT_TRUE(q.error().ok()) << "a deadline does not fail the queue";
+  EXPECT_EQ(q.Pending(), (std::vector<std::string>{"ReportCheckpoint c-1", "ReportTrainingMetrics"}));
+}
+
+TEST(ReportQueueTest, FlushWithADeadlineIsOkOnceEverythingIsDelivered) {
+  ReportQueue q(Fast());
+  ASSERT_TRUE(q.Push("r", 1, [] { return absl::OkStatus(); }).ok());
+  EXPECT_TRUE(q.Flush(std::chrono::steady_clock::now() + std::chrono::minutes(10)).ok());
+  EXPECT_TRUE(q.Pending().empty());
+}
+
 TEST(ReportQueueTest, DestroyingAQueueWhoseSenderRetriesReturnsPromptly) {
   auto q = std::make_unique<ReportQueue>(Fast());
   ASSERT_TRUE(q->Push("never", 1, [] { return absl::UnavailableError("down"); }).ok());
