@@ -270,15 +270,17 @@ class MasterPreemption final : public PreemptionSource {
 // is doing). The message reported is bounded (ReportableMessage).
 //
 // When a queued report failed (the master refused it), that refusal is what
-// is reported: `status` is then only its consequence. The early exit is
-// sent at once, not behind the queued reports (the master keeps an
-// allocation's first early-exit report, so the order does not matter).
+// is reported: `status` is then only its consequence, and the early exit is
+// sent at once, not behind the failed queue (the master keeps an
+// allocation's first early-exit report). Otherwise it follows the queued
+// reports, as every call does.
 int Fail(int code, MasterClient* client, const absl::Status& status, bool deterministic) {
   std::fprintf(stderr, "det-trial: error: %s\n", std::string(status.message()).c_str());
   if (client != nullptr && client->lost() && !deterministic) return kExitMasterUnreachable;
   if (client != nullptr) {
     absl::Status why = client->QueueError();
-    if (!why.ok() && why != status) {
+    const bool queue_failed = !why.ok();
+    if (queue_failed && why != status) {
       std::fprintf(stderr, "det-trial: error: a report to the master failed: %s\n", std::string(why.message()).c_str());
     }
     if (why.ok()) why = status;
@@ -286,8 +288,17 @@ int Fail(int code, MasterClient* client, const absl::Status& status, bool determ
     req.set_reason(tv1::EARLY_EXIT_REASON_ERRORED);
     req.set_message(ReportableMessage(why.message()));
     tv1::ReportEarlyExitResponse resp;
-    (void)client->Call("ReportEarlyExit", &tv1::TrialService::Stub::ReportEarlyExit, req, &resp,
-                       std::chrono::seconds(5), /*retry_deadline_exceeded=*/true, /*flush_first=*/false);
+    absl::Status sent = client->Call("ReportEarlyExit", &tv1::TrialService::Stub::ReportEarlyExit, req, &resp,
+                                     std::chrono::seconds(5), /*retry_deadline_exceeded=*/true,
+                                     /*flush_first=*/!queue_failed);
+    // A queued report refused while flushing: that refusal, at once.
+    if (absl::Status refused = client->QueueError(); !sent.ok() && !queue_failed && !refused.ok()) {
+      std::fprintf(stderr, "det-trial: error: a report to the master failed: %s\n",
+                   std::string(refused.message()).c_str());
+      req.set_message(ReportableMessage(refused.message()));
+      (void)client->Call("ReportEarlyExit", &tv1::TrialService::Stub::ReportEarlyExit, req, &resp,
+                         std::chrono::seconds(5), /*retry_deadline_exceeded=*/true, /*flush_first=*/false);
+    }
   }
   std::fflush(stderr);
   return code;
