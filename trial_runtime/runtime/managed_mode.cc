@@ -639,6 +639,7 @@ std::optional<int> ManagedRank::Train(const tv1::Operation& op) {
     return Fail(bad_config ? kExitConfigError : kExitTrialError, &client_, st, bad_config);
   }
   if (!preempted) return std::nullopt;
+  if (absl::Status q = client_.QueueError(); !q.ok()) return Fail(kExitTrialError, &client_, q, false);
   auto saved = controller_->Checkpoint();
   if (!saved.ok()) return Fail(kExitTrialError, &client_, saved.status(), false);
   tv1::AckPreemptionRequest ack;
@@ -670,6 +671,8 @@ std::optional<int> ManagedRank::Validate(const tv1::Operation& op) {
 }
 
 std::optional<int> ManagedRank::Checkpoint() {
+  // A queued report failed: no checkpoint the master would never hear of.
+  if (absl::Status q = client_.QueueError(); !q.ok()) return Fail(kExitTrialError, &client_, q, false);
   auto saved = controller_->Checkpoint();
   if (!saved.ok()) return Fail(kExitTrialError, &client_, saved.status(), false);
   return std::nullopt;
@@ -686,6 +689,7 @@ std::optional<int> ManagedRank::Wait() {
   if (preemption_->ShouldPreempt()) {
     absl::Status st = RelayPreemption(dist_.get());
     if (!st.ok()) return Fail(kExitTrialError, &client_, st, false);
+    if (absl::Status q = client_.QueueError(); !q.ok()) return Fail(kExitTrialError, &client_, q, false);
     auto saved = controller_->Checkpoint();
     if (!saved.ok()) return Fail(kExitTrialError, &client_, saved.status(), false);
     return Finish();
