@@ -330,7 +330,9 @@ TEST(MultiHost, AgentLinkCutLongerThanHeartbeatTimeoutRestartsOnTheOtherAgent) {
   const int64_t resumed_at = ResumedAt(rows, t.run_id, p.batches);
   EXPECT_GE(resumed_at, p.checkpoint_period);
   for (const MetricRow& r : rows) {
-    if (!r.archived && r.batches > resumed_at) EXPECT_EQ(r.run_id, t.run_id) << r.group << " row at " << r.batches;
+    if (!r.archived && r.batches > resumed_at) {
+      EXPECT_EQ(r.run_id, t.run_id) << r.group << " row at " << r.batches;
+    }
   }
 }
 
