@@ -219,9 +219,14 @@ TEST(PbtTest, MasterKillMidSearchResumesEverySearcher) {
   json trials = cluster.Trials(pbt);
   EXPECT_EQ(trials.size(), 5u) << trials.dump();
   int lr_checked = 0;
+  std::string lineage;  // each child's start and training rows, for a failure
   for (const json& t : trials) {
     EXPECT_EQ(t.value("state", ""), "STATE_COMPLETED") << t.dump();
     if (Int(t.value("parent_trial_id", json(0))) == 0) continue;
+    std::string batches;
+    for (const auto& [b, m] : MetricsByBatch(cluster, Int(t["id"]), "training")) absl::StrAppend(&batches, " ", b);
+    absl::StrAppend(&lineage, "\ntrial ", Int(t["id"]), " parent ", Int(t["parent_trial_id"]), " training at",
+                    batches, "\n", cluster.Get(absl::StrCat("/api/v1/trials/", Int(t["id"]), "/logs")).dump());
     EXPECT_FALSE(t.value("parent_checkpoint_uuid", "").empty()) << t.dump();
     // Explore took effect: the restored optimizer trains with the child's
     // own (perturbed) learning rate, not the parent's. (Its first rows
@@ -233,7 +238,7 @@ TEST(PbtTest, MasterKillMidSearchResumesEverySearcher) {
     EXPECT_NEAR(train.begin()->second["lr"].get<double>(), lr, lr * 1e-9) << t.dump();
     ++lr_checked;
   }
-  EXPECT_EQ(lr_checked, 1);  // the child of the first round
+  EXPECT_EQ(lr_checked, 1) << lineage << cluster.MasterLog();  // the child of the first round
   EXPECT_EQ(cluster.Trials(tpe).size(), 4u);
   EXPECT_EQ(cluster.Trials(asha_tpe).size(), 5u) << cluster.Trials(asha_tpe).dump();
 }

@@ -205,6 +205,9 @@ void MasterCore::SetTrialState(TrialRuntime& trial, const std::string& state) {
                         {"close_requested", trial.close_requested},
                         {"last_validation", trial.last_validation},
                         {"last_checkpoint", trial.last_checkpoint},
+                        // A checkpoint owed since a validation (checkpoint_policy, pbt's round end):
+                        // still owed after a master restart (a pbt child waits for it).
+                        {"policy_checkpoint_at", trial.policy_checkpoint_at},
                         {"next_op_id", trial.next_op_id},
                         {"killed", trial.killed},
                         {"exit_completed", trial.exit_completed},

@@ -97,6 +97,7 @@ absl::Status MasterCore::LoadExperimentLocked(const ExperimentRow& row) {
       tr->close_requested = seq.value("close_requested", false);
       tr->last_validation = seq.value("last_validation", int64_t{0});
       tr->last_checkpoint = seq.value("last_checkpoint", int64_t{0});
+      tr->policy_checkpoint_at = seq.value("policy_checkpoint_at", int64_t{-1});
       tr->next_op_id = seq.value("next_op_id", int64_t{1});
       tr->killed = seq.value("killed", false);
       tr->exit_completed = seq.value("exit_completed", false);
