@@ -936,6 +936,11 @@ TEST_F(StoreTest, GroupedMetricInsertsShareATransactionAndFailAlone) {
     Store::Transaction hold(store_.get());
     threads.emplace_back([&] { status_a = store_->InsertMetricsGrouped(rows_a); });
     ASSERT_TRUE(wait_for(1));
+    // ... and the writer has taken a's group and blocks on the Store's lock:
+    // until then b would join a's group instead of queueing behind it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (store_->LockWaitersForTest() != 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    ASSERT_EQ(store_->LockWaitersForTest(), 1);
     threads.emplace_back([&] { status_b = store_->InsertMetricsGrouped(rows_b); });
     ASSERT_TRUE(wait_for(2));
     threads.emplace_back([&] { status_c = store_->InsertMetricsGrouped(rows_c); });
