@@ -79,6 +79,18 @@ struct ExitCase {
 
 void PrintTo(const ExitCase& c, std::ostream* os) { *os << c.name << " (exit code " << c.exit_code << ")"; }
 
+// Waits (2 minutes at most) until experiment `exp`'s only trial is in ERROR
+// and puts it in *trial; a fatal failure naming the trials and logs if not.
+void WaitForErroredTrial(TestCluster& cluster, int exp, json* trial) {
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        *trial = OnlyTrial(cluster, exp);
+        return trial->value("state", "") == "STATE_ERROR";
+      },
+      120s))
+      << cluster.Trials(exp).dump() << cluster.MasterLog() << cluster.AgentLogs();
+}
+
 class TrialExitCodeTest : public ::testing::TestWithParam<ExitCase> {};
 
 // A trial process exiting with 2 (a config error: the searcher metric is
@@ -95,13 +107,7 @@ TEST_P(TrialExitCodeTest, IsNotRetriedAndEndsInErrorWithTheReason) {
   const int exp = cluster.CreateExperiment(OneTrial(c.name, dir / "checkpoints", 20, 0, c.metric), c.name, c.trial_so);
   ASSERT_GT(exp, 0);
   json trial;
-  ASSERT_TRUE(PollUntil(
-      [&] {
-        trial = OnlyTrial(cluster, exp);
-        return trial.value("state", "") == "STATE_ERROR";
-      },
-      120s))
-      << cluster.Trials(exp).dump() << cluster.MasterLog() << cluster.AgentLogs();
+  ASSERT_NO_FATAL_FAILURE(WaitForErroredTrial(cluster, exp, &trial));
   EXPECT_EQ(trial.value("restarts", -1), 0) << trial.dump();
   EXPECT_THAT(trial.value("error_message", ""), HasSubstr(c.error)) << trial.dump();
   std::string logs, err;
@@ -141,13 +147,7 @@ TEST(TrialExitTest, ARefusedValidationReportIsTheTrialsReasonForError) {
   const int exp = cluster.CreateExperiment(yaml, "refused-validation", kSynthetic);
   ASSERT_GT(exp, 0);
   json trial;
-  ASSERT_TRUE(PollUntil(
-      [&] {
-        trial = OnlyTrial(cluster, exp);
-        return trial.value("state", "") == "STATE_ERROR";
-      },
-      120s))
-      << cluster.Trials(exp).dump() << cluster.MasterLog() << cluster.AgentLogs();
+  ASSERT_NO_FATAL_FAILURE(WaitForErroredTrial(cluster, exp, &trial));
   EXPECT_THAT(trial.value("error_message", ""), HasSubstr("ReportValidationMetrics")) << trial.dump();
   EXPECT_THAT(trial.value("error_message", ""), HasSubstr("--max-metric-name-bytes")) << trial.dump();
   EXPECT_EQ(cluster.BusySlots(), 0);
