@@ -18,6 +18,8 @@ PACKAGES=(
   libabsl-dev libsqlite3-dev sqlite3 libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libcpp-httplib-dev libssl-dev
+  # /metrics exposition of the master and agent (prometheus-cpp's core).
+  prometheus-cpp-dev
   dataset-fashion-mnist
   curl procps
   # tests/distributed_test.cc makes two network namespaces ("two hosts").
@@ -48,6 +50,8 @@ PACKAGES+=(systemd yamllint)
 # tests/multi_host_test.cc: the operator cluster's CA and TLS certificate
 # (openssl), its hosts on a bridge (iproute2, above).
 PACKAGES+=(openssl)
+# tests/prometheus_test.cc: a real Prometheus server and promtool.
+PACKAGES+=(prometheus)
 command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 fi
