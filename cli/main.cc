@@ -10,7 +10,7 @@
 //   det-cli experiment set name|description|labels ID VALUE | label add|remove ID LABEL
 //   det-cli experiment set priority|weight|max-slots ID VALUE
 //   det-cli job list [--pool P] | update JOB_ID [--priority N] [--weight W] [--max-slots N] [--ahead-of|--behind JOB]
-//   det-cli trial describe|logs|metrics|kill|pause|activate ID
+//   det-cli trial describe|logs|metrics|profile|kill|pause|activate ID
 //   det-cli trial new NAME [--dir DIR]   (a trial project from examples/minimal; no master)
 //   det-cli experiment fork ID [--config overrides.yaml] [--paused] | continue ID [--max-length N]
 //   det-cli checkpoint list EXPERIMENT_ID | describe UUID | download UUID -o DIR | delete UUID... [--yes]
@@ -51,6 +51,7 @@
 #include "cli/metrics_log_commands.h"
 #include "cli/trial_abi_check.h"
 #include "cli/trial_metrics_command.h"
+#include "cli/trial_profile_command.h"
 #include "cli/trial_new_command.h"
 #include "cli/experiment_fork_commands.h"
 #include "cli/job_commands.h"
@@ -268,7 +269,7 @@ void AddExperimentCommands(CLI::App& app, CommandLine& cl) {
   });
 }
 
-// trial (alias t): describe, logs, metrics, kill.
+// trial (alias t): describe, logs, metrics, profile, kill.
 void AddTrialCommands(CLI::App& app, CommandLine& cl) {
   auto* trial = app.add_subcommand("trial", "Inspect and control trials")->require_subcommand(1);
   trial->alias("t");
@@ -290,6 +291,13 @@ void AddTrialCommands(CLI::App& app, CommandLine& cl) {
   trial_metrics->callback([&cl] {
     cl.run = [&cl](Client& c, const CommandIo& io) { return TrialMetrics(c, cl.id, cl.metrics, io); };
   });
+
+  auto* trial_profile = trial->add_subcommand(
+      "profile", "Print where a profiled trial's time went: share per phase, batches/s, samples/s, CPU/RSS/GPU");
+  AddIdArg(trial_profile, cl.id, "TRIAL_ID", "Trial id");
+  trial_profile->add_flag("--json", cl.json, "Print the summary as one JSON object");
+  trial_profile->callback(
+      [&cl] { cl.run = [&cl](Client& c, const CommandIo& io) { return TrialProfileCommand(c, cl.id, io); }; });
 
   auto* trial_kill = trial->add_subcommand("kill", "Kill a trial (no checkpoint)");
   AddIdArg(trial_kill, cl.id, "TRIAL_ID", "Trial id");
