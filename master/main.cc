@@ -43,9 +43,12 @@
 #include "master/core/listen_address.h"
 #include "master/core/master_core.h"
 #include "master/core/master_log_ring.h"
+#include "master/core/master_metrics.h"
+#include "master/http/metrics_access.h"
 #include "master/http/rest_server.h"
 #include "master/service/database_backup.h"
 #include "master/service/grpc_services.h"
+#include "master/service/metrics_interceptor.h"
 #include "master/service/parse_error_interceptor.h"
 #include "master/store/data_dir.h"
 
@@ -87,6 +90,7 @@ struct Flags {
   double max_checkpoint_metadata_kib = 1024;
   std::string dashboard_dir;
   std::string cluster_secret_file;
+  std::string metrics_token_file, metrics_listen;  // GET /metrics (master_metrics.h)
   double token_ttl_hours = 168;
   std::string tls_cert, tls_key;
   std::vector<std::string> reset_agents;
@@ -395,6 +399,12 @@ void WritePortsFile(const std::string& path, const std::string& host, int grpc_p
 
 // The REST port's connection bounds (master/http/rest_listener.h).
 void AddRestFlags(CLI::App& app, Flags& f) {
+  app.add_option("--metrics-token-file", f.metrics_token_file,
+                 "File (mode 0600) holding the scrape token: GET /metrics also answers 'Authorization: Bearer "
+                 "<token>' (otherwise an admin's token only)");
+  app.add_option("--metrics-listen", f.metrics_listen,
+                 "ADDR:PORT of a plain-HTTP listener serving GET /metrics only (port 0: any free one); open on "
+                 "loopback without --metrics-token-file, else it needs the token (a non-loopback ADDR needs one)");
   app.add_option("--rest-max-connections", f.rest.max_connections,
                  "Most open REST connections (at most the fd limit less 128); at it, a new one closes the oldest "
                  "still sending its request head, or gets 503 when all run requests")
@@ -431,9 +441,32 @@ void Drain(int64_t ms, sigset_t* signals) {
   }
 }
 
+// --metrics-listen (checked by ValidateFlags): `server` serves GET /metrics
+// only there; logs "metrics listening on HOST:PORT". False with a message on
+// stderr when it cannot bind.
+bool StartMetricsListener(const Flags& f, det::master::MasterMetrics* metrics, const std::string& scrape_token,
+                          det::master::RestServer* server) {
+  auto listen = det::master::ParseMetricsListen(f.metrics_listen, !scrape_token.empty());
+  if (!listen.ok()) {
+    std::fprintf(stderr, "det-master: error: %s\n", std::string(listen.status().message()).c_str());
+    return false;
+  }
+  server->set_metrics(metrics, scrape_token, /*metrics_only=*/true);
+  auto bound = server->Start(listen->host, listen->port);
+  if (!bound.ok()) {
+    std::fprintf(stderr, "det-master: error: --metrics-listen %s: %s\n", f.metrics_listen.c_str(),
+                 std::string(bound.status().message()).c_str());
+    return false;
+  }
+  const bool v6 = listen->host.find(':') != std::string::npos;
+  spdlog::info("metrics listening on {}{}{}:{}", v6 ? "[" : "", listen->host, v6 ? "]" : "", *bound);
+  return true;
+}
+
 // Serves the core until SIGTERM or SIGINT (blocked in `signals`); returns
 // the exit code.
-int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, sigset_t* signals) {
+int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, det::master::MasterMetrics* metrics,
+          const std::string& scrape_token, sigset_t* signals) {
   det::master::ApiService api(core, auth);
   det::master::AgentServiceImpl agents(core, auth);
   det::master::TrialServiceImpl trials(core);
@@ -470,6 +503,7 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   // INVALID_ARGUMENT saying so, not gRPC's bare UNIMPLEMENTED.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(det::master::ParseErrorInterceptorFactory());
+  interceptors.push_back(det::master::MetricsInterceptorFactory(metrics));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_grpc == 0) {
@@ -493,6 +527,7 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   }
   rest.set_listener_options(f.rest);
   rest.set_dashboard_dir(f.dashboard_dir);
+  rest.set_metrics(metrics, scrape_token);
   auto bound_http = rest.Start(f.host, f.http_port);
   if (!bound_http.ok()) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(bound_http.status().message()).c_str());
@@ -502,6 +537,8 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   spdlog::info("det-master serving gRPC on {}:{}, REST on {}://{}:{}/api/v1/ and the dashboard on {}://{}:{}/",
                f.host, bound_grpc, scheme, f.host, *bound_http, scheme, f.host, *bound_http);
   if (!f.ports_file.empty()) WritePortsFile(f.ports_file, f.host, bound_grpc, *bound_http);
+  det::master::RestServer metrics_rest(core, auth);  // --metrics-listen: GET /metrics only
+  if (!f.metrics_listen.empty() && !StartMetricsListener(f, metrics, scrape_token, &metrics_rest)) return 1;
 
   int sig = 0;
   sigwait(signals, &sig);
@@ -510,6 +547,7 @@ int Serve(Flags& f, det::master::MasterCore* core, det::master::AuthCore* auth, 
   if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) health->Shutdown();
   Drain(f.shutdown_drain_ms, signals);
   rest.Stop();
+  metrics_rest.Stop();
   trials.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
@@ -597,6 +635,21 @@ bool LoadResourceFiles(Flags& f) {
 // Opens the data dir, the core and the users (the built-in passwords, the
 // --reset-agent credentials), then serves; returns the exit code.
 int OpenAndServe(Flags& f, const det::master::AuthOptions& auth_options, sigset_t* signals) {
+  std::string scrape_token;
+  if (!f.metrics_token_file.empty()) {
+    auto token = det::master::ReadMetricsTokenFile(f.metrics_token_file, "--metrics-token-file");
+    if (!token.ok()) {
+      std::fprintf(stderr, "det-master: error: %s\n", std::string(token.status().message()).c_str());
+      return 2;
+    }
+    scrape_token = *std::move(token);
+  }
+  if (!f.metrics_listen.empty()) {
+    if (auto listen = det::master::ParseMetricsListen(f.metrics_listen, !scrape_token.empty()); !listen.ok()) {
+      std::fprintf(stderr, "det-master: error: %s\n", std::string(listen.status().message()).c_str());
+      return 2;
+    }
+  }
   umask(077);  // nothing the master creates is readable by group or others (data_dir.h)
   if (absl::Status dir = det::master::PreparePrivateDataDir(f.options.data_dir, f.allow_insecure_data_dir); !dir.ok()) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(dir.message()).c_str());
@@ -638,7 +691,10 @@ int OpenAndServe(Flags& f, const det::master::AuthOptions& auth_options, sigset_
     spdlog::warn("no cluster secret (--cluster-secret-file): any process that reaches the "
                  "gRPC port can register as an agent");
   }
-  int code = Serve(f, core->get(), auth->get(), signals);
+  det::master::MasterMetrics metrics(core->get());
+  det::master::SetStoreEvents(&metrics);
+  int code = Serve(f, core->get(), auth->get(), &metrics, scrape_token, signals);
+  det::master::SetStoreEvents(nullptr);
   auth->reset();
   core->reset();
   return code;

@@ -178,6 +178,14 @@ std::string RestDispatcher::RpcOf(absl::string_view method, const std::string& p
   return "";
 }
 
+std::string RestDispatcher::RouteLabel(absl::string_view method, const std::string& path) const {
+  Target t = Resolve(method, path);
+  if (t.declared != nullptr) return absl::StrCat(t.declared->route.method, " ", t.declared->route.path);
+  if (t.generic != nullptr) return absl::StrCat("POST ", kGenericPrefix, t.generic->name());
+  if (t.list_routes) return absl::StrCat("GET ", kRoutesPath);
+  return "";
+}
+
 absl::StatusOr<ApiCaller> RestDispatcher::Caller(const std::string& rpc, const httplib::Request& req) const {
   auto caller = handlers_->Authenticate(rpc.empty() ? kAnyUserRpc : rpc, req.get_header_value("Authorization"),
                                         req.get_header_value("Cookie"));

@@ -64,6 +64,12 @@ class RestDispatcher {
   // POST /api/v1/<Name> the service has; "" when none.
   std::string RpcOf(absl::string_view method, const std::string& path) const;
 
+  // The route label of `method` `path` for /metrics: "<METHOD> <pattern>"
+  // of the route serving it (a declared route's template, never the raw
+  // path with its ids; POST /api/v1/<RpcName>; GET /api/v1/routes); ""
+  // when no route serves it.
+  std::string RouteLabel(absl::string_view method, const std::string& path) const;
+
   // Checks the credentials of an /api/ request for the RPC it calls (see
   // above). Unauthenticated when they do not suffice.
   absl::Status Authenticate(const httplib::Request& req) const;

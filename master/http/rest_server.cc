@@ -176,6 +176,7 @@ void RestServer::Routes(httplib::Server& s) {
   // read.
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     bool has_user = false;
+    if (BeginRequest(req, res)) return httplib::Server::HandlerResponse::Handled;
     if (AnswerHealthMethodNotAllowed(req, res)) return httplib::Server::HandlerResponse::Handled;
     if (absl::StartsWith(req.path, "/api/") && !IsHealthRequest(req.method, req.path)) {
       absl::Status st = dispatcher_->Authenticate(req);
@@ -203,6 +204,7 @@ void RestServer::Routes(httplib::Server& s) {
     return httplib::Server::HandlerResponse::Unhandled;
   });
   s.set_payload_max_length(static_cast<size_t>(max_request_bytes_));
+  MetricsRoutes(s);
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {

@@ -18,6 +18,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace det::master {
@@ -26,6 +28,7 @@ namespace det::master {
 inline constexpr int64_t kMaxUnauthenticatedBodyBytes = 64 << 10;
 
 class ApiHandlers;
+class MasterMetrics;
 class RestDispatcher;
 
 // Routes (rest_dispatch.h): the declared route table (rest_routes.h, one
@@ -91,6 +94,17 @@ class RestServer {
   // files when they do not load.
   absl::Status EnableTls(const std::string& cert_file, const std::string& key_file);
 
+  // Serves GET /metrics (master_metrics.h, text format 0.0.4) to an admin's
+  // token (401 without a valid token, 403 for a user who is not an admin)
+  // or, when `scrape_token` is not empty, to `Authorization: Bearer
+  // <scrape_token>`, and times every request into it (route label: the
+  // route's pattern, "other" for a path no route serves). `metrics_only`
+  // (det-master --metrics-listen): this server answers GET /metrics and
+  // nothing else (404), open to all when `scrape_token` is empty (the
+  // caller allows that on loopback only). Call before Start; `metrics` is
+  // not owned and must outlive the server.
+  void set_metrics(MasterMetrics* metrics, std::string scrape_token, bool metrics_only = false);
+
   // The health check behind GET /api/v1/health and /healthz (probing the
   // core and its store); SetShuttingDown on it when the master begins to
   // stop. liveness(): GET /livez (the core only; never shutting down).
@@ -112,6 +126,13 @@ class RestServer {
  private:
   // Installs the handlers and routes on `s`.
   void Routes(httplib::Server& s);
+  // GET /metrics and the request timing (rest_metrics.cc).
+  void MetricsRoutes(httplib::Server& s);
+  // Starts timing a request; answers it (true) when this server serves
+  // /metrics only and `req` is for another path.
+  bool BeginRequest(const httplib::Request& req, httplib::Response& res) const;
+  void ServeMetrics(const httplib::Request& req, httplib::Response& res) const;
+  std::string RouteLabel(const httplib::Request& req) const;
   class Server;  // httplib::Server that can also serve an in-memory stream
   std::unique_ptr<ApiHandlers> handlers_;
   std::unique_ptr<RestDispatcher> dispatcher_;
@@ -124,6 +145,9 @@ class RestServer {
   RestListenerOptions listener_options_;
   std::string tls_cert_file_, tls_key_file_;  // set by EnableTls
   std::unique_ptr<RestListener> listener_;  // once started
+  MasterMetrics* metrics_ = nullptr;
+  std::string scrape_token_;
+  bool metrics_only_ = false;
 };
 
 }  // namespace det::master

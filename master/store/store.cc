@@ -97,9 +97,13 @@ absl::Status Store::Txn::Run(const char* sql, absl::string_view what, bool opens
 
 // ---- Store::Transaction ----
 
+// When this thread's outermost Store::Transaction began (store_events.h).
+thread_local std::chrono::steady_clock::time_point transaction_began;
+
 Store::Transaction::Transaction(Store* store) : store_(store) {
   store_->mu_.lock();
   if (store_->txn_depth_++ > 0) return;  // joins the outermost
+  transaction_began = std::chrono::steady_clock::now();
   absl::Status begin = store_->Exec(kBegin, "begin transaction");
   store_->txn_began_ = begin.ok();
   store_->txn_error_ = begin;
@@ -137,6 +141,7 @@ absl::Status Store::Transaction::End(bool commit) {
   if (outermost) {
     s->txn_began_ = false;
     s->txn_error_ = absl::OkStatus();
+    ReportWriteTransaction(transaction_began);
   }
   s->mu_.unlock();
   return result;

@@ -132,6 +132,7 @@ absl::Status Store::InsertCheckpoint(const CheckpointRow& row) {
                                                         " not found"));
     }
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert checkpoint ", row.uuid));
+    if (StoreEvents* e = CurrentStoreEvents()) e->CheckpointBytesStored(CheckpointBytes(row));
     return absl::OkStatus();
   });
 }

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "master/store/store.h"
+#include "master/store/store_events.h"
 #include "nlohmann/json.hpp"
 
 namespace det {
@@ -98,8 +99,10 @@ auto Store::Write(Body body) -> decltype(body()) {
     return absl::AbortedError(
         absl::StrCat("not written: the Store::Transaction already failed: ", txn_error_.message()));
   }
+  const auto began = std::chrono::steady_clock::now();
   auto result = body();
   if (txn_depth_ > 0 && !result.ok()) txn_error_ = store_internal::StatusOf(result);
+  if (txn_depth_ == 0) ReportWriteTransaction(began);  // store_events.h
   return result;
 }
 

@@ -110,6 +110,9 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
     sqlite3_reset(st.get());
   }
   for (const auto& [trial_id, a] : added) ApplyMetricBudget(a, &metric_budgets_[trial_id]);
+  if (StoreEvents* e = CurrentStoreEvents()) {
+    for (const MetricRow& r : rows) e->MetricRowsStored(r.group, 1);
+  }
   return absl::OkStatus();
 }
 

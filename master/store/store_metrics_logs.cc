@@ -392,7 +392,9 @@ absl::Status Store::InsertTaskLogs(const std::vector<TaskLogRow>& rows) {
         if (it->second > task_log_limits_.max_trial_bytes) DET_RETURN_IF_ERROR(TrimTaskLogsLocked(trial_id, &it->second));
       }
     }
-    return txn.Commit();
+    DET_RETURN_IF_ERROR(txn.Commit());
+    if (StoreEvents* e = CurrentStoreEvents()) e->LogLinesStored(static_cast<int64_t>(rows.size()));
+    return absl::OkStatus();
   });
 }
 

@@ -1,0 +1,77 @@
+#include "master/core/master_metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace det::master {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(MasterMetricsTest, MetricRowKindIsOneOfFiveNeverTheGroupName) {
+  EXPECT_STREQ(MetricRowKind("training"), "training");
+  EXPECT_STREQ(MetricRowKind("validation"), "validation");
+  EXPECT_STREQ(MetricRowKind("profiling"), "profiling");
+  EXPECT_STREQ(MetricRowKind("system"), "system");
+  EXPECT_STREQ(MetricRowKind("my-secret-group"), "other");
+  EXPECT_STREQ(MetricRowKind(""), "other");
+}
+
+TEST(MasterMetricsTest, GrpcCodeNames) {
+  EXPECT_STREQ(GrpcCodeName(0), "OK");
+  EXPECT_STREQ(GrpcCodeName(5), "NOT_FOUND");
+  EXPECT_STREQ(GrpcCodeName(16), "UNAUTHENTICATED");
+  EXPECT_STREQ(GrpcCodeName(17), "UNKNOWN");
+  EXPECT_STREQ(GrpcCodeName(-1), "UNKNOWN");
+}
+
+TEST(MasterMetricsTest, EventsBecomeCountersAndHistograms) {
+  MasterMetrics metrics(nullptr);
+  metrics.MetricRowsStored("training", 3);
+  metrics.MetricRowsStored("validation", 1);
+  metrics.MetricRowsStored("user-chosen-name", 2);
+  metrics.LogLinesStored(7);
+  metrics.CheckpointBytesStored(1000);
+  metrics.CheckpointBytesDeleted(400);
+  metrics.WriteTransactionDone(0.002);
+  metrics.ObserveGrpc("/det.api.v1.Determined/GetMe", 0, 0.01);
+  metrics.ObserveGrpc("/det.api.v1.Determined/NoSuchRpc", 12, 0.01);
+  metrics.ObserveGrpc("/some.Other/Method", 5, 0.01);
+  metrics.ObserveRest("GET /api/v1/experiments/{experiment_id}", 200, 0.003);
+  metrics.ObserveRest("", 404, 0.003);
+  const std::string m = metrics.Scrape();
+  EXPECT_THAT(m, HasSubstr("det_metric_rows_ingested_total{kind=\"training\"} 3\n"));
+  EXPECT_THAT(m, HasSubstr("det_metric_rows_ingested_total{kind=\"validation\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("det_metric_rows_ingested_total{kind=\"other\"} 2\n"));
+  EXPECT_THAT(m, HasSubstr("det_metric_rows_ingested_total{kind=\"profiling\"} 0\n"));
+  EXPECT_THAT(m, Not(HasSubstr("user-chosen-name")));
+  EXPECT_THAT(m, HasSubstr("det_log_lines_ingested_total 7\n"));
+  EXPECT_THAT(m, HasSubstr("det_checkpoint_bytes_written_total 1000\n"));
+  EXPECT_THAT(m, HasSubstr("det_checkpoint_bytes_gc_total 400\n"));
+  EXPECT_THAT(m, HasSubstr("det_sqlite_write_transaction_duration_seconds_count 1\n"));
+  EXPECT_THAT(m, HasSubstr("det_sqlite_write_transaction_duration_seconds_bucket{le=\"0.0025\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("det_grpc_request_duration_seconds_count{code=\"OK\",method=\"GetMe\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("det_grpc_request_duration_seconds_count{code=\"UNIMPLEMENTED\",method=\"other\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("det_grpc_request_duration_seconds_count{code=\"NOT_FOUND\",method=\"other\"} 1\n"));
+  EXPECT_THAT(m, Not(HasSubstr("NoSuchRpc")));
+  EXPECT_THAT(m, HasSubstr("det_rest_request_duration_seconds_count{code=\"200\","
+                           "route=\"GET /api/v1/experiments/{experiment_id}\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("det_rest_request_duration_seconds_count{code=\"404\",route=\"other\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("process_resident_memory_bytes "));
+  EXPECT_THAT(m, HasSubstr("det_build_info{version=\""));
+}
+
+TEST(MasterMetricsTest, StreamSubscribersGoUpAndDownByRpc) {
+  MasterMetrics metrics(nullptr);
+  metrics.StreamOpened("/det.api.v1.Determined/TrialLogs");
+  metrics.StreamOpened("/det.api.v1.Determined/TrialLogs");
+  metrics.StreamOpened("/det.api.v1.Determined/MasterLogs");
+  metrics.StreamClosed("/det.api.v1.Determined/TrialLogs");
+  const std::string m = metrics.Scrape();
+  EXPECT_THAT(m, HasSubstr("det_stream_subscribers{stream=\"TrialLogs\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("det_stream_subscribers{stream=\"MasterLogs\"} 1\n"));
+}
+
+}  // namespace
+}  // namespace det::master
