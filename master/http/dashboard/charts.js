@@ -7,6 +7,8 @@ const NS = 'http://www.w3.org/2000/svg';
 const W = 760;
 const H = 320;
 const M = {left: 68, right: 18, top: 14, bottom: 46};
+// The plot box every chart shares (profile_charts.js draws its own kinds in it).
+export const CHART_BOX = {W, H, M};
 
 export const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd',
                         '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
@@ -22,7 +24,7 @@ export function capSeries(names, keep = []) {
   return {shown: shown.sort(), total: names.length};
 }
 
-function s(tag, attrs = {}, ...children) {
+export function s(tag, attrs = {}, ...children) {
   const el = document.createElementNS(NS, tag);
   for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) el.setAttribute(k, String(v));
   for (const c of children) el.append(c);
@@ -70,7 +72,7 @@ export function fmtTick(v) {
 }
 
 // A linear (or log) scale from the domain [d0, d1] to the range [r0, r1].
-function scale(d0, d1, r0, r1, log = false) {
+export function scale(d0, d1, r0, r1, log = false) {
   const f = log ? Math.log10 : (x) => x;
   const a = f(d0);
   const b = f(d1);
@@ -87,7 +89,9 @@ function padDomain(lo, hi, frac = 0.05) {
   return [lo - d, hi + d];
 }
 
-class Chart {
+// Base of the charts: an <svg> with grid, axes, data and empty-text layers and
+// a legend under it (also profile_charts.js's stacked chart).
+export class Chart {
   constructor({testid, ariaLabel}) {
     this.svg = s('svg', {
       viewBox: `0 0 ${W} ${H}`, class: 'chart', 'data-testid': testid, role: 'img', 'aria-label': ariaLabel,
