@@ -25,6 +25,7 @@ constexpr std::string_view kAshaLayout = "master/search/asha_layout.cc";
 constexpr std::string_view kRuntimeMain = "trial_runtime/runtime/main.cc";
 constexpr std::string_view kCheckpointGc = "master/core/checkpoint_gc.cc";
 constexpr std::string_view kJobKnobs = "master/core/core_state.h";  // SetJobKnobsFromConfig
+constexpr std::string_view kProfiler = "trial_runtime/runtime/profiler.cc";
 constexpr std::string_view kValidationPolicy = "common/validation_policy.cc";
 
 std::vector<ConfigField> MakeTable() {
@@ -118,7 +119,11 @@ std::vector<ConfigField> MakeTable() {
       Read("project", "master/core/workspaces.cc", "config.project"),
       Unused("bind_mounts", "det-cpp runs no containers; trials see the agent's file system"),
       Unused("optimizations", "Horovod's aggregation, fusion and compression settings; det-cpp uses torch.distributed"),
-      Unused("profiling", "det-cpp has no profiler"),
+      Read("profiling", "trial_runtime/runtime/trial_controller.cc", "plan_.profiling"),
+      Read("profiling.enabled", kProfiler, "config_.enabled"),
+      Read("profiling.begin_on_batch", kProfiler, "config_.begin_on_batch"),
+      Read("profiling.end_after_batch", kProfiler, "config_.end_after_batch"),
+      Read("profiling.sync_timings", "trial_runtime/runtime/trial_controller.cc", "profiling.sync_timings"),
       Unused("tensorboard_storage", "det-cpp writes no TensorBoard files"),
       Unused("integrations", "det-cpp has no Pachyderm integration"),
       Unused("slurm", "det-cpp does not run on Slurm"),

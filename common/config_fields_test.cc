@@ -64,6 +64,7 @@ reproducibility: {experiment_seed: 1}
 environment:
   environment_variables: {cpu: [A=1], cuda: [B=2]}
 data: {any: thing}
+profiling: {enabled: true}
 )";
 
 std::set<std::string> ParserPaths() {

@@ -286,6 +286,23 @@ absl::Status ParseEnvironment(const ConfigMapReader& r, EnvironmentConfig* env) 
   return absl::OkStatus();
 }
 
+// profiling: enabled, begin_on_batch, end_after_batch (> begin_on_batch, or
+// null/absent: to the end) and sync_timings.
+absl::Status ParseProfiling(const ConfigMapReader& r, ProfilingConfig* p) {
+  DET_RETURN_IF_ERROR(r.CheckKeys({"enabled", "begin_on_batch", "end_after_batch", "sync_timings"}));
+  DET_RETURN_IF_ERROR(r.GetBool("enabled", &p->enabled));
+  DET_RETURN_IF_ERROR(r.GetInt("begin_on_batch", &p->begin_on_batch, 0, kInt64Max));
+  DET_RETURN_IF_ERROR(r.GetInt("end_after_batch", &p->end_after_batch, 0, kInt64Max));
+  DET_RETURN_IF_ERROR(r.GetBool("sync_timings", &p->sync_timings));
+  if (p->end_after_batch && *p->end_after_batch <= p->begin_on_batch) {
+    return r.Error("end_after_batch",
+                   absl::StrCat("field '", r.PathOf("end_after_batch"), "' must be greater than '",
+                                r.PathOf("begin_on_batch"), "' (", p->begin_on_batch, "), got ", *p->end_after_batch,
+                                "; leave it out to profile to the end of training"));
+  }
+  return absl::OkStatus();
+}
+
 // Determined's entrypoint: a string or a list of strings (joined by spaces).
 absl::Status ParseEntrypoint(const ConfigMapReader& r, std::optional<std::string>* out) {
   const json* v = r.Find("entrypoint");
@@ -352,8 +369,8 @@ absl::StatusOr<ExperimentConfig> ParseFromJson(json raw, const ConfigSource& sou
       {"name", "description", "labels", "entrypoint", "hyperparameters", "searcher", "records_per_epoch",
        "min_validation_period", "min_checkpoint_period", "scheduling_unit", "perform_initial_validation",
        "checkpoint_policy", "checkpoint_storage", "resources", "max_restarts", "reproducibility", "data",
-       "environment", "debug", "workspace", "project"},
-      {"bind_mounts", "optimizations", "profiling", "tensorboard_storage", "integrations", "slurm", "pbs",
+       "environment", "debug", "workspace", "project", "profiling"},
+      {"bind_mounts", "optimizations", "tensorboard_storage", "integrations", "slurm", "pbs",
        "log_policies", "preemption_timeout", "data_layer", "retention_policy", "security", "internal"}));
 
   DET_RETURN_IF_ERROR(top.GetString("name", &c.name));
@@ -417,6 +434,10 @@ absl::StatusOr<ExperimentConfig> ParseFromJson(json raw, const ConfigSource& sou
   DET_RETURN_IF_ERROR(top.GetBool("debug", &c.debug));
   DET_RETURN_IF_ERROR(top.GetString("workspace", &c.workspace));
   DET_RETURN_IF_ERROR(top.GetString("project", &c.project));
+  if (const json* profiling = top.Find("profiling")) {
+    DET_ASSIGN_OR_RETURN(ConfigMapReader r, ConfigMapReader::Create(source, *profiling, "profiling"));
+    DET_RETURN_IF_ERROR(ParseProfiling(r, &c.profiling));
+  }
 
   // Cross-field constraints.
   DET_RETURN_IF_ERROR(CheckGlobalBatchSize(source, c.hyperparameters));
@@ -618,6 +639,11 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
       {"debug", c.debug},
       {"workspace", OptionalToJson(c.workspace)},
       {"project", OptionalToJson(c.project)},
+      {"profiling",
+       {{"enabled", c.profiling.enabled},
+        {"begin_on_batch", c.profiling.begin_on_batch},
+        {"end_after_batch", OptionalToJson(c.profiling.end_after_batch)},
+        {"sync_timings", c.profiling.sync_timings}}},
   };
 }
 

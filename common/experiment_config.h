@@ -10,7 +10,7 @@
 //   config.yaml: missing required field 'searcher.metric'
 //   config.yaml:4: invalid YAML: ...
 // Fields of Determined that det-cpp does not use (bind_mounts, optimizations,
-// profiling, environment.image, ...) are accepted and reported in `warnings`.
+// environment.image, ...) are accepted and reported in `warnings`.
 #ifndef DET_COMMON_EXPERIMENT_CONFIG_H_
 #define DET_COMMON_EXPERIMENT_CONFIG_H_
 
@@ -120,6 +120,15 @@ struct EnvironmentConfig {
   std::vector<std::pair<std::string, std::string>> environment_variables;
 };
 
+// profiling: the trial profiler (docs/guides/profiling.md). Batches are
+// counted as total batches trained (0-based: the first batch is batch 0).
+struct ProfilingConfig {
+  bool enabled = false;
+  int64_t begin_on_batch = 0;                // >= 0: the first profiled batch
+  std::optional<int64_t> end_after_batch;    // > begin_on_batch; unset: to the end
+  bool sync_timings = true;                  // CUDA: synchronize before each stamp (no-op on CPU)
+};
+
 struct ExperimentConfig {
   std::string name = "experiment";
   std::string description;
@@ -142,6 +151,7 @@ struct ExperimentConfig {
   bool debug = false;
   std::optional<std::string> workspace;
   std::optional<std::string> project;
+  ProfilingConfig profiling;
 
   // Accepted but unused fields, one message each.
   std::vector<std::string> warnings;

@@ -581,5 +581,45 @@ TEST(ExperimentConfigFuzzRegressionTest, InvalidUtf8IsAnError) {
   EXPECT_NO_THROW(ExperimentConfigToJson(*c).dump());
 }
 
+// profiling (issue 48): read, with defaults, and each bad key named.
+TEST(ExperimentConfigTest, ProfilingIsReadWithDefaults) {
+  auto off = Parse(kMinimal);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->profiling.enabled);
+  EXPECT_EQ(off->profiling.begin_on_batch, 0);
+  EXPECT_FALSE(off->profiling.end_after_batch.has_value());
+  EXPECT_TRUE(off->profiling.sync_timings);
+  auto on = Parse(std::string(kMinimal) +
+                  "profiling:\n  enabled: true\n  begin_on_batch: 5\n  end_after_batch: 50\n  sync_timings: false\n");
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->profiling.enabled);
+  EXPECT_EQ(on->profiling.begin_on_batch, 5);
+  EXPECT_EQ(on->profiling.end_after_batch, 50);
+  EXPECT_FALSE(on->profiling.sync_timings);
+  EXPECT_TRUE(on->warnings.empty()) << "profiling is no longer an unused field";
+  auto again = ParseExperimentConfigJson(ExperimentConfigToJson(*on), "json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->profiling.end_after_batch, 50);
+  EXPECT_FALSE(again->profiling.sync_timings);
+  // Determined's null end_after_batch: to the end.
+  auto null_end = Parse(std::string(kMinimal) + "profiling:\n  enabled: true\n  end_after_batch: null\n");
+  ASSERT_TRUE(null_end.ok()) << null_end.status();
+  EXPECT_FALSE(null_end->profiling.end_after_batch.has_value());
+}
+
+TEST(ExperimentConfigErrorTest, ProfilingErrorsNameTheKeyAndTheFix) {
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "profiling:\n  enabeld: true\n"),
+            "config.yaml:9: unknown field 'profiling.enabeld' (did you mean 'enabled'?)");
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "profiling:\n  enabled: 1\n"),
+            "config.yaml:9: field 'profiling.enabled' must be a boolean (true or false), got '1'");
+  EXPECT_THAT(ErrorOf(std::string(kMinimal) + "profiling:\n  begin_on_batch: -1\n"),
+              HasSubstr("'profiling.begin_on_batch' must be >= 0"));
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "profiling:\n  begin_on_batch: 10\n  end_after_batch: 10\n"),
+            "config.yaml:10: field 'profiling.end_after_batch' must be greater than 'profiling.begin_on_batch' (10), "
+            "got 10; leave it out to profile to the end of training");
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "profiling: true\n"),
+            "config.yaml:8: field 'profiling' must be a map, got 'true'");
+}
+
 }  // namespace
 }  // namespace det

@@ -33,7 +33,50 @@ uint64_t HashBasis() {
   return basis;
 }
 
+// The profiler's checks of one row (see CheckMetricRows).
+absl::Status CheckProfilerRow(int64_t trial_id, const MetricRow& r, const MetricBudget& budget,
+                              MetricBudget* added) {
+  for (const auto& [name, value] : r.metrics) {
+    if (!IsProfilerKey(r.group, name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trial ", trial_id, ": metric group '", r.group, "' is the profiler's and has no key '", Shown(name),
+          "' (see docs/guides/profiling.md for its keys); report your own metrics in another group"));
+    }
+  }
+  int64_t* rows = r.group == "profiling" ? &added->profiling_rows : &added->system_rows;
+  const int64_t stored = r.group == "profiling" ? budget.profiling_rows : budget.system_rows;
+  ++*rows;
+  if (stored + *rows > kMaxProfilerRowsPerGroup) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "trial ", trial_id, ": metric group '", r.group, "' holds ", stored, " rows; at most ",
+        kMaxProfilerRowsPerGroup, " per trial (the profiler's own bound; narrow profiling.begin_on_batch and "
+        "profiling.end_after_batch); this metric report was refused and nothing of it stored"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool IsProfilerGroup(const std::string& group) { return group == "profiling" || group == "system"; }
+
+bool IsProfilerKey(const std::string& group, const std::string& key) {
+  if (group == "profiling") {
+    for (const char* k : {"wall_s", "data_loader_s", "forward_s", "backward_s", "allreduce_s", "optimizer_step_s",
+                          "checkpoint_s", "validation_s", "runtime_s", "batches", "samples"}) {
+      if (key == k) return true;
+    }
+    return false;
+  }
+  if (group != "system") return false;
+  if (key == "cpu_ratio" || key == "rss_bytes") return true;
+  if (key.size() < 4 || key.compare(0, 3, "gpu") != 0) return false;
+  size_t i = 3;
+  int index = 0;
+  while (i < key.size() && i < 6 && key[i] >= '0' && key[i] <= '9') index = index * 10 + (key[i++] - '0');
+  if (i == 3 || (key[3] == '0' && i > 4) || index >= kMaxProfilerGpus) return false;
+  const std::string rest = key.substr(i);
+  return rest == "_utilization_ratio" || rest == "_memory_used_bytes";
+}
 
 uint64_t MetricNameHash(const std::string& name) {
   uint64_t h = HashBasis();
@@ -54,11 +97,14 @@ void MetricBudget::Add(uint64_t hash) {
 absl::Status CheckMetricRows(int64_t trial_id, const std::vector<MetricRow>& rows,
                              const std::vector<std::string>& encoded, const MetricLimits& limits,
                              const MetricBudget& budget, MetricBudget* added) {
-  added->names.clear();
-  added->bytes = 0;
-  added->example.clear();
+  *added = MetricBudget();
   for (size_t i = 0; i < rows.size(); ++i) {
     const MetricRow& r = rows[i];
+    if (IsProfilerGroup(r.group)) {
+      absl::Status st = CheckProfilerRow(trial_id, r, budget, added);
+      if (!st.ok()) return st;
+      continue;
+    }
     const int64_t values = static_cast<int64_t>(r.metrics.size());
     if (limits.max_values_per_report > 0 && values > limits.max_values_per_report) {
       return Refused(trial_id,
@@ -103,6 +149,8 @@ absl::Status CheckMetricRows(int64_t trial_id, const std::vector<MetricRow>& row
 void ApplyMetricBudget(const MetricBudget& added, MetricBudget* budget) {
   for (uint64_t hash : added.names) budget->Add(hash);
   budget->bytes += added.bytes;
+  budget->profiling_rows += added.profiling_rows;
+  budget->system_rows += added.system_rows;
 }
 
 absl::Status CheckCheckpointReport(int64_t trial_id, int64_t resources, int64_t metadata_bytes, int64_t row_bytes,

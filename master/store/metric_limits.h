@@ -36,11 +36,31 @@ struct MetricLimits {
 // known: one name over --max-trial-metric-names, the bytes bound unchanged.
 uint64_t MetricNameHash(const std::string& name);
 
+// The trial profiler's groups (docs/guides/profiling.md): names the runtime
+// chooses, reported at a fixed rate, outside the bounds of MetricLimits (their
+// names and bytes do not count there) and bounded on their own: a fixed key
+// set each, and at most kMaxProfilerRowsPerGroup rows per trial and group
+// (about 14 hours of `profiling` rows at one a second, 70 of `system` rows).
+inline constexpr int64_t kMaxProfilerRowsPerGroup = 50000;
+// At most this many GPUs in a `system` row (gpu0_... to gpu63_...).
+inline constexpr int kMaxProfilerGpus = 64;
+// "profiling" or "system".
+bool IsProfilerGroup(const std::string& group);
+// Whether `key` is a key of profiler group `group`: profiling's wall_s,
+// data_loader_s, forward_s, backward_s, allreduce_s, optimizer_step_s,
+// checkpoint_s, validation_s, runtime_s, batches, samples; system's
+// cpu_ratio, rss_bytes, gpu<I>_utilization_ratio, gpu<I>_memory_used_bytes
+// (I in 0..kMaxProfilerGpus-1, no leading zero).
+bool IsProfilerKey(const std::string& group, const std::string& key);
+
 // What one trial has stored, as MetricLimits counts it.
 struct MetricBudget {
   std::vector<uint64_t> names;  // MetricNameHash of each distinct name, sorted
   int64_t bytes = 0;
   std::string example;  // in an `added` budget: one new name, for messages
+  // Rows of the profiler's groups (not counted in names or bytes).
+  int64_t profiling_rows = 0;
+  int64_t system_rows = 0;
 
   bool Has(uint64_t hash) const;
   void Add(uint64_t hash);  // keeps `names` sorted and distinct
@@ -51,7 +71,10 @@ struct MetricBudget {
 // (`budget`). OK: `*added` holds the names new to the trial and the bytes the
 // rows add (apply them once written). Otherwise RESOURCE_EXHAUSTED naming the
 // trial, the bound, its det-master flag and that the whole call was refused;
-// nothing is written for a refused call.
+// nothing is written for a refused call. Rows of a profiler group are checked
+// against its own bounds instead: INVALID_ARGUMENT naming the group and the
+// key for a key not of that group, RESOURCE_EXHAUSTED naming the group past
+// kMaxProfilerRowsPerGroup rows.
 absl::Status CheckMetricRows(int64_t trial_id, const std::vector<MetricRow>& rows,
                              const std::vector<std::string>& encoded, const MetricLimits& limits,
                              const MetricBudget& budget, MetricBudget* added);

@@ -191,6 +191,47 @@ TEST_F(MetricLimitsStoreTest, BytesPerTrialSurviveReopen) {
   EXPECT_EQ(static_cast<int>(rows->size()), accepted);
 }
 
+// The profiler's groups (issue 48): outside the names and bytes bounds, with
+// a fixed key set and a row bound of their own.
+TEST(MetricLimitsTest, ProfilerGroupsHaveTheirOwnKeysAndRowBound) {
+  MetricLimits limits;
+  limits.max_trial_names = 1;
+  limits.max_trial_bytes = 10;
+  MetricBudget budget, added;
+  MetricRow prof = Row(7, 1, 0, 0, "profiling");
+  for (const char* k : {"wall_s", "data_loader_s", "forward_s", "backward_s", "allreduce_s", "optimizer_step_s",
+                        "checkpoint_s", "validation_s", "runtime_s", "batches", "samples"}) {
+    prof.metrics[k] = 1;
+  }
+  MetricRow sys = Row(7, 1, 0, 0, "system");
+  for (const char* k : {"cpu_ratio", "rss_bytes", "gpu0_utilization_ratio", "gpu63_memory_used_bytes"}) sys.metrics[k] = 1;
+  ASSERT_TRUE(Check({prof, sys}, limits, budget, &added).ok()) << "not counted against names or bytes";
+  EXPECT_TRUE(added.names.empty());
+  EXPECT_EQ(added.bytes, 0);
+  EXPECT_EQ(added.profiling_rows, 1);
+  EXPECT_EQ(added.system_rows, 1);
+
+  for (const char* bad : {"loss", "gpu64_utilization_ratio", "gpu01_memory_used_bytes", "gpu_memory_used_bytes"}) {
+    MetricRow spoof = Row(7, 2, 0, 0, "system");
+    spoof.metrics[bad] = 1;
+    absl::Status s = Check({spoof}, limits, budget, &added);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("metric group 'system' is the profiler's and has no key '", bad)));
+  }
+  MetricRow spoof = prof;
+  spoof.metrics["m0"] = 1;
+  EXPECT_THAT(Check({spoof}, limits, budget, &added).message(), HasSubstr("group 'profiling'"));
+
+  budget.profiling_rows = kMaxProfilerRowsPerGroup - 1;
+  EXPECT_TRUE(Check({prof}, limits, budget, &added).ok()) << "exactly the bound fits";
+  absl::Status s = Check({prof, prof}, limits, budget, &added);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("metric group 'profiling' holds"));
+  EXPECT_TRUE(Check({sys}, limits, budget, &added).ok()) << "each group has its own count";
+  ApplyMetricBudget(added, &budget);
+  EXPECT_EQ(budget.system_rows, 1);
+}
+
 }  // namespace
 }  // namespace master
 }  // namespace det

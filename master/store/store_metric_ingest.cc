@@ -29,10 +29,16 @@ constexpr char kInsertMetric[] =
     "metrics, time_ms, archived) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
 
 // What a trial has stored, as MetricLimits counts it (metric_limits.h).
+// The profiler's groups have bounds of their own (IsProfilerGroup).
 constexpr char kMetricNames[] =
-    "SELECT DISTINCT j.key FROM metrics m, json_each(m.metrics) j WHERE m.trial_id = ?1 LIMIT ?2";
+    "SELECT DISTINCT j.key FROM metrics m, json_each(m.metrics) j WHERE m.trial_id = ?1 "
+    "AND m.metric_group NOT IN ('profiling', 'system') LIMIT ?2";
 constexpr char kMetricBytes[] =
-    "SELECT COALESCE(SUM(LENGTH(CAST(metrics AS BLOB))), 0) + ?2 * COUNT(*) FROM metrics WHERE trial_id = ?1";
+    "SELECT COALESCE(SUM(LENGTH(CAST(metrics AS BLOB))), 0) + ?2 * COUNT(*) FROM metrics WHERE trial_id = ?1 "
+    "AND metric_group NOT IN ('profiling', 'system')";
+constexpr char kProfilerRows[] =
+    "SELECT COALESCE(SUM(metric_group = 'profiling'), 0), COALESCE(SUM(metric_group = 'system'), 0) "
+    "FROM metrics WHERE trial_id = ?1 AND metric_group IN ('profiling', 'system')";
 constexpr size_t kMaxCountedTrials = 10000;  // metric_budgets_ is cleared beyond
 
 std::vector<std::string> Encode(const std::vector<MetricRow>& rows) {
@@ -73,6 +79,12 @@ absl::Status Store::AdmitMetricsLocked(const std::vector<MetricRow>& rows, const
       bb.Int(trial_id).Int(MetricLimits::kRowOverhead);
       if (sqlite3_step(bytes.get()) != SQLITE_ROW) return Error(sqlite3_errcode(db_), "count metric bytes");
       budget.bytes = store_internal::ColInt(bytes.get(), 0);
+      DET_ASSIGN_OR_RETURN(Stmt profiler, Cached(kProfilerRows));
+      Binder pb(profiler.get());
+      pb.Int(trial_id);
+      if (sqlite3_step(profiler.get()) != SQLITE_ROW) return Error(sqlite3_errcode(db_), "count profiler rows");
+      budget.profiling_rows = store_internal::ColInt(profiler.get(), 0);
+      budget.system_rows = store_internal::ColInt(profiler.get(), 1);
       it = metric_budgets_.emplace(trial_id, std::move(budget)).first;
     }
     DET_RETURN_IF_ERROR(

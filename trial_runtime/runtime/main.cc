@@ -237,6 +237,7 @@ TrainingPlan LocalTrainingPlan(const Flags& flags, const ExperimentConfig& confi
   plan.searcher_metric = config.searcher.metric;
   plan.checkpoint_dir = LocalCheckpointDir(flags, config);
   plan.checkpoint_metadata = {{"config_yaml", config.yaml_text}, {"trial_class", trial_class}};
+  plan.profiling = config.profiling;
   return plan;
 }
 

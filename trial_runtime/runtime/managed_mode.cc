@@ -486,6 +486,7 @@ TrainingPlan ManagedRank::MakeTrainingPlan() const {
   plan.checkpoint_metadata = {{"config_yaml", config_.yaml_text},
                               {"trial_class", plugin_->trial_class},
                               {"allocation_id", client_.allocation_id()}};
+  plan.profiling = config_.profiling;
   return plan;
 }
 
@@ -679,6 +680,7 @@ std::optional<int> ManagedRank::Checkpoint() {
 }
 
 int ManagedRank::Exit(const tv1::Operation& op) {
+  controller_->FinishProfiling();  // the last profiler rows, queued before the exit's flush
   std::printf("[det-trial] exiting at batch %lld (%s)\n", static_cast<long long>(controller_->batches_trained()),
               tv1::ExitReason_Name(op.exit_reason()).c_str());
   std::fflush(stdout);

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "common/validation_policy.h"
 #include "trial_runtime/runtime/distributed.h"
+#include "trial_runtime/runtime/system_sampler.h"
 
 namespace det::runtime {
 namespace {
@@ -151,6 +152,7 @@ absl::Status TrialController::AverageMetricsAcrossRanks() {
 TrialController::~TrialController() { context_->set_metrics_sink(nullptr); }
 
 std::string TrialController::ReportOtherMetrics(const std::string& group, const MetricsMap& metrics) {
+  if (group == "profiling" || group == "system") return "group '" + group + "' is reported by the runtime itself";
   if (!reports()) return "";
   absl::Status st = reporter_->ReportMetrics(group, batches_trained_, epochs(), metrics);
   return st.ok() ? "" : std::string(st.message());
@@ -214,6 +216,16 @@ absl::StatusOr<std::unique_ptr<TrialController>> TrialController::Create(TrialHa
   c->validation_period_ = lengths.validation_period;
   c->checkpoint_period_ = lengths.checkpoint_period;
   if (c->plan_.scheduling_unit <= 0) c->plan_.scheduling_unit = 100;
+  if (c->plan_.profiling.enabled && context->distributed().rank() == 0) {
+    // profiling.sync_timings: on CUDA, every stamp waits for the device's queued work.
+    c->profile_clock_ = MakeSteadyProfilerClock(c->plan_.profiling.sync_timings && context->device().is_cuda());
+    c->system_sampler_ = MakeProcessSystemSampler();
+    c->profiler_ = std::make_unique<Profiler>(
+        c->plan_.profiling, c->profile_clock_.get(), c->system_sampler_.get(),
+        [raw](const std::string& group, int64_t total_batches, const MetricsMap& row) {
+          raw->ReportProfile(group, total_batches, row);
+        });
+  }
   return c;
 }
 
@@ -280,23 +292,33 @@ absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
   const int64_t unit = plan_.scheduling_unit;
   auto start = Clock::now();
   absl::Status status;
+  Profiler* prof = profiler_.get();  // null: profiling off (or not the chief)
   while (batches_trained_ < target) {
+    if (prof != nullptr) prof->BeforeBatch(batches_trained_);
     const int64_t epoch_idx = batches_trained_ / batches_per_epoch_;
     if (batches_trained_ % batches_per_epoch_ == 0) {
       status = ForEachCallback(callbacks_, "on_training_epoch_start",
                                [&](Callback& cb) { cb.on_training_epoch_start(epoch_idx); });
       if (!status.ok()) break;
     }
-    auto next = NextBatch(*train_stream_, "training");
-    if (!next.ok()) {
-      status = next.status();
-      break;
+    std::optional<Batch> batch;
+    {
+      ProfileScope timed(prof, ProfilePhase::kDataLoader);
+      auto next = NextBatch(*train_stream_, "training");
+      if (!next.ok()) {
+        status = next.status();
+        break;
+      }
+      batch = device.is_cpu() ? std::move(**next) : (*next)->to(device);
     }
-    Batch batch = device.is_cpu() ? std::move(**next) : (*next)->to(device);
+    // Samples of the global batch (every rank's shard is as large), for the profiler.
+    const int64_t samples =
+        prof != nullptr && prof->active() ? SampleCount(*batch) * context_->distributed().size() : 0;
     absl::StatusOr<MetricsMap> metrics;
     {
+      ProfileScope timed(prof, ProfilePhase::kForward);
       AutocastGuard autocast(*context_);  // a no-op without mixed precision
-      metrics = handle_->TrainBatch(batch, epoch_idx, batches_trained_);
+      metrics = handle_->TrainBatch(*batch, epoch_idx, batches_trained_);
     }
     if (!metrics.ok()) {
       status = metrics.status();
@@ -334,10 +356,13 @@ absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
       }
       if (*stop) {
         *preempted = true;
+        if (prof != nullptr) prof->AfterBatch(samples);
         break;
       }
     }
+    if (prof != nullptr) prof->AfterBatch(samples);
   }
+  if (prof != nullptr) prof->EndOperation(batches_trained_);
   training_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
   return status;
 }
@@ -385,6 +410,16 @@ absl::Status TrialController::TrainToMetric(const std::string& metric, double ta
 }
 
 absl::StatusOr<MetricsMap> TrialController::Validate() {
+  absl::StatusOr<MetricsMap> result;
+  {
+    ProfileScope timed(profiler_.get(), ProfilePhase::kValidation);
+    result = ValidateUnprofiled();
+  }
+  if (profiler_) profiler_->EndOperation(batches_trained_);
+  return result;
+}
+
+absl::StatusOr<MetricsMap> TrialController::ValidateUnprofiled() {
   DET_RETURN_IF_ERROR(ForEachCallback(callbacks_, "on_validation_start", [](Callback& cb) { cb.on_validation_start(); }));
   for (const auto& m : context_->models()) m->eval();
   MetricsMap result;
@@ -528,6 +563,30 @@ absl::StatusOr<SavedCheckpoint> TrialController::SaveOnChief(const nlohmann::jso
 }
 
 absl::StatusOr<SavedCheckpoint> TrialController::Checkpoint() {
+  absl::StatusOr<SavedCheckpoint> saved;
+  {
+    ProfileScope timed(profiler_.get(), ProfilePhase::kCheckpoint);
+    saved = CheckpointUnprofiled();
+  }
+  if (profiler_) profiler_->EndOperation(batches_trained_);
+  return saved;
+}
+
+void TrialController::FinishProfiling() {
+  if (profiler_) profiler_->Finish(batches_trained_);
+}
+
+void TrialController::ReportProfile(const std::string& group, int64_t total_batches, const MetricsMap& row) {
+  const double epochs = batches_per_epoch_ > 0 ? static_cast<double>(total_batches) / batches_per_epoch_ : 0;
+  absl::Status st = reporter_->ReportMetrics(group, total_batches, epochs, row);
+  if (!st.ok() && !profile_refusal_said_) {
+    profile_refusal_said_ = true;
+    std::fprintf(stderr, "[det-trial] warning: a %s profiler row was not stored (training goes on): %s\n",
+                 group.c_str(), std::string(st.message()).c_str());
+  }
+}
+
+absl::StatusOr<SavedCheckpoint> TrialController::CheckpointUnprofiled() {
   std::vector<RngState> rank_rng;
   if (distributed()) {
     // One exchange: the training metrics not yet reported (averaged over the
@@ -601,6 +660,7 @@ absl::StatusOr<TrialOutcome> TrialController::Run() {
     }
     if (preempted) {
       if (!latest_checkpoint_ || last_checkpoint_batch_ != batches_trained_) DET_RETURN_IF_ERROR(Checkpoint().status());
+      FinishProfiling();
       DET_RETURN_IF_ERROR(ForEachCallback(callbacks_, "on_trial_shutdown", [](Callback& cb) { cb.on_trial_shutdown(); }));
       return TrialOutcome::kPaused;
     }
@@ -613,6 +673,7 @@ absl::StatusOr<TrialOutcome> TrialController::Run() {
   }
   if (last_validation_batch_ != batches_trained_) DET_RETURN_IF_ERROR(Validate().status());
   if (!latest_checkpoint_ || last_checkpoint_batch_ != batches_trained_) DET_RETURN_IF_ERROR(Checkpoint().status());
+  FinishProfiling();
   DET_RETURN_IF_ERROR(ForEachCallback(callbacks_, "on_trial_shutdown", [](Callback& cb) { cb.on_trial_shutdown(); }));
   return TrialOutcome::kCompleted;
 }

@@ -18,6 +18,7 @@
 #include "common/experiment_config.h"
 #include "common/length.h"
 #include "trial_runtime/runtime/checkpoint.h"
+#include "trial_runtime/runtime/profiler.h"
 #include "trial_runtime/runtime/trial_loader.h"
 
 namespace det::runtime {
@@ -71,6 +72,8 @@ struct TrainingPlan {
   std::string searcher_metric;  // must appear in validation metrics when set
   std::string checkpoint_dir;
   nlohmann::json checkpoint_metadata = nlohmann::json::object();  // merged into metadata.json
+  // The config's profiling section: the chief (rank 0) profiles when enabled.
+  ProfilingConfig profiling;
 };
 
 enum class TrialOutcome { kCompleted, kPaused };
@@ -128,6 +131,9 @@ class TrialController {
   std::optional<double> time_metric_value(const std::string& name) const;
   absl::StatusOr<MetricsMap> Validate();
   absl::StatusOr<SavedCheckpoint> Checkpoint();
+  // The end of the trial's profiling: the last `profiling` and `system`
+  // rows (profiler.h). Run() calls it; managed mode before it exits.
+  void FinishProfiling();
   // Detaches the context's report_metrics from this controller.
   ~TrialController();
 
@@ -150,6 +156,11 @@ class TrialController {
         plan_(std::move(plan)),
         dist_(dist) {}
   absl::Status ReportTraining();
+  // Validate and Checkpoint, each timed as its profiling phase.
+  absl::StatusOr<MetricsMap> ValidateUnprofiled();
+  absl::StatusOr<SavedCheckpoint> CheckpointUnprofiled();
+  // A profiler row through reporter_ (a refusal is said once on stderr).
+  void ReportProfile(const std::string& group, int64_t total_batches, const MetricsMap& row);
   // TrialContext::report_metrics through reporter_ (the chief only).
   std::string ReportOtherMetrics(const std::string& group, const MetricsMap& metrics);
   double epochs() const;
@@ -212,6 +223,11 @@ class TrialController {
   double training_seconds_ = 0;
   int64_t batches_this_run_ = 0;
   std::optional<SavedCheckpoint> latest_checkpoint_;
+  // The profiler: the chief's, only with profiling.enabled (else null).
+  std::unique_ptr<ProfilerClock> profile_clock_;
+  std::unique_ptr<SystemSampler> system_sampler_;
+  std::unique_ptr<Profiler> profiler_;
+  bool profile_refusal_said_ = false;
 };
 
 }  // namespace det::runtime

@@ -4,9 +4,20 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/version.h>
 
+#include <atomic>
 #include <cmath>
 
+#include "phase_hook.h"
+
 namespace det {
+
+namespace internal {
+namespace {
+std::atomic<PhaseHook*> g_phase_hook{nullptr};
+}  // namespace
+void SetPhaseHook(PhaseHook* hook) { g_phase_hook.store(hook, std::memory_order_release); }
+PhaseHook* GetPhaseHook() { return g_phase_hook.load(std::memory_order_acquire); }
+}  // namespace internal
 
 namespace {
 // LibTorch 2.4 replaced the per-device autocast functions by ones that take
@@ -119,7 +130,7 @@ void TrialContext::report_metrics(const std::string& group, const std::map<std::
   bool ok = !group.empty() && group.size() <= 64;
   for (char c : group) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
   if (!ok) throw std::invalid_argument("report_metrics: group must match [a-z0-9_]{1,64}, got '" + group + "'");
-  if (group == "training" || group == "validation") {
+  if (group == "training" || group == "validation" || group == "profiling" || group == "system") {
     throw std::invalid_argument("report_metrics: group '" + group + "' is reported by the runtime itself");
   }
   if (!metrics_sink_) return;
@@ -285,6 +296,7 @@ void TrialContext::register_lr_scheduler(std::shared_ptr<torch::optim::LRSchedul
 
 void TrialContext::backward(const torch::Tensor& loss) {
   {
+    internal::PhaseScope timed(internal::SdkPhase::kBackward);
     // Backward outside autocast (as torch.amp advises), of the scaled loss
     // with loss scaling.
     AutocastGuard no_autocast(*this, /*enabled=*/false);
@@ -301,11 +313,13 @@ void TrialContext::backward(const torch::Tensor& loss) {
     }
     // Scaled gradients are averaged as they are: an inf on one rank is an
     // inf on every rank, so all of them skip the same steps.
+    internal::PhaseScope timed(internal::SdkPhase::kAllReduce);
     reducer_->ReduceGradients(params);
   }
 }
 
 void TrialContext::step_optimizer(torch::optim::Optimizer& optimizer, const StepOptimizerOptions& options) {
+  internal::PhaseScope timed(internal::SdkPhase::kOptimizerStep);
   const bool clip = options.clip_grad_norm() || options.clip_grad_value();
   if (clip || scaler_) {
     std::vector<torch::Tensor> params = OptimizerParams(optimizer);

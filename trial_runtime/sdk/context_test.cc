@@ -8,6 +8,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <string>
+#include <vector>
+
+#include "trial_runtime/sdk/phase_hook.h"
+
 namespace det {
 namespace {
 
@@ -230,6 +235,39 @@ TEST(GetHparamTest, LossyConversionsNameTheHparamValueAndType) {
                   "hyperparameter 'units' has value 64 of the wrong type");
   EXPECT_PRED2(Contains, HparamError([&] { ctx.get_hparam<double>("missing"); }),
                   "hyperparameter 'missing' is not defined");
+}
+
+// The profiler's groups are the runtime's: report_metrics refuses them
+// (issue 48), as it refuses training and validation.
+TEST(ReportMetricsTest, TheProfilersGroupsAreRefused) {
+  TrialContext context(CpuInfo());
+  for (const char* group : {"profiling", "system", "training", "validation"}) {
+    EXPECT_THROW(context.report_metrics(group, {{"wall_s", 1e9}}), std::invalid_argument) << group;
+  }
+  EXPECT_NO_THROW(context.report_metrics("inference", {{"latency_ms", 3}}));
+}
+
+// The profiler's hook sees backward and step_optimizer, each entered and
+// exited once, and nothing when no hook is installed.
+class RecordingHook final : public internal::PhaseHook {
+ public:
+  void Enter(internal::SdkPhase p) noexcept override { events.push_back("+" + std::to_string(static_cast<int>(p))); }
+  void Exit(internal::SdkPhase p) noexcept override { events.push_back("-" + std::to_string(static_cast<int>(p))); }
+  std::vector<std::string> events;
+};
+
+TEST(PhaseHookTest, BackwardAndStepAreTimedThroughTheHook) {
+  TrialContext context(CpuInfo());
+  auto model = context.wrap_model(torch::nn::Linear(2, 1));
+  auto opt = context.wrap_optimizer(std::make_shared<torch::optim::SGD>(model->parameters(), 0.1));
+  RecordingHook hook;
+  internal::SetPhaseHook(&hook);
+  context.backward(model->forward(torch::ones({1, 2})).sum());
+  context.step_optimizer(*opt);
+  internal::SetPhaseHook(nullptr);
+  EXPECT_EQ(hook.events, (std::vector<std::string>{"+0", "-0", "+2", "-2"}));
+  context.backward(model->forward(torch::ones({1, 2})).sum());
+  EXPECT_EQ(hook.events.size(), 4u) << "no hook: nothing recorded";
 }
 
 }  // namespace

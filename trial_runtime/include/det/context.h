@@ -285,7 +285,8 @@ class TrialContext {
   std::mt19937_64& random_engine() { return rng_; }
 
   // Reports `metrics` in metric group `group` ([a-z0-9_]{1,64}, not
-  // "training" or "validation", which the runtime reports itself) at the
+  // "training", "validation", "profiling" or "system", which the runtime
+  // reports itself) at the
   // current total batches, e.g. ctx.report_metrics("inference",
   // {{"latency_ms", 3.2}}). Managed mode stores them with the trial
   // (GetTrialMetrics by group, det-cli trial metrics --group); local mode

@@ -1,0 +1,169 @@
+// The trial profiler end to end (issue 48, must show 3): a 2-rank profiled
+// trial records every phase in its `profiling` rows, the phases add up to
+// the wall time within 5%, and `system` rows carry the process's CPU and
+// memory; a trial with a slow training data loader spends most of its time
+// waiting on it; with profiling off neither group gets a row.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "tests/test_cluster.h"
+#include "tests/test_util.h"
+
+namespace det::testing {
+namespace {
+
+using json = nlohmann::json;
+
+const std::string kSynthetic = std::string(DET_TRIALS_DIR) + "/synthetic_trial.so";
+const std::string kSlowLoader = std::string(DET_TRIALS_DIR) + "/slow_loader_trial.so";
+
+constexpr const char* kPhases[] = {"data_loader_s",    "forward_s",    "backward_s",   "allreduce_s",
+                                   "optimizer_step_s", "checkpoint_s", "validation_s", "runtime_s"};
+
+// A loopback TCP port free a moment ago (the kernel's choice).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// A synthetic experiment of `slots` ranks, 60 batches with a validation and
+// a checkpoint every 20 (all inside the profiled range), `profiling` as given.
+std::string SyntheticConfig(int slots, const std::string& checkpoint_dir, const std::string& profiling) {
+  return absl::StrCat(
+      "name: profiled\nhyperparameters:\n  global_batch_size: 16\n  learning_rate: 0.01\n  hidden_size: 8\n"
+      "  dropout: 0.0\n  batch_delay_ms: 15\n"
+      "searcher:\n  name: single\n  metric: validation_loss\n  smaller_is_better: true\n"
+      "  max_length:\n    batches: 60\n"
+      "min_validation_period:\n  batches: 20\nmin_checkpoint_period:\n  batches: 20\nscheduling_unit: 10\n"
+      "max_restarts: 0\nresources:\n  slots_per_trial: ",
+      slots, "\ncheckpoint_storage:\n  type: shared_fs\n  host_path: ", checkpoint_dir,
+      "\nenvironment:\n  environment_variables:\n    - OMP_NUM_THREADS=1\n"
+      "data:\n  train_size: 256\n  val_size: 64\n  features: 4\n",
+      profiling);
+}
+
+constexpr const char* kProfilingOn = "profiling:\n  enabled: true\n";
+
+class ProfilerTest : public ::testing::Test {
+ protected:
+  // A master and one agent of 2 slots (its rendezvous port the kernel's).
+  void StartCluster() {
+    cluster_ = std::make_unique<TestCluster>(dir_);
+    const int port = FreePort();
+    ASSERT_GT(port, 0);
+    cluster_->StartAgent("a", AgentOptions().set_slots(2).add_flags(
+                                  {"--address", "127.0.0.1", "--rendezvous-ports", absl::StrCat(port, "-", port)}));
+    ASSERT_TRUE(PollUntil([&] { return cluster_->ConnectedAgents() == 1; }, std::chrono::seconds(30)))
+        << cluster_->MasterLog() << cluster_->AgentLogs();
+  }
+  // Creates the experiment, waits for it to complete; returns its trial's id.
+  int64_t RunToCompletion(const std::string& yaml, const std::string& name, const std::string& trial_so) {
+    const int exp = cluster_->CreateExperiment(yaml, name, trial_so);
+    EXPECT_GT(exp, 0);
+    if (exp <= 0) return 0;
+    const bool done = cluster_->WaitForState(exp, "STATE_COMPLETED", std::chrono::minutes(3));
+    json trials = cluster_->Trials(exp);
+    const int64_t trial = trials.empty() ? 0 : trials[0].value("id", int64_t{0});
+    EXPECT_TRUE(done) << cluster_->ExperimentState(exp) << "\n"
+                      << (trial > 0 ? cluster_->TrialLogs(trial) : "") << cluster_->MasterLog();
+    return done ? trial : 0;
+  }
+  // Each key summed over the rows of `group`.
+  std::map<std::string, double> Sums(int64_t trial, const std::string& group) {
+    std::map<std::string, double> sums;
+    for (const json& row : cluster_->Metrics(static_cast<int>(trial), group)) {
+      for (const auto& [key, value] : row["metrics"].items()) {
+        if (value.is_number()) sums[key] += value.get<double>();
+      }
+    }
+    return sums;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<TestCluster> cluster_;
+};
+
+TEST_F(ProfilerTest, TwoRankTrialRecordsEveryPhaseAddingUpToTheWallTime) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
+  const int64_t trial = RunToCompletion(SyntheticConfig(2, dir_ / "checkpoints", kProfilingOn), "two", kSynthetic);
+  ASSERT_GT(trial, 0);
+  json rows = cluster_->Metrics(static_cast<int>(trial), "profiling");
+  ASSERT_FALSE(rows.empty()) << cluster_->TrialLogs(trial);
+  const std::map<std::string, double> sums = Sums(trial, "profiling");
+  double phases = 0;
+  for (const char* phase : kPhases) {
+    ASSERT_EQ(sums.count(phase), 1u) << phase;
+    if (std::string(phase) != "runtime_s") EXPECT_GT(sums.at(phase), 0) << phase << " was never recorded";
+    phases += sums.at(phase);
+  }
+  const double wall = sums.at("wall_s");
+  EXPECT_GT(wall, 0.5) << "60 batches of 15 ms";
+  EXPECT_NEAR(phases, wall, 0.05 * wall) << "the phases' own timers add up to the wall time within 5%";
+  EXPECT_EQ(sums.at("batches"), 60);
+  EXPECT_EQ(sums.at("samples"), 60 * 16) << "samples of the global batch (both ranks)";
+  // About a row a second and one per operation: never one per batch here.
+  EXPECT_LT(rows.size(), 60u);
+
+  json system = cluster_->Metrics(static_cast<int>(trial), "system");
+  ASSERT_FALSE(system.empty());
+  bool cpu_and_rss = false;
+  for (const json& row : system) {
+    const json& m = row["metrics"];
+    cpu_and_rss |= m.value("cpu_ratio", 0.0) > 0 && m.value("rss_bytes", 0.0) > 0;
+  }
+  EXPECT_TRUE(cpu_and_rss) << system.dump();
+}
+
+TEST_F(ProfilerTest, ASlowDataLoaderIsTheLargestShare) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
+  const std::string yaml = absl::StrCat(
+      "name: slow-loader\nhyperparameters:\n  loader_delay_ms: 5\n"
+      "searcher:\n  name: single\n  metric: validation_loss\n  smaller_is_better: true\n"
+      "  max_length:\n    batches: 30\nscheduling_unit: 10\nmax_restarts: 0\n"
+      "checkpoint_storage:\n  type: shared_fs\n  host_path: ", std::string(dir_ / "checkpoints"),
+      "\nenvironment:\n  environment_variables:\n    - OMP_NUM_THREADS=1\n", kProfilingOn);
+  const int64_t trial = RunToCompletion(yaml, "slow", kSlowLoader);
+  ASSERT_GT(trial, 0);
+  const std::map<std::string, double> sums = Sums(trial, "profiling");
+  ASSERT_EQ(sums.count("data_loader_s"), 1u) << cluster_->TrialLogs(trial);
+  std::string largest;
+  for (const char* phase : kPhases) {
+    if (largest.empty() || sums.at(phase) > sums.at(largest)) largest = phase;
+  }
+  EXPECT_EQ(largest, "data_loader_s") << json(sums).dump();
+  EXPECT_GT(sums.at("data_loader_s"), 0.5 * sums.at("wall_s")) << json(sums).dump();
+}
+
+TEST_F(ProfilerTest, ProfilingOffRecordsNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
+  const int64_t trial = RunToCompletion(SyntheticConfig(1, dir_ / "checkpoints", ""), "off", kSynthetic);
+  ASSERT_GT(trial, 0);
+  ASSERT_FALSE(cluster_->Metrics(static_cast<int>(trial), "training").empty()) << "the trial did report";
+  EXPECT_TRUE(cluster_->Metrics(static_cast<int>(trial), "profiling").empty());
+  EXPECT_TRUE(cluster_->Metrics(static_cast<int>(trial), "system").empty());
+}
+
+}  // namespace
+}  // namespace det::testing
