@@ -14,6 +14,11 @@
 //     validation (and, after switching the metric, training) points,
 //   * the hyperparameter scatter has a point per trial at (hparam, best),
 //   * the trial page shows the stored metrics, checkpoints and logs,
+//   * its "Where the time goes" card (profile_charts.js, issue 48) stacks
+//     every phase of the stored `profiling` rows, its table's seconds are
+//     REST's sums and its shares add up to ~100%, the CPU chart has a point
+//     per `system` row; an unprofiled (the running) trial's page shows the
+//     hint how to enable profiling instead,
 //   * the agents page lists the agent,
 //   * clicking Pause on the running experiment turns its state to PAUSED,
 //     Activate back to ACTIVE, and Kill (on its page) to CANCELED, all
@@ -67,6 +72,8 @@ min_validation_period:
 scheduling_unit: 10
 reproducibility:
   experiment_seed: 7
+profiling:
+  enabled: true
 data:
   train_size: 512
   val_size: 128
@@ -185,6 +192,42 @@ async function checkLogin(browser, base, expId) {
   } finally {
     await context.close();
   }
+}
+
+// The trial page's profile card against the trial's stored `profiling`
+// and `system` rows (REST): a stacked group per phase with bars, each
+// phase's seconds as REST sums them, shares adding up to ~100%, one CPU
+// point per system sample, the GPU charts hidden (no NVML here), and the
+// share toggle relabelling the axis.
+async function checkProfileCard(page, trialId) {
+  const rows = (await api(`/api/v1/trials/${trialId}/metrics?group=profiling&full_resolution=true`)).metrics || [];
+  const sys = (await api(`/api/v1/trials/${trialId}/metrics?group=system`)).metrics || [];
+  check(rows.length > 0 && sys.length > 0,
+    `profiled trial ${trialId} has ${rows.length} profiling and ${sys.length} system rows`);
+  const phases = ['data_loader_s', 'forward_s', 'backward_s', 'allreduce_s', 'optimizer_step_s', 'checkpoint_s',
+    'validation_s', 'runtime_s'];
+  await page.waitForFunction((s) => document.querySelectorAll(`${s} rect`).length > 0, byId('profile-chart'),
+    {timeout: 30000});
+  check(!(await page.isVisible(byId('profile-hint'))), 'a profiled trial shows the enable-profiling hint');
+  const groups = await page.$$eval(`${byId('profile-chart')} g[data-testid^="profile-phase-"]`,
+    (gs) => gs.map((g) => g.getAttribute('data-testid').replace('profile-phase-', '')));
+  check(JSON.stringify(groups) === JSON.stringify(phases), `profile chart phases: ${groups.join(', ')}`);
+  let shares = 0;
+  for (const m of phases) {
+    const want = rows.reduce((a, r) => a + Math.max(0, Number(r.metrics[m]) || 0), 0);
+    const cells = await page.$$eval(`${byId(`profile-row-${m}`)} td`, (tds) => tds.map((td) => td.textContent));
+    check(Math.abs(Number(cells[1]) - want) < 0.0015, `profile table ${m}: ${cells[1]} s, REST sums ${want}`);
+    shares += Number(cells[2].replace('%', ''));
+  }
+  check(Math.abs(shares - 100) <= 5, `profile table shares add up to ${shares}%`);
+  const cpuRows = sys.filter((r) => r.metrics.cpu_ratio !== undefined).length;
+  const cpuPoints = Number(await page.getAttribute(byId('system-cpu-chart-line-cpu'), 'data-points'));
+  check(cpuPoints === cpuRows, `CPU chart: ${cpuPoints} points, ${cpuRows} system rows with cpu_ratio`);
+  check(!(await page.isVisible(byId('system-gpu-util-chart'))), 'GPU charts shown without GPU samples');
+  await page.check(byId('profile-share'));
+  await page.waitForFunction((s) => document.querySelector(s).textContent.includes('share of wall time'),
+    byId('profile-chart'));
+  log(`trial ${trialId} profile card: ${rows.length} windows, shares ${shares.toFixed(1)}%, ${cpuPoints} CPU points`);
 }
 
 async function main() {
@@ -366,8 +409,17 @@ async function main() {
     log(`trial ${t0.id} page: ${nVal} validation rows, ${stored[t0.id].checkpoints.length} checkpoint(s), ` +
       `${nLogs} log lines, best checkpoint ${t0Rest.best_checkpoint_uuid}`);
     await page.mouse.move(0, 0);
+    await checkProfileCard(page, t0.id);
     const trialShot = path.join(shotDir, `dashboard-trial-${t0.id}.png`);
     await page.screenshot({path: trialShot, fullPage: true});
+
+    // The running experiment is not profiled: its trial page says how to.
+    const runningTrial = (await api(`/api/v1/experiments/${running}/trials`)).trials[0].id;
+    await page.evaluate((id) => { window.location.hash = `#/trials/${id}`; }, runningTrial);
+    await page.waitForSelector(`${byId('profile-hint')}:not([hidden])`, {timeout: 30000});
+    check((await text('profile-hint')).includes('profiling: {enabled: true}'),
+      `trial ${runningTrial}'s profile hint: ${await text('profile-hint')}`);
+    check(!(await page.isVisible(byId('profile-chart'))), 'an unprofiled trial shows a profile chart');
 
     // Agents page.
     await page.click(byId('nav-agents'));
