@@ -191,6 +191,34 @@ TEST_F(MetricLimitsStoreTest, BytesPerTrialSurviveReopen) {
   EXPECT_EQ(static_cast<int>(rows->size()), accepted);
 }
 
+// The profiler's rows (issue 48) do not use up the names or bytes of a trial
+// (max_trial_names 10, max_trial_bytes 4096 here), before and after a
+// restart, and the store counts them per group from the stored rows.
+TEST_F(MetricLimitsStoreTest, ProfilerRowsAreOutsideTheTrialsNameAndByteBounds) {
+  for (int b = 1; b <= 100; ++b) {
+    MetricRow prof = Row(trial_, b, 0, 0, "profiling");
+    for (const char* k : {"wall_s", "data_loader_s", "forward_s", "backward_s", "allreduce_s", "optimizer_step_s",
+                          "checkpoint_s", "validation_s", "runtime_s", "batches", "samples"}) {
+      prof.metrics[k] = b;
+    }
+    MetricRow sys = Row(trial_, b, 0, 0, "system");
+    sys.metrics["cpu_ratio"] = 1;
+    sys.metrics["rss_bytes"] = 1e9;
+    ASSERT_TRUE(store_->InsertMetrics({prof, sys}).ok()) << "row " << b;
+  }
+  Open();  // a restart: the counts come from the stored rows
+  EXPECT_TRUE(store_->InsertMetrics({Row(trial_, 1, 0, 10, "inference")}).ok())
+      << "all 10 names are still the trial's own";
+  MetricRow spoof = Row(trial_, 101, 0, 0, "system");
+  spoof.metrics["loss"] = 1;
+  absl::Status s = store_->InsertMetrics({spoof});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("metric group 'system' is the profiler's and has no key 'loss'"));
+  auto rows = store_->ListMetrics(trial_, "profiling", true);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->size(), 100u);
+}
+
 // The profiler's groups (issue 48): outside the names and bytes bounds, with
 // a fixed key set and a row bound of their own.
 TEST(MetricLimitsTest, ProfilerGroupsHaveTheirOwnKeysAndRowBound) {
