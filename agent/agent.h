@@ -4,10 +4,11 @@
 // trial runtime processes (det-trial --managed) the master asks for,
 // reporting their state changes and output lines.
 //
-// The class is defined in three files: agent.cc (the session with the
+// The class is defined in four files: agent.cc (the session with the
 // master: registration, the Connect stream, reconnects, artifact fetches),
-// allocations.cc (starting, killing and signalling allocations' processes)
-// and outbox.cc (the messages queued for the master).
+// allocations.cc (starting, killing and signalling allocations' processes),
+// outbox.cc (the messages queued for the master) and agent_metrics.cc (what
+// its /metrics reports).
 #ifndef DET_AGENT_AGENT_H_
 #define DET_AGENT_AGENT_H_
 
@@ -102,6 +103,22 @@ class Agent {
 
   // Allocations that have live (or starting) processes here.
   std::vector<std::string> RunningAllocationIds();
+
+  // One rank's process that runs here now (started, not yet exited).
+  struct RunningRank {
+    int64_t trial_id = 0;
+    std::string allocation_id;
+    int rank = 0;
+    int64_t pid = 0;
+  };
+  // What /metrics reports of the agent's work (agent_metrics.cc): its slots,
+  // those that hold an allocation, and the running ranks.
+  struct WorkView {
+    int slots = 0;
+    int slots_used = 0;
+    std::vector<RunningRank> ranks;
+  };
+  WorkView ViewWork();
 
  private:
   struct Proc {

@@ -5,7 +5,8 @@
 //             [--work-dir DIR] [--det-trial PATH] [--hostname H]
 //             [--address A]... [--rendezvous-ports FIRST-LAST]
 //             [--cluster-secret-file F] [--trial-user NAME] [--no-cgroups]
-//             [--tls-ca PEM] [--log-level L]
+//             [--tls-ca PEM] [--metrics-listen ADDR:PORT]
+//             [--metrics-token-file F] [--nvml-library PATH] [--log-level L]
 //
 // The cluster secret comes from a file only (argv and the environment are
 // readable by others: /proc/PID/cmdline, /proc/PID/environ).
@@ -26,6 +27,7 @@
 
 #include "CLI/CLI.hpp"
 #include "agent/agent.h"
+#include "agent/agent_metrics.h"
 #include "agent/devices.h"
 #include "spdlog/spdlog.h"
 
@@ -123,6 +125,28 @@ bool ParsePortRange(const std::string& spec, int* first_out, int* last_out) {
   return true;
 }
 
+// --tls-ca: reach the master over TLS with this CA.
+void UseTlsCa(const std::string& tls_ca, det::agent::AgentOptions* opts) {
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ReadFile(tls_ca);
+  opts->credentials = grpc::SslCredentials(ssl);
+  // det-trial (managed mode) reaches the master over TLS with this CA.
+  setenv("DET_MASTER_CERT_FILE", std::filesystem::absolute(tls_ca).c_str(), 1);
+}
+
+// The /metrics flags (agent_metrics.h).
+void AddMetricsFlags(CLI::App& app, det::agent::AgentMetricsFlags* flags) {
+  app.add_option("--metrics-listen", flags->listen,
+                 "ADDR:PORT: serve Prometheus' GET /metrics there (port 0: the OS chooses; a non-loopback ADDR "
+                 "needs --metrics-token-file); unset: no /metrics");
+  app.add_option("--metrics-token-file", flags->token_file,
+                 "file (mode 0600, owned by det-agent's user) holding the bearer token every /metrics request "
+                 "must carry");
+  app.add_option("--nvml-library", flags->nvml_library,
+                 "NVML library for the GPU series of /metrics (default: libnvidia-ml.so.1 from the loader's path; "
+                 "'none': no GPU series)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,6 +191,8 @@ int main(int argc, char** argv) {
   std::string tls_ca;
   app.add_option("--tls-ca", tls_ca, "PEM CA certificate: reach the master over TLS")
       ->check(CLI::ExistingFile);
+  det::agent::AgentMetricsFlags metrics_flags;
+  AddMetricsFlags(app, &metrics_flags);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
 
@@ -185,13 +211,7 @@ int main(int argc, char** argv) {
   }
   if (!trial_user.empty() && !SetTrialUser(trial_user, &opts)) return 2;
   opts.use_cgroups = !no_cgroups;
-  if (!tls_ca.empty()) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = ReadFile(tls_ca);
-    opts.credentials = grpc::SslCredentials(ssl);
-    // det-trial (managed mode) reaches the master over TLS with this CA.
-    setenv("DET_MASTER_CERT_FILE", std::filesystem::absolute(tls_ca).c_str(), 1);
-  }
+  if (!tls_ca.empty()) UseTlsCa(tls_ca, &opts);
   if (opts.master_address.empty()) {
     spdlog::error("--master (or DET_MASTER) is required");
     return 2;
@@ -226,6 +246,12 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   det::agent::Agent agent(opts);
+  absl::StatusOr<det::agent::AgentMetricsEndpoint> metrics =
+      det::agent::StartAgentMetrics(metrics_flags, agent, opts.agent_id);
+  if (!metrics.ok()) {
+    spdlog::error("det-agent: {}", std::string(metrics.status().message()));
+    return 2;
+  }
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
