@@ -66,7 +66,7 @@ std::string SyntheticConfig(int slots, const std::string& checkpoint_dir, const 
 
 constexpr const char* kProfilingOn = "profiling:\n  enabled: true\n";
 
-class ProfilerTest : public ::testing::Test {
+class TrialProfilerTest : public ::testing::Test {
  protected:
   // A master and one agent of 2 slots (its rendezvous port the kernel's).
   void StartCluster() {
@@ -105,7 +105,7 @@ class ProfilerTest : public ::testing::Test {
   std::unique_ptr<TestCluster> cluster_;
 };
 
-TEST_F(ProfilerTest, TwoRankTrialRecordsEveryPhaseAddingUpToTheWallTime) {
+TEST_F(TrialProfilerTest, TwoRankTrialRecordsEveryPhaseAddingUpToTheWallTime) {
   ASSERT_NO_FATAL_FAILURE(StartCluster());
   const int64_t trial = RunToCompletion(SyntheticConfig(2, dir_ / "checkpoints", kProfilingOn), "two", kSynthetic);
   ASSERT_GT(trial, 0);
@@ -136,7 +136,7 @@ TEST_F(ProfilerTest, TwoRankTrialRecordsEveryPhaseAddingUpToTheWallTime) {
   EXPECT_TRUE(cpu_and_rss) << system.dump();
 }
 
-TEST_F(ProfilerTest, ASlowDataLoaderIsTheLargestShare) {
+TEST_F(TrialProfilerTest, ASlowDataLoaderIsTheLargestShare) {
   ASSERT_NO_FATAL_FAILURE(StartCluster());
   const std::string yaml = absl::StrCat(
       "name: slow-loader\nhyperparameters:\n  loader_delay_ms: 5\n"
@@ -156,7 +156,7 @@ TEST_F(ProfilerTest, ASlowDataLoaderIsTheLargestShare) {
   EXPECT_GT(sums.at("data_loader_s"), 0.5 * sums.at("wall_s")) << json(sums).dump();
 }
 
-TEST_F(ProfilerTest, ProfilingOffRecordsNothing) {
+TEST_F(TrialProfilerTest, ProfilingOffRecordsNothing) {
   ASSERT_NO_FATAL_FAILURE(StartCluster());
   const int64_t trial = RunToCompletion(SyntheticConfig(1, dir_ / "checkpoints", ""), "off", kSynthetic);
   ASSERT_GT(trial, 0);
