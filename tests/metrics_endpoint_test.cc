@@ -124,7 +124,9 @@ TEST_F(MetricsEndpointTest, AfterAnExperimentEveryMasterSeriesIsThereWithBounded
   // A declared route with an id, and a path no route serves.
   cluster_->Get(absl::StrCat("/api/v1/experiments/", exp));
   cluster_->Get("/api/v1/no-such-route/12345");
-  // A request is timed once its answer is sent: poll until the 404 is in.
+  // A request is timed once its answer is sent, the trial's slot is freed
+  // when the agent reports its exit, checkpoint GC runs in the master's
+  // background pass: poll until all three are in.
   std::string m, content_type;
   int status = 0;
   PollUntil(
@@ -134,7 +136,9 @@ TEST_F(MetricsEndpointTest, AfterAnExperimentEveryMasterSeriesIsThereWithBounded
         status = res->status;
         m = res->body;
         content_type = res->get_header_value("Content-Type");
-        return Sample(m, R"(det_rest_request_duration_seconds_count{code="404",route="other"})") >= 1;
+        return Sample(m, R"(det_rest_request_duration_seconds_count{code="404",route="other"})") >= 1 &&
+               Sample(m, R"(det_slots_used{agent="a",pool="default"})") == 0 &&
+               Sample(m, "det_checkpoint_bytes_gc_total") > 0;
       },
       std::chrono::seconds(10));
   ASSERT_EQ(status, 200) << m;
