@@ -1,5 +1,7 @@
 #include "agent/metrics.h"
 
+#include "agent/agent_metrics.h"
+
 #include <string>
 
 #include "gmock/gmock.h"
@@ -80,6 +82,28 @@ TEST(AgentMetricsTest, LabelValuesAreEscaped) {
   AgentMetricsInput in = Base();
   in.gpus = std::vector<GpuSample>{{0, "GPU-\"x\"\\", 0.5, 1, 2}};
   EXPECT_THAT(RenderAgentMetrics(in), HasSubstr("uuid=\"GPU-\\\"x\\\"\\\\\"} 0.5\n"));
+}
+
+// det-agent's flags: a token file or an NVML library without a listener is
+// a mistake named at start, not ignored; no listener is no endpoint.
+TEST(AgentMetricsFlagsTest, KeysWithoutAListenerAreRefusedNamingThem) {
+  AgentOptions options;
+  options.agent_id = "a";
+  options.work_dir = "/nonexistent/det-agent-metrics-test";
+  Agent agent(options);
+  absl::StatusOr<AgentMetricsEndpoint> none = StartAgentMetrics({}, agent, "a");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->server, nullptr);
+  EXPECT_EQ(none->nvml, nullptr);
+  absl::StatusOr<AgentMetricsEndpoint> e = StartAgentMetrics({"", "/etc/det/metrics-token", ""}, agent, "a");
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(std::string(e.status().message()), HasSubstr("metrics-token-file is set but metrics-listen is not"));
+  e = StartAgentMetrics({"", "", "none"}, agent, "a");
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(std::string(e.status().message()), HasSubstr("nvml-library is set but metrics-listen is not"));
+  e = StartAgentMetrics({"127.0.0.1:0", "", std::string(5000, 'x')}, agent, "a");
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(std::string(e.status().message()), HasSubstr("nvml-library is longer than 4096 bytes"));
 }
 
 }  // namespace
