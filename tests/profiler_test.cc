@@ -165,5 +165,41 @@ TEST_F(TrialProfilerTest, ProfilingOffRecordsNothing) {
   EXPECT_TRUE(cluster_->Metrics(static_cast<int>(trial), "system").empty());
 }
 
+// A paused trial reports the profile of the batches it trained before the
+// pause (its last window and the pause's checkpoint included) and profiles
+// again after it resumes: every batch is in exactly one row.
+TEST_F(TrialProfilerTest, APausedAndResumedTrialProfilesEveryBatchOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
+  std::string yaml = SyntheticConfig(1, dir_ / "checkpoints", kProfilingOn);
+  yaml.replace(yaml.find("batch_delay_ms: 15"), 18, "batch_delay_ms: 40");
+  const int exp = cluster_->CreateExperiment(yaml, "paused", kSynthetic);
+  ASSERT_GT(exp, 0);
+  auto batches = [&] {
+    json trials = cluster_->Trials(exp);
+    if (trials.size() != 1) return int64_t{0};
+    const json v = trials[0].value("total_batches_processed", json(0));  // int64: a string in JSON
+    return v.is_string() ? int64_t{std::stoll(v.get<std::string>())} : v.get<int64_t>();
+  };
+  ASSERT_TRUE(PollUntil([&] { return batches() >= 10; }, std::chrono::minutes(2))) << cluster_->MasterLog();
+  ASSERT_EQ(cluster_->Cli({"experiment", "pause", std::to_string(exp)}), 0);
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        json trials = cluster_->Trials(exp);
+        return trials.size() == 1 && trials[0].value("state", "") == "STATE_PAUSED" && cluster_->BusySlots() == 0;
+      },
+      std::chrono::minutes(1)))
+      << cluster_->Trials(exp).dump();
+  const int64_t paused_at = batches();
+  EXPECT_LT(paused_at, 60) << "paused before the end";
+  const int64_t trial = cluster_->Trials(exp)[0].value("id", int64_t{0});
+  // Its window was still open when the pause came: reported at the pause.
+  EXPECT_GE(Sums(trial, "profiling")["batches"], paused_at) << "the paused run's last window was reported";
+  ASSERT_EQ(cluster_->Cli({"experiment", "activate", std::to_string(exp)}), 0);
+  ASSERT_TRUE(cluster_->WaitForState(exp, "STATE_COMPLETED", std::chrono::minutes(3))) << cluster_->MasterLog();
+  const std::map<std::string, double> sums = Sums(trial, "profiling");
+  EXPECT_EQ(sums.at("batches"), 60) << json(sums).dump();
+  EXPECT_GT(sums.at("checkpoint_s"), 0);
+}
+
 }  // namespace
 }  // namespace det::testing

@@ -643,6 +643,7 @@ std::optional<int> ManagedRank::Train(const tv1::Operation& op) {
   if (absl::Status q = client_.QueueError(); !q.ok()) return Fail(kExitTrialError, &client_, q, false);
   auto saved = controller_->Checkpoint();
   if (!saved.ok()) return Fail(kExitTrialError, &client_, saved.status(), false);
+  controller_->FinishProfiling();  // this run's last profiler rows, before the exit's flush
   tv1::AckPreemptionRequest ack;
   tv1::AckPreemptionResponse ack_resp;
   (void)client_.Call("AckPreemption", &tv1::TrialService::Stub::AckPreemption, ack, &ack_resp);
@@ -694,6 +695,7 @@ std::optional<int> ManagedRank::Wait() {
     if (absl::Status q = client_.QueueError(); !q.ok()) return Fail(kExitTrialError, &client_, q, false);
     auto saved = controller_->Checkpoint();
     if (!saved.ok()) return Fail(kExitTrialError, &client_, saved.status(), false);
+    controller_->FinishProfiling();
     return Finish();
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
