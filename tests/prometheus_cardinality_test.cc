@@ -9,6 +9,7 @@
 #include <cctype>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -185,6 +186,14 @@ TEST_F(Prometheus, AThousandTrialsAddNoSeriesToTheMastersMetrics) {
   std::cout << "[ series   ] master /metrics: " << before.size() << " series after 2 trials, " << during.size()
             << " with 1,000 trials (2+ completed, 1 running, the rest waiting), " << after.size()
             << " after the kill" << std::endl;
+  // Where the new series are (request histograms of calls the warm-up made not).
+  std::map<std::string, int> grown;
+  for (const Series& s : after) grown[s.name] += before.count(s) == 0 ? 1 : 0;
+  std::string where;
+  for (const auto& [name, n] : grown) {
+    if (n > 0) absl::StrAppend(&where, where.empty() ? "" : ", ", name, " +", n);
+  }
+  std::cout << "[ series   ] new after the kill: " << (where.empty() ? "none" : where) << std::endl;
   for (const auto& [when, now] : {std::pair{"with 1,000 trials", &during}, std::pair{"after the kill", &after}}) {
     const std::vector<std::string> problems = PerTrialProblems(before, *now, ids);
     EXPECT_TRUE(problems.empty()) << when << ", the master's series grew with the trials:\n"
