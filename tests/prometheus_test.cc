@@ -142,8 +142,9 @@ TEST_F(Prometheus, SlotsUsedRowsIngestedAndCompletedTrialsThroughAnExperiment) {
   const json trials = cluster_->Trials(exp);
   ASSERT_EQ(trials.size(), 2u) << trials.dump();
   const std::string completed = absl::StrCat(R"(det_trials{state=")", TrialStateLabel("COMPLETED"), R"("})");
-  EXPECT_TRUE(PollUntil([&] { return prom.Value(completed) == 2.0; }, 30s)) << prom.Query("det_trials").dump();
-  EXPECT_EQ(prom.Value("sum(det_trials)"), 2.0) << prom.Query("det_trials").dump();
+  const double count = static_cast<double>(trials.size());
+  EXPECT_TRUE(PollUntil([&] { return prom.Value(completed) == count; }, 30s)) << prom.Query("det_trials").dump();
+  EXPECT_EQ(prom.Value("sum(det_trials)"), count) << prom.Query("det_trials").dump();
 }
 
 // `det-cli job list --json`: queued jobs per pool (every pool listed by
