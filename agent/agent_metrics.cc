@@ -27,6 +27,19 @@ Agent::WorkView Agent::ViewWork() {
   return view;
 }
 
+std::vector<TrialProcessSample> SampleTrialProcesses(const std::vector<Agent::RunningRank>& ranks) {
+  std::vector<TrialProcessSample> samples;
+  for (const Agent::RunningRank& r : ranks) {
+    // A rank that exited since the view was taken has no series: gone, or a
+    // zombie the reaper has not waited for yet (its RSS reads 0).
+    absl::StatusOr<ProcStats> stats = ReadProcStats(static_cast<pid_t>(r.pid));
+    if (stats.ok() && !stats->exited()) {
+      samples.push_back(TrialProcessSample{r.trial_id, r.allocation_id, r.rank, *stats});
+    }
+  }
+  return samples;
+}
+
 AgentMetricsInput CollectAgentMetrics(Agent& agent, const std::string& agent_id, Nvml* nvml) {
   AgentMetricsInput in;
   in.agent_id = agent_id;
@@ -34,11 +47,7 @@ AgentMetricsInput CollectAgentMetrics(Agent& agent, const std::string& agent_id,
   Agent::WorkView view = agent.ViewWork();
   in.slots = view.slots;
   in.slots_used = view.slots_used;
-  for (const Agent::RunningRank& r : view.ranks) {
-    // A rank that exited since the view was taken has no series.
-    absl::StatusOr<ProcStats> stats = ReadProcStats(static_cast<pid_t>(r.pid));
-    if (stats.ok()) in.trial_processes.push_back(TrialProcessSample{r.trial_id, r.allocation_id, r.rank, *stats});
-  }
+  in.trial_processes = SampleTrialProcesses(view.ranks);
   if (nvml != nullptr) {
     // Warned once per run of failures, not at every scrape.
     static std::atomic<bool> warned{false};

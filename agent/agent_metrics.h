@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "agent/agent.h"
@@ -14,6 +15,11 @@
 #include "common/nvml.h"
 
 namespace det::agent {
+
+// The /proc stats of each running rank's process. A rank whose process has
+// exited is left out: gone, or exited and not yet reaped (a zombie, state Z
+// or X, whose RSS reads 0).
+std::vector<TrialProcessSample> SampleTrialProcesses(const std::vector<Agent::RunningRank>& ranks);
 
 // `nvml` null (no NVML on this node): no GPU figures. A rank whose process
 // cannot be read (it just exited) is left out. Thread-safe.

@@ -2,7 +2,12 @@
 
 #include "agent/agent_metrics.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -104,6 +109,28 @@ TEST(AgentMetricsFlagsTest, KeysWithoutAListenerAreRefusedNamingThem) {
   e = StartAgentMetrics({"127.0.0.1:0", "", std::string(5000, 'x')}, agent, "a");
   ASSERT_FALSE(e.ok());
   EXPECT_THAT(std::string(e.status().message()), HasSubstr("nvml-library is longer than 4096 bytes"));
+}
+
+// A rank whose process exited but is not reaped yet (a zombie: RSS 0) has
+// no series; a running one has.
+TEST(AgentMetricsTest, AZombieRankIsLeftOut) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  absl::StatusOr<ProcStats> stats = ReadProcStats(child);
+  while (stats.ok() && stats->state != 'Z' && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+    stats = ReadProcStats(child);
+  }
+  ASSERT_TRUE(stats.ok() && stats->state == 'Z') << "child " << child << " did not become a zombie";
+  std::vector<TrialProcessSample> samples =
+      SampleTrialProcesses({Agent::RunningRank{7, "a-zombie", 0, child}, Agent::RunningRank{8, "a-live", 1, ::getpid()}});
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].allocation_id, "a-live");
+  EXPECT_GT(samples[0].stats.rss_bytes, 0u);
 }
 
 }  // namespace

@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -55,22 +58,14 @@ absl::Status Unparsable(pid_t pid, absl::string_view file) {
   return absl::InternalError(absl::StrCat("cannot parse ", ProcPath(pid, file)));
 }
 
-// Seconds since the epoch at which the system booted (/proc/stat btime).
+// /proc/stat's btime, read once (it does not change while the system runs);
+// 0 when it cannot be read (start times are then seconds since boot).
 double BootTimeSeconds() {
-  const int fd = ::open("/proc/stat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  std::string text(16384, '\0');
-  const ssize_t n = ::read(fd, text.data(), text.size());
-  ::close(fd);
-  if (n <= 0) return 0;
-  text.resize(static_cast<size_t>(n));
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::ConsumePrefix(&line, "btime ")) {
-      double btime = 0;
-      if (absl::SimpleAtod(line, &btime)) return btime;
-    }
-  }
-  return 0;
+  static const double boot = [] {
+    absl::StatusOr<double> btime = ReadBootTimeSeconds("/proc/stat");
+    return btime.ok() ? *btime : 0.0;
+  }();
+  return boot;
 }
 
 // utime, stime and starttime of /proc/PID/stat (fields 14, 15, 22; the
@@ -83,7 +78,8 @@ absl::Status ReadStat(pid_t pid, ProcStats* out) {
   std::vector<absl::string_view> fields =
       absl::StrSplit(absl::string_view(*text).substr(close + 1), ' ', absl::SkipWhitespace());
   // fields[0] is field 3 (state), so field k is fields[k - 3].
-  if (fields.size() < 20) return Unparsable(pid, "stat");
+  if (fields.size() < 20 || fields[0].size() != 1) return Unparsable(pid, "stat");
+  out->state = fields[0][0];
   uint64_t utime = 0, stime = 0, start = 0;
   if (!absl::SimpleAtoi(fields[11], &utime) || !absl::SimpleAtoi(fields[12], &stime) ||
       !absl::SimpleAtoi(fields[19], &start)) {
@@ -144,6 +140,33 @@ absl::Status CountFds(pid_t pid, ProcStats* out) {
 }
 
 }  // namespace
+
+absl::StatusOr<double> ReadBootTimeSeconds(const std::string& stat_path) {
+  FILE* file = std::fopen(stat_path.c_str(), "re");
+  if (file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", stat_path, ": errno ", errno));
+  // Line by line in a fixed buffer; a line longer than it (an "intr" line
+  // with thousands of IRQs) arrives in pieces, and only a piece that starts
+  // a line can be the btime line.
+  char buf[4096];
+  size_t total = 0;
+  bool at_line_start = true;
+  absl::StatusOr<double> result =
+      absl::NotFoundError(absl::StrCat(stat_path, " has no btime line in its first ", kMaxProcStatBytes, " bytes"));
+  while (total < kMaxProcStatBytes && std::fgets(buf, sizeof(buf), file) != nullptr) {
+    absl::string_view piece(buf);
+    total += piece.size();
+    const bool starts_line = at_line_start;
+    at_line_start = absl::EndsWith(piece, "\n");
+    double btime = 0;
+    if (starts_line && absl::ConsumePrefix(&piece, "btime ") &&
+        absl::SimpleAtod(absl::StripAsciiWhitespace(piece), &btime)) {
+      result = btime;
+      break;
+    }
+  }
+  std::fclose(file);
+  return result;
+}
 
 absl::StatusOr<ProcStats> ReadProcStats(pid_t pid) {
   if (pid <= 0) return absl::InvalidArgumentError(absl::StrCat("pid must be positive, got ", pid));
