@@ -109,6 +109,7 @@ const std::vector<ProfilePhaseName>& ProfilePhaseNames() {
       {"backward_s", "backward"},       {"allreduce_s", "all-reduce"},
       {"optimizer_step_s", "optimizer step"}, {"checkpoint_s", "checkpoint"},
       {"validation_s", "validation"},   {"runtime_s", "runtime"},
+      {"unattributed_s", "unattributed"},  // last: in no phase (older trials: 0)
   };
   return kPhases;
 }
@@ -130,7 +131,7 @@ TrialProfile SummarizeProfile(const std::vector<v1::MetricsReport>& profiling,
     for (auto& phase : p.phases) phase.seconds += Value(r, phase.metric);
   }
   for (auto& phase : p.phases) {
-    p.phase_seconds += phase.seconds;
+    if (phase.metric != "unattributed_s") p.phase_seconds += phase.seconds;
     phase.share = p.wall_seconds > 0 ? phase.seconds / p.wall_seconds : 0;
   }
   if (p.wall_seconds > 0) {
@@ -148,7 +149,7 @@ std::string FormatProfile(int64_t trial_id, const TrialProfile& p) {
       << " s of wall time\n\n";
   Table t({"PHASE", "SECONDS", "SHARE"});
   for (const auto& phase : p.phases) t.AddRow({phase.label, Seconds(phase.seconds), Percent(phase.share)});
-  t.AddRow({"all phases", Seconds(p.phase_seconds),
+  t.AddRow({"measured phases", Seconds(p.phase_seconds),
             Percent(p.wall_seconds > 0 ? p.phase_seconds / p.wall_seconds : 0)});
   t.AddRow({"wall", Seconds(p.wall_seconds), Percent(p.wall_seconds > 0 ? 1 : 0)});
   t.Print(out);

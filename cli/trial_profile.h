@@ -49,7 +49,7 @@ struct TrialProfile {
   int64_t last_batch = 0;
   double wall_seconds = 0;
   std::vector<ProfilePhase> phases;  // every phase of ProfilePhaseNames()
-  double phase_seconds = 0;          // the phases' sum
+  double phase_seconds = 0;          // the measured phases' sum (unattributed_s not in it)
   double batches = 0;
   double samples = 0;
   double batches_per_second = 0;  // over the profiled wall time

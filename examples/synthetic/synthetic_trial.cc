@@ -2,6 +2,7 @@
 // a resumed run must restore: dropout (torch RNG), Adam (optimizer state), a
 // per-batch LR scheduler, shuffling with loader workers, and a stateful
 // callback. Test-only hyperparameters: batch_delay_ms slows each batch down,
+// val_batch_delay_ms each validation batch,
 // throw_at_batch makes train_batch throw at that batch, tokens_per_record
 // makes train_batch report a cumulative `tokens` training metric
 // ((batch_idx + 1) x global batch x tokens_per_record, for searcher
@@ -76,6 +77,7 @@ class SyntheticTrial final : public det::Trial {
                                            det::LRSchedulerStepMode::kStepEveryBatch);
     auto hp = context.hparams();
     delay_ms_ = hp.value("batch_delay_ms", 0);
+    val_delay_ms_ = hp.value("val_batch_delay_ms", 0);
     throw_at_ = hp.value("throw_at_batch", int64_t{-1});
     tokens_per_record_ = hp.value("tokens_per_record", 0.0);
     // "bf16": bfloat16 autocast, with a loss scaler that grows every 40
@@ -123,6 +125,7 @@ class SyntheticTrial final : public det::Trial {
   }
 
   det::Metrics evaluate_batch(det::Batch& batch, int64_t batch_idx) override {
+    if (val_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(val_delay_ms_));
     auto out = model_->forward(batch[0]);
     auto loss = torch::nn::functional::cross_entropy(out, batch[1]);
     auto acc = out.argmax(1).eq(batch[1]).to(torch::kFloat).mean();
@@ -146,6 +149,7 @@ class SyntheticTrial final : public det::Trial {
   std::shared_ptr<torch::optim::Adam> optimizer_;
   std::shared_ptr<torch::optim::StepLR> scheduler_;
   int delay_ms_ = 0;
+  int val_delay_ms_ = 0;
   int64_t throw_at_ = -1;
   double tokens_per_record_ = 0;
 };

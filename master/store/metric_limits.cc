@@ -62,7 +62,7 @@ bool IsProfilerGroup(const std::string& group) { return group == "profiling" || 
 bool IsProfilerKey(const std::string& group, const std::string& key) {
   if (group == "profiling") {
     for (const char* k : {"wall_s", "data_loader_s", "forward_s", "backward_s", "allreduce_s", "optimizer_step_s",
-                          "checkpoint_s", "validation_s", "runtime_s", "batches", "samples"}) {
+                          "checkpoint_s", "validation_s", "runtime_s", "unattributed_s", "batches", "samples"}) {
       if (key == k) return true;
     }
     return false;

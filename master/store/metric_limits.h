@@ -48,7 +48,7 @@ inline constexpr int kMaxProfilerGpus = 64;
 bool IsProfilerGroup(const std::string& group);
 // Whether `key` is a key of profiler group `group`: profiling's wall_s,
 // data_loader_s, forward_s, backward_s, allreduce_s, optimizer_step_s,
-// checkpoint_s, validation_s, runtime_s, batches, samples; system's
+// checkpoint_s, validation_s, runtime_s, unattributed_s, batches, samples; system's
 // cpu_ratio, rss_bytes, gpu<I>_utilization_ratio, gpu<I>_memory_used_bytes
 // (I in 0..kMaxProfilerGpus-1, no leading zero).
 bool IsProfilerKey(const std::string& group, const std::string& key);

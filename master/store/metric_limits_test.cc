@@ -228,7 +228,7 @@ TEST(MetricLimitsTest, ProfilerGroupsHaveTheirOwnKeysAndRowBound) {
   MetricBudget budget, added;
   MetricRow prof = Row(7, 1, 0, 0, "profiling");
   for (const char* k : {"wall_s", "data_loader_s", "forward_s", "backward_s", "allreduce_s", "optimizer_step_s",
-                        "checkpoint_s", "validation_s", "runtime_s", "batches", "samples"}) {
+                        "checkpoint_s", "validation_s", "runtime_s", "unattributed_s", "batches", "samples"}) {
     prof.metrics[k] = 1;
   }
   MetricRow sys = Row(7, 1, 0, 0, "system");

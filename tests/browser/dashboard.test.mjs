@@ -205,7 +205,7 @@ async function checkProfileCard(page, trialId) {
   check(rows.length > 0 && sys.length > 0,
     `profiled trial ${trialId} has ${rows.length} profiling and ${sys.length} system rows`);
   const phases = ['data_loader_s', 'forward_s', 'backward_s', 'allreduce_s', 'optimizer_step_s', 'checkpoint_s',
-    'validation_s', 'runtime_s'];
+    'validation_s', 'runtime_s', 'unattributed_s'];
   await page.waitForFunction((s) => document.querySelectorAll(`${s} rect`).length > 0, byId('profile-chart'),
     {timeout: 30000});
   check(!(await page.isVisible(byId('profile-hint'))), 'a profiled trial shows the enable-profiling hint');

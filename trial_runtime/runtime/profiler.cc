@@ -52,8 +52,10 @@ const char* ProfilePhaseKey(ProfilePhase phase) {
       return "validation_s";
     case ProfilePhase::kRuntime:
       return "runtime_s";
+    case ProfilePhase::kUnattributed:
+      return "unattributed_s";
   }
-  return "runtime_s";
+  return "unattributed_s";
 }
 
 std::unique_ptr<ProfilerClock> MakeSteadyProfilerClock(bool sync_cuda) {
@@ -71,6 +73,17 @@ Profiler::~Profiler() {
   if (internal::GetPhaseHook() == this) internal::SetPhaseHook(nullptr);
 }
 
+template <typename F>
+void Profiler::AsRuntime(F&& fn) {
+  const bool timed = window_open_ && depth_ < kMaxProfileDepth;
+  if (timed) stack_[static_cast<size_t>(depth_++)] = ProfilePhase::kRuntime;
+  fn();
+  if (timed) {
+    Stamp();
+    --depth_;
+  }
+}
+
 void Profiler::BeforeBatch(int64_t batch) {
   if (done_) return;
   // config_.begin_on_batch and config_.end_after_batch bound the profiled batches.
@@ -82,7 +95,7 @@ void Profiler::BeforeBatch(int64_t batch) {
     total_batches_ = batch;
     const double now = clock_->Now();
     OpenWindow(now);
-    MaybeSampleSystem(now, /*force=*/true);
+    AsRuntime([&] { MaybeSampleSystem(now, /*force=*/true); });
     return;
   }
   total_batches_ = batch;
@@ -99,11 +112,11 @@ void Profiler::AfterBatch(int64_t samples) {
   samples_ += samples;
   ++total_batches_;
   const double now = Stamp();
-  if (now - window_start_ >= kProfileWindowSeconds) CloseWindow(now);
+  if (now - window_start_ >= kProfileWindowSeconds) CloseWindow(now, /*reopen=*/true);
 }
 
 void Profiler::Enter(ProfilePhase phase) {
-  if (!active_) return;
+  if (!active_ || phase == ProfilePhase::kUnattributed) return;
   if (depth_ >= kMaxProfileDepth) {
     ++skipped_depth_;
     return;
@@ -148,7 +161,7 @@ void Profiler::Finish(int64_t total_batches) {
 double Profiler::Stamp() {
   const double now = clock_->Now();
   if (window_open_) {
-    const ProfilePhase running = depth_ > 0 ? stack_[static_cast<size_t>(depth_ - 1)] : ProfilePhase::kRuntime;
+    const ProfilePhase running = depth_ > 0 ? stack_[static_cast<size_t>(depth_ - 1)] : ProfilePhase::kUnattributed;
     sums_[static_cast<size_t>(running)] += now - last_stamp_;
   }
   last_stamp_ = now;
@@ -161,7 +174,7 @@ void Profiler::OpenWindow(double now) {
   last_stamp_ = now;
 }
 
-void Profiler::CloseWindow(double now) {
+void Profiler::CloseWindow(double now, bool reopen) {
   std::map<std::string, double> row;
   row["wall_s"] = now - window_start_;
   for (int i = 0; i < kProfilePhaseCount; ++i) {
@@ -175,14 +188,18 @@ void Profiler::CloseWindow(double now) {
   window_open_ = false;
   // One row per batch (the master keeps one per trial, group and batch):
   // windows ending at the same batch add up into one row.
-  if (pending_batches_ == total_batches_ && !pending_.empty()) {
-    for (const auto& [key, value] : row) pending_[key] += value;
-  } else {
-    FlushPending();
-    pending_ = std::move(row);
-    pending_batches_ = total_batches_;
-  }
-  MaybeSampleSystem(now, /*force=*/false);
+  const bool merge = pending_batches_ == total_batches_ && !pending_.empty();
+  if (reopen) OpenWindow(now);
+  AsRuntime([&] {
+    if (merge) {
+      for (const auto& [key, value] : row) pending_[key] += value;
+    } else {
+      FlushPending();
+      pending_ = std::move(row);
+      pending_batches_ = total_batches_;
+    }
+    MaybeSampleSystem(now, /*force=*/false);
+  });
 }
 
 void Profiler::FlushPending() {

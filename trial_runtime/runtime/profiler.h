@@ -2,13 +2,15 @@
 // where the chief's (rank 0's) time goes, batch by batch, reported as rows of
 // the metric groups `profiling` and `system`.
 //
-// Every instant of a profiling window is attributed to exactly one phase:
+// Every instant of a profiling window is attributed to at most one phase:
 // the innermost one running (phases nest: backward, the gradient all-reduce
 // and the optimizer step run inside train_batch, whose own share is
-// forward_s), or runtime_s when none runs (the harness between batches:
-// reports, callbacks, LR schedulers, the preemption check). Each phase adds
-// up the spans between its own clock stamps; wall_s is the window's span from
-// its own stamps, so the phases adding up to wall_s checks the bookkeeping.
+// forward_s). The harness's own work is a phase timed like the others
+// (runtime_s: reports, callbacks, LR schedulers, the preemption vote,
+// progress, and the profiler's own report and system sample inside a
+// window). An instant when no phase runs is unattributed_s, the one
+// remainder: small when every phase is scoped right, so "the measured
+// phases add up to wall_s" is a check that can fail.
 //
 // A window opens at the first profiled batch or phase of an operation and
 // closes at the end of a batch once it is >= kProfileWindowSeconds old, or at
@@ -48,9 +50,10 @@ enum class ProfilePhase {
   kOptimizerStep,  // optimizer_step_s: TrialContext::step_optimizer
   kCheckpoint,     // checkpoint_s: TrialController::Checkpoint
   kValidation,     // validation_s: TrialController::Validate
-  kRuntime,        // runtime_s: in a window with no other phase running
+  kRuntime,        // runtime_s: the harness's own work (TrialController's scopes)
+  kUnattributed,   // unattributed_s: in a window with no phase running (never entered)
 };
-inline constexpr int kProfilePhaseCount = 8;
+inline constexpr int kProfilePhaseCount = 9;  // the 8 measured phases and unattributed_s
 
 // The row key of `phase` ("data_loader_s", ...).
 const char* ProfilePhaseKey(ProfilePhase phase);
@@ -119,7 +122,14 @@ class Profiler final : public internal::PhaseHook {
   // Adds the time since the last stamp to the running phase; returns now.
   double Stamp();
   void OpenWindow(double now);
-  void CloseWindow(double now);
+  // Ends the window at `now` into a row. With `reopen` (mid-operation) the
+  // next window starts at `now` and the profiler's own report and system
+  // sample are runtime_s in it; without, they fall between windows.
+  void CloseWindow(double now, bool reopen = false);
+  // Runs fn (the profiler's own report or sample) timed as runtime_s when a
+  // window is open.
+  template <typename F>
+  void AsRuntime(F&& fn);
   void MaybeSampleSystem(double now, bool force);
   void FlushPending();
   void Stop();

@@ -281,6 +281,36 @@ absl::Status TrialController::ReportTraining() {
   return reporter_->ReportTrainingMetrics(batches_trained_, epochs(), avg);
 }
 
+absl::Status TrialController::AfterTrainBatch(const MetricsMap& metrics, int64_t epoch_idx, int64_t target,
+                                              bool* stop) {
+  if (GradScaler* scaler = context_->grad_scaler()) scaler->update();
+  for (const auto& [name, value] : metrics) {
+    pending_[name].push_back(value);
+    last_values_[name] = value;
+  }
+  ++pending_batches_;
+  ++batches_trained_;
+  ++batches_this_run_;
+  for (const auto& s : context_->lr_schedulers()) {
+    if (s.mode == LRSchedulerStepMode::kStepEveryBatch) s.scheduler->step();
+  }
+  if (batches_trained_ % batches_per_epoch_ == 0) {
+    DET_RETURN_IF_ERROR(ForEachCallback(callbacks_, "on_training_epoch_end",
+                                        [&](Callback& cb) { cb.on_training_epoch_end(epoch_idx); }));
+    for (const auto& s : context_->lr_schedulers()) {
+      if (s.mode == LRSchedulerStepMode::kStepEveryEpoch) s.scheduler->step();
+    }
+  }
+  if (batches_trained_ % plan_.scheduling_unit == 0 || batches_trained_ == max_batches_) {
+    DET_RETURN_IF_ERROR(ReportTraining());
+  }
+  if (reports()) reporter_->ReportProgress(batches_trained_, max_batches_);
+  if (batches_trained_ < target) {
+    DET_ASSIGN_OR_RETURN(*stop, ShouldStop());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
   *preempted = false;
   for (const auto& m : context_->models()) m->train();
@@ -289,7 +319,6 @@ absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
     train_stream_ = train_loader_->Stream(batches_trained_);
   }
   const torch::Device device = context_->device();
-  const int64_t unit = plan_.scheduling_unit;
   auto start = Clock::now();
   absl::Status status;
   Profiler* prof = profiler_.get();  // null: profiling off (or not the chief)
@@ -297,6 +326,7 @@ absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
     if (prof != nullptr) prof->BeforeBatch(batches_trained_);
     const int64_t epoch_idx = batches_trained_ / batches_per_epoch_;
     if (batches_trained_ % batches_per_epoch_ == 0) {
+      ProfileScope timed(prof, ProfilePhase::kRuntime);
       status = ForEachCallback(callbacks_, "on_training_epoch_start",
                                [&](Callback& cb) { cb.on_training_epoch_start(epoch_idx); });
       if (!status.ok()) break;
@@ -324,43 +354,17 @@ absl::Status TrialController::TrainTo(int64_t target, bool* preempted) {
       status = metrics.status();
       break;
     }
-    if (GradScaler* scaler = context_->grad_scaler()) scaler->update();
-    for (const auto& [name, value] : *metrics) {
-      pending_[name].push_back(value);
-      last_values_[name] = value;
+    bool stop = false;
+    {
+      ProfileScope timed(prof, ProfilePhase::kRuntime);
+      status = AfterTrainBatch(*metrics, epoch_idx, target, &stop);
     }
-    ++pending_batches_;
-    ++batches_trained_;
-    ++batches_this_run_;
-    for (const auto& s : context_->lr_schedulers()) {
-      if (s.mode == LRSchedulerStepMode::kStepEveryBatch) s.scheduler->step();
-    }
-    if (batches_trained_ % batches_per_epoch_ == 0) {
-      status = ForEachCallback(callbacks_, "on_training_epoch_end",
-                               [&](Callback& cb) { cb.on_training_epoch_end(epoch_idx); });
-      if (!status.ok()) break;
-      for (const auto& s : context_->lr_schedulers()) {
-        if (s.mode == LRSchedulerStepMode::kStepEveryEpoch) s.scheduler->step();
-      }
-    }
-    if (batches_trained_ % unit == 0 || batches_trained_ == max_batches_) {
-      status = ReportTraining();
-      if (!status.ok()) break;
-    }
-    if (reports()) reporter_->ReportProgress(batches_trained_, max_batches_);
-    if (batches_trained_ < target) {
-      auto stop = ShouldStop();
-      if (!stop.ok()) {
-        status = stop.status();
-        break;
-      }
-      if (*stop) {
-        *preempted = true;
-        if (prof != nullptr) prof->AfterBatch(samples);
-        break;
-      }
-    }
+    if (!status.ok()) break;
     if (prof != nullptr) prof->AfterBatch(samples);
+    if (stop) {
+      *preempted = true;
+      break;
+    }
   }
   if (prof != nullptr) prof->EndOperation(batches_trained_);
   training_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();

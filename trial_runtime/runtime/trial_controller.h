@@ -156,6 +156,11 @@ class TrialController {
         plan_(std::move(plan)),
         dist_(dist) {}
   absl::Status ReportTraining();
+  // The harness's work after training batch `epoch_idx`'s train_batch
+  // returned `metrics` (the profiler's runtime_s): bookkeeping, LR
+  // schedulers, epoch-end callbacks, reports, progress and, before `target`,
+  // the stop vote (*stop: a preemption).
+  absl::Status AfterTrainBatch(const MetricsMap& metrics, int64_t epoch_idx, int64_t target, bool* stop);
   // Validate and Checkpoint, each timed as its profiling phase.
   absl::StatusOr<MetricsMap> ValidateUnprofiled();
   absl::StatusOr<SavedCheckpoint> CheckpointUnprofiled();

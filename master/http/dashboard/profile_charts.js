@@ -31,6 +31,7 @@ export const PHASES = [
   ['data_loader_s', 'data loader'], ['forward_s', 'forward'], ['backward_s', 'backward'],
   ['allreduce_s', 'all-reduce'], ['optimizer_step_s', 'optimizer step'], ['checkpoint_s', 'checkpoint'],
   ['validation_s', 'validation'], ['runtime_s', 'runtime'],
+  ['unattributed_s', 'unattributed'],  // in no phase (0 for trials profiled before it existed)
 ];
 const TERMINAL = ['STATE_COMPLETED', 'STATE_CANCELED', 'STATE_ERROR', 'STATE_DELETING'];
 
