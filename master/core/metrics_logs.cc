@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
+#include "master/store/metric_limits.h"
 
 namespace det::master {
 
@@ -181,17 +183,57 @@ absl::StatusOr<int64_t> MasterCore::TrialLogsStart(const apiv1::TrialLogsRequest
   return std::max(start, req.after_id());
 }
 
+namespace {
+
+// A `profiling`/`system` report (the trial profiler's groups): only from a
+// trial whose experiment has profiling.enabled, and a `system` row's GPUs are
+// the trial's own (gpu<I> with I < resources.slots_per_trial). The store
+// checks the keys, values and bounds (metric_limits.h).
+absl::Status CheckProfilerReport(const trialv1::ReportMetricsRequest& req, int64_t trial_id,
+                                 const ExperimentConfig& config) {
+  if (!config.profiling.enabled) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trial ", trial_id, ": metric group '", req.group(), "' is the trial profiler's and its experiment has "
+        "profiling.enabled false; set profiling.enabled: true in the experiment config, or report your own "
+        "metrics in another group"));
+  }
+  if (req.group() != "system") return absl::OkStatus();
+  const int64_t slots = config.resources.slots_per_trial;
+  for (int i = 0; i < req.rows_size(); ++i) {
+    for (const auto& [key, value] : req.rows(i).metrics()) {
+      if (key.size() < 4 || key.compare(0, 3, "gpu") != 0 || key[3] < '0' || key[3] > '9') continue;
+      const int64_t index = std::strtoll(key.c_str() + 3, nullptr, 10);
+      if (index >= slots) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "trial ", trial_id, ": metric group 'system' key '", key.substr(0, 64), "' in rows[", i,
+            "]: the trial has ", slots, " slot(s) (resources.slots_per_trial), so its GPUs are gpu0 to gpu",
+            slots - 1));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<trialv1::ReportMetricsResponse> MasterCore::ReportMetrics(const trialv1::ReportMetricsRequest& req,
                                                                          const std::string& token) {
   // Who is asking comes first: another allocation's token is refused
   // whatever else is wrong with the request.
   int64_t trial_id, run_id;
+  absl::Status profiler_rows = absl::OkStatus();
   {
     std::lock_guard<std::mutex> l(mu_);
     DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
     trial_id = alloc->trial_id;
-    run_id = trials_.at(trial_id)->row.run_id;
+    const TrialRow& trial = trials_.at(trial_id)->row;
+    run_id = trial.run_id;
+    if (IsProfilerGroup(req.group())) {
+      DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(trial.experiment_id));
+      profiler_rows = CheckProfilerReport(req, trial_id, exp->config);
+    }
   }
+  DET_RETURN_IF_ERROR(profiler_rows);
   DET_RETURN_IF_ERROR(ValidateMetricGroup(req.group()));
   if (req.group() == "training" || req.group() == "validation") {
     return absl::InvalidArgumentError(absl::StrCat("group '", req.group(), "': use Report",

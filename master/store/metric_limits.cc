@@ -1,6 +1,7 @@
 #include "master/store/metric_limits.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -33,15 +34,28 @@ uint64_t HashBasis() {
   return basis;
 }
 
-// The profiler's checks of one row (see CheckMetricRows).
-absl::Status CheckProfilerRow(int64_t trial_id, const MetricRow& r, const MetricBudget& budget,
-                              MetricBudget* added) {
+// The profiler's checks of one row stored as `encoded` (see CheckMetricRows).
+absl::Status CheckProfilerRow(int64_t trial_id, const MetricRow& r, const std::string& encoded,
+                              const MetricLimits& limits, const MetricBudget& budget, MetricBudget* added) {
   for (const auto& [name, value] : r.metrics) {
     if (!IsProfilerKey(r.group, name)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "trial ", trial_id, ": metric group '", r.group, "' is the profiler's and has no key '", Shown(name),
           "' (see docs/guides/profiling.md for its keys); report your own metrics in another group"));
     }
+    if (!std::isfinite(value) || value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("trial ", trial_id, ": metric group '", r.group, "' key '",
+                                                     name, "' at total_batches ", r.total_batches, " is ", value,
+                                                     "; the profiler's figures are finite and >= 0"));
+    }
+  }
+  added->profiler_bytes += static_cast<int64_t>(encoded.size()) + MetricLimits::kRowOverhead;
+  if (limits.max_profiler_bytes > 0 && budget.profiler_bytes + added->profiler_bytes > limits.max_profiler_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "trial ", trial_id, ": the profiler's groups (profiling and system) hold ", budget.profiler_bytes,
+        " bytes; this report would pass their bound of ", limits.max_profiler_bytes,
+        " bytes per trial (narrow profiling.begin_on_batch and profiling.end_after_batch); this metric report "
+        "was refused and nothing of it stored"));
   }
   int64_t* rows = r.group == "profiling" ? &added->profiling_rows : &added->system_rows;
   const int64_t stored = r.group == "profiling" ? budget.profiling_rows : budget.system_rows;
@@ -101,7 +115,7 @@ absl::Status CheckMetricRows(int64_t trial_id, const std::vector<MetricRow>& row
   for (size_t i = 0; i < rows.size(); ++i) {
     const MetricRow& r = rows[i];
     if (IsProfilerGroup(r.group)) {
-      absl::Status st = CheckProfilerRow(trial_id, r, budget, added);
+      absl::Status st = CheckProfilerRow(trial_id, r, encoded[i], limits, budget, added);
       if (!st.ok()) return st;
       continue;
     }
@@ -151,6 +165,7 @@ void ApplyMetricBudget(const MetricBudget& added, MetricBudget* budget) {
   budget->bytes += added.bytes;
   budget->profiling_rows += added.profiling_rows;
   budget->system_rows += added.system_rows;
+  budget->profiler_bytes += added.profiler_bytes;
 }
 
 absl::Status CheckCheckpointReport(int64_t trial_id, int64_t resources, int64_t metadata_bytes, int64_t row_bytes,

@@ -24,6 +24,9 @@ struct MetricLimits {
   int64_t max_values_per_report = 1000;  // --max-metric-values-per-report (one row)
   int64_t max_trial_names = 1000;        // --max-trial-metric-names (all groups)
   int64_t max_trial_bytes = 256 << 20;   // --max-trial-metric-mib
+  // The profiler's groups together (`profiling` and `system`, counted like
+  // max_trial_bytes). No flag: the profiler's rate is fixed (tests lower it).
+  int64_t max_profiler_bytes = 16 << 20;
   // Each stored row counts as its metrics JSON plus this.
   static constexpr int64_t kRowOverhead = 64;
 };
@@ -39,8 +42,9 @@ uint64_t MetricNameHash(const std::string& name);
 // The trial profiler's groups (docs/guides/profiling.md): names the runtime
 // chooses, reported at a fixed rate, outside the bounds of MetricLimits (their
 // names and bytes do not count there) and bounded on their own: a fixed key
-// set each, and at most kMaxProfilerRowsPerGroup rows per trial and group
-// (about 14 hours of `profiling` rows at one a second, 70 of `system` rows).
+// set each, finite values >= 0, at most kMaxProfilerRowsPerGroup rows per
+// trial and group, and at most MetricLimits::max_profiler_bytes (16 MiB) of
+// both groups together per trial, counted like max_trial_bytes.
 inline constexpr int64_t kMaxProfilerRowsPerGroup = 50000;
 // At most this many GPUs in a `system` row (gpu0_... to gpu63_...).
 inline constexpr int kMaxProfilerGpus = 64;
@@ -58,9 +62,11 @@ struct MetricBudget {
   std::vector<uint64_t> names;  // MetricNameHash of each distinct name, sorted
   int64_t bytes = 0;
   std::string example;  // in an `added` budget: one new name, for messages
-  // Rows of the profiler's groups (not counted in names or bytes).
+  // Rows of the profiler's groups (not counted in names or bytes) and their
+  // bytes together (counted as `bytes` is, against max_profiler_bytes).
   int64_t profiling_rows = 0;
   int64_t system_rows = 0;
+  int64_t profiler_bytes = 0;
 
   bool Has(uint64_t hash) const;
   void Add(uint64_t hash);  // keeps `names` sorted and distinct
@@ -73,8 +79,9 @@ struct MetricBudget {
 // trial, the bound, its det-master flag and that the whole call was refused;
 // nothing is written for a refused call. Rows of a profiler group are checked
 // against its own bounds instead: INVALID_ARGUMENT naming the group and the
-// key for a key not of that group, RESOURCE_EXHAUSTED naming the group past
-// kMaxProfilerRowsPerGroup rows.
+// key for a key not of that group or a value not finite or negative,
+// RESOURCE_EXHAUSTED naming the group past kMaxProfilerRowsPerGroup rows or
+// past max_profiler_bytes.
 absl::Status CheckMetricRows(int64_t trial_id, const std::vector<MetricRow>& rows,
                              const std::vector<std::string>& encoded, const MetricLimits& limits,
                              const MetricBudget& budget, MetricBudget* added);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <type_traits>
 #include <utility>
@@ -258,6 +259,40 @@ TEST(MetricLimitsTest, ProfilerGroupsHaveTheirOwnKeysAndRowBound) {
   EXPECT_TRUE(Check({sys}, limits, budget, &added).ok()) << "each group has its own count";
   ApplyMetricBudget(added, &budget);
   EXPECT_EQ(budget.system_rows, 1);
+}
+
+// The profiler's groups together have a byte bound of their own (issue 48
+// review, finding 4), counted from the stored rows after a restart like the
+// trial's other bytes, and take only finite values >= 0.
+TEST_F(MetricLimitsStoreTest, ProfilerBytesAreBoundedAndCountedAfterAReopen) {
+  MetricLimits limits;
+  limits.max_profiler_bytes = 2000;
+  store_->set_metric_limits(limits);
+  auto sys = [&](int64_t b) {
+    MetricRow r = Row(trial_, b, 0, 0, b % 2 == 0 ? "system" : "profiling");
+    r.metrics[b % 2 == 0 ? "cpu_ratio" : "wall_s"] = 1.5;
+    return r;
+  };
+  int64_t b = 1;
+  absl::Status s;
+  while ((s = store_->InsertMetrics({sys(b)})).ok() && b < 1000) ++b;
+  ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("the profiler's groups (profiling and system) hold"));
+  EXPECT_GT(b, 10);
+  Open();  // a restart: the bytes come from the stored rows
+  store_->set_metric_limits(limits);
+  s = store_->InsertMetrics({sys(b)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << "still full after a restart: " << s;
+  EXPECT_TRUE(store_->InsertMetrics({Row(trial_, b, 0, 1, "inference")}).ok()) << "not the trial's own bytes";
+
+  MetricBudget budget, added;
+  for (double bad : {-0.5, std::nan(""), -HUGE_VAL}) {
+    MetricRow r = Row(7, 1, 0, 0, "system");
+    r.metrics["rss_bytes"] = bad;
+    s = Check({r}, limits, budget, &added);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("metric group 'system' key 'rss_bytes'")) << bad;
+  }
 }
 
 }  // namespace

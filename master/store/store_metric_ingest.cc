@@ -37,7 +37,8 @@ constexpr char kMetricBytes[] =
     "SELECT COALESCE(SUM(LENGTH(CAST(metrics AS BLOB))), 0) + ?2 * COUNT(*) FROM metrics WHERE trial_id = ?1 "
     "AND metric_group NOT IN ('profiling', 'system')";
 constexpr char kProfilerRows[] =
-    "SELECT COALESCE(SUM(metric_group = 'profiling'), 0), COALESCE(SUM(metric_group = 'system'), 0) "
+    "SELECT COALESCE(SUM(metric_group = 'profiling'), 0), COALESCE(SUM(metric_group = 'system'), 0), "
+    "COALESCE(SUM(LENGTH(CAST(metrics AS BLOB))), 0) + ?2 * COUNT(*) "
     "FROM metrics WHERE trial_id = ?1 AND metric_group IN ('profiling', 'system')";
 constexpr size_t kMaxCountedTrials = 10000;  // metric_budgets_ is cleared beyond
 
@@ -85,6 +86,7 @@ absl::Status Store::AdmitMetricsLocked(const std::vector<MetricRow>& rows, const
       if (sqlite3_step(profiler.get()) != SQLITE_ROW) return Error(sqlite3_errcode(db_), "count profiler rows");
       budget.profiling_rows = store_internal::ColInt(profiler.get(), 0);
       budget.system_rows = store_internal::ColInt(profiler.get(), 1);
+      budget.profiler_bytes = store_internal::ColInt(profiler.get(), 2);
       it = metric_budgets_.emplace(trial_id, std::move(budget)).first;
     }
     DET_RETURN_IF_ERROR(

@@ -1,0 +1,111 @@
+// The trial profiler's groups (`profiling`, `system`: issue 48 review,
+// finding 4) as the master takes them from a trial: only when the experiment
+// has profiling.enabled, only GPUs of the trial's slots, finite values >= 0,
+// and at most MetricLimits::max_profiler_bytes per trial, whoever calls
+// ReportMetrics with the allocation's token (user code in the trial process
+// has it, not only the SDK).
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "master/core/core_test_fixture.h"
+#include "master/store/store_internal.h"
+#include "tests/test_util.h"
+
+namespace det::master {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ProfilerReportCoreTest : public MasterCoreFixture {
+ protected:
+  // One agent of one slot and an active 1-slot experiment of one trial,
+  // profiling on or off; its first allocation in start_.
+  void Start(bool profiling) {
+    ASSERT_NO_FATAL_FAILURE(AttachOneSlotAgent(&session_));
+    std::string yaml = det::testing::SingleTrialConfig("profiled", dir_ / "checkpoints", 1);
+    if (profiling) yaml += "profiling:\n  enabled: true\n";
+    ASSERT_GT(CreateActiveExperiment(yaml), 0);
+    core_->RunBackgroundPass();
+    for (const auto& s : Starts(*session_)) start_ = s;
+    ASSERT_FALSE(start_.allocation_id().empty());
+  }
+  absl::Status Report(const std::string& group, int64_t batches, const std::map<std::string, double>& metrics) {
+    trialv1::ReportMetricsRequest req;
+    req.set_allocation_id(start_.allocation_id());
+    req.set_group(group);
+    trialv1::MetricsRow* row = req.add_rows();
+    row->set_total_batches(batches);
+    for (const auto& [k, v] : metrics) (*row->mutable_metrics())[k] = v;
+    return core_->ReportMetrics(req, start_.allocation_token()).status();
+  }
+  int64_t StoredBytes() {
+    auto rows = core_->store()->ListMetrics(1, "system", /*include_archived=*/true);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    int64_t bytes = 0;
+    for (const MetricRow& r : rows.ok() ? *rows : std::vector<MetricRow>{}) {
+      bytes += static_cast<int64_t>(store_internal::EncodeMetrics(r.metrics).size()) + MetricLimits::kRowOverhead;
+    }
+    return bytes;
+  }
+
+  std::shared_ptr<AgentSession> session_;
+  agentv1::StartAllocation start_;
+};
+
+TEST_F(ProfilerReportCoreTest, ProfilerGroupsAreRefusedWhenProfilingIsOff) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*profiling=*/false));
+  for (const char* group : {"system", "profiling"}) {
+    absl::Status s = Report(group, 1, {{"cpu_ratio", 1}});
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << group << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr("profiling.enabled")) << group;
+  }
+  EXPECT_TRUE(Report("inference", 1, {{"cpu_ratio", 1}}).ok()) << "other groups as before";
+}
+
+TEST_F(ProfilerReportCoreTest, SystemRowsNameOnlyTheTrialsGpusAndFiniteValues) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*profiling=*/true));
+  EXPECT_TRUE(Report("system", 1, {{"cpu_ratio", 0.5}, {"gpu0_utilization_ratio", 0.8}}).ok());
+  absl::Status s = Report("system", 2, {{"gpu1_utilization_ratio", 0.8}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("key 'gpu1_utilization_ratio'"));
+  EXPECT_THAT(s.message(), HasSubstr("resources.slots_per_trial"));
+  for (double bad : {-1.0, std::nan(""), HUGE_VAL}) {
+    s = Report("system", 3, {{"rss_bytes", bad}});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr("metric group 'system' key 'rss_bytes'")) << bad;
+  }
+}
+
+// The reviewer's attack: a trial reports `system` rows in a loop. It is
+// refused with RESOURCE_EXHAUSTED once the profiler's byte bound (lowered to
+// 64 KiB here; 16 MiB by default) is reached, and what is stored stays under it.
+TEST_F(ProfilerReportCoreTest, ALoopOfSystemReportsStopsAtTheProfilerByteBound) {
+  MetricLimits limits;
+  limits.max_profiler_bytes = 64 << 10;
+  core_->store()->set_metric_limits(limits);
+  ASSERT_NO_FATAL_FAILURE(Start(/*profiling=*/true));
+  absl::Status s;
+  int64_t batches = 0;
+  while (s.ok() && batches < 10000) {
+    s = Report("system", ++batches, {{"cpu_ratio", 1.5}, {"rss_bytes", 123456789}, {"gpu0_utilization_ratio", 0.5},
+                                     {"gpu0_memory_used_bytes", 1e9}});
+  }
+  ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << "after " << batches << " reports: " << s;
+  EXPECT_THAT(s.message(), HasSubstr("the profiler's groups (profiling and system)"));
+  EXPECT_GT(batches, 100);
+  const int64_t stored = StoredBytes();
+  EXPECT_LE(stored, limits.max_profiler_bytes);
+  EXPECT_GT(stored, limits.max_profiler_bytes - 1024);
+  EXPECT_EQ(Report("profiling", batches, {{"wall_s", 1}}).code(), absl::StatusCode::kResourceExhausted)
+      << "one bound for both groups";
+  EXPECT_TRUE(Report("inference", batches, {{"loss", 1}}).ok()) << "the trial's own metrics are not bound by it";
+}
+
+}  // namespace
+}  // namespace det::master
