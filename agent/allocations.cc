@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -408,6 +409,21 @@ Agent::Env Agent::RankEnvironment(const av1::StartAllocation& start, const av1::
     env["DET_CHECKPOINT_STORAGE_PATH"] = start.checkpoint_storage_path();
   }
   env["CUDA_VISIBLE_DEVICES"] = cuda ? absl::StrJoin(spec.device_ids(), ",") : "";
+  // The profiler's `system` rows report these GPUs only (NVML sees every GPU
+  // of the node): their UUIDs in device order, "" for a CPU slot; unset
+  // (det-trial then reads CUDA_VISIBLE_DEVICES) when a GPU's UUID is unknown.
+  std::vector<std::string> uuids;
+  const int gpus = cuda ? spec.device_ids_size() : 0;
+  for (int i = 0; i < gpus; ++i) {
+    for (const auto& d : options_.devices) {
+      if (d.id() == spec.device_ids(i) && !d.uuid().empty()) uuids.push_back(d.uuid());
+    }
+  }
+  if (uuids.size() == static_cast<size_t>(gpus)) {
+    env["DET_GPU_UUIDS"] = absl::StrJoin(uuids, ",");
+  } else {
+    env.erase("DET_GPU_UUIDS");
+  }
   return env;
 }
 

@@ -55,9 +55,10 @@ void AddGpus(const AgentMetricsInput& in, Families& fams) {
   MetricFamily& total = fams.Add("det_gpu_memory_total_bytes", "GPU memory in all (NVML)", MetricType::Gauge);
   for (const GpuSample& g : *in.gpus) {
     Labels labels{{"agent", in.agent_id}, {"slot", std::to_string(g.index)}, {"uuid", g.uuid}};
-    Families::Gauge(util, labels, g.utilization_ratio);
-    Families::Gauge(used, labels, static_cast<double>(g.memory_used_bytes));
-    Families::Gauge(total, labels, static_cast<double>(g.memory_total_bytes));
+    // A figure NVML refused for this device (GpuSample::has_*) has no series.
+    if (g.has_utilization) Families::Gauge(util, labels, g.utilization_ratio);
+    if (g.has_memory) Families::Gauge(used, labels, static_cast<double>(g.memory_used_bytes));
+    if (g.has_memory) Families::Gauge(total, labels, static_cast<double>(g.memory_total_bytes));
   }
 }
 

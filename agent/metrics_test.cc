@@ -55,6 +55,18 @@ TEST(AgentMetricsTest, GpuFiguresPerSlot) {
   EXPECT_THAT(text, HasSubstr("det_gpu_memory_total_bytes{agent=\"node-1\",slot=\"0\",uuid=\"GPU-a\"} 17179869184\n"));
 }
 
+// A figure NVML refused for one device (issue 48 review, 12c) has no
+// series; the device's other figures and the other devices keep theirs.
+TEST(AgentMetricsTest, ARefusedFigureHasNoSeries) {
+  AgentMetricsInput in = Base();
+  in.gpus = std::vector<GpuSample>{{0, "GPU-a", 0.37, 1, 2}, {1, "GPU-b", 0, 3, 4}};
+  (*in.gpus)[1].has_utilization = false;
+  std::string text = RenderAgentMetrics(in);
+  EXPECT_THAT(text, HasSubstr("det_gpu_utilization_ratio{agent=\"node-1\",slot=\"0\",uuid=\"GPU-a\"} 0.37\n"));
+  EXPECT_THAT(text, Not(HasSubstr("det_gpu_utilization_ratio{agent=\"node-1\",slot=\"1\"")));
+  EXPECT_THAT(text, HasSubstr("det_gpu_memory_used_bytes{agent=\"node-1\",slot=\"1\",uuid=\"GPU-b\"} 3\n"));
+}
+
 TEST(AgentMetricsTest, TrialProcessesAndSelf) {
   AgentMetricsInput in = Base();
   ProcStats trial;

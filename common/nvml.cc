@@ -136,23 +136,30 @@ absl::StatusOr<std::vector<GpuSample>> Nvml::Sample() {
   }
   std::vector<GpuSample> samples;
   for (unsigned int i = 0; i < count; ++i) {
-    auto fail = [&](const char* call, nvmlReturn_t code) {
-      return absl::UnavailableError(absl::StrCat(call, " for device ", i, ": ", api_->Error(code)));
+    // A failing call costs only what it reads (one device, one figure).
+    auto ok = [&](const char* call, nvmlReturn_t code) {
+      if (code == kNvmlSuccess) return true;
+      if (warned_.insert(absl::StrCat(call, " ", i)).second) {
+        spdlog::warn("NVML {} for device {} failed: {} (left out of the GPU figures)", call, i, api_->Error(code));
+      }
+      return false;
     };
     nvmlDevice_t device = nullptr;
-    if ((rc = api_->get_handle(i, &device)) != kNvmlSuccess) return fail("nvmlDeviceGetHandleByIndex_v2", rc);
-    nvmlUtilization_t util{};
-    if ((rc = api_->get_utilization(device, &util)) != kNvmlSuccess) return fail("nvmlDeviceGetUtilizationRates", rc);
-    nvmlMemory_t memory{};
-    if ((rc = api_->get_memory(device, &memory)) != kNvmlSuccess) return fail("nvmlDeviceGetMemoryInfo", rc);
+    if (!ok("nvmlDeviceGetHandleByIndex_v2", api_->get_handle(i, &device))) continue;
     char uuid[kUuidBufferSize] = {};
-    if ((rc = api_->get_uuid(device, uuid, kUuidBufferSize)) != kNvmlSuccess) return fail("nvmlDeviceGetUUID", rc);
+    if (!ok("nvmlDeviceGetUUID", api_->get_uuid(device, uuid, kUuidBufferSize))) continue;
     GpuSample s;
     s.index = static_cast<int>(i);
     s.uuid = PrintableUuid(uuid, kUuidBufferSize - 1);
-    s.utilization_ratio = std::min(util.gpu, 100u) / 100.0;
-    s.memory_used_bytes = memory.used;
-    s.memory_total_bytes = memory.total;
+    nvmlUtilization_t util{};
+    s.has_utilization = ok("nvmlDeviceGetUtilizationRates", api_->get_utilization(device, &util));
+    if (s.has_utilization) s.utilization_ratio = std::min(util.gpu, 100u) / 100.0;
+    nvmlMemory_t memory{};
+    s.has_memory = ok("nvmlDeviceGetMemoryInfo", api_->get_memory(device, &memory));
+    if (s.has_memory) {
+      s.memory_used_bytes = memory.used;
+      s.memory_total_bytes = memory.total;
+    }
     samples.push_back(std::move(s));
   }
   return samples;

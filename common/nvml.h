@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct GpuSample {
   double utilization_ratio = 0;     // 0..1: share of the last sample period a kernel ran
   uint64_t memory_used_bytes = 0;
   uint64_t memory_total_bytes = 0;
+  // False when NVML refused that figure for this device (e.g. NOT_SUPPORTED
+  // utilisation on a MIG-enabled GPU): the figure is then not reported.
+  bool has_utilization = true;
+  bool has_memory = true;
 };
 
 class Nvml {
@@ -41,9 +46,12 @@ class Nvml {
   // path). For tests and Load().
   static std::unique_ptr<Nvml> LoadFrom(const std::vector<std::string>& libraries);
 
-  // Every device's figures (at most kMaxDevices), in index order. An error
-  // from NVML (a device lost, the driver unloaded) is Unavailable naming the
-  // NVML call and the device. Thread-safe (calls are serialised).
+  // Every device's figures (at most kMaxDevices), in index order. One
+  // device's error leaves out only what it hides: no handle or UUID, the
+  // device; no utilisation or memory, that figure (has_utilization,
+  // has_memory); each logged once per device and call. Only the device
+  // count failing (the driver unloaded) is an error: Unavailable naming the
+  // call. Thread-safe (calls are serialised).
   absl::StatusOr<std::vector<GpuSample>> Sample();
 
   // The library it was loaded from (the name dlopen was given).
@@ -64,6 +72,7 @@ class Nvml {
   std::unique_ptr<Api> api_;
   std::mutex mu_;
   bool warned_count_ = false;
+  std::set<std::string> warned_;  // "call device" already logged (at most 4 x kMaxDevices)
 };
 
 }  // namespace det

@@ -54,5 +54,24 @@ TEST(NvmlTest, AFailedInitIsNoNvml) {
   EXPECT_EQ(nvml, nullptr);
 }
 
+// One device's figure that NVML refuses (NOT_SUPPORTED utilisation, as on a
+// MIG-enabled GPU) leaves out that figure only: the device's memory and the
+// other device are still read (issue 48 review, finding 12c).
+TEST(NvmlTest, OneDevicesRefusedFigureLeavesOutThatFigureOnly) {
+  std::unique_ptr<Nvml> nvml = Nvml::LoadFrom({DET_NVML_STUB});
+  ASSERT_NE(nvml, nullptr);
+  ASSERT_EQ(setenv("NVML_STUB_FAIL_UTILIZATION", "1", 1), 0);
+  absl::StatusOr<std::vector<GpuSample>> samples = nvml->Sample();
+  unsetenv("NVML_STUB_FAIL_UTILIZATION");
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  ASSERT_EQ(samples->size(), 2u);
+  EXPECT_TRUE((*samples)[0].has_utilization);
+  EXPECT_DOUBLE_EQ((*samples)[0].utilization_ratio, 0.37);
+  EXPECT_EQ((*samples)[1].uuid, "GPU-stub-1");
+  EXPECT_FALSE((*samples)[1].has_utilization);
+  EXPECT_TRUE((*samples)[1].has_memory);
+  EXPECT_EQ((*samples)[1].memory_used_bytes, 2 * kGiB);
+}
+
 }  // namespace
 }  // namespace det

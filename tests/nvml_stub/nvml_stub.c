@@ -4,7 +4,9 @@
  *   device 1: uuid GPU-stub-1, utilisation 81%, 2 GiB used of 16 GiB
  * Only the entries common/nvml.cc resolves, with NVML's documented layouts.
  * NVML_STUB_FAIL_INIT=1 in the environment makes nvmlInit_v2 fail (999,
- * NVML_ERROR_UNKNOWN). */
+ * NVML_ERROR_UNKNOWN); NVML_STUB_FAIL_UTILIZATION=I makes device I's
+ * nvmlDeviceGetUtilizationRates fail with NOT_SUPPORTED (3), as a
+ * MIG-enabled GPU's does. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +26,7 @@ typedef struct {
 #define STUB_INVALID_ARGUMENT 2
 #define STUB_UNINITIALIZED 1
 #define STUB_INSUFFICIENT_SIZE 7
+#define STUB_NOT_SUPPORTED 3
 #define STUB_UNKNOWN 999
 #define GIB (1024ULL * 1024ULL * 1024ULL)
 
@@ -70,7 +73,9 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* dev
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
   int i = DeviceIndex(device);
   if (!g_initialized) return STUB_UNINITIALIZED;
+  const char* fail = getenv("NVML_STUB_FAIL_UTILIZATION");
   if (i < 0 || utilization == NULL) return STUB_INVALID_ARGUMENT;
+  if (fail != NULL && fail[0] == (char)('0' + i) && fail[1] == '\0') return STUB_NOT_SUPPORTED;
   utilization->gpu = i == 0 ? 37 : 81;
   utilization->memory = i == 0 ? 10 : 20;
   return STUB_SUCCESS;

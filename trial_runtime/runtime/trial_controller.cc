@@ -219,7 +219,7 @@ absl::StatusOr<std::unique_ptr<TrialController>> TrialController::Create(TrialHa
   if (c->plan_.profiling.enabled && context->distributed().rank() == 0) {
     // profiling.sync_timings: on CUDA, every stamp waits for the device's queued work.
     c->profile_clock_ = MakeSteadyProfilerClock(c->plan_.profiling.sync_timings && context->device().is_cuda());
-    c->system_sampler_ = MakeProcessSystemSampler();
+    DET_ASSIGN_OR_RETURN(c->system_sampler_, MakeProcessSystemSampler());
     c->profiler_ = std::make_unique<Profiler>(
         c->plan_.profiling, c->profile_clock_.get(), c->system_sampler_.get(),
         [raw](const std::string& group, int64_t total_batches, const MetricsMap& row) {
