@@ -18,13 +18,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "common/bounded_file.h"
+#include "common/secret_token_file.h"
 #include "spdlog/spdlog.h"
 
 namespace det::agent {
 namespace {
-
-constexpr int64_t kMaxTokenBytes = 4096;
 
 bool IsLoopback(const std::string& host) {
   if (host == "localhost") return true;
@@ -133,32 +131,7 @@ absl::StatusOr<MetricsListenAddress> ParseMetricsListen(const std::string& spec)
 }
 
 absl::StatusOr<std::string> ReadMetricsToken(const std::string& path) {
-  const std::string name = absl::StrCat("metrics-token-file ", path);
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": ", std::strerror(errno), "; name a file holding the token"));
-  }
-  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(name, " is not a regular file"));
-  if ((st.st_mode & 077) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " is open to group or others (mode ", absl::StrFormat("%04o", st.st_mode & 07777),
-                     "): chmod 600 ", path));
-  }
-  if (st.st_uid != geteuid()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " is owned by uid ", st.st_uid, ", not by det-agent's uid ", geteuid(), ": chown it"));
-  }
-  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxTokenBytes, name);
-  if (!text.ok()) return text.status();
-  std::string token(absl::StripAsciiWhitespace(*text));
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(name, " is empty: write the token into it"));
-  for (char c : token) {
-    if (c <= 0x20 || c >= 0x7f) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " holds a space, control or non-ASCII character: the token must be printable ASCII"));
-    }
-  }
-  return token;
+  return ReadSecretTokenFile(path, "metrics-token-file");
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsListenAddress& address,
@@ -169,6 +142,14 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const Metric
         " is not a loopback address and no metrics-token-file is set: anyone who reaches it could read this "
         "node's metrics. Set metrics-token-file (a 0600 file holding a token Prometheus sends as a bearer "
         "token), or listen on 127.0.0.1"));
+  }
+  if (token.empty()) {
+    // Loopback is not private on a node that runs trials: their code can
+    // connect to 127.0.0.1 too (issue 48 review, finding 9).
+    spdlog::warn("metrics-listen {}:{} has no metrics-token-file: any process on this node, trial code included, "
+                 "can read its /metrics (every local trial's ids, CPU and memory); set metrics-token-file on a node "
+                 "that runs trials",
+                 address.host, address.port);
   }
   std::unique_ptr<MetricsServer> self(new MetricsServer());
   self->server_ = std::make_unique<httplib::Server>();

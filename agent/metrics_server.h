@@ -33,9 +33,10 @@ absl::StatusOr<MetricsListenAddress> ParseMetricsListen(const std::string& spec)
 
 // The scrape token in `path` (surrounding white space removed).
 // InvalidArgument naming metrics-token-file and the fix when the file is
-// missing, not a regular file, readable by group or others (chmod 600), not
-// owned by this process's user, over 4096 bytes, empty, or holds a
-// character outside printable ASCII.
+// missing, a symlink, not a regular file (a FIFO), readable by group or
+// others (chmod 600), not owned by this process's user, over 4096 bytes,
+// empty, or holds a character outside printable ASCII: common/
+// secret_token_file.h, the same reader as det-master's --metrics-token-file.
 absl::StatusOr<std::string> ReadMetricsToken(const std::string& path);
 
 // At most this many requests are served at once; this many more wait (the
@@ -53,7 +54,8 @@ class MetricsServer {
   // Binds `address` and serves GET /metrics (render()) on a thread of its
   // own; any other path or method gets 404. `token` empty: no
   // authentication, allowed on a loopback address only (FailedPrecondition
-  // naming metrics-listen and metrics-token-file otherwise); non-empty: a
+  // naming metrics-listen and metrics-token-file otherwise; on loopback it
+  // logs a warning: trial code on the node can reach it); non-empty: a
   // request without "Authorization: Bearer <token>" gets 401.
   // Unavailable when the address cannot be bound. Logs "metrics listening
   // on HOST:PORT" (IPv6 HOST in brackets) once bound.

@@ -67,7 +67,7 @@ TEST(MetricsTokenTest, RefusesUnsafeOrUselessFiles) {
   const std::string empty = dir / "empty";
   det::testing::WriteFile(empty, " \n");
   ASSERT_EQ(chmod(empty.c_str(), 0600), 0);
-  EXPECT_THAT(error(empty), HasSubstr("is empty"));
+  EXPECT_THAT(error(empty), HasSubstr(": empty"));
   const std::string big = dir / "big";
   det::testing::WriteFile(big, std::string(5000, 'a'));
   ASSERT_EQ(chmod(big.c_str(), 0600), 0);

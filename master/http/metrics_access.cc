@@ -1,42 +1,15 @@
 #include "master/http/metrics_access.h"
 
-#include <sys/stat.h>
-
-#include <cstdio>
-
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/bounded_file.h"
+#include "common/secret_token_file.h"
 #include "master/core/auth.h"
 
 namespace det::master {
 
 absl::StatusOr<std::string> ReadMetricsTokenFile(const std::string& path, absl::string_view flag) {
-  const std::string name = absl::StrCat(flag, " ", path);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return absl::InvalidArgumentError(absl::StrCat(name, ": cannot read it"));
-  if ((st.st_mode & 077) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof(mode), "%03o", static_cast<unsigned>(st.st_mode & 0777));
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": group or others may access it (mode ", mode, "); it holds a secret: chmod 600 ", path));
-  }
-  auto text = ReadBoundedFile(path, kMaxMetricsTokenBytes, name);
-  if (!text.ok()) return text.status();
-  const std::string token(absl::StripAsciiWhitespace(*text));
-  if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": empty; write the scrape token in it (e.g. openssl rand "
-                                                   "-hex 32 > ", path, ")"));
-  }
-  for (char c : token) {
-    if (absl::ascii_iscntrl(c) || c == ' ') {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": the token holds a space or control character; use one word (e.g. hex)"));
-    }
-  }
-  return token;
+  return ReadSecretTokenFile(path, flag);
 }
 
 absl::StatusOr<MetricsListen> ParseMetricsListen(absl::string_view spec, bool has_token) {

@@ -13,11 +13,12 @@ namespace det::master {
 
 inline constexpr int64_t kMaxMetricsTokenBytes = 4096;
 
-// The scrape token in `path` without surrounding whitespace. InvalidArgument
-// naming `flag` and the fix when the file cannot be read, is larger than
-// kMaxMetricsTokenBytes, is empty (whitespace only), holds a control
-// character or a space inside, or may be read or written by group or others
-// (chmod 600).
+// The scrape token in `path` without surrounding whitespace: the checks and
+// errors of common/secret_token_file.h (the agent's metrics-token-file uses
+// the same), each naming `flag` and the fix: not a regular file (a FIFO, a
+// symlink), not owned by det-master's user, open to group or others (chmod
+// 600), larger than kMaxMetricsTokenBytes, empty, or not one word of
+// printable ASCII.
 absl::StatusOr<std::string> ReadMetricsTokenFile(const std::string& path, absl::string_view flag);
 
 struct MetricsListen {

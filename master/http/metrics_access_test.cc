@@ -36,9 +36,15 @@ TEST(MetricsAccessTest, RefusesReadableEmptyLargeOrMissingFilesNamingTheFlag) {
   auto large = ReadMetricsTokenFile(TokenFile(dir, std::string(kMaxMetricsTokenBytes + 1, 'a'), 0600), "f");
   EXPECT_THAT(large.status().message(), HasSubstr("larger than 4096 bytes"));
   auto spaced = ReadMetricsTokenFile(TokenFile(dir, "a b\n", 0600), "f");
-  EXPECT_THAT(spaced.status().message(), HasSubstr("space or control character"));
+  EXPECT_THAT(spaced.status().message(), HasSubstr("space, control or non-ASCII character"));
+  auto accented = ReadMetricsTokenFile(TokenFile(dir, "caf\xc3\xa9\n", 0600), "--metrics-token-file");
+  EXPECT_THAT(accented.status().message(), HasSubstr("--metrics-token-file " + (dir / "token") + ": the token holds"));
   auto missing = ReadMetricsTokenFile(dir / "none", "--metrics-token-file");
   EXPECT_THAT(missing.status().message(), HasSubstr("cannot read it"));
+  // A FIFO would block det-master at start: refused at once.
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  auto fifo = ReadMetricsTokenFile(dir / "fifo", "--metrics-token-file");
+  EXPECT_THAT(fifo.status().message(), HasSubstr("--metrics-token-file " + (dir / "fifo") + " is not a regular file"));
 }
 
 TEST(MetricsAccessTest, ListenAddresses) {

@@ -1,0 +1,105 @@
+// The daemons' metrics token files end to end (issue 48 review, findings 9
+// and 11): det-master and det-agent read them with one reader
+// (common/secret_token_file.h), so a FIFO (which used to block det-master at
+// start), a symlink or a non-ASCII token is refused by both at start, within
+// a deadline, naming their flag; an agent serving /metrics on loopback
+// without a token warns that trial code on the node can read it.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/test_cluster.h"
+#include "tests/test_util.h"
+
+namespace det::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+// det-master with `flags` and a fresh data dir must exit 2 within 30 s (a
+// daemon that blocks on the file is killed then, and the test fails);
+// returns its stderr.
+std::string MasterRefusal(const TempDir& dir, const std::string& name, const std::vector<std::string>& flags) {
+  std::vector<std::string> argv{std::string(DET_BIN_DIR) + "/det-master", "--data-dir", dir / name,
+                                "--grpc-port", "0", "--http-port", "0"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  std::string out, err;
+  EXPECT_EQ(RunProcess(argv, &out, &err, 30s), 2) << "det-master " << name << " did not exit 2 within 30 s:\n"
+                                                   << out << err;
+  return err;
+}
+
+// det-agent `name` with `token_file` must exit 2 within 30 s; its output.
+std::string AgentRefusal(TestCluster& cluster, const std::string& name, const std::string& token_file) {
+  Subprocess& agent = cluster.StartAgent(
+      name, AgentOptions().add_flags({"--metrics-listen", "127.0.0.1:0", "--metrics-token-file", token_file}));
+  EXPECT_EQ(agent.Wait(30s), 2) << "det-agent " << name << " did not exit 2 within 30 s:\n" << cluster.AgentLogs();
+  return agent.Stdout() + agent.Stderr();
+}
+
+std::string OwnerOnly(const std::string& path, const std::string& text) {
+  WriteFile(path, text);
+  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
+  return path;
+}
+
+TEST(MetricsTokenFile, AFifoStopsBothDaemonsAtStartInsteadOfBlockingThem) {
+  TempDir dir;
+  const std::string fifo = dir / "token-fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(MasterRefusal(dir, "master-fifo", {"--metrics-token-file", fifo}),
+              HasSubstr("--metrics-token-file " + fifo + " is not a regular file (it is a FIFO)"));
+  TestCluster cluster(dir);
+  EXPECT_THAT(AgentRefusal(cluster, "fifo", fifo),
+              HasSubstr("metrics-token-file " + fifo + " is not a regular file (it is a FIFO)"));
+}
+
+TEST(MetricsTokenFile, BothDaemonsRefuseTheSameSymlinkAndNonAsciiToken) {
+  TempDir dir;
+  const std::string accented = OwnerOnly(dir / "accented", "caf\xc3\xa9-token\n");
+  const std::string link = dir / "link";
+  ASSERT_EQ(::symlink(OwnerOnly(dir / "target", "tok").c_str(), link.c_str()), 0);
+  EXPECT_THAT(MasterRefusal(dir, "master-accented", {"--metrics-token-file", accented}),
+              HasSubstr("--metrics-token-file " + accented + ": the token holds a space, control or non-ASCII"));
+  EXPECT_THAT(MasterRefusal(dir, "master-link", {"--metrics-token-file", link}),
+              HasSubstr("--metrics-token-file " + link + " is a symbolic link"));
+  TestCluster cluster(dir);
+  EXPECT_THAT(AgentRefusal(cluster, "accented", accented),
+              HasSubstr("metrics-token-file " + accented + ": the token holds a space, control or non-ASCII"));
+  EXPECT_THAT(AgentRefusal(cluster, "link", link), HasSubstr("metrics-token-file " + link + " is a symbolic link"));
+}
+
+TEST(MetricsTokenFile, AnotherOwnersFileIsRefusedByBoth) {
+  // Root is a required capability of the test command (CI runs tests as root).
+  ASSERT_EQ(::geteuid(), 0u) << "needs root to chown a file to another user: run the tests as root";
+  TempDir dir;
+  const std::string other = OwnerOnly(dir / "other", "tok");
+  ASSERT_EQ(::chown(other.c_str(), 65534, 65534), 0);
+  EXPECT_THAT(MasterRefusal(dir, "master-other", {"--metrics-token-file", other}),
+              HasSubstr("--metrics-token-file " + other + " is owned by uid 65534, not by this daemon's uid 0"));
+  TestCluster cluster(dir);
+  EXPECT_THAT(AgentRefusal(cluster, "other", other),
+              HasSubstr("metrics-token-file " + other + " is owned by uid 65534"));
+}
+
+TEST(MetricsTokenFile, ALoopbackListenerWithoutATokenWarnsThatTrialsCanReadIt) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  Subprocess& agent = cluster.StartAgent("open", AgentOptions().add_flags({"--metrics-listen", "127.0.0.1:0"}));
+  ASSERT_TRUE(PollUntil([&] { return (agent.Stdout() + agent.Stderr()).find("metrics listening on") != std::string::npos; },
+                        30s))
+      << cluster.AgentLogs();
+  EXPECT_THAT(agent.Stdout() + agent.Stderr(),
+              HasSubstr("has no metrics-token-file: any process on this node, trial code included, can read its "
+                        "/metrics"));
+}
+
+}  // namespace
+}  // namespace det::testing
