@@ -96,5 +96,23 @@ TEST_F(AgentVersionCoreTest, RegisterAgentRefusesAnotherMinorReleaseAndRecordsNo
   EXPECT_EQ(agents->agents_size(), 2);
 }
 
+// An agent id labels det_slots{agent} and names the agent everywhere: more
+// than 128 bytes, or a character outside [A-Za-z0-9._-], is refused at
+// registration naming agent_id and the fix, and nothing is recorded.
+TEST_F(AgentVersionCoreTest, RegisterAgentRefusesAnOverlongOrOddAgentId) {
+  for (const std::string& bad : std::vector<std::string>{std::string(129, 'a'), "node 1", "node/1", "n\xc3\xa9",
+                                                         std::string("a\0b", 3), "a{b=\"c\"}"}) {
+    absl::Status status = Register(bad, kDetVersion);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << status;
+    EXPECT_THAT(status.message(), HasSubstr("an agent id is 1 to 128 bytes of letters, digits, '.', '_' and '-'"));
+    EXPECT_THAT(status.message(), HasSubstr("--id"));
+  }
+  auto agents = core_->GetAgents(apiv1::GetAgentsRequest());
+  ASSERT_TRUE(agents.ok()) << agents.status();
+  EXPECT_EQ(agents->agents_size(), 0);
+  EXPECT_TRUE(Register(std::string(128, 'a'), kDetVersion).ok());
+  EXPECT_TRUE(Register("gpu-node_07.example.org", kDetVersion).ok());
+}
+
 }  // namespace
 }  // namespace det::master

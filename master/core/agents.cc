@@ -8,6 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/det_version.h"
@@ -23,6 +25,8 @@
 
 namespace det::master {
 namespace {
+
+constexpr size_t kMaxAgentIdBytes = 128;
 
 // The agent's AbiManifest, bounded (common/abi_check.h); null when it sent
 // none.
@@ -43,8 +47,23 @@ absl::StatusOr<std::shared_ptr<const AbiManifest>> ReportedManifest(const agentv
   return std::shared_ptr<const AbiManifest>(std::make_shared<AbiManifest>(std::move(manifest)));
 }
 
+// An agent id labels the master's det_slots series and names the agent in
+// every listing, so it is bounded: a hostname's characters, at most
+// kMaxAgentIdBytes bytes.
+absl::Status ValidateAgentId(const std::string& id) {
+  const bool ok_chars = std::all_of(id.begin(), id.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+  if (id.size() <= kMaxAgentIdBytes && ok_chars) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "agent_id '", absl::CHexEscape(id.substr(0, 64)), id.size() > 64 ? "...' (" : "' (", id.size(),
+      " bytes): an agent id is 1 to ", kMaxAgentIdBytes,
+      " bytes of letters, digits, '.', '_' and '-'; give det-agent such an --id (default: the hostname)"));
+}
+
 absl::Status ValidateRegistration(const agentv1::RegisterAgentRequest& req) {
   if (req.agent_id().empty()) return absl::InvalidArgumentError("agent_id is required");
+  DET_RETURN_IF_ERROR(ValidateAgentId(req.agent_id()));
   if (req.devices_size() == 0) return absl::InvalidArgumentError(absl::StrCat("agent '", req.agent_id(), "' reports no slots"));
   const auto& ports = req.rendezvous_ports();
   if ((ports.first() != 0 || ports.last() != 0) &&
