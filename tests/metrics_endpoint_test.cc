@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tests/test_cluster.h"
@@ -138,7 +140,7 @@ TEST_F(MetricsEndpointTest, AfterAnExperimentEveryMasterSeriesIsThereWithBounded
         content_type = res->get_header_value("Content-Type");
         return Sample(m, R"(det_rest_request_duration_seconds_count{code="404",route="other"})") >= 1 &&
                Sample(m, R"(det_slots_used{agent="a",pool="default"})") == 0 &&
-               Sample(m, "det_checkpoint_bytes_gc_total") > 0;
+               Sample(m, R"(det_checkpoint_bytes_deleted_total{reason="gc"})") > 0;
       },
       std::chrono::seconds(10));
   ASSERT_EQ(status, 200) << m;
@@ -160,8 +162,10 @@ TEST_F(MetricsEndpointTest, AfterAnExperimentEveryMasterSeriesIsThereWithBounded
   EXPECT_GT(Sample(m, "det_log_lines_ingested_total"), 0);
   EXPECT_GT(Sample(m, "det_checkpoint_bytes_written_total"), 0);
   // Two checkpoints (batches 10 and 20); GC keeps the latest only.
-  EXPECT_GT(Sample(m, "det_checkpoint_bytes_gc_total"), 0);
-  EXPECT_LT(Sample(m, "det_checkpoint_bytes_gc_total"), Sample(m, "det_checkpoint_bytes_written_total"));
+  EXPECT_GT(Sample(m, R"(det_checkpoint_bytes_deleted_total{reason="gc"})"), 0);
+  EXPECT_LT(Sample(m, R"(det_checkpoint_bytes_deleted_total{reason="gc"})"),
+            Sample(m, "det_checkpoint_bytes_written_total"));
+  EXPECT_EQ(Sample(m, R"(det_checkpoint_bytes_deleted_total{reason="user"})"), 0);
   EXPECT_GE(Sample(m, R"(det_grpc_request_duration_seconds_count{code="OK",method="CreateExperiment"})"), 1);
   EXPECT_GE(Sample(m, R"(det_grpc_request_duration_seconds_count{code="OK",method="CompleteSearcherOperation"})"), 1);
   EXPECT_GE(Sample(m, R"(det_rest_request_duration_seconds_count{code="200",route="POST /api/v1/auth/login"})"), 1);
@@ -225,6 +229,111 @@ TEST_F(MetricsEndpointTest, AnAdminOrTheScrapeTokenReadsItOthersAreRefused) {
   ASSERT_TRUE(api);
   EXPECT_EQ(api->status, 404) << api->body;
   EXPECT_THAT(api->body, HasSubstr("serves GET /metrics only"));
+}
+
+// async_halving over 2 trials, rungs at 20 and 40 batches, divisor 2 (the
+// first rung-0 result promotes nobody, so that trial waits for the
+// searcher); a checkpoint every 10 batches, none removed by GC.
+std::string WaitingYaml(const std::string& checkpoint_dir) {
+  return absl::StrCat(
+      "name: waiting\nhyperparameters:\n  global_batch_size: 16\n  learning_rate: 0.01\n  hidden_size: 16\n"
+      "  dropout: 0.1\nsearcher:\n  name: async_halving\n  num_rungs: 2\n  divisor: 2\n  max_trials: 2\n"
+      "  metric: validation_loss\n  smaller_is_better: true\n  max_length:\n    batches: 40\n"
+      "scheduling_unit: 10\nmin_checkpoint_period:\n  batches: 10\ncheckpoint_storage:\n  type: shared_fs\n"
+      "  save_trial_best: 10\n  save_trial_latest: 10\n  host_path: ",
+      checkpoint_dir,
+      "\nreproducibility:\n  experiment_seed: 3\nenvironment:\n  environment_variables:\n    - OMP_NUM_THREADS=1\n"
+      "data:\n  train_size: 256\n  val_size: 64\n");
+}
+
+// A scrape through the REST port with the scrape token ("" when no answer).
+std::string ScrapeText(TestCluster& cluster) {
+  auto res = Scrape(cluster.http_port(), kScrapeToken);
+  return res && res->status == 200 ? res->body : "";
+}
+
+// Review findings 5, 6 and the configured pools: a pool with no agent and no
+// job has det_job_queue_depth 0 and no det_slots; det_trials counts a trial
+// waiting for the searcher as WAITING, as det-cli's trial list shows it;
+// checkpoints deleted by a user and by deleting their experiment are counted
+// in det_checkpoint_bytes_deleted_total, by reason, to the byte.
+TEST(MetricsEndpointStateTest, ConfiguredPoolsWaitingTrialsAndEveryCheckpointDeletion) {
+  TempDir dir;
+  const std::string pools = dir / "pools.yaml";
+  WriteFile(pools, "resource_pools:\n  - pool_name: default\n  - pool_name: idle\n");
+  TestCluster cluster(dir, TestClusterOptions()
+                               .add_master_flags({"--metrics-token-file", WriteTokenFile(dir), "--resource-pools", pools})
+                               .set_cli_timeout(std::chrono::minutes(2)));
+  std::string m = ScrapeText(cluster);
+  ASSERT_FALSE(m.empty()) << cluster.MasterLog();
+  EXPECT_EQ(Sample(m, R"(det_job_queue_depth{pool="idle"})"), 0) << m;
+  EXPECT_EQ(Sample(m, R"(det_job_queue_depth{pool="default"})"), 0) << m;
+  EXPECT_THAT(m, Not(HasSubstr("det_slots{"))) << "no agent: no det_slots series";
+
+  // Trial 2 is paused before any agent comes, so trial 1 waits for it.
+  const int exp = cluster.CreateExperiment(WaitingYaml(dir / "checkpoints"), "waiting");
+  ASSERT_GT(exp, 0);
+  ASSERT_TRUE(PollUntil([&] { return cluster.Trials(exp).size() == 2; }, std::chrono::seconds(30)));
+  const std::string t1 = cluster.Trials(exp)[0]["id"].dump(), t2 = cluster.Trials(exp)[1]["id"].dump();
+  ASSERT_EQ(cluster.Cli({"trial", "pause", t2}), 0);
+  cluster.StartAgent("a");
+  ASSERT_TRUE(PollUntil([&] { return cluster.Trial(std::stoll(t1)).value("state", "") == "STATE_WAITING"; },
+                        std::chrono::seconds(120)))
+      << cluster.Trial(std::stoll(t1)).dump() << cluster.MasterLog();
+  std::string out, err;
+  ASSERT_EQ(cluster.Cli({"experiment", "list-trials", std::to_string(exp), "--json"}, &out, &err), 0) << err;
+  std::map<std::string, int> listed;
+  const nlohmann::json trials = nlohmann::json::parse(out);
+  for (const auto& t : trials["trials"]) ++listed[t.value("state", "")];
+  ASSERT_EQ(listed["STATE_WAITING"], 1) << out;
+  m = ScrapeText(cluster);
+  for (const char* state : {"WAITING", "ACTIVE", "PAUSED", "COMPLETED"}) {
+    EXPECT_EQ(Sample(m, absl::StrCat("det_trials{state=\"", state, "\"}")), listed[absl::StrCat("STATE_", state)])
+        << state << "\n" << out << "\n" << m;
+  }
+  EXPECT_EQ(Sample(m, R"(det_job_queue_depth{pool="idle"})"), 0);
+  EXPECT_EQ(Sample(m, R"(det_slots{agent="a",pool="default"})"), 1);
+  for (absl::string_view line : absl::StrSplit(m, '\n')) {
+    if (absl::StartsWith(line, "det_slots")) EXPECT_THAT(std::string(line), Not(HasSubstr("idle"))) << line;
+  }
+
+  // Kill, then delete the first checkpoint by hand and the rest with the
+  // experiment.
+  ASSERT_EQ(cluster.Cli({"experiment", "kill", std::to_string(exp)}), 0);
+  ASSERT_TRUE(cluster.WaitForState(exp, "STATE_CANCELED", std::chrono::seconds(60))) << cluster.ExperimentState(exp);
+  ASSERT_EQ(cluster.Cli({"checkpoint", "list", std::to_string(exp), "--json"}, &out, &err), 0) << err;
+  std::vector<std::pair<std::string, double>> checkpoints;  // uuid, bytes, by batches
+  double all_bytes = 0;
+  const nlohmann::json listed_checkpoints = nlohmann::json::parse(out);
+  for (const auto& c : listed_checkpoints["checkpoints"]) {
+    const nlohmann::json& size = c["size_bytes"];  // int64: a string in protobuf JSON
+    const double bytes = size.is_string() ? std::stod(size.get<std::string>()) : size.get<double>();
+    checkpoints.emplace_back(c.value("uuid", ""), bytes);
+    all_bytes += bytes;
+  }
+  ASSERT_EQ(checkpoints.size(), 2u) << out;  // trial 1's at 10 and 20 batches
+  ASSERT_GT(checkpoints[0].second, 0) << out;
+  m = ScrapeText(cluster);
+  EXPECT_EQ(Sample(m, "det_checkpoint_bytes_written_total"), all_bytes) << out;
+  ASSERT_EQ(cluster.Cli({"checkpoint", "delete", "--yes", checkpoints[0].first}, &out, &err), 0) << err;
+  m = ScrapeText(cluster);
+  EXPECT_EQ(Sample(m, R"(det_checkpoint_bytes_deleted_total{reason="user"})"), checkpoints[0].second) << m;
+  EXPECT_EQ(Sample(m, R"(det_checkpoint_bytes_deleted_total{reason="experiment_delete"})"), 0);
+  ASSERT_EQ(cluster.Cli({"experiment", "delete", "--yes", std::to_string(exp)}, &out, &err), 0) << err;
+  int status = 0;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        cluster.Get(absl::StrCat("/api/v1/experiments/", exp), &status);
+        return status == 404;
+      },
+      std::chrono::seconds(60)))
+      << status;
+  m = ScrapeText(cluster);
+  // The checkpoint deleted by hand is not counted again.
+  EXPECT_EQ(Sample(m, R"(det_checkpoint_bytes_deleted_total{reason="experiment_delete"})"), checkpoints[1].second)
+      << m;
+  EXPECT_EQ(Sample(m, R"(det_checkpoint_bytes_deleted_total{reason="user"})"), checkpoints[0].second);
+  EXPECT_EQ(Sample(m, R"(det_checkpoint_bytes_deleted_total{reason="gc"})"), 0);
 }
 
 // det-master with `flags` (and a fresh data dir) must exit 2 within 60 s;

@@ -12,6 +12,7 @@
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
+#include "master/store/store_events.h"
 
 namespace det::master {
 namespace {
@@ -87,6 +88,8 @@ absl::StatusOr<apiv1::DeleteCheckpointsResponse> MasterCore::DeleteCheckpoints(
   for (const CheckpointRow& c : doomed) {
     absl::Status st = checkpoint_roots_.RemoveCheckpoint(c.storage_path, c.uuid);
     if (!st.ok()) spdlog::warn("DeleteCheckpoints: not deleting {}: {}", c.storage_path, st.ToString());
+    StoreEvents* e = CurrentStoreEvents();
+    if (st.ok() && e != nullptr) e->CheckpointBytesDeleted(CheckpointDeletion::kUser, CheckpointBytes(c));
   }
   if (!doomed.empty()) spdlog::info("DeleteCheckpoints: deleted {} checkpoint(s)", doomed.size());
   return apiv1::DeleteCheckpointsResponse();

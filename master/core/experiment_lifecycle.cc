@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
+#include "master/store/store_events.h"
 
 namespace det::master {
 namespace {
@@ -111,6 +112,11 @@ bool MasterCore::DeletionStep() {
       if (uuids.size() >= kDeleteBatchCheckpoints) break;
       absl::Status st = checkpoint_roots_.RemoveCheckpoint(c.storage_path, c.uuid);
       if (!st.ok()) spdlog::warn("deleting experiment {}: not deleting {}: {}", id, c.storage_path, st.ToString());
+      // A DELETED row's bytes were counted when GC or a user deleted it.
+      StoreEvents* e = CurrentStoreEvents();
+      if (st.ok() && e != nullptr && c.state != "DELETED") {
+        e->CheckpointBytesDeleted(CheckpointDeletion::kExperimentDelete, CheckpointBytes(c));
+      }
       uuids.push_back(c.uuid);
     }
     absl::Status st = store_->DeleteCheckpointRows(uuids);

@@ -104,12 +104,7 @@ std::map<std::string, int64_t> CountByState(Store* store, const char* sql) {
 
 }  // namespace
 
-const char* MetricRowKind(absl::string_view group) {
-  for (const char* kind : {"training", "validation", "profiling", "system"}) {
-    if (group == kind) return kind;
-  }
-  return "other";
-}
+const char* MetricRowKind(absl::string_view group) { return kMetricRowKindNames[MetricRowKindIndex(group)]; }
 
 const char* GrpcCodeName(int code) {
   static const char* const kNames[] = {"OK",
@@ -132,6 +127,32 @@ const char* GrpcCodeName(int code) {
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
+std::vector<pm::MetricFamily> ProcessFamilies(const ProcStats& stats) {
+  std::vector<pm::MetricFamily> out;
+  pm::MetricFamily cpu = NewFamily("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+                                   pm::MetricType::Counter);
+  pm::ClientMetric c;
+  c.counter.value = stats.cpu_seconds;
+  cpu.metric.push_back(c);
+  out.push_back(std::move(cpu));
+  auto gauge = [&](const char* name, const char* help, double v) {
+    pm::MetricFamily f = NewFamily(name, help);
+    f.metric.push_back(GaugeValue({}, v));
+    out.push_back(std::move(f));
+  };
+  gauge("process_resident_memory_bytes", "Resident memory size in bytes.", static_cast<double>(stats.rss_bytes));
+  // Unknown (-1: an unreadable fd directory, an unlimited RLIMIT_NOFILE): left out, as the agent does.
+  if (stats.open_fds >= 0) {
+    gauge("process_open_fds", "Number of open file descriptors.", static_cast<double>(stats.open_fds));
+  }
+  if (stats.max_fds >= 0) {
+    gauge("process_max_fds", "Maximum number of open file descriptors.", static_cast<double>(stats.max_fds));
+  }
+  gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+        stats.start_time_seconds);
+  return out;
+}
+
 // The state series, built at each scrape from the core and the store.
 class MasterMetrics::StateCollector final : public pm::Collectable {
  public:
@@ -139,13 +160,23 @@ class MasterMetrics::StateCollector final : public pm::Collectable {
   std::vector<pm::MetricFamily> Collect() const override {
     std::vector<pm::MetricFamily> out;
     if (core_ != nullptr) {
-      std::map<std::string, int64_t> pools;  // every pool an agent or a queued job names
+      // Every configured pool ("default" without a pools file), and every
+      // pool an agent or a queued job names.
+      std::map<std::string, int64_t> pools;
+      const ResourcePoolsConfig& configured = core_->options().resource_pools;
+      if (configured.declared()) {
+        for (const ResourcePoolConfig& p : configured.pools) pools[p.name] = 0;
+      } else {
+        pools["default"] = 0;
+      }
       CollectAgents(&out, &pools);
       CollectQueue(&out, &pools);
       out.push_back(ByState("det_experiments", "Experiments by state.", ExperimentStates(),
                             CountByState(core_->store(), "SELECT state, COUNT(*) FROM experiments GROUP BY state")));
-      out.push_back(ByState("det_trials", "Trials by state.", TrialStates(),
-                            CountByState(core_->store(), "SELECT state, COUNT(*) FROM trials GROUP BY state")));
+      // As trial lists show them: a trial waiting for the searcher is stored
+      // ACTIVE and shown WAITING.
+      out.push_back(ByState("det_trials", "Trials by state (as det-cli trial list shows them).", TrialStates(),
+                            core_->TrialCountsByShownState()));
     }
     CollectProcess(&out);
     pm::MetricFamily build = NewFamily("det_build_info", "det-cpp's version; always 1.");
@@ -198,22 +229,8 @@ class MasterMetrics::StateCollector final : public pm::Collectable {
   static void CollectProcess(std::vector<pm::MetricFamily>* out) {
     auto stats = ReadProcStats(::getpid());
     if (!stats.ok()) return;
-    pm::MetricFamily cpu = NewFamily("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
-                                     pm::MetricType::Counter);
-    pm::ClientMetric c;
-    c.counter.value = stats->cpu_seconds;
-    cpu.metric.push_back(c);
-    out->push_back(std::move(cpu));
-    auto gauge = [&](const char* name, const char* help, double v) {
-      pm::MetricFamily f = NewFamily(name, help);
-      f.metric.push_back(GaugeValue({}, v));
-      out->push_back(std::move(f));
-    };
-    gauge("process_resident_memory_bytes", "Resident memory size in bytes.", static_cast<double>(stats->rss_bytes));
-    gauge("process_open_fds", "Number of open file descriptors.", static_cast<double>(stats->open_fds));
-    gauge("process_max_fds", "Maximum number of open file descriptors.", static_cast<double>(stats->max_fds));
-    gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
-          stats->start_time_seconds);
+    std::vector<pm::MetricFamily> process = ProcessFamilies(*stats);
+    out->insert(out->end(), std::make_move_iterator(process.begin()), std::make_move_iterator(process.end()));
   }
 
   MasterCore* core_;
@@ -221,11 +238,11 @@ class MasterMetrics::StateCollector final : public pm::Collectable {
 
 MasterMetrics::MasterMetrics(MasterCore* core)
     : registry_(std::make_shared<pm::Registry>()), state_(std::make_shared<StateCollector>(core)) {
-  rows_ = &pm::BuildCounter()
-               .Name("det_metric_rows_ingested_total")
-               .Help("Metric rows stored, by kind (training, validation, profiling, system, other).")
-               .Register(*registry_);
-  for (const char* kind : {"training", "validation", "profiling", "system", "other"}) rows_->Add({{"kind", kind}});
+  auto& rows = pm::BuildCounter()
+                   .Name("det_metric_rows_ingested_total")
+                   .Help("Metric rows committed, by kind (training, validation, profiling, system, other).")
+                   .Register(*registry_);
+  for (int k = 0; k < kMetricRowKinds; ++k) rows_[k] = &rows.Add({{"kind", kMetricRowKindNames[k]}});
   log_lines_ = &pm::BuildCounter()
                     .Name("det_log_lines_ingested_total")
                     .Help("Trial log lines stored.")
@@ -233,14 +250,16 @@ MasterMetrics::MasterMetrics(MasterCore* core)
                     .Add({});
   checkpoint_written_ = &pm::BuildCounter()
                              .Name("det_checkpoint_bytes_written_total")
-                             .Help("Bytes of the checkpoints reported (their files, as the trial reported them).")
+                             .Help("Bytes of the checkpoints committed (their files, as the trial reported them).")
                              .Register(*registry_)
                              .Add({});
-  checkpoint_gc_ = &pm::BuildCounter()
-                        .Name("det_checkpoint_bytes_gc_total")
-                        .Help("Bytes of the checkpoints that checkpoint GC deleted.")
-                        .Register(*registry_)
-                        .Add({});
+  auto& deleted = pm::BuildCounter()
+                      .Name("det_checkpoint_bytes_deleted_total")
+                      .Help("Bytes of the checkpoints deleted, by reason (gc, user, experiment_delete).")
+                      .Register(*registry_);
+  for (CheckpointDeletion r : {CheckpointDeletion::kGc, CheckpointDeletion::kUser, CheckpointDeletion::kExperimentDelete}) {
+    checkpoint_deleted_[static_cast<int>(r)] = &deleted.Add({{"reason", CheckpointDeletionName(r)}});
+  }
   grpc_ = &pm::BuildHistogram()
                .Name("det_grpc_request_duration_seconds")
                .Help("gRPC calls by method and status code, in seconds (streams: their whole life).")
@@ -285,15 +304,15 @@ void MasterMetrics::StreamOpened(absl::string_view method) { streams_->Add({{"st
 void MasterMetrics::StreamClosed(absl::string_view method) { streams_->Add({{"stream", MethodLabel(method)}}).Decrement(); }
 
 void MasterMetrics::WriteTransactionDone(double seconds) { sqlite_->Observe(seconds); }
-void MasterMetrics::MetricRowsStored(const std::string& group, int64_t rows) {
-  rows_->Add({{"kind", MetricRowKind(group)}}).Increment(static_cast<double>(rows));
+void MasterMetrics::MetricRowsStored(int kind, int64_t rows) {
+  if (kind >= 0 && kind < kMetricRowKinds && rows > 0) rows_[kind]->Increment(static_cast<double>(rows));
 }
 void MasterMetrics::LogLinesStored(int64_t lines) { log_lines_->Increment(static_cast<double>(lines)); }
 void MasterMetrics::CheckpointBytesStored(int64_t bytes) {
   if (bytes > 0) checkpoint_written_->Increment(static_cast<double>(bytes));
 }
-void MasterMetrics::CheckpointBytesDeleted(int64_t bytes) {
-  if (bytes > 0) checkpoint_gc_->Increment(static_cast<double>(bytes));
+void MasterMetrics::CheckpointBytesDeleted(CheckpointDeletion reason, int64_t bytes) {
+  if (bytes > 0) checkpoint_deleted_[static_cast<int>(reason)]->Increment(static_cast<double>(bytes));
 }
 
 std::string MasterMetrics::Scrape() {

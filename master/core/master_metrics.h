@@ -19,6 +19,7 @@
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
 #include <memory>
@@ -27,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/proc_stats.h"
 #include "master/store/store_events.h"
 
 namespace det::master {
@@ -43,6 +45,10 @@ const char* MetricRowKind(absl::string_view group);
 // The name of a gRPC status code ("OK", "NOT_FOUND", ...; "UNKNOWN" for a
 // number outside 0..16).
 const char* GrpcCodeName(int code);
+
+// The standard process_* families of `stats`; process_open_fds and
+// process_max_fds are left out when unknown (-1).
+std::vector<prometheus::MetricFamily> ProcessFamilies(const ProcStats& stats);
 
 class MasterMetrics final : public StoreEvents {
  public:
@@ -63,10 +69,10 @@ class MasterMetrics final : public StoreEvents {
 
   // StoreEvents.
   void WriteTransactionDone(double seconds) override;
-  void MetricRowsStored(const std::string& group, int64_t rows) override;
+  void MetricRowsStored(int kind, int64_t rows) override;
   void LogLinesStored(int64_t lines) override;
   void CheckpointBytesStored(int64_t bytes) override;
-  void CheckpointBytesDeleted(int64_t bytes) override;
+  void CheckpointBytesDeleted(CheckpointDeletion reason, int64_t bytes) override;
 
   // Every series in the text format 0.0.4. One scrape at a time (another
   // waits); the output's size follows from the label bounds above.
@@ -79,10 +85,10 @@ class MasterMetrics final : public StoreEvents {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<StateCollector> state_;
-  prometheus::Family<prometheus::Counter>* rows_;
+  prometheus::Counter* rows_[kMetricRowKinds];  // by kind (kMetricRowKindNames)
   prometheus::Counter* log_lines_;
   prometheus::Counter* checkpoint_written_;
-  prometheus::Counter* checkpoint_gc_;
+  prometheus::Counter* checkpoint_deleted_[3];  // by CheckpointDeletion
   prometheus::Family<prometheus::Histogram>* grpc_;
   prometheus::Family<prometheus::Histogram>* rest_;
   prometheus::Histogram* sqlite_;

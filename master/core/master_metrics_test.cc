@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <prometheus/text_serializer.h>
 
 namespace det::master {
 namespace {
@@ -28,12 +29,14 @@ TEST(MasterMetricsTest, GrpcCodeNames) {
 
 TEST(MasterMetricsTest, EventsBecomeCountersAndHistograms) {
   MasterMetrics metrics(nullptr);
-  metrics.MetricRowsStored("training", 3);
-  metrics.MetricRowsStored("validation", 1);
-  metrics.MetricRowsStored("user-chosen-name", 2);
+  metrics.MetricRowsStored(MetricRowKindIndex("training"), 3);
+  metrics.MetricRowsStored(MetricRowKindIndex("validation"), 1);
+  metrics.MetricRowsStored(MetricRowKindIndex("user-chosen-name"), 2);
   metrics.LogLinesStored(7);
   metrics.CheckpointBytesStored(1000);
-  metrics.CheckpointBytesDeleted(400);
+  metrics.CheckpointBytesDeleted(CheckpointDeletion::kGc, 400);
+  metrics.CheckpointBytesDeleted(CheckpointDeletion::kUser, 30);
+  metrics.CheckpointBytesDeleted(CheckpointDeletion::kUser, 20);
   metrics.WriteTransactionDone(0.002);
   metrics.ObserveGrpc("/det.api.v1.Determined/GetMe", 0, 0.01);
   metrics.ObserveGrpc("/det.api.v1.Determined/NoSuchRpc", 12, 0.01);
@@ -48,7 +51,9 @@ TEST(MasterMetricsTest, EventsBecomeCountersAndHistograms) {
   EXPECT_THAT(m, Not(HasSubstr("user-chosen-name")));
   EXPECT_THAT(m, HasSubstr("det_log_lines_ingested_total 7\n"));
   EXPECT_THAT(m, HasSubstr("det_checkpoint_bytes_written_total 1000\n"));
-  EXPECT_THAT(m, HasSubstr("det_checkpoint_bytes_gc_total 400\n"));
+  EXPECT_THAT(m, HasSubstr("det_checkpoint_bytes_deleted_total{reason=\"gc\"} 400\n"));
+  EXPECT_THAT(m, HasSubstr("det_checkpoint_bytes_deleted_total{reason=\"user\"} 50\n"));
+  EXPECT_THAT(m, HasSubstr("det_checkpoint_bytes_deleted_total{reason=\"experiment_delete\"} 0\n"));
   EXPECT_THAT(m, HasSubstr("det_sqlite_write_transaction_duration_seconds_count 1\n"));
   EXPECT_THAT(m, HasSubstr("det_sqlite_write_transaction_duration_seconds_bucket{le=\"0.0025\"} 1\n"));
   EXPECT_THAT(m, HasSubstr("det_grpc_request_duration_seconds_count{code=\"OK\",method=\"GetMe\"} 1\n"));
@@ -60,6 +65,28 @@ TEST(MasterMetricsTest, EventsBecomeCountersAndHistograms) {
   EXPECT_THAT(m, HasSubstr("det_rest_request_duration_seconds_count{code=\"404\",route=\"other\"} 1\n"));
   EXPECT_THAT(m, HasSubstr("process_resident_memory_bytes "));
   EXPECT_THAT(m, HasSubstr("det_build_info{version=\""));
+}
+
+// Finding 12a: unknown fd figures (-1) are left out, never served as -1.
+TEST(MasterMetricsTest, UnknownFdFiguresAreLeftOut) {
+  namespace pm = prometheus;
+  ProcStats stats;
+  stats.cpu_seconds = 1.5;
+  stats.rss_bytes = 4096;
+  stats.open_fds = -1;
+  stats.max_fds = -1;
+  stats.start_time_seconds = 1.7e9;
+  std::string m = pm::TextSerializer().Serialize(ProcessFamilies(stats));
+  EXPECT_THAT(m, Not(HasSubstr("process_open_fds")));
+  EXPECT_THAT(m, Not(HasSubstr("process_max_fds")));
+  EXPECT_THAT(m, Not(HasSubstr("-1")));
+  EXPECT_THAT(m, HasSubstr("process_resident_memory_bytes 4096\n"));
+  EXPECT_THAT(m, HasSubstr("process_cpu_seconds_total 1.5\n"));
+  stats.open_fds = 12;
+  stats.max_fds = 1024;
+  m = pm::TextSerializer().Serialize(ProcessFamilies(stats));
+  EXPECT_THAT(m, HasSubstr("process_open_fds 12\n"));
+  EXPECT_THAT(m, HasSubstr("process_max_fds 1024\n"));
 }
 
 TEST(MasterMetricsTest, StreamSubscribersGoUpAndDownByRpc) {

@@ -54,7 +54,7 @@ void MasterCore::DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed) 
   for (const CheckpointRow& c : doomed) {
     absl::Status st = checkpoint_roots_.RemoveCheckpoint(c.storage_path, c.uuid);
     if (!st.ok()) spdlog::warn("checkpoint GC: not deleting {}: {}", c.storage_path, st.ToString());
-    if (StoreEvents* e = CurrentStoreEvents(); st.ok() && e != nullptr) e->CheckpointBytesDeleted(CheckpointBytes(c));
+    if (StoreEvents* e = CurrentStoreEvents(); st.ok() && e != nullptr) e->CheckpointBytesDeleted(CheckpointDeletion::kGc, CheckpointBytes(c));
   }
 }
 

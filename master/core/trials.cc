@@ -17,6 +17,13 @@
 
 namespace det::master {
 
+std::map<std::string, int64_t> MasterCore::TrialCountsByShownState() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::map<std::string, int64_t> counts;
+  for (const auto& [id, trial] : trials_) ++counts[WaitsForSearcher(*trial) ? "WAITING" : trial->row.state];
+  return counts;
+}
+
 apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   apiv1::Trial t;
   t.set_id(trial.row.id);

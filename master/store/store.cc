@@ -69,6 +69,7 @@ absl::StatusOr<nlohmann::json> ParseJson(const std::string& text, absl::string_v
 
 Store::Txn::~Txn() {
   if (!open_) return;
+  store_->pending_events_ = saved_;  // its writes are undone: so are their events
   if (nested_) {
     auto st = store_->Cached(kRollbackTo);
     if (st.ok()) sqlite3_step(st->get());
@@ -82,10 +83,15 @@ Store::Txn::~Txn() {
 
 absl::Status Store::Txn::Begin() {
   nested_ = sqlite3_get_autocommit(store_->db_) == 0;
+  saved_ = store_->pending_events_;
   return Run(nested_ ? kSavepoint : kBegin, "begin transaction", true);
 }
 
-absl::Status Store::Txn::Commit() { return Run(nested_ ? kRelease : kCommit, "commit transaction", false); }
+absl::Status Store::Txn::Commit() {
+  DET_RETURN_IF_ERROR(Run(nested_ ? kRelease : kCommit, "commit transaction", false));
+  if (!nested_) store_->pending_events_.Flush(CurrentStoreEvents());  // committed
+  return absl::OkStatus();
+}
 
 absl::Status Store::Txn::Run(const char* sql, absl::string_view what, bool opens) {
   DET_ASSIGN_OR_RETURN(Stmt st, store_->Cached(sql));
@@ -139,6 +145,12 @@ absl::Status Store::Transaction::End(bool commit) {
     }
   }
   if (outermost) {
+    // Committed: report its events; rolled back: drop them.
+    if (s->txn_began_ && commit && result.ok()) {
+      s->pending_events_.Flush(CurrentStoreEvents());
+    } else {
+      s->pending_events_ = PendingStoreEvents();
+    }
     s->txn_began_ = false;
     s->txn_error_ = absl::OkStatus();
     ReportWriteTransaction(transaction_began);

@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "master/store/metric_limits.h"
+#include "master/store/store_events.h"
 #include "master/store/store_mutex.h"
 
 struct sqlite3;
@@ -738,10 +739,9 @@ class Store {
   StoreMutex mu_;  // recursive: a Transaction holds it while the thread calls methods
   // The open Store::Transactions of the thread holding mu_ (0 = none).
   int txn_depth_ ABSL_GUARDED_BY(mu_) = 0;
-  // Whether the outermost Transaction's BEGIN succeeded.
-  bool txn_began_ ABSL_GUARDED_BY(mu_) = false;
-  // The first failure inside the outermost Transaction; OK if none.
-  absl::Status txn_error_ ABSL_GUARDED_BY(mu_);
+  bool txn_began_ ABSL_GUARDED_BY(mu_) = false;  // whether the outermost Transaction's BEGIN succeeded
+  absl::Status txn_error_ ABSL_GUARDED_BY(mu_);   // the first failure inside the outermost Transaction; OK if none
+  PendingStoreEvents pending_events_ ABSL_GUARDED_BY(mu_);  // reported on commit (store_events.h)
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, sqlite3_stmt*> dynamic_stmts_ ABSL_GUARDED_BY(mu_);

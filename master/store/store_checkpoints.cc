@@ -132,7 +132,8 @@ absl::Status Store::InsertCheckpoint(const CheckpointRow& row) {
                                                         " not found"));
     }
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert checkpoint ", row.uuid));
-    if (StoreEvents* e = CurrentStoreEvents()) e->CheckpointBytesStored(CheckpointBytes(row));
+    pending_events_.checkpoint_bytes += CheckpointBytes(row);
+    store_internal::ReportIfCommitted(db_, &pending_events_);  // else when the transaction commits
     return absl::OkStatus();
   });
 }

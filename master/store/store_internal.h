@@ -63,7 +63,9 @@ class Store::Stmt {
 // migration): BEGIN IMMEDIATE on Begin(); ROLLBACK on destruction unless
 // committed. Inside a Store::Transaction it is a savepoint instead: its
 // failure undoes its own writes at once (and, through Store::Write, fails the
-// Transaction); its success commits nothing yet.
+// Transaction); its success commits nothing yet. The Store's pending /metrics
+// events follow it: restored to what they were at Begin() on rollback,
+// reported on an outermost Commit().
 // Requires store->mu_ for its whole life.
 class Store::Txn {
  public:
@@ -80,6 +82,7 @@ class Store::Txn {
   Store* store_;
   bool open_ = false;
   bool nested_ = false;
+  PendingStoreEvents saved_;  // the Store's pending events at Begin()
 };
 
 namespace store_internal {
@@ -167,6 +170,13 @@ inline std::optional<double> ColOptDouble(sqlite3_stmt* s, int i) {
 inline std::optional<int64_t> ColOptInt(sqlite3_stmt* s, int i) {
   if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::nullopt;
   return sqlite3_column_int64(s, i);
+}
+
+// Reports `pending` (store_events.h) when `db` has no open transaction: what
+// was just recorded was committed by its own statement. Inside a transaction
+// it waits for the commit (Store::Txn::Commit, Store::Transaction::End).
+inline void ReportIfCommitted(sqlite3* db, PendingStoreEvents* pending) {
+  if (sqlite3_get_autocommit(db) != 0) pending->Flush(CurrentStoreEvents());
 }
 
 // `limit` for a LIMIT clause: SQLite reads -1 as no limit.

@@ -121,12 +121,12 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
       return absl::FailedPreconditionError(absl::StrCat("cannot insert metrics: trial ", r.trial_id, " not found"));
     }
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert metrics of trial ", r.trial_id));
+    // 0 for a row INSERT OR IGNORE skipped (a re-sent report): not counted.
+    pending_events_.rows[MetricRowKindIndex(r.group)] += sqlite3_changes(db_);
     sqlite3_reset(st.get());
   }
   for (const auto& [trial_id, a] : added) ApplyMetricBudget(a, &metric_budgets_[trial_id]);
-  if (StoreEvents* e = CurrentStoreEvents()) {
-    for (const MetricRow& r : rows) e->MetricRowsStored(r.group, 1);
-  }
+  store_internal::ReportIfCommitted(db_, &pending_events_);  // else when the transaction commits
   return absl::OkStatus();
 }
 

@@ -392,9 +392,8 @@ absl::Status Store::InsertTaskLogs(const std::vector<TaskLogRow>& rows) {
         if (it->second > task_log_limits_.max_trial_bytes) DET_RETURN_IF_ERROR(TrimTaskLogsLocked(trial_id, &it->second));
       }
     }
-    DET_RETURN_IF_ERROR(txn.Commit());
-    if (StoreEvents* e = CurrentStoreEvents()) e->LogLinesStored(static_cast<int64_t>(rows.size()));
-    return absl::OkStatus();
+    pending_events_.log_lines += static_cast<int64_t>(rows.size());  // reported when committed
+    return txn.Commit();
   });
 }
 
