@@ -225,7 +225,7 @@ void RestDispatcher::ServeDeclared(const CompiledRestRoute& d, const std::vector
   ApplyCaps(d.caps, request.get());
   if (d.route.ndjson && Streams(d.method)) {
     return ServeNdjson(*handlers_, d.method, *std::move(caller), std::move(request),
-                       in_memory ? NdjsonMode::kBuffered : NdjsonMode::kChunked, res);
+                       in_memory ? NdjsonMode::kBuffered : NdjsonMode::kChunked, res, metrics_);
   }
   if (d.route.streamer != nullptr) return d.route.streamer(*handlers_, d.method, *caller, std::move(request), res);
   std::unique_ptr<pb::Message> response = NewMessage(d.method->output_type());
@@ -263,7 +263,7 @@ void RestDispatcher::ServeGeneric(const pb::MethodDescriptor* method, const http
   if (!st.ok()) return SendError(res, st);
   if (Streams(method)) {
     return ServeNdjson(*handlers_, method, *std::move(caller), std::move(request),
-                       in_memory ? NdjsonMode::kBuffered : NdjsonMode::kChunked, res);
+                       in_memory ? NdjsonMode::kBuffered : NdjsonMode::kChunked, res, metrics_);
   }
   std::unique_ptr<pb::Message> response = NewMessage(method->output_type());
   st = handlers_->CallUnary(method->name(), *caller, *request, response.get());

@@ -31,6 +31,8 @@
 
 namespace det::master {
 
+class MasterMetrics;
+
 // A declared route ready to serve.
 struct CompiledRestRoute {
   RestRoute route;
@@ -79,6 +81,10 @@ class RestDispatcher {
   // no connection (ServeRawForTesting): streams are buffered (rest_stream.h).
   void Serve(const httplib::Request& req, httplib::Response& res, bool in_memory = false) const;
 
+  // NDJSON streams count in `metrics`' det_stream_subscribers (null: not
+  // counted; not owned). Set before serving.
+  void set_metrics(MasterMetrics* metrics) { metrics_ = metrics; }
+
  private:
   // What a request resolves to: at most one of these is set.
   struct Target {
@@ -98,6 +104,7 @@ class RestDispatcher {
   void SendRoutes(httplib::Response& res) const;
 
   const ApiHandlers* handlers_;
+  MasterMetrics* metrics_ = nullptr;
   std::vector<CompiledRestRoute> declared_;
   std::vector<RestRouteInfo> infos_;
 };

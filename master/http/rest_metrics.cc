@@ -30,6 +30,7 @@ thread_local bool request_timed = false;
 
 void RestServer::set_metrics(MasterMetrics* metrics, std::string scrape_token, bool metrics_only) {
   metrics_ = metrics;
+  dispatcher_->set_metrics(metrics);
   scrape_token_ = std::move(scrape_token);
   metrics_only_ = metrics_only;
 }

@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "master/core/master_metrics.h"
 #include "master/http/rest_reply.h"
 
 namespace det::master {
@@ -26,10 +27,32 @@ std::string Line(const google::protobuf::Message& m) {
   return json.ok() ? *json + "\n" : absl::StrCat("{\"error\":", ErrorJson(json.status()), "}\n");
 }
 
+// One subscriber of det_stream_subscribers{stream} for its lifetime.
+class SubscriberCount {
+ public:
+  SubscriberCount(MasterMetrics* metrics, const google::protobuf::MethodDescriptor* method)
+      : metrics_(metrics), method_(absl::StrCat("/", method->service()->full_name(), "/", method->name())) {
+    if (metrics_ != nullptr) metrics_->StreamOpened(method_);
+  }
+  ~SubscriberCount() {
+    if (metrics_ != nullptr) metrics_->StreamClosed(method_);
+  }
+  SubscriberCount(const SubscriberCount&) = delete;
+  SubscriberCount& operator=(const SubscriberCount&) = delete;
+
+ private:
+  MasterMetrics* const metrics_;
+  const std::string method_;  // "/det.api.v1.Service/Method", as gRPC names it
+};
+
 // One streaming call, shared by its thread, the handler and the chunked
 // content provider (which run one after the other on the connection's
 // thread) and the provider's releaser.
 struct NdjsonCall {
+  NdjsonCall(MasterMetrics* metrics, const google::protobuf::MethodDescriptor* method) : subscriber(metrics, method) {}
+  ~NdjsonCall() { Join(); }
+
+  SubscriberCount subscriber;  // until the call is destroyed, after its thread is joined
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::string> lines ABSL_GUARDED_BY(mu);
@@ -99,7 +122,9 @@ struct NdjsonCall {
 };
 
 void ServeBuffered(const ApiHandlers& handlers, const google::protobuf::MethodDescriptor* method,
-                   const ApiCaller& caller, const google::protobuf::Message& request, httplib::Response& res) {
+                   const ApiCaller& caller, const google::protobuf::Message& request, httplib::Response& res,
+                   MasterMetrics* metrics) {
+  SubscriberCount subscriber(metrics, method);
   const auto deadline = std::chrono::steady_clock::now() + kBufferedLimit;
   std::string body;
   int lines = 0;
@@ -120,9 +145,10 @@ void ServeBuffered(const ApiHandlers& handlers, const google::protobuf::MethodDe
 }  // namespace
 
 void ServeNdjson(const ApiHandlers& handlers, const google::protobuf::MethodDescriptor* method, ApiCaller caller,
-                 std::unique_ptr<google::protobuf::Message> request, NdjsonMode mode, httplib::Response& res) {
-  if (mode == NdjsonMode::kBuffered) return ServeBuffered(handlers, method, caller, *request, res);
-  auto call = std::make_shared<NdjsonCall>();
+                 std::unique_ptr<google::protobuf::Message> request, NdjsonMode mode, httplib::Response& res,
+                 MasterMetrics* metrics) {
+  if (mode == NdjsonMode::kBuffered) return ServeBuffered(handlers, method, caller, *request, res, metrics);
+  auto call = std::make_shared<NdjsonCall>(metrics, method);
   // The thread holds no reference: whoever drops the last one (this handler
   // or the provider's releaser) joins it first.
   NdjsonCall* c = call.get();

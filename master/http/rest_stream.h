@@ -12,6 +12,10 @@
 // the call is quiet). At most 64 lines wait for a slow client; the call
 // blocks meanwhile.
 //
+// While the call runs (from its start until its thread is joined), it counts
+// as a subscriber of det_stream_subscribers{stream="<RPC short name>"}, as
+// a gRPC stream of the same RPC does (`metrics` non-null).
+//
 // A request served in memory (RestServer::ServeRawForTesting) has no
 // connection to stream over: kBuffered runs the call to its end (cancelled
 // after 5 s) and answers every line in one body, with the same statuses.
@@ -28,13 +32,17 @@
 
 namespace det::master {
 
+class MasterMetrics;
+
 enum class NdjsonMode { kChunked, kBuffered };
 
 // Answers server-streaming `method` with `request` (of its input type) for
-// `caller` into `res`. `handlers` must outlive the response (the server
-// joins its connections before it is destroyed).
+// `caller` into `res`. `handlers` and `metrics` (null: not counted) must
+// outlive the response (the server joins its connections before it is
+// destroyed).
 void ServeNdjson(const ApiHandlers& handlers, const google::protobuf::MethodDescriptor* method, ApiCaller caller,
-                 std::unique_ptr<google::protobuf::Message> request, NdjsonMode mode, httplib::Response& res);
+                 std::unique_ptr<google::protobuf::Message> request, NdjsonMode mode, httplib::Response& res,
+                 MasterMetrics* metrics = nullptr);
 
 }  // namespace det::master
 
