@@ -175,7 +175,7 @@ class MasterMetrics::StateCollector final : public pm::Collectable {
                             CountByState(core_->store(), "SELECT state, COUNT(*) FROM experiments GROUP BY state")));
       // As trial lists show them: a trial waiting for the searcher is stored
       // ACTIVE and shown WAITING.
-      out.push_back(ByState("det_trials", "Trials by state (as det-cli trial list shows them).", TrialStates(),
+      out.push_back(ByState("det_trials", "Trials by state, as det-cli shows them (WAITING: waiting for the searcher, no slot).", TrialStates(),
                             core_->TrialCountsByShownState()));
     }
     CollectProcess(&out);
