@@ -82,7 +82,7 @@ absl::Status Store::AdmitMetricsLocked(const std::vector<MetricRow>& rows, const
       budget.bytes = store_internal::ColInt(bytes.get(), 0);
       DET_ASSIGN_OR_RETURN(Stmt profiler, Cached(kProfilerRows));
       Binder pb(profiler.get());
-      pb.Int(trial_id);
+      pb.Int(trial_id).Int(MetricLimits::kRowOverhead);
       if (sqlite3_step(profiler.get()) != SQLITE_ROW) return Error(sqlite3_errcode(db_), "count profiler rows");
       budget.profiling_rows = store_internal::ColInt(profiler.get(), 0);
       budget.system_rows = store_internal::ColInt(profiler.get(), 1);
