@@ -9,10 +9,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 #include <utility>
@@ -248,13 +250,45 @@ std::set<std::string> DetNames(const std::string& text) {
   return names;
 }
 
+// The label pairs the selectors of `text` (PromQL) match det_* series on:
+// {name, label, value} of each `det_name{label="value", ...}`.
+std::vector<std::array<std::string, 3>> DetSelectorLabels(const std::string& text) {
+  static const std::regex kSelector(R"re((det_[a-z0-9_]+)\{([^}]*)\})re");
+  static const std::regex kPair(R"re(([a-z_]+)\s*=\s*"([^"]*)")re");
+  std::vector<std::array<std::string, 3>> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kSelector); it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1], labels = (*it)[2];
+    for (auto p = std::sregex_iterator(labels.begin(), labels.end(), kPair); p != std::sregex_iterator(); ++p) {
+      out.push_back({name, (*p)[1], (*p)[2]});
+    }
+  }
+  return out;
+}
+
+// Whether `exposition` has a sample of `name` with label `label`="`value`".
+bool Serves(const std::string& exposition, const std::string& name, const std::string& label,
+            const std::string& value) {
+  const std::string pair = absl::StrCat(label, "=\"", value, "\"");
+  for (size_t pos = exposition.find("\n" + name + "{"); pos != std::string::npos;
+       pos = exposition.find("\n" + name + "{", pos + 1)) {
+    const size_t end = exposition.find('}', pos);
+    const std::string labels = exposition.substr(pos, end - pos);
+    if (labels.find("{" + pair) != std::string::npos || labels.find("," + pair) != std::string::npos) return true;
+  }
+  return false;
+}
+
 // Must show 2: `promtool check metrics` passes (exit 0, nothing printed) on
 // the master's and the agent's /metrics while a trial runs (so the agent's
-// per-trial series and the master's request histograms are there), and the
-// shipped deploy/prometheus files and the harness's own prometheus.yml pass
-// `promtool check config` / `check rules`.
+// per-trial series and the master's request histograms are there; the agent
+// loads the stub NVML of tests/nvml_stub, so its det_gpu_* families are
+// linted too), and the shipped deploy/prometheus files and the harness's
+// own prometheus.yml pass `promtool check config` / `check rules`;
+// det-alerts.yml passes its unit tests (`promtool test rules
+// det-alerts.test.yml`: every alert fires and stays quiet), and the series
+// and label values its selectors name are served.
 TEST_F(Prometheus, PromtoolChecksBothEndpointsAndTheShippedFiles) {
-  StartCluster(1);
+  StartCluster(1, /*agent_metrics=*/true, std::string(DET_NVML_STUB_DIR) + "/libnvidia-ml.so.1");
   if (HasFatalFailure()) return;
   const int exp = cluster_->CreateExperiment(SearchConfig("linted", 1, 100000, dir_ / "checkpoints"), "lint");
   ASSERT_GT(exp, 0);
@@ -267,6 +301,12 @@ TEST_F(Prometheus, PromtoolChecksBothEndpointsAndTheShippedFiles) {
       120s))
       << "the agent's /metrics never showed the running trial's process: " << error << "\n"
       << agent_out;
+  for (const char* family : {"det_gpu_utilization_ratio", "det_gpu_memory_used_bytes", "det_gpu_memory_total_bytes"}) {
+    EXPECT_NE(agent_out.find(absl::StrCat("\n", family, "{agent=\"agent-one\",slot=\"0\",uuid=\"GPU-stub-0\"} ")),
+              std::string::npos)
+        << "the agent (stub NVML) does not serve " << family << ":\n"
+        << agent_out;
+  }
   const std::string master_out = FetchMetrics(MasterAddress(), kScrapeToken, &error);
   ASSERT_FALSE(master_out.empty()) << error;
   for (const auto& [what, text] : {std::pair{"master", master_out}, std::pair{"agent", agent_out}}) {
@@ -285,19 +325,33 @@ TEST_F(Prometheus, PromtoolChecksBothEndpointsAndTheShippedFiles) {
   ASSERT_EQ(mkdir((dir_ / "shipped").c_str(), 0700), 0);
   WriteFile(dir_ / "shipped/prometheus.yml", ReadFile(deploy + "prometheus.yml"));
   WriteFile(dir_ / "shipped/det-alerts.yml", alerts);
+  const std::string alert_tests = ReadFile(deploy + "det-alerts.test.yml");
+  ASSERT_FALSE(alert_tests.empty()) << deploy << "det-alerts.test.yml is missing";
+  WriteFile(dir_ / "shipped/det-alerts.test.yml", alert_tests);
   WriteFile(dir_ / "shipped/det-metrics-token", kScrapeToken);
   WriteFile(dir_ / "harness-prometheus.yml",
             PrometheusConfig({{"det-master", MasterAddress(), token_file_}, {"det-agent", agent_address_, ""}}));
   for (const std::vector<std::string>& argv :
        {std::vector<std::string>{kPromtoolBin, "check", "config", dir_ / "harness-prometheus.yml"},
         std::vector<std::string>{kPromtoolBin, "check", "config", dir_ / "shipped/prometheus.yml"},
-        std::vector<std::string>{kPromtoolBin, "check", "rules", dir_ / "shipped/det-alerts.yml"}}) {
+        std::vector<std::string>{kPromtoolBin, "check", "rules", dir_ / "shipped/det-alerts.yml"},
+        std::vector<std::string>{kPromtoolBin, "test", "rules", dir_ / "shipped/det-alerts.test.yml"}}) {
     EXPECT_EQ(RunProcess(argv, &out, &err, 60s), 0) << absl::StrJoin(argv, " ") << ":\n" << out << err;
   }
   // Every det_ series an alert reads is one the master serves.
   for (const std::string& name : DetNames(alerts)) {
     EXPECT_NE(master_out.find("\n# TYPE " + name + " "), std::string::npos)
         << "det-alerts.yml reads " << name << ", which the master's /metrics does not have";
+  }
+  // ... and every label value a selector matches on is one it serves (e.g.
+  // det_agents{state="lost"}: "lost" is one of det_agents' states).
+  const std::vector<std::array<std::string, 3>> selectors = DetSelectorLabels(alerts);
+  EXPECT_FALSE(selectors.empty()) << "det-alerts.yml has no det_*{label=\"value\"} selector";
+  for (const auto& [name, label, value] : selectors) {
+    EXPECT_TRUE(Serves(master_out, name, label, value))
+        << "det-alerts.yml selects " << name << "{" << label << "=\"" << value
+        << "\"}, which the master's /metrics does not serve:\n"
+        << master_out;
   }
 }
 

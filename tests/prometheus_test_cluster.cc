@@ -15,7 +15,7 @@ using json = nlohmann::json;
 
 void Prometheus::SetUp() { ASSERT_EQ(MissingPrometheusTools(), ""); }
 
-void Prometheus::StartCluster(int slots, bool agent_metrics) {
+void Prometheus::StartCluster(int slots, bool agent_metrics, const std::string& nvml_library) {
   token_file_ = dir_ / "metrics-token";
   WriteFile(token_file_, kScrapeToken);
   ASSERT_EQ(chmod(token_file_.c_str(), 0600), 0);
@@ -24,6 +24,7 @@ void Prometheus::StartCluster(int slots, bool agent_metrics) {
   if (::testing::Test::HasFatalFailure()) return;
   AgentOptions agent = AgentOptions().set_slots(slots);
   if (agent_metrics) agent.add_flags({"--metrics-listen", "127.0.0.1:0"});
+  if (!nvml_library.empty()) agent.add_flags({"--nvml-library", nvml_library});
   cluster_->StartAgent("agent-one", agent);
   ASSERT_TRUE(PollUntil([&] { return cluster_->ConnectedAgents() == 1; }, 60s))
       << cluster_->MasterLog() << cluster_->AgentLogs();

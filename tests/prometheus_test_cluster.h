@@ -29,8 +29,9 @@ class Prometheus : public ::testing::Test {
   // agent "agent-one" with `slots` slots (and, with `agent_metrics`,
   // --metrics-listen 127.0.0.1:0), waits (bounded) until the agent is
   // connected and has logged "metrics listening on HOST:PORT"
-  // (agent_address_). Fatal failures.
-  void StartCluster(int slots, bool agent_metrics = true);
+  // (agent_address_). `nvml_library` non-empty: the agent's
+  // --nvml-library (e.g. the stub of tests/nvml_stub). Fatal failures.
+  void StartCluster(int slots, bool agent_metrics = true, const std::string& nvml_library = "");
   // Starts Prometheus scraping the master (job det-master, with the token
   // file) and the agent (job det-agent); a fatal failure unless both are up
   // within 60 s.
