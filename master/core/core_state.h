@@ -104,6 +104,11 @@ struct ExperimentRuntime {
   ExperimentRow row;  // row.owner: the creator's username ("" for none)
   int64_t owner_id = 0;  // the creator's user id (0 when none or deleted)
   ExperimentConfig config;
+  // profiling.enabled as the trials see it: from row.config_yaml (the text
+  // every trial of the experiment receives) parsed as det-trial parses it,
+  // which can differ from `config` (the stored resolved JSON; a v0.2.0 one
+  // has no profiling key). Set at the first profiler report (metrics_logs.cc).
+  std::optional<bool> trial_profiling;
   std::unique_ptr<Searcher> searcher;
   std::map<int64_t, int64_t> trial_by_request;
   // The searcher's unit and full length (trial_lengths.h).

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -185,33 +187,45 @@ absl::StatusOr<int64_t> MasterCore::TrialLogsStart(const apiv1::TrialLogsRequest
 
 namespace {
 
-// A `profiling`/`system` report (the trial profiler's groups): only from a
-// trial whose experiment has profiling.enabled, and a `system` row's GPUs are
-// the trial's own (gpu<I> with I < resources.slots_per_trial). The store
-// checks the keys, values and bounds (metric_limits.h).
-absl::Status CheckProfilerReport(const trialv1::ReportMetricsRequest& req, int64_t trial_id,
-                                 const ExperimentConfig& config) {
-  if (!config.profiling.enabled) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "trial ", trial_id, ": metric group '", req.group(), "' is the trial profiler's and its experiment has "
-        "profiling.enabled false; set profiling.enabled: true in the experiment config, or report your own "
-        "metrics in another group"));
+// Whether the trials of `exp` profile: profiling.enabled of the config text
+// they receive (row.config_yaml), parsed as det-trial parses it, once per
+// experiment (ExperimentRuntime::trial_profiling). Not exp.config: that is
+// the stored resolved JSON, which can say otherwise (an experiment created
+// by v0.2.0, which ignored `profiling:`). A YAML that does not parse makes
+// the trial fail at start, so it profiles nothing.
+bool TrialsProfile(ExperimentRuntime& exp) {
+  if (!exp.trial_profiling.has_value()) {
+    absl::StatusOr<ExperimentConfig> config = ParseExperimentConfig(exp.row.config_yaml, "experiment config");
+    exp.trial_profiling = config.ok() && config->profiling.enabled;
   }
-  if (req.group() != "system") return absl::OkStatus();
-  const int64_t slots = config.resources.slots_per_trial;
-  for (int i = 0; i < req.rows_size(); ++i) {
-    for (const auto& [key, value] : req.rows(i).metrics()) {
-      if (key.size() < 4 || key.compare(0, 3, "gpu") != 0 || key[3] < '0' || key[3] > '9') continue;
-      const int64_t index = std::strtoll(key.c_str() + 3, nullptr, 10);
-      if (index >= slots) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "trial ", trial_id, ": metric group 'system' key '", key.substr(0, 64), "' in rows[", i,
-            "]: the trial has ", slots, " slot(s) (resources.slots_per_trial), so its GPUs are gpu0 to gpu",
-            slots - 1));
-      }
+  return *exp.trial_profiling;
+}
+
+// A `profiling`/`system` report (the trial profiler's groups): only from a
+// trial that profiles (TrialsProfile). The store checks the keys, values and
+// bounds (metric_limits.h).
+absl::Status CheckProfilerReport(const std::string& group, int64_t trial_id, bool profiling) {
+  if (profiling) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "trial ", trial_id, ": metric group '", group, "' is the trial profiler's and its experiment has "
+      "profiling.enabled false; set profiling.enabled: true in the experiment config, or report your own "
+      "metrics in another group"));
+}
+
+// A `system` row's GPUs are the trial's own: keys gpu<I>_... with I >=
+// `slots` (resources.slots_per_trial) are dropped, the rest of the row kept.
+// The sampler keys every GPU of the node by its NVML index when it is not
+// told the trial's (no DET_GPU_UUIDS nor CUDA_VISIBLE_DEVICES).
+void DropOtherGpus(int64_t slots, std::map<std::string, double>* metrics) {
+  for (auto it = metrics->begin(); it != metrics->end();) {
+    const std::string& key = it->first;
+    const bool gpu = key.size() >= 4 && key.compare(0, 3, "gpu") == 0 && key[3] >= '0' && key[3] <= '9';
+    if (gpu && std::strtoll(key.c_str() + 3, nullptr, 10) >= slots) {
+      it = metrics->erase(it);
+    } else {
+      ++it;
     }
   }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -222,6 +236,7 @@ absl::StatusOr<trialv1::ReportMetricsResponse> MasterCore::ReportMetrics(const t
   // whatever else is wrong with the request.
   int64_t trial_id, run_id;
   absl::Status profiler_rows = absl::OkStatus();
+  int64_t slots = 0;
   {
     std::lock_guard<std::mutex> l(mu_);
     DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
@@ -230,7 +245,8 @@ absl::StatusOr<trialv1::ReportMetricsResponse> MasterCore::ReportMetrics(const t
     run_id = trial.run_id;
     if (IsProfilerGroup(req.group())) {
       DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindExperiment(trial.experiment_id));
-      profiler_rows = CheckProfilerReport(req, trial_id, exp->config);
+      profiler_rows = CheckProfilerReport(req.group(), trial_id, TrialsProfile(*exp));
+      slots = exp->config.resources.slots_per_trial;
     }
   }
   DET_RETURN_IF_ERROR(profiler_rows);
@@ -261,6 +277,10 @@ absl::StatusOr<trialv1::ReportMetricsResponse> MasterCore::ReportMetrics(const t
     m.total_epochs = r.total_epochs();
     m.metrics.insert(r.metrics().begin(), r.metrics().end());
     m.time_ms = r.has_end_time() ? TimeMs(r.end_time()) : now_ms;
+    if (m.group == "system") {
+      DropOtherGpus(slots, &m.metrics);
+      if (m.metrics.empty()) continue;  // only other GPUs: nothing of the trial's
+    }
     rows.push_back(std::move(m));
   }
   DET_RETURN_IF_ERROR(store_->InsertMetrics(rows));

@@ -1,9 +1,10 @@
 // The trial profiler's groups (`profiling`, `system`: issue 48 review,
-// finding 4) as the master takes them from a trial: only when the experiment
-// has profiling.enabled, only GPUs of the trial's slots, finite values >= 0,
-// and at most MetricLimits::max_profiler_bytes per trial, whoever calls
-// ReportMetrics with the allocation's token (user code in the trial process
-// has it, not only the SDK).
+// finding 4) as the master takes them from a trial: only when the trial's
+// config has profiling.enabled, only GPUs of the trial's slots (others
+// dropped), finite values >= 0, and at most
+// MetricLimits::max_profiler_bytes per trial, whoever calls ReportMetrics
+// with the allocation's token (user code in the trial process has it, not
+// only the SDK).
 #include <cmath>
 #include <map>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "master/core/core_test_fixture.h"
+#include "nlohmann/json.hpp"
 #include "master/store/store_internal.h"
 #include "tests/test_util.h"
 
@@ -68,18 +70,55 @@ TEST_F(ProfilerReportCoreTest, ProfilerGroupsAreRefusedWhenProfilingIsOff) {
   EXPECT_TRUE(Report("inference", 1, {{"cpu_ratio", 1}}).ok()) << "other groups as before";
 }
 
-TEST_F(ProfilerReportCoreTest, SystemRowsNameOnlyTheTrialsGpusAndFiniteValues) {
+// A `system` row keeps only the trial's GPUs (gpu<I>, I < slots_per_trial):
+// the keys of other GPUs (the sampler's fallback to every GPU of the node)
+// are dropped and the rest of the row stored (issue 48 second review,
+// finding 2). Values must still be finite and >= 0.
+TEST_F(ProfilerReportCoreTest, SystemRowsKeepOnlyTheTrialsGpusAndTakeFiniteValues) {
   ASSERT_NO_FATAL_FAILURE(Start(/*profiling=*/true));
-  EXPECT_TRUE(Report("system", 1, {{"cpu_ratio", 0.5}, {"gpu0_utilization_ratio", 0.8}}).ok());
-  absl::Status s = Report("system", 2, {{"gpu1_utilization_ratio", 0.8}});
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_THAT(s.message(), HasSubstr("key 'gpu1_utilization_ratio'"));
-  EXPECT_THAT(s.message(), HasSubstr("resources.slots_per_trial"));
+  absl::Status s = Report("system", 1, {{"cpu_ratio", 0.5}, {"rss_bytes", 1e9}, {"gpu0_utilization_ratio", 0.8},
+                                        {"gpu0_memory_used_bytes", 1e9}, {"gpu1_utilization_ratio", 0.7},
+                                        {"gpu1_memory_used_bytes", 2e9}, {"gpu12_utilization_ratio", 0.1}});
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(Report("system", 2, {{"gpu1_utilization_ratio", 0.8}}).ok()) << "nothing of the trial's: no row";
+  auto rows = core_->store()->ListMetrics(1, "system", /*include_archived=*/true);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 1u);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : (*rows)[0].metrics) keys.push_back(k);
+  EXPECT_THAT(keys, ::testing::ElementsAre("cpu_ratio", "gpu0_memory_used_bytes", "gpu0_utilization_ratio",
+                                           "rss_bytes"));
   for (double bad : {-1.0, std::nan(""), HUGE_VAL}) {
     s = Report("system", 3, {{"rss_bytes", bad}});
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << s;
     EXPECT_THAT(s.message(), HasSubstr("metric group 'system' key 'rss_bytes'")) << bad;
   }
+}
+
+// Whether a trial profiles is decided from the config text it runs with
+// (config_yaml), not the stored resolved JSON: an experiment created by
+// v0.2.0, which ignored `profiling:` (its config_json has no profiling key),
+// resumed after an upgrade (issue 48 second review, finding 2).
+TEST_F(ProfilerReportCoreTest, ProfilingFollowsTheYamlTheTrialRunsWithAfterARestart) {
+  std::string yaml = det::testing::SingleTrialConfig("profiled", dir_ / "checkpoints", 1);
+  yaml += "profiling:\n  enabled: true\n";
+  const int64_t id = CreateActiveExperiment(yaml);
+  ASSERT_GT(id, 0);
+  auto row = core_->store()->GetExperiment(id);
+  ASSERT_TRUE(row.ok()) << row.status();
+  nlohmann::json config = nlohmann::json::parse(row->config_json);
+  ASSERT_EQ(config.erase("profiling"), 1u);
+  row->config_json = config.dump();
+  ASSERT_TRUE(core_->store()->UpdateExperiment(*row).ok());
+  Restart();
+  ASSERT_NO_FATAL_FAILURE(AttachOneSlotAgent(&session_));
+  core_->RunBackgroundPass();
+  for (const auto& st : Starts(*session_)) start_ = st;
+  ASSERT_FALSE(start_.allocation_id().empty());
+  absl::Status s = Report("profiling", 1, {{"wall_s", 1}});
+  EXPECT_TRUE(s.ok()) << s;
+  s = Report("system", 1, {{"cpu_ratio", 1}});
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 // The reviewer's attack: a trial reports `system` rows in a loop. It is

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/store/store.h"
+#include "master/store/store_internal.h"
 
 namespace det {
 namespace master {
@@ -293,6 +294,33 @@ TEST_F(MetricLimitsStoreTest, ProfilerBytesAreBoundedAndCountedAfterAReopen) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(s.message(), HasSubstr("metric group 'system' key 'rss_bytes'")) << bad;
   }
+}
+
+// A re-sent report (the runtime's queue retries after a lost answer) is
+// skipped by INSERT OR IGNORE and charges no budget (issue 48 second review,
+// finding 4): with room for two profiler rows (and the trial's own bytes for
+// two rows), sending the same row 20 times leaves room for a second one.
+TEST_F(MetricLimitsStoreTest, ResentRowsChargeNoBudget) {
+  MetricRow first = Row(trial_, 1, 0, 0, "profiling"), second = Row(trial_, 2, 0, 0, "profiling");
+  first.metrics["wall_s"] = second.metrics["wall_s"] = 1.5;
+  const int64_t row_bytes = static_cast<int64_t>(store_internal::EncodeMetrics(first.metrics).size()) +
+                            MetricLimits::kRowOverhead;
+  MetricRow own = Row(trial_, 1, 0, 2, "inference"), own2 = Row(trial_, 2, 2, 2, "inference");
+  MetricLimits limits;
+  limits.max_profiler_bytes = 2 * row_bytes + 1;
+  limits.max_trial_names = 4;
+  limits.max_trial_bytes = 2 * (static_cast<int64_t>(store_internal::EncodeMetrics(own.metrics).size()) +
+                                MetricLimits::kRowOverhead) + 1;
+  store_->set_metric_limits(limits);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(store_->InsertMetrics({first}).ok()) << "send " << i;
+    ASSERT_TRUE(store_->InsertMetricsGrouped({own}).ok()) << "send " << i;
+  }
+  EXPECT_TRUE(store_->InsertMetrics({second}).ok()) << "one row stored, room for another";
+  EXPECT_TRUE(store_->InsertMetricsGrouped({own2}).ok()) << "one row stored, room for another";
+  auto rows = store_->ListMetrics(trial_, "profiling", true);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->size(), 2u);
 }
 
 }  // namespace

@@ -83,6 +83,10 @@ Store::Txn::~Txn() {
 
 absl::Status Store::Txn::Begin() {
   nested_ = sqlite3_get_autocommit(store_->db_) == 0;
+  // Outside a transaction nothing can be pending: events left over are of a
+  // transaction SQLite rolled back whole (SQLITE_FULL, IOERR) under an open
+  // Txn, and must not be flushed by this one's commit.
+  if (!nested_) store_->pending_events_ = PendingStoreEvents();
   saved_ = store_->pending_events_;
   return Run(nested_ ? kSavepoint : kBegin, "begin transaction", true);
 }

@@ -768,8 +768,8 @@ class Store {
   // Per trial: its stored metric names and bytes, read from the store when
   // first needed (at most max_trial_names + 1 names are read).
   std::unordered_map<int64_t, MetricBudget> metric_budgets_ ABSL_GUARDED_BY(mu_);
-  // Writes `group` in one transaction, a savepoint per call; sets each call's
-  // status.
+  // Writes `group` in one transaction, a savepoint per call; sets each status.
+  friend class StoreGroupPeer;  // store_events_test.cc calls CommitMetricGroup
   void CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>& group);
   // The metric writer thread: takes groups off group_queue_ until stopping
   // and drained.

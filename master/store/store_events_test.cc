@@ -3,6 +3,7 @@
 // counted, a rolled-back Store::Transaction or savepoint reports nothing,
 // and a transaction reports one figure per kind, not one per row (12d).
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,10 +12,31 @@
 #include "gtest/gtest.h"
 #include "master/store/store.h"
 #include "master/store/store_events.h"
+#include "master/store/store_internal.h"
 #include "master/store/store_test_fixture.h"
 
 namespace det {
 namespace master {
+
+// Reaches the metric writer's group commit directly, so that a test decides
+// which calls make up one group.
+class StoreGroupPeer {
+ public:
+  static std::vector<absl::Status> CommitMetricGroup(Store* store, const std::vector<std::vector<MetricRow>>& calls) {
+    std::vector<std::unique_ptr<Store::PendingMetrics>> group;
+    for (const auto& rows : calls) {
+      auto p = std::make_unique<Store::PendingMetrics>();
+      p->rows = rows;
+      for (const MetricRow& r : rows) p->encoded.push_back(store_internal::EncodeMetrics(r.metrics));
+      group.push_back(std::move(p));
+    }
+    store->CommitMetricGroup(group);
+    std::vector<absl::Status> statuses;
+    for (const auto& p : group) statuses.push_back(p->status);
+    return statuses;
+  }
+};
+
 namespace {
 
 // Records every call it gets.
@@ -144,6 +166,25 @@ TEST_F(StoreEventsTest, AFailingCallOfAGroupIsNotCountedAndEachKindIsOneCall) {
   profiling.metrics = {{"wall_s", 1.0}};
   ASSERT_TRUE(store_->InsertMetricsGrouped({profiling}).ok());
   EXPECT_EQ(spy_.rows_["profiling"], 1);
+}
+
+// SQLite rolls back a whole transaction by itself on SQLITE_FULL or an I/O
+// error (here: a trigger's RAISE(ROLLBACK)) in the middle of the metric
+// writer's group. The next call's savepoint then begins a transaction of its
+// own, whose commit must not count the rows of the calls before, which were
+// rolled back (issue 48 second review, finding 6).
+TEST_F(StoreEventsTest, RowsSqliteRolledBackAreNotCountedByTheNextCallsCommit) {
+  RawExec("CREATE TRIGGER boom BEFORE INSERT ON metrics WHEN NEW.total_batches = 666 "
+          "BEGIN SELECT RAISE(ROLLBACK, 'boom'); END");
+  const std::vector<absl::Status> statuses =
+      StoreGroupPeer::CommitMetricGroup(store_.get(), {{Row(1)}, {Row(666)}, {Row(2)}});
+  ASSERT_EQ(statuses.size(), 3u);
+  EXPECT_FALSE(statuses[0].ok()) << "its rows were rolled back with the group's transaction";
+  EXPECT_FALSE(statuses[1].ok());
+  const std::vector<MetricRow> stored = store_->ListMetrics(trial_, "training", true).value();
+  ASSERT_EQ(stored.size(), 1u) << "the third call began and committed a transaction of its own";
+  EXPECT_EQ(stored[0].total_batches, 2);
+  EXPECT_EQ(spy_.rows_["training"], 1) << "counted: only the row committed";
 }
 
 }  // namespace

@@ -104,6 +104,8 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
   std::map<int64_t, MetricBudget> added;
   DET_RETURN_IF_ERROR(AdmitMetricsLocked(rows, encoded, &added));
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertMetric));
+  std::vector<bool> stored(rows.size(), false);
+  size_t skipped = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const MetricRow& r = rows[i];
     Binder b(st.get());
@@ -121,9 +123,24 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
       return absl::FailedPreconditionError(absl::StrCat("cannot insert metrics: trial ", r.trial_id, " not found"));
     }
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert metrics of trial ", r.trial_id));
-    // 0 for a row INSERT OR IGNORE skipped (a re-sent report): not counted.
-    pending_events_.rows[MetricRowKindIndex(r.group)] += sqlite3_changes(db_);
+    // 0 for a row INSERT OR IGNORE skipped (a re-sent report): not counted,
+    // and no budget charged for it.
+    const int changed = sqlite3_changes(db_);
+    pending_events_.rows[MetricRowKindIndex(r.group)] += changed;
     sqlite3_reset(st.get());
+    stored[i] = changed == 1;
+    if (!stored[i]) ++skipped;
+  }
+  if (skipped > 0) {  // charge only the rows stored: what they add, as admitted
+    std::vector<MetricRow> kept;
+    std::vector<std::string> kept_encoded;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (!stored[i]) continue;
+      kept.push_back(rows[i]);
+      kept_encoded.push_back(encoded[i]);
+    }
+    added.clear();
+    DET_RETURN_IF_ERROR(AdmitMetricsLocked(kept, kept_encoded, &added));  // a subset of what passed
   }
   for (const auto& [trial_id, a] : added) ApplyMetricBudget(a, &metric_budgets_[trial_id]);
   store_internal::ReportIfCommitted(db_, &pending_events_);  // else when the transaction commits
