@@ -407,6 +407,7 @@ class MasterCore {
   // within `wait` by a probe thread waiting on it (lock_probe.h); never blocks the caller longer.
   bool Ping(std::chrono::milliseconds wait) ABSL_LOCKS_EXCLUDED(mu_);
   // Trials by the state trial lists show (WAITING included; common.proto's name without "STATE_"): /metrics.
+  // Terminal trials, and those of experiments the master could not load, are counted from the store.
   std::map<std::string, int64_t> TrialCountsByShownState() ABSL_LOCKS_EXCLUDED(mu_);
   // Tests: holds mu_ until the returned lock is released (a wedged core).
   std::unique_lock<std::mutex> LockForTesting() ABSL_NO_THREAD_SAFETY_ANALYSIS {

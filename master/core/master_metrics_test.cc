@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
 
+#include "absl/strings/str_cat.h"
+#include "master/core/core_test_fixture.h"
+
 namespace det::master {
 namespace {
 
@@ -98,6 +101,49 @@ TEST(MasterMetricsTest, StreamSubscribersGoUpAndDownByRpc) {
   const std::string m = metrics.Scrape();
   EXPECT_THAT(m, HasSubstr("det_stream_subscribers{stream=\"TrialLogs\"} 1\n"));
   EXPECT_THAT(m, HasSubstr("det_stream_subscribers{stream=\"MasterLogs\"} 1\n"));
+}
+
+// A random search of `trials` trials on the fake trial.so.
+std::string SearchOf(int trials, const std::string& checkpoint_dir) {
+  return absl::StrCat("name: metrics-core-test\nhyperparameters:\n  global_batch_size: 16\n"
+                      "searcher:\n  name: random\n  metric: validation_loss\n  max_trials: ",
+                      trials, "\n  max_length: {batches: 100}\ncheckpoint_storage:\n  type: shared_fs\n  host_path: ",
+                      checkpoint_dir, "\n");
+}
+
+class MasterMetricsCoreTest : public MasterCoreFixture {};
+
+// Review 2, finding 3: an experiment the restarted master cannot load (its
+// stored config and YAML no longer parse) keeps its finished trials in
+// det_trials, as in SELECT COUNT(*) FROM trials; a loaded experiment's
+// active trial is still counted from memory.
+TEST_F(MasterMetricsCoreTest, TrialsOfAnExperimentTheMasterCannotLoadStillCount) {
+  const int64_t lost = CreateActiveExperiment(SearchOf(2, dir_ / "checkpoints"));
+  ASSERT_GT(lost, 0);
+  auto trials = core_->store()->ListTrials(lost);
+  ASSERT_TRUE(trials.ok()) << trials.status();
+  ASSERT_EQ(trials->size(), 2u);
+  for (TrialRow t : *trials) {
+    t.state = "COMPLETED";
+    t.ended_ms = 1;
+    ASSERT_TRUE(core_->store()->UpdateTrial(t).ok());
+  }
+  auto exp = core_->store()->GetExperiment(lost);
+  ASSERT_TRUE(exp.ok()) << exp.status();
+  exp->state = "COMPLETED";
+  exp->config_json = "{";
+  exp->config_yaml = "searcher: [";
+  ASSERT_TRUE(core_->store()->UpdateExperiment(*exp).ok());
+  const int64_t loaded = CreateActiveExperiment(SearchOf(1, dir_ / "checkpoints"));
+  ASSERT_GT(loaded, 0);
+  Restart();
+  apiv1::GetExperimentRequest get;
+  get.set_experiment_id(lost);
+  ASSERT_FALSE(core_->GetExperiment(get).ok()) << "the test needs an experiment the master did not load";
+  const std::string m = MasterMetrics(core_.get()).Scrape();
+  EXPECT_THAT(m, HasSubstr("det_trials{state=\"COMPLETED\"} 2\n"));
+  EXPECT_THAT(m, HasSubstr("det_trials{state=\"ACTIVE\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("det_experiments{state=\"COMPLETED\"} 1\n"));
 }
 
 }  // namespace
