@@ -22,23 +22,43 @@ const char* FileKind(mode_t mode) {
   return "not a plain file";
 }
 
+// The owner and permission bits of `st` for a daemon running as
+// euid/egid: owner the daemon or root; no access for others; no group
+// write; group read only for group root or the daemon's group.
+absl::Status CheckOwnerAndMode(const struct stat& st, const std::string& name, const std::string& path, uid_t euid,
+                               gid_t egid) {
+  if (st.st_uid != euid && st.st_uid != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is owned by uid ", st.st_uid, ", neither this daemon's uid ",
+                                                   euid, " nor root: it holds a secret; chown it to the daemon's user"));
+  }
+  const std::string mode = absl::StrFormat("%03o", st.st_mode & 0777);
+  const std::string fix = absl::StrCat("chmod 600 ", path, " (0400, or 0440 with group root or the daemon's group, ",
+                                       "also do)");
+  if ((st.st_mode & 007) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": group or others may access it (mode ", mode, "); it holds a secret: ", fix));
+  }
+  if ((st.st_mode & 020) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": its group may write it (mode ", mode, "); it holds a secret: ", fix));
+  }
+  if ((st.st_mode & 070) != 0 && st.st_gid != 0 && st.st_gid != egid) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": group gid ", st.st_gid, " may access it (mode ", mode, "), neither root nor this daemon's gid ", egid,
+        "; it holds a secret: ", fix, ", or chgrp it to the daemon's group"));
+  }
+  return absl::OkStatus();
+}
+
 // Checks the open file's kind, owner, mode and size.
-absl::Status CheckOpenFile(int fd, const std::string& name, const std::string& path) {
+absl::Status CheckOpenFile(int fd, const std::string& name, const std::string& path, uid_t euid, gid_t egid) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return absl::InvalidArgumentError(absl::StrCat(name, ": cannot stat it: ", std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, " is not a regular file (it is ", FileKind(st.st_mode), "): name a file holding the token"));
   }
-  if (st.st_uid != ::geteuid()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " is owned by uid ", st.st_uid, ", not by this daemon's uid ",
-                                                   ::geteuid(), ": it holds a secret; chown it to the daemon's user"));
-  }
-  if ((st.st_mode & 077) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": group or others may access it (mode ",
-                                                   absl::StrFormat("%03o", st.st_mode & 0777),
-                                                   "); it holds a secret: chmod 600 ", path));
-  }
+  if (absl::Status owner = CheckOwnerAndMode(st, name, path, euid, egid); !owner.ok()) return owner;
   if (st.st_size > static_cast<off_t>(kMaxSecretTokenBytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, " is larger than ", kMaxSecretTokenBytes, " bytes: it should hold one token"));
@@ -69,17 +89,19 @@ absl::StatusOr<std::string> ReadBounded(int fd, const std::string& name) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadSecretTokenFile(const std::string& path, absl::string_view flag) {
+  return ReadSecretTokenFileAs(path, flag, ::geteuid(), ::getegid());
+}
+
+absl::StatusOr<std::string> ReadSecretTokenFileAs(const std::string& path, absl::string_view flag, uid_t euid,
+                                                  gid_t egid) {
   const std::string name = absl::StrCat(flag, " ", path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  // Links are followed; every check below is on the opened target.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ELOOP) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " is a symbolic link: name the token file itself (links are not followed)"));
-    }
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": cannot read it: ", std::strerror(errno), "; name a file holding the token"));
   }
-  absl::Status checked = CheckOpenFile(fd, name, path);
+  absl::Status checked = CheckOpenFile(fd, name, path, euid, egid);
   absl::StatusOr<std::string> text = checked.ok() ? ReadBounded(fd, name) : absl::StatusOr<std::string>(checked);
   ::close(fd);
   if (!text.ok()) return text.status();

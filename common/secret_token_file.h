@@ -1,8 +1,12 @@
 // One reader for the daemons' secret token files (det-master's
 // --metrics-token-file, det-agent's metrics-token-file): the same checks
-// and the same errors on both, so a file one accepts the other accepts too.
+// and the same errors on both. The checks depend on the reading daemon's
+// user and group, so a file det-master (User=det) accepts may be refused by
+// det-agent (root) and the other way round.
 #ifndef DET_COMMON_SECRET_TOKEN_FILE_H_
 #define DET_COMMON_SECRET_TOKEN_FILE_H_
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <string>
@@ -14,15 +18,25 @@ namespace det {
 
 inline constexpr size_t kMaxSecretTokenBytes = 4096;
 
-// The token in `path` without surrounding white space. The file is opened
-// O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC and checked on that descriptor
-// (fstat; no window between the check and the read): it must be a regular
-// file (not a symlink, FIFO or directory: a FIFO would block the daemon at
-// start), owned by this process's effective uid, with no group or other
-// permission bits (chmod 600), at most kMaxSecretTokenBytes, and hold one
-// non-empty word of printable ASCII (0x21..0x7e). InvalidArgument naming
-// `flag`, the path and the fix otherwise. Thread-safe.
+// The token in `path` without surrounding white space, read as this process
+// (geteuid(), getegid()). See ReadSecretTokenFileAs. Thread-safe.
 absl::StatusOr<std::string> ReadSecretTokenFile(const std::string& path, absl::string_view flag);
+
+// The same, checked for a daemon running as `euid`/`egid` (tests inject
+// them). The file is opened O_RDONLY|O_NONBLOCK|O_CLOEXEC, following
+// symbolic links (a Kubernetes Secret volume's key is a link into ..data),
+// and every check applies to the opened target through fstat (no window
+// between the check and the read): it must be a regular file (a FIFO would
+// block the daemon at start), owned by `euid` or root (systemd's
+// LoadCredential= writes root-owned credentials), with no "other" permission
+// bits and no group write bit; group read only when the file's group is root
+// or `egid` (systemd grants the daemon read through an ACL, which shows as
+// group bits; 0440 root:det is the classic form); at most
+// kMaxSecretTokenBytes, holding one non-empty word of printable ASCII
+// (0x21..0x7e). InvalidArgument naming `flag`, the path and the fix
+// otherwise.
+absl::StatusOr<std::string> ReadSecretTokenFileAs(const std::string& path, absl::string_view flag, uid_t euid,
+                                                  gid_t egid);
 
 }  // namespace det
 
