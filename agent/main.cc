@@ -140,7 +140,8 @@ void AddMetricsFlags(CLI::App& app, det::agent::AgentMetricsFlags* flags) {
                  "ADDR:PORT: serve Prometheus' GET /metrics there (port 0: the OS chooses; a non-loopback ADDR "
                  "needs --metrics-token-file); unset: no /metrics");
   app.add_option("--metrics-token-file", flags->token_file,
-                 "file (mode 0600, owned by det-agent's user) holding the bearer token every /metrics request "
+                 "file (owned by det-agent's user or root, no access for others: 0600, 0400, or 0440 with group root "
+                 "or det-agent's group; links followed) holding the bearer token every /metrics request "
                  "must carry");
   app.add_option("--nvml-library", flags->nvml_library,
                  "NVML library for the GPU series of /metrics (default: libnvidia-ml.so.1 from the loader's path; "

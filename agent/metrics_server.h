@@ -33,8 +33,10 @@ absl::StatusOr<MetricsListenAddress> ParseMetricsListen(const std::string& spec)
 
 // The scrape token in `path` (surrounding white space removed).
 // InvalidArgument naming metrics-token-file and the fix when the file is
-// missing, a symlink, not a regular file (a FIFO), readable by group or
-// others (chmod 600), not owned by this process's user, over 4096 bytes,
+// missing, not a regular file (a FIFO; a symbolic link is followed and its
+// target checked), open to others, writable by its group, readable by a
+// group other than root or this process's, owned by neither this process's
+// user nor root, over 4096 bytes,
 // empty, or holds a character outside printable ASCII: common/
 // secret_token_file.h, the same reader as det-master's --metrics-token-file.
 absl::StatusOr<std::string> ReadMetricsToken(const std::string& path);

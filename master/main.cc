@@ -400,7 +400,9 @@ void WritePortsFile(const std::string& path, const std::string& host, int grpc_p
 // The REST port's connection bounds (master/http/rest_listener.h).
 void AddRestFlags(CLI::App& app, Flags& f) {
   app.add_option("--metrics-token-file", f.metrics_token_file,
-                 "File (mode 0600) holding the scrape token: GET /metrics also answers 'Authorization: Bearer "
+                 "File (owned by det-master's user or root, no access for others: 0600, 0400, or 0440 with group root "
+                 "or the daemon's group; links followed) holding the scrape token: GET /metrics also answers "
+                 "'Authorization: Bearer "
                  "<token>' (otherwise an admin's token only)");
   app.add_option("--metrics-listen", f.metrics_listen,
                  "ADDR:PORT of a plain-HTTP listener serving GET /metrics only (port 0: any free one); open on "

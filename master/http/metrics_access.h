@@ -15,10 +15,11 @@ inline constexpr int64_t kMaxMetricsTokenBytes = 4096;
 
 // The scrape token in `path` without surrounding whitespace: the checks and
 // errors of common/secret_token_file.h (the agent's metrics-token-file uses
-// the same), each naming `flag` and the fix: not a regular file (a FIFO, a
-// symlink), not owned by det-master's user, open to group or others (chmod
-// 600), larger than kMaxMetricsTokenBytes, empty, or not one word of
-// printable ASCII.
+// the same), each naming `flag` and the fix; a symbolic link is followed and
+// its target checked: not a regular file (a FIFO), owned by neither
+// det-master's user nor root, open to others, writable by its group,
+// readable by a group other than root or det-master's, larger than
+// kMaxMetricsTokenBytes, empty, or not one word of printable ASCII.
 absl::StatusOr<std::string> ReadMetricsTokenFile(const std::string& path, absl::string_view flag);
 
 struct MetricsListen {
