@@ -131,18 +131,23 @@ TEST_F(MetricsEndpointTest, AfterAnExperimentEveryMasterSeriesIsThereWithBounded
   // background pass: poll until all three are in.
   std::string m, content_type;
   int status = 0;
-  PollUntil(
+  const char* const k404 = R"(det_rest_request_duration_seconds_count{code="404",route="other"})";
+  const char* const kUsed = R"(det_slots_used{agent="a",pool="default"})";
+  const char* const kGc = R"(det_checkpoint_bytes_deleted_total{reason="gc"})";
+  const bool all_in = PollUntil(
       [&] {
         auto res = Scrape(cluster_->http_port(), kScrapeToken);
         if (!res) return false;
         status = res->status;
         m = res->body;
         content_type = res->get_header_value("Content-Type");
-        return Sample(m, R"(det_rest_request_duration_seconds_count{code="404",route="other"})") >= 1 &&
-               Sample(m, R"(det_slots_used{agent="a",pool="default"})") == 0 &&
-               Sample(m, R"(det_checkpoint_bytes_deleted_total{reason="gc"})") > 0;
+        return Sample(m, k404) >= 1 && Sample(m, kUsed) == 0 && Sample(m, kGc) > 0;
       },
       std::chrono::seconds(10));
+  ASSERT_TRUE(all_in) << "within 10 s the last scrape (HTTP " << status << ") did not show all of: " << k404
+                      << " >= 1 (it shows " << Sample(m, k404) << "), " << kUsed << " 0 (" << Sample(m, kUsed)
+                      << "), " << kGc << " > 0 (" << Sample(m, kGc) << ")\n"
+                      << m << cluster_->MasterLog();
   ASSERT_EQ(status, 200) << m;
   EXPECT_EQ(content_type, "text/plain; version=0.0.4; charset=utf-8");
   SCOPED_TRACE(m);
