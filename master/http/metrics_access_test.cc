@@ -28,7 +28,7 @@ TEST(MetricsAccessTest, ReadsAnOwnerOnlyTokenTrimmed) {
 
 TEST(MetricsAccessTest, RefusesReadableEmptyLargeOrMissingFilesNamingTheFlag) {
   det::testing::TempDir dir;
-  auto open = ReadMetricsTokenFile(TokenFile(dir, "abc\n", 0640), "--metrics-token-file");
+  auto open = ReadMetricsTokenFile(TokenFile(dir, "abc\n", 0644), "--metrics-token-file");
   EXPECT_THAT(open.status().message(), HasSubstr("--metrics-token-file " + (dir / "token") + ": group or others"));
   EXPECT_THAT(open.status().message(), HasSubstr("chmod 600"));
   auto empty = ReadMetricsTokenFile(TokenFile(dir, " \n", 0600), "metrics-token-file");
