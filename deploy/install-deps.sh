@@ -20,6 +20,9 @@ PACKAGES=(
   libcpp-httplib-dev libssl-dev
   # /metrics exposition of the master and agent (prometheus-cpp's core).
   prometheus-cpp-dev
+  # S3 checkpoint storage (common/s3): libcurl signs with AWS SigV4, expat
+  # parses S3's XML replies.
+  libcurl4-openssl-dev libexpat1-dev
   dataset-fashion-mnist
   curl procps
   # tests/distributed_test.cc makes two network namespaces ("two hosts").
@@ -52,6 +55,9 @@ PACKAGES+=(systemd yamllint)
 PACKAGES+=(openssl)
 # tests/prometheus_test.cc: a real Prometheus server and promtool.
 PACKAGES+=(prometheus)
+# tests/s3_*: an independent S3 client (boto3; botocore checks det-cpp's
+# SigV4 signatures). The S3 server, npm's s3rver, comes from tests/s3/setup.sh.
+PACKAGES+=(python3-boto3 python3-botocore)
 command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 fi

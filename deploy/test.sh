@@ -23,6 +23,13 @@ if ! "$root/tests/browser/setup.sh"; then
        "it needs the npm registry once (then node_modules stays in tests/browser)" >&2
   exit 1
 fi
+# The checkpoint-storage tests start npm's s3rver (pinned in
+# tests/s3/package-lock.json) as their S3 server.
+if ! "$root/tests/s3/setup.sh"; then
+  echo "error: tests/s3/setup.sh failed, so the S3 checkpoint-storage tests cannot run;" \
+       "it needs the npm registry once (then node_modules stays in tests/s3)" >&2
+  exit 1
+fi
 build="${DET_BUILD_DIR:-$root/build}"
 cd "$build"
 junit="$build/Testing/ctest-junit.xml"

@@ -1,0 +1,2 @@
+// Placeholder: implemented in issue 49.
+#include "common/s3/s3_checkpoint.h"

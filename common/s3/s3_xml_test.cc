@@ -1,0 +1,1 @@
+// Placeholder: tests land in issue 49.

@@ -1,0 +1,1 @@
+#include "tests/s3_harness.h"
