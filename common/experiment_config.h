@@ -85,11 +85,22 @@ struct SearcherConfig {
   SearchOptions options;
 };
 
-// checkpoint_storage; only type shared_fs is supported.
+// checkpoint_storage: type shared_fs (a directory every agent mounts) or s3
+// (an S3-compatible bucket; docs/operations/checkpoint-storage.md). A config
+// never holds credentials: with s3 it names a profile of the master's S3
+// credentials file (--s3-credentials-file).
 struct CheckpointStorageConfig {
-  std::string type = "shared_fs";
+  std::string type = "shared_fs";  // "shared_fs" | "s3"
+  // shared_fs only.
   std::string host_path;     // required with type; empty: the master's checkpoint root
   std::string storage_path;  // empty: none (checkpoints go directly under host_path)
+  // s3 only.
+  std::string bucket;        // required; an S3 bucket name
+  std::string prefix;        // <= 512 bytes, no leading/trailing '/', no empty/"."/".." segment
+  std::string endpoint_url;  // http(s)://host[:port]; empty: the profile's (else AWS's)
+  std::string region;        // [a-z0-9-]{1,32}; empty: the profile's, else us-east-1
+  std::string profile = "default";      // [A-Za-z0-9_.-]{1,64}
+  std::string addressing_style = "auto";  // auto | path | virtual (auto: virtual on AWS, path with an endpoint)
   int64_t save_experiment_best = 0;
   int64_t save_trial_best = 1;
   int64_t save_trial_latest = 1;
