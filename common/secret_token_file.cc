@@ -50,26 +50,31 @@ absl::Status CheckOwnerAndMode(const struct stat& st, const std::string& name, c
   return absl::OkStatus();
 }
 
+// What a file larger than `max_bytes` is told.
+std::string TooLarge(const std::string& name, size_t max_bytes, absl::string_view content) {
+  return absl::StrCat(name, " is larger than ", max_bytes, " bytes: it should hold ",
+                      content == "the token" ? "one token" : content);
+}
+
 // Checks the open file's kind, owner, mode and size.
-absl::Status CheckOpenFile(int fd, const std::string& name, const std::string& path, uid_t euid, gid_t egid) {
+absl::Status CheckOpenFile(int fd, const std::string& name, const std::string& path, uid_t euid, gid_t egid,
+                           size_t max_bytes, absl::string_view content) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return absl::InvalidArgumentError(absl::StrCat(name, ": cannot stat it: ", std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(name, " is not a regular file (it is ", FileKind(st.st_mode), "): name a file holding the token"));
+        absl::StrCat(name, " is not a regular file (it is ", FileKind(st.st_mode), "): name a file holding ", content));
   }
   if (absl::Status owner = CheckOwnerAndMode(st, name, path, euid, egid); !owner.ok()) return owner;
-  if (st.st_size > static_cast<off_t>(kMaxSecretTokenBytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " is larger than ", kMaxSecretTokenBytes, " bytes: it should hold one token"));
-  }
+  if (st.st_size > static_cast<off_t>(max_bytes)) return absl::InvalidArgumentError(TooLarge(name, max_bytes, content));
   return absl::OkStatus();
 }
 
-// At most kMaxSecretTokenBytes + 1 bytes of `fd` (one more than allowed, so
-// a file that grew after fstat is still caught).
-absl::StatusOr<std::string> ReadBounded(int fd, const std::string& name) {
-  std::string text(kMaxSecretTokenBytes + 1, '\0');
+// At most max_bytes + 1 bytes of `fd` (one more than allowed, so a file that
+// grew after fstat is still caught).
+absl::StatusOr<std::string> ReadBounded(int fd, const std::string& name, size_t max_bytes,
+                                        absl::string_view content) {
+  std::string text(max_bytes + 1, '\0');
   size_t got = 0;
   while (got < text.size()) {
     const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
@@ -78,10 +83,7 @@ absl::StatusOr<std::string> ReadBounded(int fd, const std::string& name) {
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
-  if (got > kMaxSecretTokenBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " is larger than ", kMaxSecretTokenBytes, " bytes: it should hold one token"));
-  }
+  if (got > max_bytes) return absl::InvalidArgumentError(TooLarge(name, max_bytes, content));
   text.resize(got);
   return text;
 }
@@ -92,18 +94,26 @@ absl::StatusOr<std::string> ReadSecretTokenFile(const std::string& path, absl::s
   return ReadSecretTokenFileAs(path, flag, ::geteuid(), ::getegid());
 }
 
-absl::StatusOr<std::string> ReadSecretTokenFileAs(const std::string& path, absl::string_view flag, uid_t euid,
-                                                  gid_t egid) {
+absl::StatusOr<std::string> ReadSecretFileAs(const std::string& path, absl::string_view flag, uid_t euid, gid_t egid,
+                                             size_t max_bytes, absl::string_view content) {
   const std::string name = absl::StrCat(flag, " ", path);
   // Links are followed; every check below is on the opened target.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(name, ": cannot read it: ", std::strerror(errno), "; name a file holding the token"));
+        absl::StrCat(name, ": cannot read it: ", std::strerror(errno), "; name a file holding ", content));
   }
-  absl::Status checked = CheckOpenFile(fd, name, path, euid, egid);
-  absl::StatusOr<std::string> text = checked.ok() ? ReadBounded(fd, name) : absl::StatusOr<std::string>(checked);
+  absl::Status checked = CheckOpenFile(fd, name, path, euid, egid, max_bytes, content);
+  absl::StatusOr<std::string> text =
+      checked.ok() ? ReadBounded(fd, name, max_bytes, content) : absl::StatusOr<std::string>(checked);
   ::close(fd);
+  return text;
+}
+
+absl::StatusOr<std::string> ReadSecretTokenFileAs(const std::string& path, absl::string_view flag, uid_t euid,
+                                                  gid_t egid) {
+  const std::string name = absl::StrCat(flag, " ", path);
+  absl::StatusOr<std::string> text = ReadSecretFileAs(path, flag, euid, egid, kMaxSecretTokenBytes, "the token");
   if (!text.ok()) return text.status();
   const std::string token(absl::StripAsciiWhitespace(*text));
   if (token.empty()) {

@@ -38,6 +38,13 @@ absl::StatusOr<std::string> ReadSecretTokenFile(const std::string& path, absl::s
 absl::StatusOr<std::string> ReadSecretTokenFileAs(const std::string& path, absl::string_view flag, uid_t euid,
                                                   gid_t egid);
 
+// The raw bytes of a secret file, with every check of ReadSecretTokenFileAs
+// but the token's own (any content, at most `max_bytes`): used by readers
+// of other secret files (the S3 credentials file). `content` names what the
+// file should hold in the fixes ("the token", "the S3 credentials").
+absl::StatusOr<std::string> ReadSecretFileAs(const std::string& path, absl::string_view flag, uid_t euid, gid_t egid,
+                                             size_t max_bytes, absl::string_view content);
+
 }  // namespace det
 
 #endif  // DET_COMMON_SECRET_TOKEN_FILE_H_

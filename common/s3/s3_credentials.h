@@ -50,9 +50,10 @@ struct S3Profile {
 // InvalidArgument on: a key outside a [profile], an unknown key, a profile
 // without aws_access_key_id / aws_secret_access_key / det_workspaces, a
 // duplicate profile or key, more than kMaxCredentialProfiles profiles, a
-// malformed endpoint_url. ca_bundle files are read (at most
-// kMaxCaBundleBytes; regular files) with `read_file`. Errors never quote a
-// secret's value.
+// malformed endpoint_url, region or det_workspaces, a line that is neither.
+// ca_bundle names an absolute path read at parse time (a regular file of at
+// most kMaxCaBundleBytes holding a PEM certificate). Errors name
+// `source`:line and the key, never quote a secret's value or a line.
 absl::StatusOr<std::map<std::string, S3Profile>> ParseS3Credentials(absl::string_view text,
                                                                     absl::string_view source);
 
@@ -62,6 +63,10 @@ absl::StatusOr<std::map<std::string, S3Profile>> ParseS3Credentials(absl::string
 // InvalidArgument naming `flag`, the path and the fix.
 absl::StatusOr<std::map<std::string, S3Profile>> ReadS3CredentialsFile(const std::string& path,
                                                                        absl::string_view flag);
+// The same, checked for a daemon running as `euid`/`egid` (tests).
+absl::StatusOr<std::map<std::string, S3Profile>> ReadS3CredentialsFileAs(const std::string& path,
+                                                                         absl::string_view flag, uid_t euid,
+                                                                         gid_t egid);
 
 }  // namespace det::s3
 
