@@ -392,6 +392,36 @@ TEST_F(AgentTest, RunsTheRankAsTheOwnersUid) {
   EXPECT_NE(master_.Result(2)->message().find("never run as root"), std::string::npos) << master_.Result(2)->message();
 }
 
+// Issue 49: a warm start from another user's checkpoint in S3 is not staged
+// by the agent (det-trial downloads it with the master's credentials); the
+// allocation starts without DET_WARM_START_DIR. The agent used to refuse it
+// (StageCheckpoint of "s3://..." is not an absolute path).
+TEST_F(AgentTest, AnS3WarmStartSourceIsLeftToTheTrial) {
+  ASSERT_EQ(geteuid(), 0u) << "running ranks as another uid needs root; CI runs agent_test as root";
+  ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);
+  WriteScript("echo \"warm=${DET_WARM_START_DIR-unset} storage=$DET_CHECKPOINT_STORAGE_PATH\"\n");
+  StartAgent(Options("agent-1"));
+  av1::MasterMessage start = StartMessage(1, "alloc-s3", "trial of a tenant");
+  start.mutable_start_allocation()->set_run_as_uid(200777);
+  start.mutable_start_allocation()->set_run_as_gid(200777);
+  start.mutable_start_allocation()->set_checkpoint_storage_path("s3://det-test/team-a");
+  start.mutable_start_allocation()->set_warm_start_source_path(
+      "s3://det-test/team-b/0b7c4a2e-5d1f-4c3a-9e8b-2f6d1a0c9e77");
+  master_.Send(start);
+  auto output = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(master_.mu_) {
+    std::vector<std::string> out;
+    for (const auto& l : master_.Logs()) {
+      if (l.allocation_id() == "alloc-s3") out.push_back(l.message());
+    }
+    return out;
+  };
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.Result(1) != nullptr; }));
+  ASSERT_TRUE(master_.WaitUntil([&] { return master_.Result(1)->code() != 0 || !output().empty(); }));
+  absl::MutexLock lock(&master_.mu_);
+  EXPECT_EQ(master_.Result(1)->code(), 0) << master_.Result(1)->message();
+  EXPECT_EQ(output(), std::vector<std::string>{"warm=unset storage=s3://det-test/team-a"});
+}
+
 TEST_F(AgentTest, KillAllocationEscalatesAndResentStartIsOk) {
   WriteScript("trap 'echo got-term' TERM\necho ready\nwhile :; do sleep 0.05; done\n");
   StartAgent(Options("agent-1"));

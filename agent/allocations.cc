@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/agent.h"
@@ -88,6 +89,9 @@ absl::StatusOr<std::string> PrepareAllocationDir(const av1::StartAllocation& sta
                                                  std::map<std::string, std::string>* env) {
   absl::StatusOr<std::string> config_path = WriteConfig(dir, start.config_yaml(), user);
   if (!config_path.ok() || start.warm_start_source_path().empty() || !user) return config_path;
+  // A checkpoint in S3 is downloaded by det-trial itself, with the
+  // credentials the master hands it; there is no file here to copy.
+  if (absl::StartsWith(start.warm_start_source_path(), "s3://")) return config_path;
   const std::string staged = (fs::path(dir) / "warm-start").string();
   absl::Status st = StageCheckpoint(start.warm_start_source_path(), staged, user->uid, user->gid,
                                     "StartAllocation.warm_start_source_path");
