@@ -118,13 +118,14 @@ TEST(DeterminedFieldsTest, CheckpointStorageWithoutTypeInheritsTheMastersStorage
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->checkpoint_storage->host_path, "");
   EXPECT_EQ(again->checkpoint_storage->save_trial_best, 3);
-  // With a type, host_path is still required; other types are refused.
+  // With a type, host_path is still required; other types than shared_fs
+  // and s3 are refused.
   auto typed = Parse("checkpoint_storage:\n  type: shared_fs\n");
   ASSERT_FALSE(typed.ok());
   EXPECT_THAT(typed.status().message(), HasSubstr("missing required field 'checkpoint_storage.host_path'"));
-  auto s3 = Parse("checkpoint_storage:\n  type: s3\n  bucket: b\n");
-  ASSERT_FALSE(s3.ok());
-  EXPECT_THAT(s3.status().message(), HasSubstr("must be shared_fs, got 's3'"));
+  auto gcs = Parse("checkpoint_storage:\n  type: gcs\n  bucket: b\n");
+  ASSERT_FALSE(gcs.ok());
+  EXPECT_THAT(gcs.status().message(), HasSubstr("must be shared_fs or s3, got 'gcs'"));
   // storage_path still may not leave the root.
   auto escape = Parse("checkpoint_storage:\n  storage_path: ../../etc\n");
   ASSERT_FALSE(escape.ok());

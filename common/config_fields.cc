@@ -24,6 +24,7 @@ constexpr std::string_view kAsha = "master/search/asha.cc";
 constexpr std::string_view kAshaLayout = "master/search/asha_layout.cc";
 constexpr std::string_view kRuntimeMain = "trial_runtime/runtime/main.cc";
 constexpr std::string_view kCheckpointGc = "master/core/checkpoint_gc.cc";
+constexpr std::string_view kS3Profiles = "master/core/s3_profiles.cc";
 constexpr std::string_view kJobKnobs = "master/core/core_state.h";  // SetJobKnobsFromConfig
 constexpr std::string_view kProfiler = "trial_runtime/runtime/profiler.cc";
 constexpr std::string_view kValidationPolicy = "common/validation_policy.cc";
@@ -76,10 +77,15 @@ std::vector<ConfigField> MakeTable() {
       Read("perform_initial_validation", kValidationPolicy, "config.perform_initial_validation"),
       Read("checkpoint_policy", kValidationPolicy, "config.checkpoint_policy"),
       Read("checkpoint_storage", kExperiments, "config.checkpoint_storage"),
-      // Validated only: shared_fs (or none: the master's storage) is what the master implements.
-      Read("checkpoint_storage.type", "common/experiment_config.cc", "c->type != \"shared_fs\""),
+      Read("checkpoint_storage.type", kExperiments, "checkpoint_storage->type == \"s3\""),
       Read("checkpoint_storage.host_path", kExperiments, "->host_path"),
       Read("checkpoint_storage.storage_path", kExperiments, "->storage_path"),
+      Read("checkpoint_storage.bucket", kS3Profiles, "storage.bucket"),
+      Read("checkpoint_storage.prefix", kS3Profiles, "storage.prefix"),
+      Read("checkpoint_storage.endpoint_url", kS3Profiles, "storage.endpoint_url"),
+      Read("checkpoint_storage.region", kS3Profiles, "storage.region"),
+      Read("checkpoint_storage.profile", kS3Profiles, "storage.profile"),
+      Read("checkpoint_storage.addressing_style", kS3Profiles, "storage.addressing_style"),
       Read("checkpoint_storage.save_experiment_best", kCheckpointGc, "c.save_experiment_best"),
       Read("checkpoint_storage.save_trial_best", kCheckpointGc, "c.save_trial_best"),
       Read("checkpoint_storage.save_trial_latest", kCheckpointGc, "c.save_trial_latest"),

@@ -67,10 +67,16 @@ data: {any: thing}
 profiling: {enabled: true}
 )";
 
+// checkpoint_storage's keys depend on its type: the s3 variant as well.
 std::set<std::string> ParserPaths() {
   ConfigKeyRecorder recorder;
   auto config = ParseExperimentConfig(kEverySection, "every-section.yaml");
   EXPECT_TRUE(config.ok()) << config.status();
+  std::string s3 = kEverySection;
+  const std::string shared_fs = "{type: shared_fs, host_path: /tmp/x}";
+  s3.replace(s3.find(shared_fs), shared_fs.size(), "{type: s3, bucket: b-1}");
+  auto s3_config = ParseExperimentConfig(s3, "every-section-s3.yaml");
+  EXPECT_TRUE(s3_config.ok()) << s3_config.status();
   return std::set<std::string>(recorder.paths().begin(), recorder.paths().end());
 }
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/batch_lengths.h"
+#include "common/checkpoint_storage_config.h"
 #include "common/config_fields.h"
 #include "common/config_reader.h"
 #include "common/safe_path.h"
@@ -186,30 +187,6 @@ absl::Status ParseSearcher(const ConfigMapReader& r, SearcherConfig* s) {
     case SearcherName::kPbt:
       break;
   }
-  return absl::OkStatus();
-}
-
-// Without `type`, Determined inherits the master's storage: here shared_fs
-// under the master's --checkpoint-root, host_path optional (empty: the root).
-absl::Status ParseCheckpointStorage(const ConfigMapReader& r, CheckpointStorageConfig* c) {
-  const bool typed = r.Find("type") != nullptr;
-  DET_RETURN_IF_ERROR(r.GetString("type", &c->type));
-  if (c->type != "shared_fs") {
-    return r.Error("type", absl::StrCat("field '", r.PathOf("type"), "' must be shared_fs, got '", c->type,
-                                        "' (det-cpp supports only shared_fs checkpoint storage)"));
-  }
-  DET_RETURN_IF_ERROR(r.CheckKeys({"type", "host_path", "storage_path", "save_experiment_best", "save_trial_best",
-                                   "save_trial_latest"},
-                                  {"container_path", "propagation", "checkpoint_path", "tensorboard_path"}));
-  if (typed && r.Find("host_path") == nullptr) return r.Missing("host_path");
-  DET_RETURN_IF_ERROR(r.GetString("host_path", &c->host_path));
-  if (r.Find("host_path") != nullptr && c->host_path.empty()) return r.TypeError("host_path", "a non-empty path");
-  DET_RETURN_IF_ERROR(r.GetString("storage_path", &c->storage_path));
-  // Checkpoints must stay under host_path.
-  DET_RETURN_IF_ERROR(ValidateRelativePath(c->storage_path, r.PathOf("storage_path")));
-  DET_RETURN_IF_ERROR(r.GetInt("save_experiment_best", &c->save_experiment_best, 0, kInt64Max));
-  DET_RETURN_IF_ERROR(r.GetInt("save_trial_best", &c->save_trial_best, 0, kInt64Max));
-  DET_RETURN_IF_ERROR(r.GetInt("save_trial_latest", &c->save_trial_latest, 0, kInt64Max));
   return absl::OkStatus();
 }
 
@@ -598,16 +575,7 @@ nlohmann::json ExperimentConfigToJson(const ExperimentConfig& c) {
   if (s.name == SearcherName::kGrid && s.max_trials == 0) searcher.erase("max_trials");
 
   json storage = nullptr;
-  if (c.checkpoint_storage) {
-    const CheckpointStorageConfig& cs = *c.checkpoint_storage;
-    // No host_path: the master's storage, as written (no type).
-    storage = {{"type", cs.host_path.empty() ? json(nullptr) : json(cs.type)},
-               {"host_path", cs.host_path.empty() ? json(nullptr) : json(cs.host_path)},
-               {"storage_path", cs.storage_path.empty() ? json(nullptr) : json(cs.storage_path)},
-               {"save_experiment_best", cs.save_experiment_best},
-               {"save_trial_best", cs.save_trial_best},
-               {"save_trial_latest", cs.save_trial_latest}};
-  }
+  if (c.checkpoint_storage) storage = CheckpointStorageToJson(*c.checkpoint_storage);
   json env = json::array();
   for (const auto& [k, v] : c.environment.environment_variables) env.push_back(absl::StrCat(k, "=", v));
   json seed = c.reproducibility.experiment_seed ? json(*c.reproducibility.experiment_seed) : json(nullptr);

@@ -447,9 +447,9 @@ TEST(ExperimentConfigErrorTest, SearcherCrossFieldConstraints) {
 }
 
 TEST(ExperimentConfigErrorTest, CheckpointStorage) {
-  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "checkpoint_storage:\n  type: s3\n  bucket: b\n"),
-            "config.yaml:9: field 'checkpoint_storage.type' must be shared_fs, got 's3' (det-cpp supports only "
-            "shared_fs checkpoint storage)");
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "checkpoint_storage:\n  type: azure\n  container: b\n"),
+            "config.yaml:9: field 'checkpoint_storage.type' must be shared_fs or s3, got 'azure' (det-cpp supports "
+            "shared_fs and S3-compatible checkpoint storage)");
   EXPECT_EQ(ErrorOf(std::string(kMinimal) + "checkpoint_storage:\n  type: shared_fs\n  host_path: /x\n  "
                                             "save_trial_best: -1\n"),
             "config.yaml:11: field 'checkpoint_storage.save_trial_best' must be >= 0, got -1");

@@ -173,6 +173,10 @@ void AddStorageFlags(CLI::App& app, Flags& f) {
   app.add_option("--checkpoint-storage-root", f.options.checkpoint_storage_roots,
                  "A directory under which configs' checkpoint_storage.host_path may lie (repeatable; the checkpoint "
                  "root is always allowed); must not contain the data dir or the database");
+  app.add_option("--s3-credentials-file", f.options.s3_credentials_file,
+                 "AWS shared-credentials file of the S3 profiles that checkpoint_storage type s3 names (owned by "
+                 "det-master's user or root, mode 0600; each profile's det_workspaces say which workspaces may use "
+                 "it; docs/operations/checkpoint-storage.md). Secrets are never read from AWS_* variables");
   f.max_trial_log_mib = f.options.max_trial_log_bytes / double(1 << 20);
   app.add_option("--max-trial-log-mib", f.max_trial_log_mib,
                  "Log volume kept per trial; beyond it the oldest lines are dropped (a marker line says how many)")
@@ -651,6 +655,12 @@ int OpenAndServe(Flags& f, const det::master::AuthOptions& auth_options, sigset_
       std::fprintf(stderr, "det-master: error: %s\n", std::string(listen.status().message()).c_str());
       return 2;
     }
+  }
+  // A bad credentials file is a usage error (exit 2); the error names the
+  // flag, the file and the fix, never a secret.
+  if (auto s3 = det::master::S3Profiles::Load(f.options.s3_credentials_file); !s3.ok()) {
+    std::fprintf(stderr, "det-master: error: %s\n", std::string(s3.status().message()).c_str());
+    return 2;
   }
   umask(077);  // nothing the master creates is readable by group or others (data_dir.h)
   if (absl::Status dir = det::master::PreparePrivateDataDir(f.options.data_dir, f.allow_insecure_data_dir); !dir.ok()) {

@@ -13,6 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
 #include "common/sha256.h"
@@ -377,6 +378,7 @@ void MasterCore::OnProcessTerminated(const std::string& allocation_id, int exit_
 }
 
 void MasterCore::RemoveStaleCheckpointTempsLocked(const std::string& dir, int64_t only) {
+  if (absl::StartsWith(dir, "s3://")) return;  // s3 storage: trials stage saves in private directories
   auto removable = [&](int64_t id) {
     if (only != 0 && id != only) return false;
     auto t = trials_.find(id);

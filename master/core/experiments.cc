@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
+#include "common/checkpoint_storage_config.h"
 #include "common/proto_json.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
@@ -26,6 +27,9 @@ namespace det::master {
 
 std::string ExperimentCheckpointDir(const ExperimentConfig& config, const std::string& checkpoint_root) {
   if (!config.checkpoint_storage) return checkpoint_root;
+  // s3: the URL of the experiment's bucket and prefix (the trials'
+  // checkpoint_storage_path; checkpoints are s3://bucket/prefix/<uuid>).
+  if (config.checkpoint_storage->type == "s3") return S3StorageUrl(*config.checkpoint_storage);
   // No host_path (a checkpoint_storage without type): the master's storage.
   std::filesystem::path p = config.checkpoint_storage->host_path.empty() ? checkpoint_root
                                                                          : config.checkpoint_storage->host_path;
@@ -100,6 +104,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   DET_ASSIGN_OR_RETURN(config.resources.resource_pool,
                        ResolveExperimentPool(options_.resource_pools, config.resources));
   ExperimentRow fork;  // parent_id, warm_start_checkpoint_uuid
+  std::string workspace;  // the name of the workspace of fork.project_id
   {
     std::lock_guard<std::mutex> l(mu_);
     DET_RETURN_IF_ERROR(CheckSlotsFitPool(agents_, config.resources));
@@ -107,7 +112,13 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     // The config's workspace/project, else the parent's project (a fork).
     const int64_t parent_project = fork.parent_id > 0 ? experiments_.at(fork.parent_id)->row.project_id : 0;
     DET_ASSIGN_OR_RETURN(fork.project_id, ResolveExperimentProject(*store_, config, parent_project));
+    DET_ASSIGN_OR_RETURN(ProjectRow project, store_->GetProject(fork.project_id));
+    workspace = project.workspace_name;
   }
+  // s3: the profile must exist and allow the experiment's workspace (no S3
+  // I/O here: the bucket is first used by the trials).
+  const bool s3_storage = config.checkpoint_storage && config.checkpoint_storage->type == "s3";
+  if (s3_storage) DET_RETURN_IF_ERROR(s3_profiles_.Resolve(*config.checkpoint_storage, workspace).status());
   // Checks the lengths convert (with the first sample; each trial converts
   // with its own hparams later).
   DET_RETURN_IF_ERROR(
@@ -115,7 +126,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
   const SearcherLength searcher_length = ExperimentSearcherLength(config, nullptr);
   DET_ASSIGN_OR_RETURN(Searcher searcher, Searcher::Create(config, searcher_length.max));
   const std::string checkpoint_dir = ExperimentCheckpointDir(config, options_.checkpoint_root);
-  DET_RETURN_IF_ERROR(checkpoint_roots_.Check(checkpoint_dir, "checkpoint_storage.host_path"));
+  if (!s3_storage) DET_RETURN_IF_ERROR(checkpoint_roots_.Check(checkpoint_dir, "checkpoint_storage.host_path"));
 
   std::string so_name;
   std::vector<std::string> abi_warnings;

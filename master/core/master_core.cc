@@ -37,6 +37,8 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(MasterOptions opt
   DET_ASSIGN_OR_RETURN(
       CheckpointRoots checkpoint_roots,
       CheckpointRoots::Create(roots, {options.data_dir, options.db_path, (fs::path(options.data_dir) / "artifacts").string()}));
+  // Before the database: a bad credentials file stops det-master at start.
+  DET_ASSIGN_OR_RETURN(S3Profiles s3_profiles, S3Profiles::Load(options.s3_credentials_file));
   DET_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(options.db_path));
   TaskLogLimits log_limits;
   log_limits.max_line_bytes = options.max_log_line_bytes;
@@ -45,6 +47,7 @@ absl::StatusOr<std::unique_ptr<MasterCore>> MasterCore::Create(MasterOptions opt
   store->set_metric_limits(options.metric_limits);
   std::unique_ptr<MasterCore> core(new MasterCore(std::move(options), std::move(store)));
   core->checkpoint_roots_ = std::move(checkpoint_roots);
+  core->s3_profiles_ = std::move(s3_profiles);
   if (core->options_.resource_manager.slurm_managed()) {
     core->slurm_driver_ = std::make_unique<SlurmDriver>(core->options_.resource_manager.slurm,
                                                         core->options_.resource_manager.runner);
