@@ -72,17 +72,20 @@ absl::StatusOr<Manifest> UploadCheckpoint(S3Client& client, const S3Location& ch
 // checkpoint is incomplete or gone).
 absl::StatusOr<Manifest> ReadManifest(S3Client& client, const S3Location& checkpoint);
 
-// Downloads `checkpoint` into new directory `dir` (must not exist; created
-// 0700 with a temporary sibling renamed into place when every file is
-// written and verified against the manifest: size and MD5). Returns the
-// manifest.
+// Downloads `checkpoint` into new directory `dir` (must not exist:
+// AlreadyExists; created 0700 as a temporary sibling, renamed into place
+// when every file is written and verified against the manifest: size and
+// MD5; on any error the sibling is removed and nothing is left). A manifest
+// that fails ParseManifest is DataLoss. Returns the manifest.
 absl::StatusOr<Manifest> DownloadCheckpoint(S3Client& client, const S3Location& checkpoint, const std::string& dir);
 
 // Deletes every object under `checkpoint`'s key prefix + "/" (the manifest
 // first, so a half-deleted checkpoint is incomplete, never restorable).
-// Refuses (InvalidArgument) a checkpoint location whose key prefix does not
-// start with `experiment_prefix` + "/" (or is not exactly "<uuid>" when the
-// experiment prefix is empty). Returns how many objects were deleted.
+// Refuses (InvalidArgument) a checkpoint location whose key prefix is not
+// exactly `experiment_prefix` + "/<uuid>" ("<uuid>" when the experiment
+// prefix is empty), and a listing that returns a key outside it
+// (FailedPrecondition, nothing deleted). Returns how many objects were
+// deleted (0 when none are left).
 absl::StatusOr<int64_t> DeleteCheckpoint(S3Client& client, const S3Location& checkpoint,
                                          absl::string_view experiment_prefix);
 
