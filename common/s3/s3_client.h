@@ -72,6 +72,8 @@ struct S3Limits {
   int64_t max_object_bytes = int64_t{5} << 40;  // 5 TiB, S3's own limit
   int max_key_bytes = 1024;                    // S3's own limit
   int max_list_keys = 100000;                  // ListObjects stops with an error beyond
+  int list_page_keys = 1000;    // max-keys of each ListObjectsV2 request, 1..1000 (tests page with fewer)
+  int delete_batch_keys = 1000;  // keys of each DeleteObjects request, 1..1000 (S3's own limit)
 };
 
 struct ObjectInfo {
@@ -113,6 +115,8 @@ class S3Client {
   S3Client& operator=(const S3Client&) = delete;
 
   const S3Limits& limits() const;
+  // HTTP requests sent so far, retries included (tests count tries).
+  int64_t requests_sent() const;
 
   // Uploads file `path` to `key`: one PUT up to multipart_threshold, else a
   // multipart upload of PlanParts parts (each part's ETag checked against
