@@ -381,7 +381,7 @@ absl::Status S3Client::Impl::StreamGet(const std::string& bucket, const std::str
   req.key = key;
   req.sink = [&](absl::string_view chunk) -> absl::Status {
     if (length >= 0 && done + static_cast<int64_t>(chunk.size()) > length) {
-      return absl::DataLossError(absl::StrCat("S3 ", what, ": more bytes than the ", length, " asked for"));
+      return absl::DataLossError(absl::StrCat("more bytes than the ", length, " asked for"));
     }
     done += static_cast<int64_t>(chunk.size());
     return sink(chunk);
@@ -422,8 +422,7 @@ absl::StatusOr<std::string> S3Client::GetObjectToString(const std::string& bucke
   std::string out;
   auto s = impl_->StreamGet(bucket, key, 0, -1, [&](absl::string_view c) {
     if (static_cast<int64_t>(out.size() + c.size()) > max_bytes) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("S3 object ", S3Path(bucket, key), " is larger than ", max_bytes, " bytes"));
+      return absl::FailedPreconditionError(absl::StrCat("the object is larger than ", max_bytes, " bytes"));
     }
     out.append(c.data(), c.size());
     return absl::OkStatus();
@@ -441,8 +440,7 @@ absl::Status S3Client::GetObjectToFile(const std::string& bucket, const std::str
   const std::string where = S3Path(bucket, key);
   absl::Status s = impl_->StreamGet(bucket, key, 0, -1, [&](absl::string_view c) -> absl::Status {
     if (written + static_cast<int64_t>(c.size()) > expected_size) {
-      return absl::DataLossError(absl::StrCat("S3 object ", where, " is larger than the expected ", expected_size,
-                                              " bytes"));
+      return absl::DataLossError(absl::StrCat("the object is larger than the expected ", expected_size, " bytes"));
     }
     for (size_t off = 0; off < c.size();) {
       ssize_t n = write(fd.get(), c.data() + off, c.size() - off);

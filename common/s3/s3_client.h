@@ -9,7 +9,9 @@
 // CAs or an operator's CA bundle (PEM text, CURLOPT_CAINFO_BLOB). Transient
 // failures (5xx, 429, timeouts, connection reset or refused, a cut reply) are
 // retried with jittered exponential backoff up to S3RetryPolicy::max_attempts
-// tries in all; 4xx are not retried. Every reply body det-cpp keeps in memory
+// tries in all; 4xx are not retried. (Within one try, libcurl itself re-sends
+// once a request whose reused keep-alive connection was closed before any
+// reply, on a fresh connection, as HTTP clients do.) Every reply body det-cpp keeps in memory
 // is capped (S3Limits::max_reply_bytes) and the XML parse is bounded
 // (s3_xml.h), so a hostile endpoint cannot make the caller allocate without
 // bound. Errors name the operation, bucket/key and S3's error code.
@@ -115,7 +117,7 @@ class S3Client {
   S3Client& operator=(const S3Client&) = delete;
 
   const S3Limits& limits() const;
-  // HTTP requests sent so far, retries included (tests count tries).
+  // Tries made so far, retries included (tests count them).
   int64_t requests_sent() const;
 
   // Uploads file `path` to `key`: one PUT up to multipart_threshold, else a

@@ -9,6 +9,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -244,6 +245,51 @@ TEST(S3HostileEndpointTest, AListingThatNeverEndsStopsAtMaxListKeys) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
   EXPECT_THAT(Message(r.status()), HasSubstr("more than 55 keys (S3Limits::max_list_keys)"));
   EXPECT_EQ(s3.requests(), 6);
+}
+
+// An object whose first GET is cut after half its bytes: the client retries
+// from the first byte it has not passed on (a ranged GET) and the file is
+// whole; a range reply that is not 206 is refused.
+TEST(S3HostileEndpointTest, AGetCutMidBodyResumesFromTheFirstByteNotYetPassedOn) {
+  std::string data(1 << 20, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + (i >> 11));
+  std::atomic<int> gets{0};
+  std::vector<std::string> ranges;
+  std::mutex mu;
+  httplib::Server server;
+  server.Get(".*", [&](const httplib::Request& req, httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      ranges.push_back(req.get_header_value("Range"));
+    }
+    if (++gets == 1) {
+      res.set_content_provider(data.size(), "application/octet-stream",
+                               [&](size_t offset, size_t, httplib::DataSink& sink) {
+                                 if (offset >= data.size() / 2) return false;  // cut
+                                 return sink.write(data.data() + offset, data.size() / 2);
+                               });
+      return;
+    }
+    res.set_content(data, "application/octet-stream");  // httplib answers the Range (206)
+  });
+  int port = server.bind_to_any_port("127.0.0.1");
+  std::thread t([&] { server.listen_after_bind(); });
+  ::det::testing::TempDir dir;
+  S3Endpoint ep;
+  ep.endpoint_url = "http://127.0.0.1:" + std::to_string(port);
+  S3RetryPolicy retry;
+  retry.base_backoff = retry.max_backoff = std::chrono::milliseconds(1);
+  auto c = S3Client::Create(ep, {"a", "b", ""}, retry);
+  ASSERT_TRUE(c.ok());
+  auto s = (*c)->GetObjectToFile("det-test", "k", dir / "out", data.size(), Md5Hex(data));
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(::det::testing::ReadFile(dir / "out"), data);
+  c->reset();  // closes its keep-alive connection, so the server stops at once
+  server.stop();
+  t.join();
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_EQ(ranges[0], "");
+  EXPECT_EQ(ranges[1], "bytes=" + std::to_string(data.size() / 2) + "-");
 }
 
 }  // namespace
