@@ -62,9 +62,8 @@ absl::StatusOr<int64_t> CheckpointMetadataSize(const CheckpointRoots& roots, con
   return static_cast<int64_t>(st.st_size);
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointFiles>> CheckpointFiles::Open(const CheckpointRoots& roots,
-                                                                       const CheckpointRow& row,
-                                                                       const CheckpointFileLimits& limits) {
+absl::StatusOr<std::vector<CheckpointFiles::File>> CheckpointFiles::CheckResources(
+    const CheckpointRow& row, const CheckpointFileLimits& limits, int64_t* total) {
   auto bad = [&](const std::string& why) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", row.uuid, ": ", why));
   };
@@ -72,19 +71,53 @@ absl::StatusOr<std::unique_ptr<CheckpointFiles>> CheckpointFiles::Open(const Che
     return bad(absl::StrCat(row.resources.size(), " files; at most ", limits.max_files, " can be downloaded"));
   }
   std::vector<File> files;
-  int64_t total = 0;
+  *total = 0;
   for (const auto& [path, size] : row.resources) {  // std::map: path order
     if (static_cast<int64_t>(path.size()) > limits.max_path_bytes) {
       return bad(absl::StrCat("a file path of ", path.size(), " bytes; at most ", limits.max_path_bytes));
     }
     absl::Status st = ValidateRelativePath(path, "resources");
     if (!st.ok() || path.empty() || path.front() == '/') return bad(absl::StrCat("bad file path '", path, "'"));
-    if (size < 0 || size > limits.max_total_bytes - total) {
+    if (size < 0 || size > limits.max_total_bytes - *total) {
       return bad(absl::StrCat("more than ", limits.max_total_bytes, " bytes; too large to download"));
     }
-    total += size;
+    *total += size;
     files.push_back({path, size});
   }
+  return files;
+}
+
+namespace {
+
+// The shared_fs source: files below the checkpoint directory, opened
+// without following a symlink.
+class LocalCheckpointFiles final : public CheckpointFiles {
+ public:
+  LocalCheckpointFiles(int dir_fd, std::string uuid, std::vector<File> files, int64_t total, int64_t chunk)
+      : CheckpointFiles(std::move(uuid), std::move(files), total, chunk), dir_fd_(dir_fd) {}
+  ~LocalCheckpointFiles() override {
+    if (file_fd_ >= 0) close(file_fd_);
+    close(dir_fd_);
+  }
+  absl::StatusOr<bool> Next(apiv1::DownloadCheckpointResponse* out) override;
+
+ private:
+  // Opens files_[index_] (no symlink followed, regular, recorded size).
+  absl::Status OpenCurrent();
+
+  const int dir_fd_;
+  size_t index_ = 0;    // the file being sent
+  int64_t offset_ = 0;  // within it
+  int file_fd_ = -1;    // files_[index_] once opened
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointFiles>> CheckpointFiles::Open(const CheckpointRoots& roots,
+                                                                       const CheckpointRow& row,
+                                                                       const CheckpointFileLimits& limits) {
+  int64_t total = 0;
+  DET_ASSIGN_OR_RETURN(std::vector<File> files, CheckResources(row, limits, &total));
   DET_ASSIGN_OR_RETURN(int fd, roots.OpenCheckpoint(row.storage_path, row.uuid));
   // det-trial writes metadata.json last, after listing the resources: it is
   // sent too (what makes the directory a checkpoint), at its size now.
@@ -106,15 +139,10 @@ absl::StatusOr<std::unique_ptr<CheckpointFiles>> CheckpointFiles::Open(const Che
     }
   }
   return std::unique_ptr<CheckpointFiles>(
-      new CheckpointFiles(fd, row.uuid, std::move(files), total, std::max<int64_t>(1, limits.chunk_bytes)));
+      new LocalCheckpointFiles(fd, row.uuid, std::move(files), total, std::max<int64_t>(1, limits.chunk_bytes)));
 }
 
-CheckpointFiles::~CheckpointFiles() {
-  if (file_fd_ >= 0) close(file_fd_);
-  close(dir_fd_);
-}
-
-absl::Status CheckpointFiles::OpenCurrent() {
+absl::Status LocalCheckpointFiles::OpenCurrent() {
   const File& f = files_[index_];
   auto lost = [&](const std::string& why) {
     return absl::DataLossError(absl::StrCat("checkpoint ", uuid_, ": file ", f.path, ": ", why));
@@ -132,7 +160,7 @@ absl::Status CheckpointFiles::OpenCurrent() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> CheckpointFiles::Next(apiv1::DownloadCheckpointResponse* out) {
+absl::StatusOr<bool> LocalCheckpointFiles::Next(apiv1::DownloadCheckpointResponse* out) {
   if (index_ >= files_.size()) return false;
   const File& f = files_[index_];
   if (file_fd_ < 0) DET_RETURN_IF_ERROR(OpenCurrent());

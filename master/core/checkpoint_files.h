@@ -36,7 +36,9 @@ inline constexpr char kCheckpointMetadataFile[] = "metadata.json";
 absl::StatusOr<int64_t> CheckpointMetadataSize(const CheckpointRoots& roots, const std::string& storage_path,
                                                const std::string& uuid);
 
-// Not thread-safe: one per download.
+// The files of one checkpoint for a download, in path order. The shared_fs
+// source is Open's (below); the S3 source is OpenS3CheckpointFiles
+// (checkpoint_files_s3.h). Not thread-safe: one per download.
 class CheckpointFiles {
  public:
   struct File {
@@ -46,14 +48,13 @@ class CheckpointFiles {
 
   // Opens checkpoint `row`'s directory (CheckpointRoots::OpenCheckpoint) and
   // checks its resources (plus metadata.json, which det-trial writes after
-  // listing them, at its current size): at most limits.max_files, paths relative without
-  // '..', at most max_path_bytes each, sizes >= 0, total at most
-  // max_total_bytes (FailedPrecondition naming the checkpoint otherwise;
-  // NotFound when the directory is gone).
+  // listing them, at its current size): CheckResources's rules
+  // (FailedPrecondition naming the checkpoint otherwise; NotFound when the
+  // directory is gone).
   static absl::StatusOr<std::unique_ptr<CheckpointFiles>> Open(const CheckpointRoots& roots,
                                                                const CheckpointRow& row,
                                                                const CheckpointFileLimits& limits = {});
-  ~CheckpointFiles();
+  virtual ~CheckpointFiles() = default;
   CheckpointFiles(const CheckpointFiles&) = delete;
   CheckpointFiles& operator=(const CheckpointFiles&) = delete;
 
@@ -64,24 +65,26 @@ class CheckpointFiles {
   // Fills `out` with the next chunk (files in path order, each in offset
   // order, at most chunk_bytes each; an empty file is one empty chunk).
   // Returns false when every file has been sent. DataLoss naming the file
-  // when it is missing, not a regular file, reached through a symlink, or
-  // not of its recorded size.
-  absl::StatusOr<bool> Next(::det::api::v1::DownloadCheckpointResponse* out);
+  // (and the checkpoint) when it is missing, not of its recorded size or
+  // content (shared_fs: not a regular file, reached through a symlink; S3:
+  // not the manifest's MD5).
+  virtual absl::StatusOr<bool> Next(::det::api::v1::DownloadCheckpointResponse* out) = 0;
 
- private:
-  CheckpointFiles(int dir_fd, std::string uuid, std::vector<File> files, int64_t total, int64_t chunk)
-      : dir_fd_(dir_fd), uuid_(std::move(uuid)), files_(std::move(files)), total_bytes_(total), chunk_(chunk) {}
-  // Opens files_[index_] (no symlink followed, regular, recorded size).
-  absl::Status OpenCurrent();
+  // Checkpoint `row`'s recorded resources as files in path order: at most
+  // limits.max_files, paths relative without '..', at most max_path_bytes
+  // each, sizes >= 0, total at most max_total_bytes (FailedPrecondition
+  // naming the checkpoint otherwise). Sets *total. Pure.
+  static absl::StatusOr<std::vector<File>> CheckResources(const CheckpointRow& row,
+                                                          const CheckpointFileLimits& limits, int64_t* total);
 
-  const int dir_fd_;
+ protected:
+  CheckpointFiles(std::string uuid, std::vector<File> files, int64_t total, int64_t chunk)
+      : uuid_(std::move(uuid)), files_(std::move(files)), total_bytes_(total), chunk_(chunk) {}
+
   const std::string uuid_;
   const std::vector<File> files_;
   const int64_t total_bytes_;
   const int64_t chunk_;
-  size_t index_ = 0;    // the file being sent
-  int64_t offset_ = 0;  // within it
-  int file_fd_ = -1;    // files_[index_] once opened
 };
 
 }  // namespace det::master

@@ -1,14 +1,18 @@
 // MasterCore: the det.api.v1 calls that change or read a checkpoint's files
 // and metadata: DeleteCheckpoints, PatchCheckpoint, and opening a checkpoint
-// for DownloadCheckpoint.
+// for DownloadCheckpoint; deleting checkpoints' files (shared_fs or s3) for
+// GC, DeleteCheckpoints and experiment delete.
+#include <map>
 #include <set>
 
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
+#include "common/s3/s3_checkpoint.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
+#include "master/core/checkpoint_files_s3.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
@@ -85,12 +89,7 @@ absl::StatusOr<apiv1::DeleteCheckpointsResponse> MasterCore::DeleteCheckpoints(
     }
     DET_RETURN_IF_ERROR(w.Commit());
   }
-  for (const CheckpointRow& c : doomed) {
-    absl::Status st = checkpoint_roots_.RemoveCheckpoint(c.storage_path, c.uuid);
-    if (!st.ok()) spdlog::warn("DeleteCheckpoints: not deleting {}: {}", c.storage_path, st.ToString());
-    StoreEvents* e = CurrentStoreEvents();
-    if (st.ok() && e != nullptr) e->CheckpointBytesDeleted(CheckpointDeletion::kUser, CheckpointBytes(c));
-  }
+  DeleteCheckpointDirs(doomed, CheckpointDeletion::kUser, "DeleteCheckpoints");
   if (!doomed.empty()) spdlog::info("DeleteCheckpoints: deleted {} checkpoint(s)", doomed.size());
   return apiv1::DeleteCheckpointsResponse();
 }
@@ -132,7 +131,67 @@ absl::StatusOr<std::unique_ptr<CheckpointFiles>> MasterCore::OpenCheckpointFiles
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint ", row.uuid, " is ", row.state, ", not COMPLETED: nothing to download"));
   }
-  return CheckpointFiles::Open(checkpoint_roots_, row);
+  if (!s3::IsS3Url(row.storage_path)) return CheckpointFiles::Open(checkpoint_roots_, row);
+  absl::StatusOr<ResolvedS3Storage> storage;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    storage = ExperimentS3StorageLocked(row.experiment_id);
+  }
+  // Outside mu_: the manifest is read before the first chunk.
+  DET_RETURN_IF_ERROR(storage.status());
+  DET_ASSIGN_OR_RETURN(std::unique_ptr<s3::S3Client> client, NewS3Client(*storage));
+  return OpenS3CheckpointFiles(std::move(client), storage->location, row);
+}
+
+absl::StatusOr<ResolvedS3Storage> MasterCore::ExperimentS3StorageLocked(int64_t id) {
+  auto it = experiments_.find(id);
+  if (it == experiments_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("experiment ", id, " is not loaded: its S3 storage is unknown"));
+  }
+  const ExperimentRuntime& exp = *it->second;
+  if (!exp.config.checkpoint_storage || exp.config.checkpoint_storage->type != "s3") {
+    return absl::FailedPreconditionError(absl::StrCat("experiment ", id, "'s checkpoint_storage is not s3"));
+  }
+  // Its workspace, which the profile must (still) allow.
+  DET_ASSIGN_OR_RETURN(ProjectRow project, store_->GetProject(exp.row.project_id));
+  return s3_profiles_.Resolve(*exp.config.checkpoint_storage, project.workspace_name);
+}
+
+void MasterCore::DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed, CheckpointDeletion why,
+                                      const std::string& who) {
+  struct S3Target {
+    std::unique_ptr<s3::S3Client> client;
+    s3::S3Location location;
+  };
+  std::map<int64_t, absl::StatusOr<S3Target>> s3_targets;  // one client per experiment
+  auto target_of = [&](int64_t experiment_id) -> absl::StatusOr<S3Target> {
+    absl::StatusOr<ResolvedS3Storage> storage;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      storage = ExperimentS3StorageLocked(experiment_id);
+    }
+    DET_RETURN_IF_ERROR(storage.status());
+    DET_ASSIGN_OR_RETURN(std::unique_ptr<s3::S3Client> client, NewS3Client(*storage));
+    return S3Target{std::move(client), storage->location};
+  };
+  for (const CheckpointRow& c : doomed) {
+    absl::Status st;
+    bool deleted = true;  // a shared_fs directory already gone is OK, as before
+    if (s3::IsS3Url(c.storage_path)) {
+      auto it = s3_targets.find(c.experiment_id);
+      if (it == s3_targets.end()) it = s3_targets.emplace(c.experiment_id, target_of(c.experiment_id)).first;
+      absl::StatusOr<int64_t> objects =
+          it->second.ok() ? DeleteS3CheckpointRow(*it->second->client, it->second->location, c)
+                          : absl::StatusOr<int64_t>(it->second.status());
+      st = objects.status();
+      deleted = objects.ok() && *objects > 0;
+    } else {
+      st = checkpoint_roots_.RemoveCheckpoint(c.storage_path, c.uuid);
+    }
+    if (!st.ok()) spdlog::warn("{}: not deleting {}: {}", who, c.storage_path, st.ToString());
+    StoreEvents* e = CurrentStoreEvents();
+    if (st.ok() && deleted && e != nullptr && c.state != "DELETED") e->CheckpointBytesDeleted(why, CheckpointBytes(c));
+  }
 }
 
 }  // namespace det::master

@@ -107,18 +107,11 @@ bool MasterCore::DeletionStep() {
     return false;  // retried at the next pass
   }
   if (!checkpoints->empty()) {
+    if (checkpoints->size() > kDeleteBatchCheckpoints) checkpoints->resize(kDeleteBatchCheckpoints);
+    // A DELETED row's bytes were counted when GC or a user deleted it.
+    DeleteCheckpointDirs(*checkpoints, CheckpointDeletion::kExperimentDelete, absl::StrCat("deleting experiment ", id));
     std::vector<std::string> uuids;
-    for (const CheckpointRow& c : *checkpoints) {
-      if (uuids.size() >= kDeleteBatchCheckpoints) break;
-      absl::Status st = checkpoint_roots_.RemoveCheckpoint(c.storage_path, c.uuid);
-      if (!st.ok()) spdlog::warn("deleting experiment {}: not deleting {}: {}", id, c.storage_path, st.ToString());
-      // A DELETED row's bytes were counted when GC or a user deleted it.
-      StoreEvents* e = CurrentStoreEvents();
-      if (st.ok() && e != nullptr && c.state != "DELETED") {
-        e->CheckpointBytesDeleted(CheckpointDeletion::kExperimentDelete, CheckpointBytes(c));
-      }
-      uuids.push_back(c.uuid);
-    }
+    for (const CheckpointRow& c : *checkpoints) uuids.push_back(c.uuid);
     absl::Status st = store_->DeleteCheckpointRows(uuids);
     if (!st.ok()) spdlog::error("deleting experiment {}: {}", id, st.ToString());
     return st.ok();

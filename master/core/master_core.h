@@ -58,6 +58,7 @@
 #include "master/search/scheduler.h"
 #include "master/search/searcher.h"
 #include "master/store/store.h"
+#include "master/store/store_events.h"
 
 namespace det::master {
 
@@ -527,6 +528,9 @@ class MasterCore {
   // det-trial writes metadata.json after it listed the resources: its size,
   // measured outside the lock (a file system call), unless req lists it or
   // it cannot be read (nullopt); an unauthorized caller's error otherwise.
+  // An s3 experiment's new checkpoint: its manifest read outside the lock
+  // and checked against req's resources (VerifyS3CheckpointReport;
+  // FailedPrecondition when incomplete), metadata.json's size from it.
   absl::StatusOr<std::optional<int64_t>> MeasureCheckpointMetadata(const trialv1::ReportCheckpointRequest& req,
                                                                    const std::string& token) ABSL_LOCKS_EXCLUDED(mu_);
   // The COMPLETED checkpoint row ReportCheckpoint stores for `req`;
@@ -649,9 +653,19 @@ class MasterCore {
   // Marks the checkpoints the experiment's GC policy no longer keeps DELETED
   // and returns them.
   std::vector<CheckpointRow> CollectGarbageLocked(ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deletes their directories (CheckpointRoots::RemoveCheckpoint: only under
-  // a root, never through a symlink).
-  void DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed) const;
+  // Deletes the checkpoints' files, outside mu_ (GC, DeleteCheckpoints,
+  // experiment delete): shared_fs by CheckpointRoots::RemoveCheckpoint (only
+  // under a root, never through a symlink); s3 by DeleteS3CheckpointRow
+  // (checkpoint_files_s3.h: only the row's own keys under its experiment's
+  // prefix; one client per experiment for the batch). A failure is logged
+  // after `who` and the row left as it is; the bytes of what was deleted
+  // are counted under `why` unless the row was already DELETED.
+  void DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed, CheckpointDeletion why, const std::string& who)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Experiment `id`'s checkpoint_storage of type s3 resolved against the
+  // master's S3 profiles with the experiment's workspace (no S3 I/O).
+  // FailedPrecondition when the experiment is not loaded or not s3.
+  absl::StatusOr<ResolvedS3Storage> ExperimentS3StorageLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes det-trial's unfinished saves (".tmp-t<ID>-*") in checkpoint
   // directory `dir` of the known trials that have no allocation (none
   // running, or still running on an agent of a previous master): `only`

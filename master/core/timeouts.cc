@@ -29,7 +29,7 @@ void MasterCore::BackgroundLoop() {
     // Deleting checkpoint files is slow disk work: not under the lock. Their
     // rows are already DELETED, so a crash here only leaves files behind.
     l.unlock();
-    DeleteCheckpointDirs(doomed);
+    DeleteCheckpointDirs(doomed, CheckpointDeletion::kGc, "checkpoint GC");
     deleting = DeletionStep();
     RunSlurmPass();
     l.lock();
@@ -44,18 +44,10 @@ void MasterCore::RunBackgroundPass() {
     WriteScope w(this);
     doomed = BackgroundPassLocked();
   }
-  DeleteCheckpointDirs(doomed);
+  DeleteCheckpointDirs(doomed, CheckpointDeletion::kGc, "checkpoint GC");
   while (DeletionStep()) {
   }
   RunSlurmPass();
-}
-
-void MasterCore::DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed) const {
-  for (const CheckpointRow& c : doomed) {
-    absl::Status st = checkpoint_roots_.RemoveCheckpoint(c.storage_path, c.uuid);
-    if (!st.ok()) spdlog::warn("checkpoint GC: not deleting {}: {}", c.storage_path, st.ToString());
-    if (StoreEvents* e = CurrentStoreEvents(); st.ok() && e != nullptr) e->CheckpointBytesDeleted(CheckpointDeletion::kGc, CheckpointBytes(c));
-  }
 }
 
 std::vector<CheckpointRow> MasterCore::BackgroundPassLocked() {
@@ -152,7 +144,7 @@ std::vector<CheckpointRow> MasterCore::CollectGarbageLocked(ExperimentRuntime& e
       continue;
     }
     tit->second->facts.reset();  // its best checkpoint may have gone
-    doomed.push_back(c);  // its directory: only through CheckpointRoots
+    doomed.push_back(c);  // its files: only through DeleteCheckpointDirs
   }
   if (!doomed.empty()) {
     spdlog::info("experiment {}: checkpoint GC deletes {} checkpoint(s)", exp.row.id, doomed.size());

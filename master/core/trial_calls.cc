@@ -3,18 +3,21 @@
 // its allocation and carries that allocation's token (Authorize).
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/hparams.h"
 #include "common/proto_json.h"
+#include "common/s3/s3_checkpoint.h"
 #include "common/safe_path.h"
 #include "common/validation_policy.h"
 #include "common/status_macros.h"
 #include "common/utf8.h"
 #include "master/core/checkpoint_facts.h"
 #include "master/core/checkpoint_files.h"
+#include "master/core/checkpoint_files_s3.h"
 #include "master/core/core_state.h"
 #include "master/core/master_core.h"
 #include "master/core/proto_convert.h"
@@ -317,19 +320,36 @@ absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValid
 absl::StatusOr<std::optional<int64_t>> MasterCore::MeasureCheckpointMetadata(
     const trialv1::ReportCheckpointRequest& req, const std::string& token) {
   std::optional<int64_t> metadata_size;
-  if (req.resources().count(kCheckpointMetadataFile) == 0 && ValidateUuid(req.uuid(), "uuid").ok()) {
-    std::string storage_path;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
-      DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindRuntime(experiments_, alloc->experiment_id, "experiment"));
+  if (!ValidateUuid(req.uuid(), "uuid").ok()) return metadata_size;  // ReportCheckpoint says why
+  std::string storage_path;
+  std::optional<ResolvedS3Storage> s3_storage;
+  std::string s3_dir;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    DET_ASSIGN_OR_RETURN(AllocationRuntime * alloc, Authorize(req.allocation_id(), token));
+    DET_ASSIGN_OR_RETURN(ExperimentRuntime * exp, FindRuntime(experiments_, alloc->experiment_id, "experiment"));
+    if (s3::IsS3Url(exp->checkpoint_dir)) {
+      // A retried report of a recorded checkpoint is not checked again.
+      if (store_->GetCheckpoint(req.uuid()).ok()) return metadata_size;
+      DET_ASSIGN_OR_RETURN(s3_storage, ExperimentS3StorageLocked(exp->row.id));
+      s3_dir = exp->checkpoint_dir;
+    } else if (req.resources().count(kCheckpointMetadataFile) == 0) {
       auto path = JoinUnder(exp->checkpoint_dir, req.uuid(), "uuid");
       if (path.ok()) storage_path = *path;
     }
-    if (!storage_path.empty()) {
-      absl::StatusOr<int64_t> size = CheckpointMetadataSize(checkpoint_roots_, storage_path, req.uuid());
-      if (size.ok()) metadata_size = *size;
-    }
+  }
+  if (s3_storage) {
+    // Outside the lock: S3 I/O. Where the trial uploaded it (the
+    // checkpoint_storage_path it was given), read with the profile's keys.
+    DET_ASSIGN_OR_RETURN(s3::S3Location storage, s3::ParseS3Url(s3_dir));
+    DET_ASSIGN_OR_RETURN(s3::S3Location checkpoint, s3::CheckpointLocation(storage, req.uuid()));
+    DET_ASSIGN_OR_RETURN(std::unique_ptr<s3::S3Client> client, NewS3Client(*s3_storage));
+    const std::map<std::string, int64_t> resources(req.resources().begin(), req.resources().end());
+    return VerifyS3CheckpointReport(*client, checkpoint, resources, req.uuid());
+  }
+  if (!storage_path.empty()) {
+    absl::StatusOr<int64_t> size = CheckpointMetadataSize(checkpoint_roots_, storage_path, req.uuid());
+    if (size.ok()) metadata_size = *size;
   }
   return metadata_size;
 }
@@ -358,7 +378,13 @@ absl::StatusOr<CheckpointRow> MasterCore::CheckpointRowLocked(const ExperimentRu
   row.resources.insert(req.resources().begin(), req.resources().end());
   if (metadata_size) row.resources[kCheckpointMetadataFile] = *metadata_size;
   row.metadata_json = StructToJson(req.metadata()).dump();
-  DET_ASSIGN_OR_RETURN(row.storage_path, JoinUnder(exp.checkpoint_dir, req.uuid(), "uuid"));
+  if (s3::IsS3Url(exp.checkpoint_dir)) {  // s3://B/P/<uuid>, where the trial uploaded it
+    DET_ASSIGN_OR_RETURN(s3::S3Location storage, s3::ParseS3Url(exp.checkpoint_dir));
+    DET_ASSIGN_OR_RETURN(s3::S3Location checkpoint, s3::CheckpointLocation(storage, req.uuid()));
+    row.storage_path = s3::FormatS3Url(checkpoint);
+  } else {
+    DET_ASSIGN_OR_RETURN(row.storage_path, JoinUnder(exp.checkpoint_dir, req.uuid(), "uuid"));
+  }
   row.time_ms = WallMs();
   if (trial.last_validation == req.total_batches() && trial.row.latest_validation) {
     row.searcher_metric = trial.row.latest_validation;
