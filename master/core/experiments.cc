@@ -96,6 +96,20 @@ absl::StatusOr<std::string> MasterCore::StoreTrialSo(const apiv1::CreateExperime
   return sha;
 }
 
+absl::Status MasterCore::CheckS3WarmStartLocked(const std::string& uuid, const std::string& workspace) {
+  if (uuid.empty()) return absl::OkStatus();
+  DET_ASSIGN_OR_RETURN(CheckpointRow ck, store_->GetCheckpoint(uuid));
+  auto source = experiments_.find(ck.experiment_id);
+  if (source == experiments_.end()) return absl::OkStatus();  // ResolveForkLocked refuses it
+  const std::optional<CheckpointStorageConfig>& storage = source->second->config.checkpoint_storage;
+  if (!storage || storage->type != "s3") return absl::OkStatus();
+  absl::Status st = s3_profiles_.Resolve(*storage, workspace).status();
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat("searcher.source_checkpoint_uuid: checkpoint ", uuid,
+                                              " is in S3 storage that workspace '", workspace,
+                                              "' may not read: ", st.message()));
+}
+
 absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     const apiv1::CreateExperimentRequest& req, const apiv1::User& owner) {
   DET_ASSIGN_OR_RETURN(ExperimentConfig config, ParseExperimentConfig(req.config_yaml(), "config"));
@@ -114,6 +128,7 @@ absl::StatusOr<apiv1::CreateExperimentResponse> MasterCore::CreateExperiment(
     DET_ASSIGN_OR_RETURN(fork.project_id, ResolveExperimentProject(*store_, config, parent_project));
     DET_ASSIGN_OR_RETURN(ProjectRow project, store_->GetProject(fork.project_id));
     workspace = project.workspace_name;
+    DET_RETURN_IF_ERROR(CheckS3WarmStartLocked(fork.warm_start_checkpoint_uuid, workspace));
   }
   // s3: the profile must exist and allow the experiment's workspace (no S3
   // I/O here: the bucket is first used by the trials).

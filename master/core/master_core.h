@@ -279,6 +279,10 @@ class MasterCore {
       std::chrono::milliseconds wait = std::chrono::seconds(60));
   absl::StatusOr<trialv1::ReportTrialLogsResponse> ReportTrialLogs(const trialv1::ReportTrialLogsRequest& req,
                                                                    const std::string& token);
+  // The S3 endpoint and credentials of req.storage_path for trial
+  // req.trial_id (storage_credentials.cc; contract in trial.proto). No S3 I/O.
+  absl::StatusOr<trialv1::GetCheckpointStorageCredentialsResponse> GetCheckpointStorageCredentials(
+      const trialv1::GetCheckpointStorageCredentialsRequest& req, const std::string& token);
   // The number of ranks (at least 1) of allocation `allocation_id` when
   // `token` is its token (errors as every det.trial.v1 call): what bounds its
   // long-polls in flight (master/service/grpc_services.h).
@@ -666,6 +670,11 @@ class MasterCore {
   // master's S3 profiles with the experiment's workspace (no S3 I/O).
   // FailedPrecondition when the experiment is not loaded or not s3.
   absl::StatusOr<ResolvedS3Storage> ExperimentS3StorageLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK unless warm-start checkpoint `uuid` (may be empty) is in s3 storage
+  // whose profile does not allow `workspace` (the error names
+  // searcher.source_checkpoint_uuid).
+  absl::Status CheckS3WarmStartLocked(const std::string& uuid, const std::string& workspace)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes det-trial's unfinished saves (".tmp-t<ID>-*") in checkpoint
   // directory `dir` of the known trials that have no allocation (none
   // running, or still running on an agent of a previous master): `only`

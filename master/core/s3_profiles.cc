@@ -8,15 +8,9 @@ namespace det::master {
 
 absl::StatusOr<S3Profiles> S3Profiles::Load(const std::string& credentials_file) {
   if (credentials_file.empty()) return S3Profiles();
-#ifdef DET_S3_CREDENTIALS_READY
   auto profiles = s3::ReadS3CredentialsFile(credentials_file, "--s3-credentials-file");
   if (!profiles.ok()) return profiles.status();
   return S3Profiles(*std::move(profiles));
-#else
-  // TEMPORARY (issue 49, until common/s3/s3_credentials.cc lands): the reader
-  // is not linked yet.
-  return absl::UnimplementedError("--s3-credentials-file: the credentials reader is not built yet");
-#endif
 }
 
 namespace {
@@ -56,14 +50,6 @@ absl::Status ResolveEndpoint(const CheckpointStorageConfig& storage, const s3::S
   return absl::OkStatus();
 }
 
-// As s3::S3Profile::AllowsWorkspace ("*": every workspace).
-bool AllowsWorkspace(const s3::S3Profile& profile, absl::string_view workspace) {
-  for (const std::string& w : profile.workspaces) {
-    if (w == "*" || w == workspace) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 absl::StatusOr<ResolvedS3Storage> S3Profiles::Resolve(const CheckpointStorageConfig& storage,
@@ -85,7 +71,7 @@ absl::StatusOr<ResolvedS3Storage> S3Profiles::Resolve(const CheckpointStorageCon
         "' in the master's S3 credentials file; name a profile the operator has set up for your workspace"));
   }
   const s3::S3Profile& profile = it->second;
-  if (!AllowsWorkspace(profile, workspace)) {
+  if (!profile.AllowsWorkspace(workspace)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "checkpoint_storage.profile: profile '", profile.name, "' of the master's S3 credentials file may not be "
         "used by workspace '", workspace, "' (its det_workspaces do not name it); use your workspace's profile "

@@ -416,6 +416,7 @@ DET_TRIAL_UNARY(ReportProgress)
 DET_TRIAL_UNARY(AckPreemption)
 DET_TRIAL_UNARY(ReportEarlyExit)
 DET_TRIAL_UNARY(ReportTrialLogs)
+DET_TRIAL_UNARY(GetCheckpointStorageCredentials)
 #undef DET_TRIAL_UNARY
 
 // Answered once the rows are committed, by the store's metric writer, which

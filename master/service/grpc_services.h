@@ -209,6 +209,7 @@ class TrialServiceImpl final : public trialv1::TrialService::CallbackService {
   DET_CALLBACK_UNARY(trialv1, AckPreemption);
   DET_CALLBACK_UNARY(trialv1, ReportEarlyExit);
   DET_CALLBACK_UNARY(trialv1, ReportTrialLogs);
+  DET_CALLBACK_UNARY(trialv1, GetCheckpointStorageCredentials);
 
  private:
   // Checks that the call carries an allocation token, then finishes with
