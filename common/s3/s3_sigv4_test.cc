@@ -15,6 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "common/s3/s3_client.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -171,6 +172,14 @@ TEST(S3SigV4Test, EveryRequestsAuthorizationIsWhatBotocoreComputes) {
     EXPECT_THAT(r["headers"].value("Authorization", ""),
                 HasSubstr(std::string("Credential=") + kAccessKey + "/"));
     EXPECT_TRUE(r["headers"].contains("x-amz-content-sha256")) << r.dump();
+    const std::string body = absl::HexStringToBytes(r["body_hex"].get<std::string>());
+    EXPECT_EQ(r["headers"].value("x-amz-content-sha256", ""), Sha256Hex(body));
+    // S3 wants Content-MD5 on DeleteObjects; det-cpp sends it with every PUT too.
+    const bool needs_md5 = r["method"] == "PUT" || absl::StrContains(r["target"].get<std::string>(), "?delete=");
+    if (needs_md5) {
+      EXPECT_EQ(r["headers"].value("Content-MD5", ""), absl::Base64Escape(absl::HexStringToBytes(Md5Hex(body))))
+          << r.dump();
+    }
     EXPECT_FALSE(absl::StrContains(r.dump(), kSecret));
   }
   EXPECT_TRUE(saw_range);
