@@ -287,6 +287,10 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"WarmStartUuidIsNotAPath", kSynthetic,
                   WithSearcherLine(SyntheticConfig(10), "source_checkpoint_uuid: ../../etc"), 2,
                   "searcher.source_checkpoint_uuid: '../../etc' is not a canonical lower-case UUID"},
+        // Issue 49: S3 credentials come from a master; local mode has none.
+        ErrorCase{"S3StorageNeedsACluster", kSynthetic,
+                  SyntheticConfig(10) + "checkpoint_storage:\n  type: s3\n  bucket: det-test\n", 2,
+                  "checkpoint_storage.type: s3 needs a cluster"},
         ErrorCase{"WrongConfigType", kSynthetic,
                   absl::StrReplaceAll(SyntheticConfig(10), {{"scheduling_unit: 10", "scheduling_unit: often"}}), 2,
                   "config.yaml:15: field 'scheduling_unit'"}),

@@ -45,6 +45,7 @@
 #include "trial_runtime/runtime/local_reporter.h"
 #include "trial_runtime/runtime/managed_mode.h"
 #include "trial_runtime/runtime/process_setup.h"
+#include "trial_runtime/runtime/s3_storage.h"
 #include "trial_runtime/runtime/slurm_mode.h"
 #include "trial_runtime/runtime/trial_controller.h"
 #include "trial_runtime/runtime/trial_loader.h"
@@ -90,6 +91,10 @@ std::variant<LocalSetup, SetupError> PrepareLocal(const Flags& flags) {
           : LoadExperimentConfigFile(flags.config_path);
   if (!config_or.ok()) return SetupError{kExitConfigError, config_or.status()};
   setup.config = *std::move(config_or);
+  if (setup.config.checkpoint_storage) {
+    absl::Status st = CheckLocalCheckpointStorage(setup.config.checkpoint_storage->type, flags.checkpoint_dir);
+    if (!st.ok()) return SetupError{kExitConfigError, st};
+  }
 
   uint64_t flag_seed = 0;
   if (!flags.seed.empty() && !absl::SimpleAtoi(flags.seed, &flag_seed)) {

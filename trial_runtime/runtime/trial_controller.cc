@@ -539,6 +539,7 @@ absl::StatusOr<SavedCheckpoint> TrialController::SaveOnChief(const nlohmann::jso
                                                             const std::vector<RngState>& rank_rng) {
   if (!distributed() || dist_->is_chief()) {
     auto saved = SaveCheckpoint(plan_.checkpoint_dir, *context_, callbacks_, meta, rank_rng);
+    if (saved.ok() && plan_.publish_checkpoint) saved = plan_.publish_checkpoint(*saved);
     if (distributed()) {
       nlohmann::json msg = saved.ok() ? nlohmann::json{{"ok", true},
                                                        {"uuid", saved->uuid},

@@ -5,6 +5,7 @@
 #ifndef DET_TRIAL_RUNTIME_RUNTIME_TRIAL_CONTROLLER_H_
 #define DET_TRIAL_RUNTIME_RUNTIME_TRIAL_CONTROLLER_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -71,6 +72,12 @@ struct TrainingPlan {
   bool smaller_is_better = true;
   std::string searcher_metric;  // must appear in validation metrics when set
   std::string checkpoint_dir;
+  // Set for a checkpoint_storage of type s3 (managed mode): the chief calls
+  // it with each checkpoint written under checkpoint_dir (then a private
+  // staging directory) before anything is reported; it uploads and returns
+  // the checkpoint as reported (path: its s3:// URL). An error fails the
+  // checkpoint: it is not reported.
+  std::function<absl::StatusOr<SavedCheckpoint>(const SavedCheckpoint&)> publish_checkpoint;
   nlohmann::json checkpoint_metadata = nlohmann::json::object();  // merged into metadata.json
   // The config's profiling section: the chief (rank 0) profiles when enabled.
   ProfilingConfig profiling;
