@@ -103,7 +103,9 @@ absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start(const std::string& dir
   s->dir_ = dir;
   s->secret_ = RandomSecret();
   s->options_ = options;
-  std::vector<std::string> argv = {node, kS3rverScript, "-d", dir + "/s3rver-data", "-a", "127.0.0.1", "-p", "0"};
+  // s3rver's continuation tokens use DES, which OpenSSL 3 keeps in its
+  // legacy provider: without it every truncated listing is an HTTP 500.
+  std::vector<std::string> argv = {node, "--openssl-legacy-provider", kS3rverScript, "-d", dir + "/s3rver-data", "-a", "127.0.0.1", "-p", "0"};
   for (const std::string& b : buckets) argv.insert(argv.end(), {"--configure-bucket", b});
   if (options.vhost_localhost) argv.insert(argv.end(), {"--service-endpoint", "localhost"});
   if (!options.tls_cert.empty()) argv.insert(argv.end(), {"--key", options.tls_key, "--cert", options.tls_cert});

@@ -30,9 +30,6 @@ constexpr char kBucket[] = "det-test";
 class S3ClientTest : public ::testing::Test {
  protected:
   void StartServer(S3ServerOptions options = {}) {
-    // s3rver's continuation tokens use DES, which OpenSSL 3 keeps in its
-    // legacy provider: without it any truncated listing is HTTP 500.
-    setenv("NODE_OPTIONS", "--openssl-legacy-provider", 1);
     auto s = S3Server::Start(dir_.path(), {kBucket}, std::move(options));
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(s).value();
