@@ -121,7 +121,20 @@ bool IsSecretConfigKey(std::string_view key) {
 
 json RedactConfigJson(json value) { return RedactAt(std::move(value), 0); }
 
+// Whether `yaml` may hold a secret key: one of the words of
+// IsSecretConfigKey occurs (any case), or an escape that could spell one.
+static bool MayHoldSecretKey(std::string_view yaml) {
+  const std::string lower = absl::AsciiStrToLower(absl::string_view(yaml.data(), yaml.size()));
+  if (lower.find('\\') != std::string::npos) return true;
+  for (const char* word : {"secret", "password", "passwd", "token", "access_key", "api_key", "private_key",
+                           "credentials"}) {
+    if (lower.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
 std::string RedactConfigYaml(std::string_view yaml) {
+  if (!MayHoldSecretKey(yaml)) return std::string(yaml);  // the common case: no parse
   ConfigSource source{"config", {}};
   absl::StatusOr<json> parsed = ParseYamlToJson(yaml, &source);
   if (!parsed.ok()) return "# (the config is not shown: it does not parse as YAML)\n";

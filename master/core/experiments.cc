@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/batch_lengths.h"
 #include "common/checkpoint_storage_config.h"
+#include "common/config_redact.h"
 #include "common/proto_json.h"
 #include "common/safe_path.h"
 #include "common/status_macros.h"
@@ -218,8 +219,10 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   for (const auto& l : exp.row.labels) e.add_labels(l);
   e.set_state(StateEnum(exp.row.state));
   e.set_archived(exp.row.archived);
-  e.set_config_yaml(exp.row.config_yaml);
-  auto cfg = JsonToStruct(nlohmann::json::parse(exp.row.config_json, nullptr, false));
+  // Shown to every reader: secret-looking values redacted (the trials get
+  // the config as written: GetTrialContext, StartAllocation).
+  e.set_config_yaml(RedactConfigYaml(exp.row.config_yaml));
+  auto cfg = JsonToStruct(RedactConfigJson(nlohmann::json::parse(exp.row.config_json, nullptr, false)));
   if (cfg.ok()) *e.mutable_config() = *cfg;
   e.mutable_trial_so()->set_sha256(exp.row.trial_so_sha256);
   e.mutable_trial_so()->set_size_bytes(artifacts_.Size(exp.row.trial_so_sha256).value_or(0));
