@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace det::master {
 
@@ -19,14 +20,16 @@ namespace {
 // operator; a config may only repeat it), else AWS's regional endpoint.
 absl::Status ResolveEndpoint(const CheckpointStorageConfig& storage, const s3::S3Profile& profile,
                              s3::S3Endpoint* endpoint) {
-  if (!profile.endpoint_url.empty()) {
-    if (!storage.endpoint_url.empty() && storage.endpoint_url != profile.endpoint_url) {
+  // The credentials file allows a trailing '/', a config does not.
+  const std::string pinned(absl::StripSuffix(profile.endpoint_url, "/"));
+  if (!pinned.empty()) {
+    if (!storage.endpoint_url.empty() && storage.endpoint_url != pinned) {
       return absl::InvalidArgumentError(absl::StrCat(
           "checkpoint_storage.endpoint_url: '", storage.endpoint_url, "' is not the endpoint of profile '",
           profile.name, "' in the master's S3 credentials file ('", profile.endpoint_url,
           "'); the operator pins the endpoint: leave endpoint_url out or set it to the profile's"));
     }
-    endpoint->endpoint_url = profile.endpoint_url;
+    endpoint->endpoint_url = pinned;
   } else if (!storage.endpoint_url.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint_storage.endpoint_url: profile '", profile.name,

@@ -33,6 +33,7 @@ S3Profiles Profiles() {
   m["team-a"] = Profile("team-a", "http://minio.example:9000", {"team-a", "shared"});
   m["team-a"].region = "eu-west-3";
   m["team-a"].ca_pem = "-----BEGIN CERTIFICATE-----\n";
+  m["slash"] = Profile("slash", "http://minio.example:9000/", {"*"});
   return S3Profiles(std::move(m));
 }
 
@@ -80,6 +81,13 @@ TEST(S3ProfilesTest, EndpointProfilePinsTheEndpoint) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->endpoint.addressing, s3::Addressing::kVirtual);
   EXPECT_EQ(r->endpoint.region, "us-west-2");  // the config's first
+
+  // A trailing '/' in the file is not part of the endpoint.
+  CheckpointStorageConfig slash = Storage("slash");
+  slash.endpoint_url = "http://minio.example:9000";
+  r = Profiles().Resolve(slash, "any");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->endpoint.endpoint_url, "http://minio.example:9000");
 
   CheckpointStorageConfig other = Storage("team-a");
   other.endpoint_url = "http://evil.example:9000";
