@@ -31,6 +31,7 @@
 #include "common/utf8.h"
 #include "det/trial/v1/trial.grpc.pb.h"
 #include "trial_runtime/runtime/distributed.h"
+#include "trial_runtime/runtime/managed_s3.h"
 #include "trial_runtime/runtime/master_client.h"
 #include "trial_runtime/runtime/operation_relay.h"
 #include "trial_runtime/runtime/allocation_token.h"
@@ -325,6 +326,9 @@ class ManagedRank {
 
  private:
   std::optional<int> FetchContext(const std::string& trial_path);
+  // S3 checkpoint storage (staging and the master's credentials) when the
+  // experiment's storage or a checkpoint to restore is in S3.
+  std::optional<int> OpenS3();
   std::optional<int> JoinProcessGroup(int threads);
   // Every rank reports to the master and waits for the others there before
   // joining the process group.
@@ -360,6 +364,7 @@ class ManagedRank {
   ExperimentConfig config_;
   const DetTrialPlugin* plugin_ = nullptr;
   DistributedEnv denv_;
+  std::unique_ptr<S3CheckpointStorage> s3_;  // null unless the run uses S3
   std::unique_ptr<Distributed> dist_;
   bool chief_ = true;
   MasterClient* reporting_client_ = nullptr;  // only the chief calls the master once the group formed
@@ -372,6 +377,7 @@ class ManagedRank {
 
 int ManagedRank::Run(const std::string& trial_path, int threads) {
   if (auto rc = FetchContext(trial_path)) return *rc;
+  if (auto rc = OpenS3()) return *rc;
   if (auto rc = JoinProcessGroup(threads)) return *rc;
   if (auto rc = BuildTrial()) return *rc;
   if (auto rc = RestoreLatestCheckpoint()) return *rc;
@@ -401,6 +407,19 @@ std::optional<int> ManagedRank::FetchContext(const std::string& trial_path) {
   if (!plugin.ok()) return Fail(kExitLibraryError, &client_, plugin.status(), true);
   plugin_ = *plugin;
   return std::nullopt;
+}
+
+std::optional<int> ManagedRank::OpenS3() {
+  auto storage = OpenS3Storage(&client_, tc_, rank_, /*chief=*/rank_ == 0);
+  if (storage.ok()) {
+    s3_ = *std::move(storage);
+    return std::nullopt;
+  }
+  if (client_.lost()) return Fail(kExitMasterUnreachable, nullptr, storage.status(), false);
+  // The master refused the storage (a profile not for this workspace): the
+  // same every time, not retried.
+  const bool refused = storage.status().code() == absl::StatusCode::kPermissionDenied;
+  return Fail(refused ? kExitConfigError : kExitTrialError, &client_, storage.status(), refused);
 }
 
 // A distributed trial (DET_WORLD_SIZE > 1, set by det-agent from the
@@ -483,6 +502,13 @@ TrainingPlan ManagedRank::MakeTrainingPlan() const {
   plan.scheduling_unit = config_.scheduling_unit;
   plan.searcher_metric = config_.searcher.metric;
   plan.checkpoint_dir = tc_.checkpoint_storage_path();
+  if (s3::IsS3Url(plan.checkpoint_dir) && s3_ != nullptr) {
+    // Saved to staging, uploaded, the local copy removed, then reported.
+    plan.checkpoint_dir = s3_->save_dir();
+    plan.publish_checkpoint = [s3 = s3_.get(), url = tc_.checkpoint_storage_path()](const SavedCheckpoint& local) {
+      return s3->Upload(url, local);
+    };
+  }
   plan.checkpoint_metadata = {{"config_yaml", config_.yaml_text},
                               {"trial_class", plugin_->trial_class},
                               {"allocation_id", client_.allocation_id()}};
@@ -549,17 +575,22 @@ std::optional<int> ManagedRank::RestoreLatestCheckpoint() {
     if (tc_.warm_start_checkpoint().uuid().empty()) return std::nullopt;
     // det-agent's copy (DET_WARM_START_DIR) when the source is another
     // user's checkpoint, which this trial's uid may not read.
+    // An s3:// source is downloaded here, never staged by det-agent.
     const std::string staged = Env("DET_WARM_START_DIR");
-    absl::Status st =
-        WarmStart(staged.empty() ? tc_.warm_start_checkpoint().storage_path() : staged, *context_, chief_);
+    absl::StatusOr<std::string> local =
+        staged.empty() ? LocalCheckpointDir(s3_.get(), tc_.warm_start_checkpoint().storage_path()) : staged;
+    absl::Status st = local.ok() ? WarmStart(*local, *context_, chief_) : local.status();
+    if (local.ok()) DiscardLocalCheckpoint(s3_.get(), *local);
     if (!st.ok()) return Fail(kExitTrialError, reporting_client_, st, false);
     return std::nullopt;
   }
-  std::string dir = tc_.latest_checkpoint().storage_path();
+  const std::string dir = tc_.latest_checkpoint().storage_path();
   // pbt: the parent's state, this trial's (explored) optimizer options.
   std::optional<OptimizerOptionsSnapshot> own_options;
   if (tc_.keep_optimizer_options()) own_options = OptimizerOptionsSnapshot::Capture(*context_);
-  absl::Status st = controller_->Restore(dir);
+  absl::StatusOr<std::string> local = LocalCheckpointDir(s3_.get(), dir);
+  absl::Status st = local.ok() ? controller_->Restore(*local) : local.status();
+  if (local.ok()) DiscardLocalCheckpoint(s3_.get(), *local);
   if (!st.ok()) return Fail(kExitTrialError, reporting_client_, st, false);
   if (own_options) {
     own_options->Apply(*context_);
