@@ -666,6 +666,41 @@ TEST(SecurityTest, TrialCannotNameACheckpointOutsideItsDirectory) {
   ExpectMasterHealthy(cluster);
 }
 
+// Attack (issue 49): trial code asks the master for S3 credentials with its
+// own allocation token, naming another trial or storage it has no business
+// reading. GetCheckpointStorageCredentials answers only for the caller's
+// trial and its own experiment's s3 storage (or a checkpoint it starts
+// from): here, shared_fs experiments, so nothing at all.
+TEST(SecurityTest, TrialCannotGetAnotherTrialsStorageCredentials) {
+  TempDir dir;
+  FakeTrialCluster cluster(dir, 2);
+  ASSERT_GT(cluster.CreateFake("attacker", dir / "checkpoints"), 0);
+  ASSERT_GT(cluster.CreateFake("victim", dir / "checkpoints"), 0);
+  auto trials = FakeTrials(dir, 2);
+  ASSERT_EQ(trials.size(), 2u) << cluster.AgentLogs();
+  auto ask = [&](const FakeTrial& as, int64_t trial_id, const std::string& path) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-det-allocation-token", as.token);
+    ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    trialv1::GetCheckpointStorageCredentialsRequest req;
+    req.set_trial_id(trial_id);
+    req.set_storage_path(path);
+    trialv1::GetCheckpointStorageCredentialsResponse resp;
+    grpc::Status st = cluster.stub()->GetCheckpointStorageCredentials(&ctx, req, &resp);
+    EXPECT_TRUE(resp.secret_access_key().empty());
+    return st.error_code();
+  };
+  const FakeTrial& attacker = trials[0];
+  const FakeTrial& victim = trials[1];
+  EXPECT_EQ(ask(attacker, victim.trial_id, "s3://det-test/x"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(ask(attacker, attacker.trial_id, "s3://det-test/x"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(ask(attacker, attacker.trial_id, "/etc"), grpc::StatusCode::INVALID_ARGUMENT);
+  FakeTrial no_token = attacker;
+  no_token.token.clear();
+  EXPECT_EQ(ask(no_token, attacker.trial_id, "s3://det-test/x"), grpc::StatusCode::UNAUTHENTICATED);
+  ExpectMasterHealthy(cluster);
+}
+
 // Attack: after reporting real checkpoints, trial code swaps a checkpoint's
 // directory, or the storage directory above it, for a symlink to data it
 // wants destroyed; then its trial ends and GC deletes the checkpoints. GC
