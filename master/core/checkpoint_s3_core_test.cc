@@ -1,8 +1,8 @@
 // MasterCore with an s3 experiment against s3rver (issue 49): a checkpoint
 // report is recorded only when its manifest lists the reported files
 // (s3://bucket/prefix/<uuid>, metadata.json's size from the manifest);
-// DownloadCheckpoint streams it from S3; DeleteCheckpoints removes exactly
-// its objects (listed with boto3).
+// DownloadCheckpoint streams it from S3; GC, DeleteCheckpoints and
+// experiment delete remove exactly its objects (listed with boto3).
 #include <filesystem>
 #include <map>
 #include <set>
@@ -155,6 +155,33 @@ TEST_F(S3CheckpointCoreTest, DownloadStreamsFromS3AndDeleteRemovesOnlyItsObjects
                                    absl::StrCat("team/exp/", kUuidB, "/model.pt")}));
   // A download of a deleted checkpoint is refused before S3 is asked.
   EXPECT_EQ(core_->OpenCheckpointFiles(req).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(S3CheckpointCoreTest, GcAndExperimentDeleteRemoveItsObjectsOnly) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_NO_FATAL_FAILURE(Upload(kUuidA, {{"model.pt", "a"}, {"metadata.json", "{}"}}));
+  ASSERT_TRUE(Report(kUuidA, {{"model.pt", 1}}, 10).ok());
+  ASSERT_NO_FATAL_FAILURE(Upload(kUuidB, {{"model.pt", "bb"}, {"metadata.json", "{}"}}));
+  ASSERT_TRUE(Report(kUuidB, {{"model.pt", 2}}, 20).ok());
+  // Another experiment's objects next to it (a prefix sharing its start).
+  const std::string other = s3_dir_ / "other.bin";
+  det::testing::WriteFile(other, "o");
+  ASSERT_TRUE(test::RunBoto3(*server_, {"put", "det-test", absl::StrCat("team/exp-2/", kUuidA, "/x"), other}).ok());
+  apiv1::KillExperimentRequest kill;
+  kill.set_experiment_id(1);
+  ASSERT_TRUE(core_->KillExperiment(kill).ok());
+  Exited("a", start_.allocation_id(), 0, 137);
+  core_->RunBackgroundPass();  // the trial ended: GC keeps its latest (B) only
+  EXPECT_TRUE(Boto3Keys(absl::StrCat("team/exp/", kUuidA, "/")).empty());
+  EXPECT_EQ(Boto3Keys(absl::StrCat("team/exp/", kUuidB, "/")).size(), 3u);
+  apiv1::DeleteExperimentRequest del;
+  del.set_experiment_id(1);
+  auto deleted = core_->DeleteExperiment(del);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  core_->RunBackgroundPass();  // runs the deletion to its end
+  EXPECT_TRUE(Boto3Keys("team/exp/").empty());
+  EXPECT_EQ(Boto3Keys("team/"), (std::set<std::string>{absl::StrCat("team/exp-2/", kUuidA, "/x")}));
+  EXPECT_TRUE(core_->store()->ListCheckpoints(1, std::nullopt)->empty());
 }
 
 }  // namespace
