@@ -3,7 +3,8 @@
 // the flag and the file, never printing the secret; with a good file, an
 // experiment whose checkpoint_storage names a profile its workspace may not
 // use, or holds a secret, is refused with the field and the fix; without
-// the flag, an s3 experiment is refused naming --s3-credentials-file.
+// the flag, an s3 experiment is refused naming --s3-credentials-file. A
+// secret elsewhere in a config is redacted in what readers get.
 #include <sys/stat.h>
 
 #include <chrono>
@@ -104,6 +105,29 @@ TEST(S3CredentialsFlag, WithoutTheFlagAnS3ExperimentNamesIt) {
   std::string out;
   EXPECT_NE(Create(cluster, dir, "noflag", S3Config(""), &out), 0);
   EXPECT_THAT(out, HasSubstr("det-master has no --s3-credentials-file"));
+}
+
+// A secret elsewhere in a config (data:) is taken, and redacted in what
+// readers get: REST GET /api/v1/experiments/ID and det-cli experiment
+// describe (--json too).
+TEST(S3CredentialsFlag, ReadersSeeSecretsInAConfigRedacted) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  const int id = cluster.CreateExperiment(SingleTrialConfig("redacted", dir / "checkpoints") +
+                                              "data:\n  db_password: " + kSecret + "\n",
+                                          "redacted");
+  ASSERT_GT(id, 0);
+  int status = 0;
+  const nlohmann::json shown = cluster.Get("/api/v1/experiments/" + std::to_string(id), &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_THAT(shown.dump(), Not(HasSubstr(kSecret)));
+  EXPECT_THAT(shown.dump(), HasSubstr("<redacted>"));
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"experiment", "describe", std::to_string(id)}, {"experiment", "describe", std::to_string(id), "--json"}}) {
+    std::string cli_out, cli_err;
+    EXPECT_EQ(cluster.Cli(args, &cli_out, &cli_err), 0) << cli_err;
+    EXPECT_THAT(cli_out + cli_err, Not(HasSubstr(kSecret)));
+  }
 }
 
 }  // namespace
