@@ -2,7 +2,8 @@
 // det-master (--s3-credentials-file), det-agent and det-trial against npm's
 // s3rver on loopback. A paused trial's checkpoint is in the bucket (checked
 // with boto3: every file and the manifest), the agent's node keeps no copy,
-// and activating resumes it from S3 to COMPLETED. The full must-show tests
+// and activating resumes it from S3 to COMPLETED; a 2-rank experiment
+// warm-starts from its last checkpoint, each rank downloading it. The full must-show tests
 // (bit-exact metrics, GC, downloads, faults, secrets) are in
 // s3_checkpoint_test.cc, s3_fault_test.cc and s3_secrets_test.cc.
 #include <filesystem>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "tests/s3_harness.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
@@ -35,8 +37,9 @@ int64_t Int(const json& v) {
 }
 
 // One trial of the synthetic example, checkpoints in bucket det-test under
-// prefix `prefix` (the endpoint and the credentials are the profile's).
-std::string Config(const std::string& prefix) {
+// prefix `prefix` (the endpoint and the credentials are the profile's);
+// `extra` is appended (e.g. a warm start's source and slots_per_trial).
+std::string Config(const std::string& prefix, const std::string& extra = "") {
   return absl::StrCat(
       "name: s3-smoke\nhyperparameters:\n  global_batch_size: 16\n  learning_rate: 0.01\n  hidden_size: 16\n"
       "  dropout: 0.1\n  batch_delay_ms: 15\n"
@@ -46,7 +49,7 @@ std::string Config(const std::string& prefix) {
       prefix,
       "\nreproducibility:\n  experiment_seed: 7\n"
       "environment:\n  environment_variables:\n    - OMP_NUM_THREADS=1\n"
-      "data:\n  train_size: 256\n  val_size: 64\n");
+      "data:\n  train_size: 256\n  val_size: 64\n", extra);
 }
 
 // key -> size of every object under `prefix`, as boto3 lists them.
@@ -75,7 +78,7 @@ TEST(S3RuntimeSmokeTest, PausedTrialsCheckpointIsInTheBucketAndActivateResumesFr
   ASSERT_TRUE(s3.ok()) << s3.status();
   const std::string credentials = test::WriteS3CredentialsFile(dir.path(), **s3);
   TestCluster cluster(dir, TestClusterOptions().add_master_flags({"--s3-credentials-file", credentials}));
-  cluster.StartAgent("a");
+  cluster.StartAgent("a", AgentOptions().set_slots(2));
   ASSERT_TRUE(PollUntil([&] { return cluster.ConnectedAgents() == 1; }, std::chrono::seconds(30)));
 
   const int exp = cluster.CreateExperiment(Config("smoke/exp"), "smoke", kSynthetic);
@@ -131,6 +134,30 @@ TEST(S3RuntimeSmokeTest, PausedTrialsCheckpointIsInTheBucketAndActivateResumesFr
   // The final checkpoint is in the bucket too; nothing stays on the node.
   const std::string last = cluster.Trials(exp)[0].value("latest_checkpoint_uuid", "");
   EXPECT_EQ(Objects(**s3, "smoke/exp/" + last + "/").count("smoke/exp/" + last + "/det-manifest.json"), 1u);
+  EXPECT_THAT(CheckpointFilesUnder(dir / "agent-a"), ::testing::IsEmpty());
+
+  // A 2-rank experiment warm-started from that checkpoint: each rank
+  // downloads it (the credentials for the source's path) and loads its
+  // weights; its own checkpoints go under its own prefix.
+  const std::string warm_yaml =
+      absl::StrReplaceAll(Config("smoke/warm", "resources:\n  slots_per_trial: 2\n"),
+                          {{"  name: single\n", absl::StrCat("  name: single\n  source_checkpoint_uuid: ", last, "\n")}});
+  const int warm = cluster.CreateExperiment(warm_yaml, "warm", kSynthetic);
+  ASSERT_GT(warm, 0);
+  ASSERT_TRUE(cluster.WaitForState(warm, "STATE_COMPLETED", kLong)) << cluster.Trials(warm).dump() << cluster.MasterLog();
+  const json warm_trial = cluster.Trials(warm)[0];
+  const std::string warm_logs = cluster.TrialLogs(Int(warm_trial["id"]));
+  const std::string source = absl::StrCat("s3://det-test/smoke/exp/", last);
+  EXPECT_THAT(warm_logs, HasSubstr("warm start: model weights from checkpoint"));
+  // Both ranks downloaded the source themselves.
+  size_t downloads = 0;
+  for (size_t at = warm_logs.find("checkpoint " + source + " downloaded"); at != std::string::npos;
+       at = warm_logs.find("checkpoint " + source + " downloaded", at + 1)) {
+    ++downloads;
+  }
+  EXPECT_EQ(downloads, 2u) << warm_logs;
+  const std::string warm_last = warm_trial.value("latest_checkpoint_uuid", "");
+  EXPECT_EQ(Objects(**s3, "smoke/warm/" + warm_last + "/").count("smoke/warm/" + warm_last + "/det-manifest.json"), 1u);
   EXPECT_THAT(CheckpointFilesUnder(dir / "agent-a"), ::testing::IsEmpty());
 }
 
