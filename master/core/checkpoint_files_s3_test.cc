@@ -122,7 +122,7 @@ class S3CheckpointMasterTest : public ::testing::Test {
   // `uuid` under `prefix` (s3::UploadCheckpoint: the objects, then the
   // manifest).
   void Upload(const std::string& prefix, const std::string& uuid, const std::map<std::string, std::string>& files) {
-    const std::string local = dir_ / absl::StrCat("local-", uuid);
+    const std::string local = dir_ / absl::StrCat("local-", prefix, "-", uuid);  // prefixes here have no /
     for (const auto& [path, bytes] : files) {
       std::filesystem::create_directories(std::filesystem::path(local + "/" + path).parent_path());
       testing::WriteFile(local + "/" + path, bytes);
