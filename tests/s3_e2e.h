@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tests/s3_harness.h"
 #include "tests/test_cluster.h"
 #include "tests/test_util.h"
@@ -142,12 +143,23 @@ inline void ExpectBucketHoldsExactlyTheCompletedCheckpoints(TestCluster& cluster
   const auto manifests = CompletedManifests(cluster, s3, exp, prefix);
   const auto expected = ExpectedObjects(prefix, manifests);
   const auto listed = Boto3List(s3, prefix);
-  std::map<std::string, int64_t> got;
+  std::vector<std::string> extra, missing;
   for (const auto& [key, o] : listed) {
-    got[key] = absl::EndsWith(key, "/det-manifest.json") ? -1 : o.value("size", int64_t{-2});
+    auto it = expected.find(key);
+    if (it == expected.end()) {
+      extra.push_back(key);
+    } else if (it->second >= 0) {
+      EXPECT_EQ(JsonInt(o["size"]), it->second) << key << ": boto3's size is not the manifest's";
+    }
   }
-  EXPECT_EQ(got, expected) << "boto3 lists " << nlohmann::json(listed).dump() << "\nthe master's checkpoints: "
-                           << ExperimentCheckpoints(cluster, exp).dump();
+  for (const auto& [key, size] : expected) {
+    if (listed.count(key) == 0) missing.push_back(key);
+  }
+  EXPECT_TRUE(extra.empty()) << extra.size() << " object(s) of no COMPLETED checkpoint (deleted or unreported): "
+                             << absl::StrJoin(extra, ", ")
+                             << "\nthe master's checkpoints: " << ExperimentCheckpoints(cluster, exp).dump();
+  EXPECT_TRUE(missing.empty()) << missing.size() << " object(s) of COMPLETED checkpoints missing: "
+                               << absl::StrJoin(missing, ", ");
 }
 
 // Every file of `manifest` (checkpoint `uuid`) as boto3 gets it, with the
