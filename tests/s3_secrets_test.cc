@@ -82,7 +82,9 @@ std::map<pid_t, std::string> DetProcesses() {
     std::error_code ec;
     const fs::path exe = fs::read_symlink(entry.path() / "exe", ec);
     if (ec || !absl::StartsWith(exe.string(), bin)) continue;
-    const std::string base = exe.filename();
+    std::string base = exe.filename();
+    // A binary replaced (rebuilt) while it runs reads "NAME (deleted)".
+    if (absl::EndsWith(base, " (deleted)")) base.resize(base.size() - 10);
     if (base == "det-master" || base == "det-agent" || base == "det-trial") out[std::stoi(name)] = base;
   }
   return out;
