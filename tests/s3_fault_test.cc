@@ -41,7 +41,7 @@ hyperparameters:
   learning_rate: 0.01
   hidden_size: 131072
   dropout: 0.1
-  batch_delay_ms: 20
+  batch_delay_ms: 30
 searcher:
   name: single
   metric: validation_loss
@@ -165,7 +165,7 @@ TEST(S3FaultE2ETest, APartCutPastTheRetriesFailsTheCheckpointAndTheTrialRestarts
       << cluster.MasterLog();
   ASSERT_EQ(trial.value("restarts", 0), 0) << trial.dump();
   const std::string first = trial["latest_checkpoint_uuid"];
-  // The next checkpoint is 20 batches (>= 400 ms) away.
+  // The next checkpoint is 20 batches (>= 600 ms) away; the last, 60.
   c.proxy->CutUploadPart(2, 1000);
   const int64_t trial_id = trial["id"].get<int64_t>();
   ASSERT_TRUE(PollUntil([&] { return cluster.Trial(trial_id).value("restarts", 0) >= 1; }, kLong))
