@@ -314,5 +314,29 @@ TEST_F(S3RetryTest, AMultipartPartCutMidBodyIsRetriedAndTheObjectIsWhole) {
   EXPECT_TRUE(list->empty()) << list->dump();
 }
 
+// http_proxy/https_proxy/ALL_PROXY in the environment are not used: the
+// signed requests go to the endpoint, never to the proxy (here the fault
+// proxy, set to answer 503 to anything).
+TEST_F(S3RetryTest, ProxyVariablesInTheEnvironmentAreIgnored) {
+  const std::string proxy = proxy_->endpoint_url();
+  for (const char* name : {"http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"}) {
+    ::setenv(name, proxy.c_str(), 1);
+  }
+  ::unsetenv("no_proxy");
+  ::unsetenv("NO_PROXY");
+  proxy_->FailNextRequests(100, 503);
+  S3RetryPolicy once;
+  once.max_attempts = 1;
+  auto c = PathClient(once);
+  ASSERT_NE(c, nullptr);
+  auto put = c->PutObject(kBucket, "p/direct", "x");
+  auto got = c->GetObjectToString(kBucket, "p/direct", 10);
+  for (const char* name : {"http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"}) ::unsetenv(name);
+  EXPECT_TRUE(put.ok()) << put.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "x");
+  EXPECT_EQ(proxy_->failed(), 0) << "a request went through the environment's proxy";
+}
+
 }  // namespace
 }  // namespace det::s3

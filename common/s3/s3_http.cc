@@ -244,6 +244,9 @@ HttpTransport::Attempt HttpTransport::Perform(HttpRequest& req) {
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(retry_.stall_timeout.count()));
   curl_easy_setopt(c, CURLOPT_USERAGENT, "det-cpp");
+  // Never through a proxy from http_proxy/https_proxy/ALL_PROXY: signed
+  // requests (with the session token) go to the profile's endpoint only.
+  curl_easy_setopt(c, CURLOPT_PROXY, "");
   if (resolve_ != nullptr) curl_easy_setopt(c, CURLOPT_RESOLVE, static_cast<curl_slist*>(resolve_));
   curl_blob ca{};
   if (!endpoint_.ca_pem.empty()) {

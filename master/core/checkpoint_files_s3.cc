@@ -166,15 +166,13 @@ absl::StatusOr<std::optional<int64_t>> CheckManifestAgainstReport(const s3::Mani
       return incomplete(absl::StrCat("file ", path.substr(0, 256), " is ", it->second, " bytes; ", size, " reported"));
     }
   }
-  std::optional<int64_t> metadata_size;
-  for (const auto& [path, size] : listed) {
-    if (resources.count(path)) continue;
-    if (path != kCheckpointMetadataFile) {
-      return incomplete(absl::StrCat("file ", path.substr(0, 256), " is in the manifest but was not reported"));
-    }
-    metadata_size = size;
-  }
-  return metadata_size;
+  // Files the report did not list (a callback's subdirectories: det-trial
+  // reports only the top-level files but uploads the whole directory) may
+  // be there; the manifest's own rules bound them. metadata.json must be.
+  auto meta = listed.find(kCheckpointMetadataFile);
+  if (meta == listed.end()) return incomplete(absl::StrCat("file ", kCheckpointMetadataFile, " missing"));
+  if (resources.count(kCheckpointMetadataFile)) return std::optional<int64_t>();
+  return std::optional<int64_t>(meta->second);
 }
 
 absl::StatusOr<std::optional<int64_t>> VerifyS3CheckpointReport(s3::S3Client& client,
@@ -221,7 +219,6 @@ absl::StatusOr<std::unique_ptr<CheckpointFiles>> OpenS3CheckpointFiles(std::uniq
   }
   std::map<std::string, const s3::ManifestFile*> listed;
   for (const s3::ManifestFile& f : manifest->files) listed[f.path] = &f;
-  std::vector<std::string> md5;
   for (const CheckpointFiles::File& f : files) {
     auto it = listed.find(f.path);
     if (it == listed.end() || it->second->size != f.size) {
@@ -230,14 +227,14 @@ absl::StatusOr<std::unique_ptr<CheckpointFiles>> OpenS3CheckpointFiles(std::uniq
                                               s3::FormatS3Url(checkpoint)));
     }
   }
-  auto meta = listed.find(kCheckpointMetadataFile);
-  if (row.resources.count(kCheckpointMetadataFile) == 0 && meta != listed.end() &&
-      meta->second->size <= limits.max_total_bytes - total) {
-    total += meta->second->size;
-    files.push_back({kCheckpointMetadataFile, meta->second->size});
-    std::sort(files.begin(), files.end(),
-              [](const CheckpointFiles::File& a, const CheckpointFiles::File& b) { return a.path < b.path; });
-  }
+  // Every file of the manifest goes out (metadata.json and what a callback
+  // wrote in subdirectories, which the report does not list), so that the
+  // download restores whole; the same bounds as for recorded resources.
+  CheckpointRow whole = row;
+  whole.resources.clear();
+  for (const s3::ManifestFile& f : manifest->files) whole.resources[f.path] = f.size;
+  DET_ASSIGN_OR_RETURN(files, CheckpointFiles::CheckResources(whole, limits, &total));
+  std::vector<std::string> md5;
   for (const CheckpointFiles::File& f : files) md5.push_back(listed.at(f.path)->md5);
   return std::unique_ptr<CheckpointFiles>(new S3CheckpointFiles(std::move(client), std::move(checkpoint), row.uuid,
                                                                 std::move(files), std::move(md5), total,

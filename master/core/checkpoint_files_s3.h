@@ -35,8 +35,12 @@ absl::StatusOr<s3::S3Location> S3CheckpointOfRow(const s3::S3Location& experimen
 
 // Checks a checkpoint report against the checkpoint's manifest: every
 // reported resource is in the manifest at its reported size, and the
-// manifest lists nothing else but metadata.json (which det-trial writes
-// after listing the resources). Returns metadata.json's size when the
+// manifest has metadata.json (which det-trial writes after listing the
+// resources). The manifest may list more files than the report: det-trial
+// reports only the directory's top-level files, while a callback's
+// on_checkpoint_save may write subdirectories, which are uploaded and
+// listed in the manifest (bounded by its rules). Returns metadata.json's
+// size when the
 // manifest has it and `resources` does not (recorded as the shared_fs path
 // records it), else nullopt. FailedPrecondition "checkpoint <uuid>: its
 // objects in <url> are incomplete (...)" naming the first difference. Pure.
@@ -61,8 +65,9 @@ absl::StatusOr<int64_t> DeleteS3CheckpointRow(s3::S3Client& client, const s3::S3
 // `experiment`: S3CheckpointOfRow, ReadManifest (NotFound when the manifest
 // is gone), CheckResources's bounds, then every recorded resource must be
 // in the manifest at its recorded size (DataLoss naming the file
-// otherwise); metadata.json is added from the manifest when the row lacks
-// it. Next() reads each file in chunk_bytes ranges (GetObjectRange), after
+// otherwise); the download is every file of the manifest (metadata.json
+// and unreported subdirectory files included, under CheckResources's
+// bounds), so a restorable checkpoint downloads whole. Next() reads each file in chunk_bytes ranges (GetObjectRange), after
 // a HeadObject that checks its size, and compares its MD5 with the
 // manifest's at its end (DataLoss naming file and checkpoint). Takes the
 // client (one per download). S3 I/O.

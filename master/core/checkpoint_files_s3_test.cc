@@ -73,7 +73,7 @@ TEST(S3CheckpointOfRowTest, OnlyTheRowsOwnPlaceUnderItsExperiment) {
   EXPECT_TRUE(S3CheckpointOfRow(Loc(""), Row(kUuidA, absl::StrCat("s3://det-test/", kUuidA))).ok());
 }
 
-TEST(CheckManifestAgainstReportTest, ExactlyTheReportedFilesPlusMetadata) {
+TEST(CheckManifestAgainstReportTest, EveryReportedFileAndMetadataAtTheirSizes) {
   s3::Manifest m;
   m.files = {{"metadata.json", 12, std::string(32, 'a')},
              {"model.pt", 100, std::string(32, 'b')},
@@ -94,9 +94,17 @@ TEST(CheckManifestAgainstReportTest, ExactlyTheReportedFilesPlusMetadata) {
   auto size = CheckManifestAgainstReport(m, {{"model.pt", 99}, {"sub/opt.pt", 0}}, kUuidA, url);
   EXPECT_EQ(size.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(size.status().message(), HasSubstr("model.pt is 100 bytes; 99 reported"));
+  // A file the report does not list (a callback's subdirectory: det-trial
+  // reports only top-level files) is accepted.
   auto extra = CheckManifestAgainstReport(m, {{"model.pt", 100}}, kUuidA, url);
-  EXPECT_EQ(extra.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(extra.status().message(), HasSubstr("sub/opt.pt is in the manifest but was not reported"));
+  ASSERT_TRUE(extra.ok()) << extra.status();
+  EXPECT_EQ(extra->value_or(-1), 12);
+  // metadata.json must be in the manifest.
+  s3::Manifest no_meta = m;
+  no_meta.files.erase(no_meta.files.begin());
+  auto no_metadata = CheckManifestAgainstReport(no_meta, {{"model.pt", 100}}, kUuidA, url);
+  EXPECT_EQ(no_metadata.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(no_metadata.status().message(), HasSubstr("are incomplete (file metadata.json missing)"));
 }
 
 class S3CheckpointMasterTest : public ::testing::Test {
@@ -176,14 +184,16 @@ TEST_F(S3CheckpointMasterTest, DownloadStreamsWhatBoto3Reads) {
                                                     {"empty.txt", ""},
                                                     {"metadata.json", R"({"steps_completed": 10})"}};
   ASSERT_NO_FATAL_FAILURE(Upload("exp1", kUuidA, files));
-  // As ReportCheckpoint records it: the resources, metadata.json from the manifest.
-  CheckpointRow row = Row(kUuidA, absl::StrCat("s3://det-test/exp1/", kUuidA),
-                          {{"model.pt", 4500}, {"sub/optimizer.pt", 1000}, {"empty.txt", 0}});
+  // As ReportCheckpoint records it: the top-level resources (det-trial does
+  // not report a callback's subdirectory), metadata.json from the manifest.
+  // The download is the whole manifest: sub/optimizer.pt too.
+  CheckpointRow row =
+      Row(kUuidA, absl::StrCat("s3://det-test/exp1/", kUuidA), {{"model.pt", 4500}, {"empty.txt", 0}});
   CheckpointFileLimits limits;
   limits.chunk_bytes = 1000;
   auto opened = OpenS3CheckpointFiles(NewClient(), Loc("exp1"), row, limits);
   ASSERT_TRUE(opened.ok()) << opened.status();
-  EXPECT_EQ((*opened)->files().size(), 4u);  // metadata.json added from the manifest
+  EXPECT_EQ((*opened)->files().size(), 4u);  // metadata.json and sub/optimizer.pt from the manifest
   EXPECT_EQ((*opened)->total_bytes(), 4500 + 1000 + static_cast<int64_t>(files.at("metadata.json").size()));
   std::map<std::string, std::string> got;
   ASSERT_TRUE(Drain(**opened, &got).ok());
@@ -195,6 +205,11 @@ TEST_F(S3CheckpointMasterTest, DownloadStreamsWhatBoto3Reads) {
     ASSERT_TRUE(read.ok()) << read.status();
     EXPECT_EQ(read->at("md5").get<std::string>(), s3::Md5Hex(got[path])) << path;
   }
+  // The manifest's files are bounded as recorded resources are.
+  limits.max_files = 3;
+  auto over = OpenS3CheckpointFiles(NewClient(), Loc("exp1"), row, limits);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(over.status().message(), HasSubstr("4 files; at most 3 can be downloaded"));
 }
 
 TEST_F(S3CheckpointMasterTest, AChangedObjectIsDataLossNamingTheFile) {

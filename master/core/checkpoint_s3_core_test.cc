@@ -61,7 +61,10 @@ class S3CheckpointCoreTest : public MasterCoreFixture {
   void Upload(const std::string& uuid, const std::map<std::string, std::string>& files) {
     const std::string local = s3_dir_ / absl::StrCat("local-", uuid);
     std::filesystem::create_directories(local);
-    for (const auto& [path, bytes] : files) det::testing::WriteFile(local + "/" + path, bytes);
+    for (const auto& [path, bytes] : files) {
+      std::filesystem::create_directories(std::filesystem::path(local + "/" + path).parent_path());
+      det::testing::WriteFile(local + "/" + path, bytes);
+    }
     auto loc = s3::CheckpointLocation({"det-test", "team/exp"}, uuid);
     ASSERT_TRUE(loc.ok()) << loc.status();
     auto manifest = s3::UploadCheckpoint(*client_, *loc, local);
@@ -155,6 +158,31 @@ TEST_F(S3CheckpointCoreTest, DownloadStreamsFromS3AndDeleteRemovesOnlyItsObjects
                                    absl::StrCat("team/exp/", kUuidB, "/model.pt")}));
   // A download of a deleted checkpoint is refused before S3 is asked.
   EXPECT_EQ(core_->OpenCheckpointFiles(req).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// det-trial reports a checkpoint's top-level files; a callback's
+// on_checkpoint_save may write a subdirectory, which is uploaded and in the
+// manifest: the checkpoint is recorded, and its download has that file.
+TEST_F(S3CheckpointCoreTest, ACallbacksSubdirectoryIsRecordedAndDownloaded) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const std::map<std::string, std::string> files = {
+      {"model.pt", "mm"}, {"cb/state/rng.bin", "rng"}, {"metadata.json", "{}"}};
+  ASSERT_NO_FATAL_FAILURE(Upload(kUuidA, files));
+  absl::Status st = Report(kUuidA, {{"model.pt", 2}}, 10);
+  ASSERT_TRUE(st.ok()) << st;
+  apiv1::DownloadCheckpointRequest req;
+  req.set_checkpoint_uuid(kUuidA);
+  auto opened = core_->OpenCheckpointFiles(req);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::map<std::string, std::string> got;
+  apiv1::DownloadCheckpointResponse chunk;
+  for (;;) {
+    auto more = (*opened)->Next(&chunk);
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (!*more) break;
+    got[chunk.path()] += chunk.data();
+  }
+  EXPECT_EQ(got, files);
 }
 
 TEST_F(S3CheckpointCoreTest, GcAndExperimentDeleteRemoveItsObjectsOnly) {
