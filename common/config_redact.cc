@@ -18,8 +18,26 @@ using json = nlohmann::json;
 
 constexpr int kMaxRedactDepth = 256;
 
+// For "NAME=VALUE" (an environment_variables entry, a "--name=value"
+// argument) whose NAME names a secret: the length of "NAME=", else 0.
+size_t SecretAssignment(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq > 256) return 0;
+  absl::string_view name(text.data(), eq);
+  while (!name.empty() && name.front() == '-') name.remove_prefix(1);
+  if (name.empty()) return 0;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return 0;
+  }
+  return IsSecretConfigKey(std::string_view(name.data(), name.size())) ? eq + 1 : 0;
+}
+
 json RedactAt(json value, int depth) {
   if (depth > kMaxRedactDepth) return kRedacted;
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    if (const size_t keep = SecretAssignment(text)) return text.substr(0, keep) + kRedacted;
+  }
   if (value.is_object()) {
     for (auto it = value.begin(); it != value.end(); ++it) {
       it.value() = IsSecretConfigKey(it.key()) ? json(kRedacted) : RedactAt(std::move(it.value()), depth + 1);
@@ -32,6 +50,7 @@ json RedactAt(json value, int depth) {
 
 bool HasSecretKey(const json& value, int depth) {
   if (depth > kMaxRedactDepth) return true;
+  if (value.is_string()) return SecretAssignment(value.get_ref<const std::string&>()) != 0;
   if (value.is_object()) {
     for (auto it = value.begin(); it != value.end(); ++it) {
       if (IsSecretConfigKey(it.key()) || HasSecretKey(it.value(), depth + 1)) return true;
@@ -111,12 +130,22 @@ std::string RedactLines(absl::string_view yaml) {
 }  // namespace
 
 bool IsSecretConfigKey(std::string_view key) {
-  static constexpr std::array<std::string_view, 12> kExact = {
+  static constexpr std::array<std::string_view, 14> kExact = {
       "access_key", "secret_key", "session_token", "aws_access_key_id", "aws_secret_access_key", "aws_session_token",
-      "password",   "passwd",     "token",         "api_key",           "private_key",           "credentials"};
-  const std::string lower = absl::AsciiStrToLower(absl::string_view(key.data(), key.size()));
+      "password",   "passwd",     "token",         "api_key",           "private_key",           "credentials",
+      "apikey",     "access_token"};
+  // Tokenizer settings, not credentials.
+  static constexpr std::array<std::string_view, 7> kWordTokens = {"pad_token", "eos_token", "bos_token", "unk_token",
+                                                                  "cls_token", "sep_token", "mask_token"};
+  std::string lower = absl::AsciiStrToLower(absl::string_view(key.data(), key.size()));
+  std::replace(lower.begin(), lower.end(), '-', '_');
   if (std::find(kExact.begin(), kExact.end(), lower) != kExact.end()) return true;
-  return absl::StrContains(lower, "secret") || absl::StrContains(lower, "password");
+  if (absl::StrContains(lower, "secret") || absl::StrContains(lower, "password")) return true;
+  if (absl::EndsWith(lower, "_token")) {
+    return std::find(kWordTokens.begin(), kWordTokens.end(), lower) == kWordTokens.end();
+  }
+  return absl::EndsWith(lower, "_api_key") || absl::EndsWith(lower, "_apikey") || absl::EndsWith(lower, "_passwd") ||
+         absl::EndsWith(lower, "_private_key");
 }
 
 json RedactConfigJson(json value) { return RedactAt(std::move(value), 0); }
@@ -126,8 +155,8 @@ json RedactConfigJson(json value) { return RedactAt(std::move(value), 0); }
 static bool MayHoldSecretKey(std::string_view yaml) {
   const std::string lower = absl::AsciiStrToLower(absl::string_view(yaml.data(), yaml.size()));
   if (lower.find('\\') != std::string::npos) return true;
-  for (const char* word : {"secret", "password", "passwd", "token", "access_key", "api_key", "private_key",
-                           "credentials"}) {
+  for (const char* word : {"secret", "password", "passwd", "token", "access_key", "api_key", "apikey", "private_key",
+                           "credentials", "api-key", "private-key", "access-key", "secret-key"}) {
     if (lower.find(word) != std::string::npos) return true;
   }
   return false;

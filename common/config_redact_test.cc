@@ -33,6 +33,38 @@ TEST(ConfigRedactTest, SecretKeys) {
   }
 }
 
+// The suffixes of tokens and keys of other services (review finding m11).
+TEST(ConfigRedactTest, ServiceTokensAndKeys) {
+  for (const char* key : {"api_token", "hf_token", "HF_TOKEN", "wandb_api_key", "WANDB_API_KEY", "access_token",
+                          "openai_apikey", "apikey", "github-token", "x-api-key", "ssh_private_key", "db_passwd"}) {
+    EXPECT_TRUE(IsSecretConfigKey(key)) << key;
+  }
+  for (const char* key : {"tokenizer", "tokenizer_name", "max_tokens", "num_tokens", "tokens", "pad_token",
+                          "EOS_TOKEN", "bos_token", "unk_token", "mask_token", "token_budget", "keyed", "api_url"}) {
+    EXPECT_FALSE(IsSecretConfigKey(key)) << key;
+  }
+}
+
+// NAME=VALUE strings (environment_variables entries, --name=value
+// arguments) with a secret NAME keep NAME and lose VALUE.
+TEST(ConfigRedactTest, SecretAssignmentsInStrings) {
+  const std::string text = std::string("environment_variables:\n  - AWS_SECRET_ACCESS_KEY=") + kNeedle +
+                           "\n  - HF_TOKEN=" + kNeedle + "\n  - OMP_NUM_THREADS=4\n  - =x\n" +
+                           "entrypoint: [train, --db-password=" + kNeedle + ", --lr=0.1]\nnote: a=b c=d\n";
+  const std::string shown = RedactConfigYaml(text);
+  EXPECT_THAT(shown, Not(HasSubstr(kNeedle)));
+  const nlohmann::json j = ParseYaml(shown);
+  EXPECT_EQ(j["environment_variables"][0], "AWS_SECRET_ACCESS_KEY=<redacted>");
+  EXPECT_EQ(j["environment_variables"][1], "HF_TOKEN=<redacted>");
+  EXPECT_EQ(j["environment_variables"][2], "OMP_NUM_THREADS=4");
+  EXPECT_EQ(j["environment_variables"][3], "=x");
+  EXPECT_EQ(j["entrypoint"][1], "--db-password=<redacted>");
+  EXPECT_EQ(j["entrypoint"][2], "--lr=0.1");
+  EXPECT_EQ(j["note"], "a=b c=d");
+  const std::string plain = "environment_variables:\n  - OMP_NUM_THREADS=4\n";
+  EXPECT_EQ(RedactConfigYaml(plain), plain);
+}
+
 TEST(ConfigRedactTest, TextWithoutSecretsIsUnchanged) {
   const std::string text = "name: x  # a comment\ndata:\n  url: http://h\n  tokens: 3\n";
   EXPECT_EQ(RedactConfigYaml(text), text);

@@ -18,6 +18,7 @@
 // is not loopback refuses to start while `admin` or `determined` has an
 // empty password, unless --allow-empty-passwords.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -661,6 +662,11 @@ int OpenAndServe(Flags& f, const det::master::AuthOptions& auth_options, sigset_
   if (auto s3 = det::master::S3Profiles::Load(f.options.s3_credentials_file); !s3.ok()) {
     std::fprintf(stderr, "det-master: error: %s\n", std::string(s3.status().message()).c_str());
     return 2;
+  }
+  // The profiles' secrets live in this process from now on: no core dump,
+  // and /proc/PID/{mem,environ} and ptrace for root only (as det-trial).
+  if (!f.options.s3_credentials_file.empty() && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    spdlog::warn("prctl(PR_SET_DUMPABLE, 0): {}", std::strerror(errno));
   }
   umask(077);  // nothing the master creates is readable by group or others (data_dir.h)
   if (absl::Status dir = det::master::PreparePrivateDataDir(f.options.data_dir, f.allow_insecure_data_dir); !dir.ok()) {

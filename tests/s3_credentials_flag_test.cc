@@ -6,6 +6,7 @@
 // the flag, an s3 experiment is refused naming --s3-credentials-file. A
 // secret elsewhere in a config is redacted in what readers get.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <string>
@@ -99,6 +100,35 @@ TEST(S3CredentialsFlag, ExperimentsAreCheckedAgainstTheProfiles) {
   EXPECT_THAT(cluster.MasterLog(), Not(HasSubstr(kSecret)));
 }
 
+// det-master holding the profiles' secrets is not dumpable (issue 49
+// review, m6): no core file, and its /proc/PID files (mem, environ) become
+// root's. It runs as uid 65534 here, since as root they are root's anyway;
+// without the flag they stay 65534's.
+TEST(S3CredentialsFlag, AMasterWithProfilesIsNotDumpable) {
+  ASSERT_EQ(::geteuid(), 0u) << "needs root, to run det-master as uid 65534";
+  auto environ_owner = [](const std::vector<std::string>& flags) -> int {
+    TempDir dir;
+    EXPECT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
+    const std::string file = dir / "s3-credentials";
+    WriteFile(file, CredentialsText("*"));
+    EXPECT_EQ(::chmod(file.c_str(), 0600), 0);
+    EXPECT_EQ(::chown(file.c_str(), 65534, 65534), 0);
+    std::vector<std::string> with_file;
+    for (const std::string& f : flags) with_file.push_back(f == "FILE" ? file : f);
+    TestCluster cluster(dir, TestClusterOptions()
+                                 .set_master_prefix({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                                                     "--clear-groups"})
+                                 .add_master_flags(with_file));
+    if (::testing::Test::HasFatalFailure()) return -1;
+    struct stat st {};
+    const std::string environ = "/proc/" + std::to_string(cluster.master().pid()) + "/environ";
+    EXPECT_EQ(::stat(environ.c_str(), &st), 0) << environ;
+    return static_cast<int>(st.st_uid);
+  };
+  EXPECT_EQ(environ_owner({}), 65534) << "det-master did not run as uid 65534";
+  EXPECT_EQ(environ_owner({"--s3-credentials-file", "FILE"}), 0) << "det-master with profiles is dumpable";
+}
+
 TEST(S3CredentialsFlag, WithoutTheFlagAnS3ExperimentNamesIt) {
   TempDir dir;
   TestCluster cluster(dir);
@@ -107,16 +137,39 @@ TEST(S3CredentialsFlag, WithoutTheFlagAnS3ExperimentNamesIt) {
   EXPECT_THAT(out, HasSubstr("det-master has no --s3-credentials-file"));
 }
 
-// A secret elsewhere in a config (data:) is taken, and redacted in what
-// readers get: REST GET /api/v1/experiments/ID and det-cli experiment
-// describe (--json too).
+// A secret elsewhere in a config (data:, an hparam, an environment
+// variable) is taken, and redacted in what readers get: REST GET
+// /api/v1/experiments/ID, /api/v1/experiments/ID/trials and
+// /api/v1/trials/ID, det-cli experiment describe (--json too) and trial
+// describe, and the master's log.
 TEST(S3CredentialsFlag, ReadersSeeSecretsInAConfigRedacted) {
   TempDir dir;
   TestCluster cluster(dir);
-  const int id = cluster.CreateExperiment(SingleTrialConfig("redacted", dir / "checkpoints") +
-                                              "data:\n  db_password: " + kSecret + "\n",
-                                          "redacted");
+  std::string config = SingleTrialConfig("redacted", dir / "checkpoints") + "data:\n  db_password: " + kSecret +
+                       "\nenvironment:\n  environment_variables:\n    - AWS_SECRET_ACCESS_KEY=" + kSecret + "\n";
+  const std::string batch = "  global_batch_size: 16\n";
+  ASSERT_NE(config.find(batch), std::string::npos);
+  config.insert(config.find(batch) + batch.size(), std::string("  hf_token: ") + kSecret + "\n");
+  const int id = cluster.CreateExperiment(config, "redacted");
   ASSERT_GT(id, 0);
+  int trial_id = 0;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        const nlohmann::json trials = cluster.Get("/api/v1/experiments/" + std::to_string(id) + "/trials");
+        EXPECT_THAT(trials.dump(), Not(HasSubstr(kSecret)));
+        if (!trials.contains("trials") || trials["trials"].empty()) return false;
+        trial_id = trials["trials"][0].value("id", 0);
+        return trial_id > 0;
+      },
+      30s));
+  int trial_status = 0;
+  const nlohmann::json trial = cluster.Get("/api/v1/trials/" + std::to_string(trial_id), &trial_status);
+  EXPECT_EQ(trial_status, 200);
+  EXPECT_THAT(trial.dump(), Not(HasSubstr(kSecret)));
+  EXPECT_THAT(trial.dump(), HasSubstr("\"hf_token\":\"<redacted>\""));
+  std::string trial_out, trial_err;
+  EXPECT_EQ(cluster.Cli({"trial", "describe", std::to_string(trial_id)}, &trial_out, &trial_err), 0) << trial_err;
+  EXPECT_THAT(trial_out + trial_err, Not(HasSubstr(kSecret)));
   int status = 0;
   const nlohmann::json shown = cluster.Get("/api/v1/experiments/" + std::to_string(id), &status);
   EXPECT_EQ(status, 200);
@@ -128,6 +181,8 @@ TEST(S3CredentialsFlag, ReadersSeeSecretsInAConfigRedacted) {
     EXPECT_EQ(cluster.Cli(args, &cli_out, &cli_err), 0) << cli_err;
     EXPECT_THAT(cli_out + cli_err, Not(HasSubstr(kSecret)));
   }
+  EXPECT_THAT(shown.dump(), HasSubstr("AWS_SECRET_ACCESS_KEY=<redacted>"));
+  EXPECT_THAT(cluster.MasterLog(), Not(HasSubstr(kSecret)));
 }
 
 }  // namespace

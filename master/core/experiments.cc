@@ -566,7 +566,8 @@ absl::Status MasterCore::CreateTrialLocked(ExperimentRuntime& exp, const CreateT
   if (!lengths.ok()) spdlog::warn("experiment {}: {}", exp.row.id, lengths.ToString());
   trials_[row.id] = std::move(trial);
   if (row.parent_trial_id != 0) ResolvePbtChildrenLocked(exp);  // binds the parent's checkpoint if ready
-  spdlog::info("experiment {}: created trial {} with hparams {}", exp.row.id, row.id, row.hparams_json);
+  spdlog::info("experiment {}: created trial {} with hparams {}", exp.row.id, row.id,
+               RedactConfigJson(create.hparams).dump());
   *more = exp.searcher->TrialCreated(create.request_id);
   if (Stopping(exp.row.state) || Terminal(exp.row.state)) {
     // The searcher answered a trial that ended under a cancel or kill

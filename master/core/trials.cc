@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/config_redact.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "master/core/checkpoint_facts.h"
@@ -54,7 +55,9 @@ apiv1::Trial MasterCore::TrialProto(const TrialRuntime& trial) {
   t.set_id(trial.row.id);
   t.set_experiment_id(trial.row.experiment_id);
   t.set_state(ShownState(trial));  // WAITING: ACTIVE without work or a slot (trial_states.h)
-  auto hp = JsonToStruct(nlohmann::json::parse(trial.row.hparams_json, nullptr, false));
+  // Readers see secret-looking hparams redacted (config_redact.h); the
+  // trial itself gets them as written (GetTrialContext).
+  auto hp = JsonToStruct(RedactConfigJson(nlohmann::json::parse(trial.row.hparams_json, nullptr, false)));
   if (hp.ok()) *t.mutable_hparams() = *hp;
   t.set_seed(trial.row.seed);
   t.set_restarts(static_cast<int32_t>(trial.row.restarts));

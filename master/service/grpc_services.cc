@@ -5,7 +5,9 @@
 #include <mutex>
 #include <thread>
 
+#include <grpc/grpc_security_constants.h>
 #include <grpcpp/alarm.h>
+#include <grpcpp/security/auth_context.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -416,8 +418,26 @@ DET_TRIAL_UNARY(ReportProgress)
 DET_TRIAL_UNARY(AckPreemption)
 DET_TRIAL_UNARY(ReportEarlyExit)
 DET_TRIAL_UNARY(ReportTrialLogs)
-DET_TRIAL_UNARY(GetCheckpointStorageCredentials)
 #undef DET_TRIAL_UNARY
+
+// The reply holds the S3 secret: only over TLS or to a peer on this host
+// (CheckSecretChannel), checked after the token's presence.
+grpc::ServerUnaryReactor* TrialServiceImpl::GetCheckpointStorageCredentials(
+    grpc::CallbackServerContext* ctx, const trialv1::GetCheckpointStorageCredentialsRequest* req,
+    trialv1::GetCheckpointStorageCredentialsResponse* resp) {
+  bool tls = false;
+  if (std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context()) {
+    for (const grpc::string_ref& type : auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME)) {
+      tls = tls || type == GRPC_SSL_TRANSPORT_SECURITY_TYPE || type == GRPC_TLS_TRANSPORT_SECURITY_TYPE;
+    }
+  }
+  absl::Status channel = RequireAllocationToken(AllocationToken(ctx));
+  if (channel.ok()) channel = CheckSecretChannel(tls, ctx->peer());
+  if (channel.ok()) return Unary(ctx, *req, resp, &MasterCore::GetCheckpointStorageCredentials);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(channel));
+  return reactor;
+}
 
 // Answered once the rows are committed, by the store's metric writer, which
 // writes every trial's reports queued meanwhile in one transaction: the gRPC

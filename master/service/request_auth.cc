@@ -1,6 +1,10 @@
 #include "master/service/request_auth.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -29,6 +33,28 @@ std::string PeerAddress(absl::string_view peer) {
   if (absl::ConsumePrefix(&v, "[")) return std::string(v.substr(0, v.find(']')));
   size_t colon = v.rfind(':');
   return std::string(colon == absl::string_view::npos ? v : v.substr(0, colon));
+}
+
+bool IsLoopbackPeer(absl::string_view peer) {
+  if (absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "unix-abstract:")) return true;
+  if (peer.size() > 256) return false;
+  const std::string address = PeerAddress(peer);
+  if (absl::StartsWith(peer, "ipv4:")) {
+    in_addr a{};
+    return inet_pton(AF_INET, address.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+  }
+  in6_addr a6{};
+  if (!absl::StartsWith(peer, "ipv6:") || inet_pton(AF_INET6, address.c_str(), &a6) != 1) return false;
+  return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+}
+
+absl::Status CheckSecretChannel(bool tls, absl::string_view peer) {
+  if (tls || IsLoopbackPeer(peer)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "det-master sends S3 credentials only over TLS (--tls-cert) or to a trial on its own host; this call came "
+      "over plaintext gRPC from ",
+      PeerAddress(peer).substr(0, 64),
+      ": start det-master with --tls-cert/--tls-key (and the agents with --tls-ca), or use shared_fs storage"));
 }
 
 absl::Status RequireAllocationToken(absl::string_view token) {

@@ -44,6 +44,16 @@ std::string UserToken(absl::string_view authorization, absl::string_view cookie)
 // its scheme when it has no port.
 std::string PeerAddress(absl::string_view peer);
 
+// Whether gRPC peer URI `peer` is on this host: ipv4 127.0.0.0/8, ipv6 ::1
+// or ::ffff:127.x.x.x, unix: or unix-abstract:.
+bool IsLoopbackPeer(absl::string_view peer);
+
+// For a reply that holds a secret (GetCheckpointStorageCredentials): OK when
+// the connection is TLS (`tls`) or `peer` is on this host; otherwise
+// FailedPrecondition naming --tls-cert, since plaintext gRPC can be read by
+// anyone on the network path.
+absl::Status CheckSecretChannel(bool tls, absl::string_view peer);
+
 // Unauthenticated when `token` (x-det-allocation-token) is empty; the token's
 // match with the named allocation is checked by MasterCore (PermissionDenied).
 absl::Status RequireAllocationToken(absl::string_view token);
