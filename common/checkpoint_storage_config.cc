@@ -1,5 +1,6 @@
 #include "common/checkpoint_storage_config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <limits>
 #include <vector>
@@ -73,7 +74,7 @@ absl::Status ParseS3(const ConfigMapReader& r, CheckpointStorageConfig* c) {
   DET_RETURN_IF_ERROR(r.GetString("bucket", &c->bucket));
   if (!ValidS3BucketName(c->bucket)) {
     return r.TypeError("bucket", "an S3 bucket name (3 to 63 of a-z, 0-9, '.', '-', starting and ending with a "
-                                 "letter or digit)");
+                                 "letter or digit, no '..', '.-' or '-.', not an IP address)");
   }
   DET_RETURN_IF_ERROR(r.GetString("prefix", &c->prefix));
   if (std::string problem = S3PrefixProblem(c->prefix); !problem.empty()) {
@@ -160,11 +161,18 @@ bool ValidS3BucketName(std::string_view bucket_in) {
   const absl::string_view bucket = A(bucket_in);
   if (bucket.size() < 3 || bucket.size() > 63) return false;
   if (!absl::ascii_isalnum(bucket.front()) || !absl::ascii_isalnum(bucket.back())) return false;
-  if (absl::StrContains(bucket, "..")) return false;
+  if (absl::StrContains(bucket, "..") || absl::StrContains(bucket, ".-") || absl::StrContains(bucket, "-.")) {
+    return false;
+  }
   for (char ch : bucket) {
     if (!(absl::ascii_islower(ch) || absl::ascii_isdigit(ch) || ch == '.' || ch == '-')) return false;
   }
-  return true;
+  // Not shaped like an IPv4 address (192.168.5.4): S3 refuses those.
+  std::vector<absl::string_view> labels = absl::StrSplit(bucket, '.');
+  const bool ip_shaped = labels.size() == 4 && std::all_of(labels.begin(), labels.end(), [](absl::string_view l) {
+    return !l.empty() && std::all_of(l.begin(), l.end(), [](char ch) { return absl::ascii_isdigit(ch); });
+  });
+  return !ip_shaped;
 }
 
 std::string S3PrefixProblem(std::string_view prefix_in) {

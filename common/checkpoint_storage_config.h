@@ -31,8 +31,9 @@ absl::Status ParseCheckpointStorage(const ConfigMapReader& r, CheckpointStorageC
 // The resolved form stored with an experiment (parses back to `c`).
 nlohmann::json CheckpointStorageToJson(const CheckpointStorageConfig& c);
 
-// An S3 bucket name S3 accepts: 3..63 of [a-z0-9.-], starting and ending
-// with a letter or digit, no "..".
+// An S3 bucket name S3 accepts (3..63 of [a-z0-9.-], starting and ending
+// with a letter or digit, no "..", ".-" or "-.", not an IPv4 address).
+// s3::ValidBucketName (the S3 client's) is this function.
 bool ValidS3BucketName(std::string_view bucket);
 
 // "" when `prefix` is a valid key prefix (at most kMaxS3PrefixBytes, no

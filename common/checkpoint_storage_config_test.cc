@@ -155,6 +155,12 @@ TEST(CheckpointStorageConfigTest, PureValidators) {
   EXPECT_TRUE(ValidS3BucketName(std::string(63, 'a')));
   EXPECT_FALSE(ValidS3BucketName(std::string(64, 'a')));
   EXPECT_FALSE(ValidS3BucketName("a"));
+  EXPECT_FALSE(ValidS3BucketName("a..b"));
+  EXPECT_FALSE(ValidS3BucketName("a.-b"));
+  EXPECT_FALSE(ValidS3BucketName("a-.b"));
+  EXPECT_FALSE(ValidS3BucketName("192.168.5.4"));  // IP-shaped: S3 refuses it
+  EXPECT_TRUE(ValidS3BucketName("192.168.5.4a"));
+  EXPECT_TRUE(ValidS3BucketName("1.2.3"));
   EXPECT_EQ(S3PrefixProblem(""), "");
   EXPECT_EQ(S3PrefixProblem("a/b/c"), "");
   EXPECT_EQ(S3PrefixProblem("a\nb"), "must not contain control characters");

@@ -149,8 +149,9 @@ absl::StatusOr<ManifestFile> UploadFile(S3Client& client, const S3Location& chec
   if (!md5.ok()) return md5.status();
   absl::StatusOr<ObjectInfo> info = client.PutObjectFromFile(checkpoint.bucket, Key(checkpoint, rel), path);
   if (!info.ok()) return info.status();
-  const bool single = !absl::StrContains(info->etag, "-");
-  if (info->size != st.st_size || (single && info->etag != *md5)) {
+  // info->md5 is the MD5 of the bytes sent (S3 checked each request's
+  // Content-MD5), so this holds with SSE-KMS/SSE-C too, whose ETags are not MD5s.
+  if (info->size != st.st_size || info->md5 != *md5) {
     return absl::DataLossError(absl::StrCat("checkpoint file ", path, " changed while it was uploaded to ",
                                             FormatS3Url({checkpoint.bucket, Key(checkpoint, rel)})));
   }

@@ -12,7 +12,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_storage_config.h"
 #include "common/s3/s3_http.h"
 #include "common/s3/s3_xml.h"
 #include "common/sha256.h"
@@ -154,12 +156,7 @@ absl::StatusOr<std::string> FileMd5Hex(const std::string& path) {
   return Hex(md5.Binary());
 }
 
-bool ValidBucketName(absl::string_view b) {
-  if (b.size() < 3 || b.size() > 63) return false;
-  auto ok = [](char c) { return absl::ascii_islower(c) || absl::ascii_isdigit(c); };
-  if (!ok(b.front()) || !ok(b.back())) return false;
-  return std::all_of(b.begin(), b.end(), [&](char c) { return ok(c) || c == '.' || c == '-'; });
-}
+bool ValidBucketName(absl::string_view b) { return ValidS3BucketName(std::string_view(b.data(), b.size())); }
 
 struct S3Client::Impl {
   std::unique_ptr<HttpTransport> http;
@@ -168,7 +165,10 @@ struct S3Client::Impl {
   absl::Status Check(const std::string& bucket, const std::string& key, bool key_required) const;
   absl::StatusOr<ObjectInfo> PutPart(HttpRequest& req, const std::string& what, const std::string& md5_bin);
   absl::StatusOr<std::string> Multipart(const std::string& bucket, const std::string& key, int fd,
-                                        int64_t size);
+                                        int64_t size, std::string* whole_md5_hex);
+  absl::StatusOr<std::string> Complete(const std::string& bucket, const std::string& key, const std::string& id_query,
+                                       const std::vector<std::string>& md5s, const std::string& whole_md5_hex,
+                                       int64_t size, bool etags_not_md5);
   absl::Status StreamGet(const std::string& bucket, const std::string& key, int64_t offset, int64_t length,
                          const std::function<absl::Status(absl::string_view)>& sink);
 };
@@ -177,7 +177,7 @@ absl::Status S3Client::Impl::Check(const std::string& bucket, const std::string&
   if (!ValidBucketName(bucket)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "S3 bucket '", bucket.substr(0, 64), "' is not a valid bucket name (3..63 of a-z 0-9 . -, starting and "
-        "ending with a letter or digit); fix checkpoint_storage.bucket"));
+        "ending with a letter or digit, no '..', '.-' or '-.', not an IP address); fix checkpoint_storage.bucket"));
   }
   if (key_required && key.empty()) return absl::InvalidArgumentError("S3 object key is empty");
   if (static_cast<int64_t>(key.size()) > limits.max_key_bytes) {
@@ -223,12 +223,15 @@ absl::StatusOr<ObjectInfo> S3Client::Impl::PutPart(HttpRequest& req, const std::
   req.headers.emplace_back("Content-MD5", absl::Base64Escape(md5_bin));
   auto resp = http->Send(what, req);
   if (!resp.ok()) return resp.status();
-  if (resp->etag != Hex(md5_bin)) {
+  // With SSE-KMS or SSE-C S3's ETag is not the MD5; S3 checked Content-MD5.
+  if (resp->etag != Hex(md5_bin) && !(resp->etag_not_md5 && !resp->etag.empty())) {
     return absl::DataLossError(absl::StrCat("S3 ", what, ": the ETag S3 returned (", resp->etag.substr(0, 80),
-                                            ") is not the MD5 of the bytes sent (", Hex(md5_bin), ")"));
+                                            ") is not the MD5 of the bytes sent (", Hex(md5_bin),
+                                            ") and the reply does not say the object is SSE-KMS or SSE-C encrypted"));
   }
   ObjectInfo info;
   info.etag = resp->etag;
+  info.md5 = Hex(md5_bin);
   return info;
 }
 
@@ -254,7 +257,7 @@ absl::StatusOr<ObjectInfo> S3Client::PutObject(const std::string& bucket, const 
 }
 
 absl::StatusOr<std::string> S3Client::Impl::Multipart(const std::string& bucket, const std::string& key, int fd,
-                                                      int64_t size) {
+                                                      int64_t size, std::string* whole_md5_hex) {
   auto plan = PlanParts(size, limits);
   if (!plan.ok()) return plan.status();
   const std::string path = S3Path(bucket, key);
@@ -278,6 +281,7 @@ absl::StatusOr<std::string> S3Client::Impl::Multipart(const std::string& bucket,
     return s;
   };
   std::vector<std::string> md5s;
+  bool etags_not_md5 = false;  // S3 said SSE-KMS/SSE-C
   Md5 whole;
   for (int i = 0; i < plan->parts; ++i) {
     int64_t off = plan->part_size * i;
@@ -296,7 +300,20 @@ absl::StatusOr<std::string> S3Client::Impl::Multipart(const std::string& bucket,
     auto put = PutPart(part, absl::StrCat("UploadPart ", i + 1, " of ", plan->parts, " ", path), md5_bin);
     if (!put.ok()) return abort(put.status());
     md5s.push_back(Hex(md5_bin));
+    etags_not_md5 |= put->etag != md5s.back();
   }
+  *whole_md5_hex = Hex(whole.Binary());
+  auto etag = Complete(bucket, key, id_query, md5s, *whole_md5_hex, size, etags_not_md5);
+  if (!etag.ok()) return abort(etag.status());
+  return etag;
+}
+
+absl::StatusOr<std::string> S3Client::Impl::Complete(const std::string& bucket, const std::string& key,
+                                                     const std::string& id_query,
+                                                     const std::vector<std::string>& md5s,
+                                                     const std::string& whole_md5_hex, int64_t size,
+                                                     bool etags_not_md5) {
+  const std::string path = S3Path(bucket, key);
   std::string body = CompleteMultipartXml(md5s);
   HttpRequest done;
   done.method = "POST";
@@ -307,15 +324,32 @@ absl::StatusOr<std::string> S3Client::Impl::Multipart(const std::string& bucket,
   done.payload_sha256 = Sha256Hex(body);
   done.headers.emplace_back("Content-Type", "application/xml");
   auto completed = http->Send("CompleteMultipartUpload " + path, done);
-  if (!completed.ok()) return abort(completed.status());
+  auto proven = [&](const std::string& e) { return e == MultipartEtag(md5s) || e == whole_md5_hex; };
+  if (absl::IsNotFound(completed.status()) && absl::StrContains(completed.status().message(), "NoSuchUpload")) {
+    // A retry after S3 completed the upload but its reply was lost: the
+    // object is there when it has the file's size and the parts' ETag.
+    HttpRequest head_req;
+    head_req.method = "HEAD";
+    head_req.bucket = bucket;
+    head_req.key = key;
+    auto head = http->Send("HEAD " + path, head_req);
+    if (head.ok() && head->content_length == size &&
+        (proven(head->etag) || ((etags_not_md5 || head->etag_not_md5) && !head->etag.empty()))) {
+      return head->etag;
+    }
+    return completed.status();
+  }
+  if (!completed.ok()) return completed.status();
   auto etag = ParseCompleteMultipart(completed->body);
-  if (!etag.ok()) return abort(etag.status());
+  if (!etag.ok()) return etag.status();
   // S3 and MinIO answer MD5-of-the-parts'-MD5s "-N"; some S3-compatible
-  // servers (s3rver) the whole object's MD5. Either proves the bytes.
-  if (*etag != MultipartEtag(md5s) && *etag != Hex(whole.Binary())) {
+  // servers (s3rver) the whole object's MD5. Either proves the bytes. With
+  // SSE-KMS/SSE-C it is neither (S3 checked each part's Content-MD5).
+  if (!proven(*etag) && !((completed->etag_not_md5 || etags_not_md5) && !etag->empty())) {
     return absl::DataLossError(absl::StrCat("S3 CompleteMultipartUpload ", path, ": ETag ", etag->substr(0, 80),
                                             " is neither the parts' ", MultipartEtag(md5s),
-                                            " nor the object's MD5"));
+                                            " nor the object's MD5, and S3 did not say the object is SSE-KMS "
+                                            "or SSE-C encrypted"));
   }
   return *etag;
 }
@@ -344,8 +378,9 @@ absl::StatusOr<ObjectInfo> S3Client::PutObjectFromFile(const std::string& bucket
     auto put = impl_->PutPart(req, "PUT " + S3Path(bucket, key), md5_bin);
     if (!put.ok()) return put.status();
     info.etag = put->etag;
+    info.md5 = put->md5;
   } else {
-    auto etag = impl_->Multipart(bucket, key, fd.get(), size);
+    auto etag = impl_->Multipart(bucket, key, fd.get(), size, &info.md5);
     if (!etag.ok()) return etag.status();
     info.etag = *etag;
   }
@@ -474,7 +509,9 @@ absl::StatusOr<std::vector<ObjectInfo>> S3Client::ListObjects(const std::string&
     HttpRequest req;
     req.bucket = bucket;
     if (!token.empty()) req.query = absl::StrCat("continuation-token=", UriEncode(token, false), "&");
-    absl::StrAppend(&req.query, "list-type=2&max-keys=", impl_->limits.list_page_keys,
+    // encoding-type=url: a key with a character XML 1.0 cannot carry (U+000B,
+    // written by another tool) still lists (ParseListObjectsV2 decodes).
+    absl::StrAppend(&req.query, "encoding-type=url&list-type=2&max-keys=", impl_->limits.list_page_keys,
                     "&prefix=", UriEncode(prefix, false));
     auto resp = impl_->http->Send("ListObjectsV2 " + S3Path(bucket, prefix), req);
     if (!resp.ok()) return resp.status();

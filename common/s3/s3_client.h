@@ -82,6 +82,9 @@ struct ObjectInfo {
   std::string key;
   int64_t size = 0;
   std::string etag;  // without quotes
+  // Uploads only: the hex MD5 of the bytes sent (S3 checked each PUT's and
+  // part's Content-MD5). Empty from HeadObject and ListObjects.
+  std::string md5;
 };
 
 // The parts of a multipart upload of `size` bytes: part_size each, the last
@@ -102,8 +105,8 @@ std::string MultipartEtag(const std::vector<std::string>& part_md5_hex);
 std::string Md5Hex(absl::string_view data);
 absl::StatusOr<std::string> FileMd5Hex(const std::string& path);
 
-// An S3 bucket name that S3 accepts (3..63 of [a-z0-9.-], starting and ending
-// with a letter or digit). Pure.
+// An S3 bucket name that S3 accepts: det::ValidS3BucketName
+// (common/checkpoint_storage_config.h), the one validator. Pure.
 bool ValidBucketName(absl::string_view bucket);
 
 class S3Client {
@@ -125,6 +128,16 @@ class S3Client {
   // its MD5; the upload aborted when it fails). The returned ETag is checked
   // against the file's MD5 (or MultipartEtag) before returning. The file
   // must not change meanwhile (DataLoss when its size does).
+  //
+  // ETag rule: every PUT and part carries Content-MD5, so S3 itself refuses
+  // a corrupt body (400 BadDigest). An ETag that is not the MD5 is accepted
+  // only when the reply says the object is SSE-KMS or SSE-C encrypted
+  // (x-amz-server-side-encryption: aws:kms / aws:kms:dsse, or
+  // x-amz-server-side-encryption-customer-algorithm), where S3's ETag is not
+  // an MD5; otherwise it is DataLoss. A CompleteMultipartUpload answered 404
+  // NoSuchUpload (a retry after S3 had completed it but the reply was lost)
+  // is accepted when a HEAD shows the object with the file's size and the
+  // parts' ETag (or the whole MD5, as s3rver gives).
   absl::StatusOr<ObjectInfo> PutObjectFromFile(const std::string& bucket, const std::string& key,
                                                const std::string& path);
   // One PUT of `data` (at most multipart_threshold); ETag checked.

@@ -77,6 +77,13 @@ TEST_F(S3ClientTest, SmallObjectsRoundTripAndBoto3SeesTheSameBytes) {
   ASSERT_TRUE(c->GetObjectRange(kBucket, key, 7, 6, [&](absl::string_view s) { range.append(s.data(), s.size()); }).ok());
   EXPECT_EQ(range, "object");
 
+  // s3rver ignores encoding-type=url and sends keys raw (no <EncodingType>):
+  // they are not decoded.
+  auto listed = c->ListObjects(kBucket, "exp/a b/");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].key, key);
+
   auto missing = c->HeadObject(kBucket, "exp/none");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
   auto missing_get = c->GetObjectToString(kBucket, "exp/none", 10);

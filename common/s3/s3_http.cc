@@ -89,6 +89,7 @@ size_t OnHeader(char* buf, size_t size, size_t nitems, void* userdata) {
   if (absl::StartsWith(line, "HTTP/")) {  // a new reply (after 100 Continue)
     s->resp.etag.clear();
     s->resp.content_length = -1;
+    s->resp.etag_not_md5 = false;
     return n;
   }
   size_t colon = line.find(':');
@@ -96,6 +97,11 @@ size_t OnHeader(char* buf, size_t size, size_t nitems, void* userdata) {
   absl::string_view name = absl::StripAsciiWhitespace(line.substr(0, colon));
   absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
   if (absl::EqualsIgnoreCase(name, "etag")) s->resp.etag = Unquote(value.substr(0, 256));
+  if ((absl::EqualsIgnoreCase(name, "x-amz-server-side-encryption") &&
+       (absl::EqualsIgnoreCase(value, "aws:kms") || absl::EqualsIgnoreCase(value, "aws:kms:dsse"))) ||
+      absl::EqualsIgnoreCase(name, "x-amz-server-side-encryption-customer-algorithm")) {
+    s->resp.etag_not_md5 = true;
+  }
   if (absl::EqualsIgnoreCase(name, "content-length")) {
     int64_t v;
     if (absl::SimpleAtoi(value, &v)) s->resp.content_length = v;
@@ -130,6 +136,15 @@ absl::Status StatusFor(const std::string& what, const HttpResponse& resp) {
   if (resp.status == 403) return absl::PermissionDeniedError(msg);
   if (resp.status >= 500 || resp.status == 429) return absl::UnavailableError(msg);
   return absl::FailedPreconditionError(msg);
+}
+
+// A 200 reply that is really a transient error: S3 may answer
+// CompleteMultipartUpload 200 and then an <Error> body, with a code its docs
+// say to retry.
+bool RetryableErrorIn2xx(const HttpRequest& req, const HttpResponse& resp) {
+  if (req.method != "POST" || req.sink || !absl::StrContains(resp.body.substr(0, 512), "<Error>")) return false;
+  const std::string code = ParseS3Error(resp.body).code;
+  return code == "InternalError" || code == "SlowDown" || code == "ServiceUnavailable";
 }
 
 // Splits scheme://host[:port] and refuses anything else.
@@ -325,7 +340,12 @@ absl::StatusOr<HttpResponse> HttpTransport::Send(const std::string& what, HttpRe
       if (a.retryable) continue;
       return last;
     }
-    if (a.result->status >= 200 && a.result->status < 300) return std::move(a.result).value();
+    if (a.result->status >= 200 && a.result->status < 300) {
+      if (!RetryableErrorIn2xx(req, *a.result)) return std::move(a.result).value();
+      last = StatusFor(what, *a.result);
+      last = absl::UnavailableError(last.message());
+      continue;
+    }
     last = StatusFor(what, *a.result);
     if (a.result->status >= 500 || a.result->status == 429) continue;
     return last;

@@ -43,6 +43,10 @@ struct HttpResponse {
   std::string body;  // kept bodies and error bodies, capped
   std::string etag;  // without quotes
   int64_t content_length = -1;
+  // S3 said the object is encrypted with SSE-KMS (x-amz-server-side-encryption:
+  // aws:kms or aws:kms:dsse) or SSE-C (x-amz-server-side-encryption-customer-
+  // algorithm): its ETag is then not the MD5 of the bytes.
+  bool etag_not_md5 = false;
 };
 
 // S3's URI encoding: every byte except A-Z a-z 0-9 - _ . ~ (and '/' when
@@ -62,6 +66,9 @@ class HttpTransport {
   // status and S3's error code: NotFound (404), PermissionDenied (403),
   // FailedPrecondition (other 4xx), Unavailable (5xx, 429 and transport
   // errors after the last try), ResourceExhausted (a reply over the cap).
+  // A 200 reply to a POST whose body is an <Error> with Code InternalError,
+  // SlowDown or ServiceUnavailable (CompleteMultipartUpload may answer so)
+  // is retried like a 5xx.
   absl::StatusOr<HttpResponse> Send(const std::string& what, HttpRequest& req,
                                     const std::function<void()>& before_retry = nullptr);
 

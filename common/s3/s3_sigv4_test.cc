@@ -30,7 +30,10 @@ using ::det::testing::WriteFile;
 using ::testing::HasSubstr;
 
 // Answers S3's calls plausibly (ETags are the MD5s of what was sent) and
-// records every request.
+// records every request. The first listing is truncated (so the second page
+// carries a continuation-token); a part of an object whose key ends in
+// "fail" is refused (400), so the client aborts that upload (DELETE
+// ?uploadId=).
 class CapturingS3 {
  public:
   CapturingS3() {
@@ -62,7 +65,10 @@ class CapturingS3 {
     captured_.push_back({{"method", req.method}, {"target", req.target}, {"headers", headers},
                          {"body_hex", absl::BytesToHexString(req.body)}});
     const std::string md5 = Md5Hex(req.body);
-    if (req.method == "PUT") {
+    if (req.method == "PUT" && absl::EndsWith(req.path, "fail")) {
+      res.status = 400;
+      res.set_content("<Error><Code>InvalidPart</Code><Message>refused</Message></Error>", "application/xml");
+    } else if (req.method == "PUT") {
       if (req.has_param("partNumber")) parts_.push_back(md5);
       res.set_header("ETag", "\"" + md5 + "\"");
     } else if (req.method == "POST" && req.has_param("uploads")) {
@@ -75,9 +81,14 @@ class CapturingS3 {
                       "application/xml");
     } else if (req.method == "POST") {
       res.set_content("<DeleteResult></DeleteResult>", "application/xml");
+    } else if (req.has_param("list-type") && !req.has_param("continuation-token")) {
+      res.set_content("<ListBucketResult><IsTruncated>true</IsTruncated><NextContinuationToken>tok/1+2= x"
+                      "</NextContinuationToken><Contents><Key>k/a</Key><Size>1</Size><ETag>\"x\"</ETag></Contents>"
+                      "</ListBucketResult>",
+                      "application/xml");
     } else if (req.has_param("list-type")) {
-      res.set_content("<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>k/a</Key><Size>1</Size>"
-                      "<ETag>\"x\"</ETag></Contents></ListBucketResult>",
+      res.set_content("<ListBucketResult><EncodingType>url</EncodingType><IsTruncated>false</IsTruncated>"
+                      "<Contents><Key>k/b+c%2B</Key><Size>1</Size><ETag>\"x\"</ETag></Contents></ListBucketResult>",
                       "application/xml");
     } else {  // httplib answers a Range itself (206 with those bytes)
       res.set_content("0123456789", "application/octet-stream");
@@ -126,13 +137,18 @@ void MakeEveryRequest(const S3Endpoint& ep, const S3Credentials& creds, const Te
   ASSERT_TRUE((*c)->GetObjectRange("det-test", "exp/small", 3, 4, [&](absl::string_view s) { got.append(s.data(), s.size()); }).ok());
   EXPECT_EQ(got, "3456");
   ASSERT_TRUE((*c)->HeadObject("det-test", "exp/small").ok());
-  auto list = (*c)->ListObjects("det-test", "exp/a b+c/");
+  auto list = (*c)->ListObjects("det-test", "exp/a b+c/");  // two pages
   ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[1].key, "k/b c+");  // url-decoded
   ASSERT_TRUE((*c)->DeleteObjects("det-test", {"exp/small", "a&b<c>"}).ok());
   std::string big((1 << 20) + 100, 'b');
   WriteFile(dir / "big", big);
   auto multi = (*c)->PutObjectFromFile("det-test", "exp/big", dir / "big");
   ASSERT_TRUE(multi.ok()) << multi.status();
+  // A refused part: the upload is aborted (AbortMultipartUpload is signed too).
+  auto failed = (*c)->PutObjectFromFile("det-test", "exp/fail", dir / "big");
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition) << failed.status();
 }
 
 int Count(const nlohmann::json& reqs, const std::string& method, const std::string& target_part) {
@@ -158,12 +174,18 @@ TEST(S3SigV4Test, EveryRequestsAuthorizationIsWhatBotocoreComputes) {
   nlohmann::json reqs = s3.requests();
   EXPECT_EQ(Count(reqs, "PUT", "/det-test/exp/small"), 1);
   EXPECT_EQ(Count(reqs, "PUT", "/det-test/a%20b/c%2Bd%3D%C3%A9~%28x%29%2A%21%27.bin"), 1) << reqs.dump(1);
-  EXPECT_EQ(Count(reqs, "GET", "?list-type=2&max-keys=1000&prefix=exp%2Fa%20b%2Bc%2F"), 1) << reqs.dump(1);
+  EXPECT_EQ(Count(reqs, "GET", "?encoding-type=url&list-type=2&max-keys=1000&prefix=exp%2Fa%20b%2Bc%2F"), 1)
+      << reqs.dump(1);
+  EXPECT_EQ(Count(reqs, "GET",
+                  "?continuation-token=tok%2F1%2B2%3D%20x&encoding-type=url&list-type=2&max-keys=1000&prefix="),
+            1)
+      << reqs.dump(1);
+  EXPECT_EQ(Count(reqs, "DELETE", "/det-test/exp/fail?uploadId=up%2F1%2B2%3D"), 1) << reqs.dump(1);
   EXPECT_EQ(Count(reqs, "POST", "/det-test?delete="), 1);
-  EXPECT_EQ(Count(reqs, "POST", "?uploads="), 1);
+  EXPECT_EQ(Count(reqs, "POST", "?uploads="), 2);  // exp/big and exp/fail
   EXPECT_EQ(Count(reqs, "PUT", "?partNumber=2&uploadId=up%2F1%2B2%3D"), 1) << reqs.dump(1);
   EXPECT_EQ(Count(reqs, "POST", "?uploadId=up%2F1%2B2%3D"), 1);
-  ASSERT_EQ(reqs.size(), 11u);
+  ASSERT_EQ(reqs.size(), 15u);  // 10 + a second listing page + create, part, abort + the token's PUT
   bool saw_range = false, saw_token = false;
   for (const auto& r : reqs) {
     saw_range |= r["headers"].contains("Range");
@@ -206,13 +228,15 @@ TEST(S3SigV4Test, VirtualHostedRequestsGoToTheBucketsHostAndAreSigned) {
   ep.resolve = {"det-test.s3.localhost:" + port + ":127.0.0.1"};
   MakeEveryRequest(ep, {kAccessKey, kSecret, ""}, dir);
   nlohmann::json reqs = s3.requests();
-  ASSERT_EQ(reqs.size(), 10u);
+  ASSERT_EQ(reqs.size(), 14u);
   for (const auto& r : reqs) {
     EXPECT_EQ(r["headers"].value("Host", ""), "det-test.s3.localhost:" + port) << r.dump();
     EXPECT_FALSE(absl::StrContains(r["target"].get<std::string>(), "det-test")) << r.dump();
   }
   EXPECT_EQ(Count(reqs, "PUT", "/exp/small"), 1);
-  EXPECT_EQ(Count(reqs, "GET", "/?list-type=2"), 1);
+  EXPECT_EQ(Count(reqs, "GET", "/?encoding-type=url&list-type=2"), 1);
+  EXPECT_EQ(Count(reqs, "GET", "/?continuation-token="), 1);
+  EXPECT_EQ(Count(reqs, "DELETE", "/exp/fail?uploadId="), 1);
   for (const auto& c : Botocore(dir, reqs, kSecret, "us-east-1")) {
     EXPECT_TRUE(c["match"].get<bool>()) << c.dump(1);
   }

@@ -5,6 +5,8 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -130,6 +132,31 @@ absl::StatusOr<XmlElement> ParseXml(absl::string_view xml, const XmlLimits& limi
   return std::move(s.root);
 }
 
+namespace {
+
+// Undoes S3's encoding-type=url (as botocore's unquote_plus does: %XX and
+// '+' for a space). InvalidArgument on a malformed escape.
+absl::StatusOr<std::string> UrlDecodeKey(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] != '%') {
+      out += s[i];
+    } else if (i + 2 < s.size() && absl::ascii_isxdigit(s[i + 1]) && absl::ascii_isxdigit(s[i + 2])) {
+      out += absl::HexStringToBytes(s.substr(i + 1, 2));
+      i += 2;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("ListObjectsV2 reply: the url-encoded <Key> '",
+                                                     s.substr(0, 128), "' has a malformed %XX escape"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<ListPage> ParseListObjectsV2(absl::string_view xml) {
   auto doc = ParseXml(xml);
   if (!doc.ok()) return doc.status();
@@ -140,10 +167,18 @@ absl::StatusOr<ListPage> ParseListObjectsV2(absl::string_view xml) {
   ListPage page;
   page.truncated = ParseBool(doc->ChildText("IsTruncated"));
   page.next_token = doc->ChildText("NextContinuationToken");
+  // S3 says when it url-encoded the keys (s3rver ignores encoding-type and
+  // sends them raw, without <EncodingType>).
+  const bool url_encoded = doc->ChildText("EncodingType") == "url";
   for (const XmlElement& c : doc->children) {
     if (c.name != "Contents") continue;
     ObjectInfo o;
     o.key = c.ChildText("Key");
+    if (url_encoded) {
+      absl::StatusOr<std::string> key = UrlDecodeKey(o.key);
+      if (!key.ok()) return key.status();
+      o.key = *std::move(key);
+    }
     o.etag = Unquote(c.ChildText("ETag"));
     if (!absl::SimpleAtoi(c.ChildText("Size"), &o.size) || o.size < 0 || o.key.empty()) {
       return absl::InvalidArgumentError("ListObjectsV2 reply: a <Contents> without a valid <Key> and <Size>");

@@ -40,7 +40,9 @@ struct XmlElement {
 // error (with its line) otherwise.
 absl::StatusOr<XmlElement> ParseXml(absl::string_view xml, const XmlLimits& limits = {});
 
-// ListObjectsV2's reply.
+// ListObjectsV2's reply. When it says <EncodingType>url</EncodingType> (the
+// client asks for encoding-type=url, so that a key with a character XML 1.0
+// cannot carry still parses), each Key is decoded (%XX, '+' is a space).
 struct ListPage {
   std::vector<ObjectInfo> objects;
   bool truncated = false;

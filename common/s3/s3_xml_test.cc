@@ -15,6 +15,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_storage_config.h"
 #include "common/s3/s3_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -153,7 +154,12 @@ TEST(S3BoundsTest, KeysOver1024BytesAndBadNamesAreRefusedBeforeAnyRequest) {
   EXPECT_EQ(S3Client::Create(ep, {"a", "b", "tok\r\nX-Injected: 1"}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ValidBucketName("det-test.1"));
-  for (const char* bad : {"ab", "-ab", "ab-", "AB", "a_b", ""}) EXPECT_FALSE(ValidBucketName(bad)) << bad;
+  // The client and the config agree (one validator): "..", ".-", "-." and
+  // IP-shaped names are refused by both.
+  for (const char* bad : {"ab", "-ab", "ab-", "AB", "a_b", "", "a..b", "a.-b", "a-.b", "10.0.0.1"}) {
+    EXPECT_FALSE(ValidBucketName(bad)) << bad;
+    EXPECT_FALSE(ValidS3BucketName(bad)) << bad;
+  }
 }
 
 // A loopback endpoint that answers every ListObjectsV2 with `body`, or with

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
@@ -47,7 +48,12 @@ absl::Status ResolveEndpoint(const CheckpointStorageConfig& storage, const s3::S
   } else if (storage.addressing_style == "virtual") {
     endpoint->addressing = s3::Addressing::kVirtual;
   } else {
-    endpoint->addressing = profile.endpoint_url.empty() ? s3::Addressing::kVirtual : s3::Addressing::kPath;
+    // auto: virtual-hosted on AWS, as botocore, except for a bucket with a
+    // '.' (bucket.s3.REGION.amazonaws.com would not match AWS's wildcard
+    // certificate), which goes path style as botocore does too.
+    const bool aws = profile.endpoint_url.empty();
+    endpoint->addressing = aws && !absl::StrContains(storage.bucket, '.') ? s3::Addressing::kVirtual
+                                                                           : s3::Addressing::kPath;
   }
   endpoint->ca_pem = profile.ca_pem;
   return absl::OkStatus();

@@ -66,6 +66,20 @@ TEST(S3ProfilesTest, AwsProfileDefaults) {
   EXPECT_EQ(r->endpoint.addressing, s3::Addressing::kPath);
 }
 
+TEST(S3ProfilesTest, AutoAddressingOnAwsGoesPathStyleForADottedBucket) {
+  // bucket.with.dots.s3.REGION.amazonaws.com would not match AWS's wildcard
+  // certificate; botocore goes path style there, and so does det-cpp.
+  CheckpointStorageConfig s = Storage();
+  s.bucket = "my.det.ckpts";
+  auto r = Profiles().Resolve(s, "x");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->endpoint.addressing, s3::Addressing::kPath);
+  s.addressing_style = "virtual";  // an explicit choice stands
+  r = Profiles().Resolve(s, "x");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->endpoint.addressing, s3::Addressing::kVirtual);
+}
+
 TEST(S3ProfilesTest, EndpointProfilePinsTheEndpoint) {
   auto r = Profiles().Resolve(Storage("team-a"), "team-a");
   ASSERT_TRUE(r.ok()) << r.status();
