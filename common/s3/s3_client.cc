@@ -401,7 +401,7 @@ absl::StatusOr<ObjectInfo> S3Client::HeadObject(const std::string& bucket, const
   if (resp->content_length < 0) {
     return absl::InvalidArgumentError(absl::StrCat("S3 HEAD ", S3Path(bucket, key), ": no Content-Length"));
   }
-  return ObjectInfo{key, resp->content_length, resp->etag};
+  return ObjectInfo{key, resp->content_length, resp->etag, ""};
 }
 
 absl::Status S3Client::Impl::StreamGet(const std::string& bucket, const std::string& key, int64_t offset,
