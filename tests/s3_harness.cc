@@ -307,10 +307,17 @@ S3FaultProxy::~S3FaultProxy() {
 
 std::string S3FaultProxy::endpoint_url() const { return absl::StrCat("http://127.0.0.1:", port_); }
 
-void S3FaultProxy::CutUploadPart(int part_number, int times) {
+void S3FaultProxy::CutUploadPart(int part_number, int times, int after_manifests) {
   std::lock_guard<std::mutex> lock(mu_);
   cut_part_ = part_number;
   cut_times_ = times;
+  cut_after_manifests_ = after_manifests;
+  cut_path_.clear();
+}
+
+std::vector<std::string> S3FaultProxy::manifest_puts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return manifest_puts_;
 }
 
 void S3FaultProxy::FailNextRequests(int n, int http_status) {
@@ -332,8 +339,17 @@ S3FaultProxy::Action S3FaultProxy::Decide(const std::string& request_line, int* 
     *status = fail_status_;
     return Action::kFail;
   }
-  if (cut_times_ > 0 && TargetHasPart(request_line, cut_part_)) {
+  const std::vector<std::string> fields = absl::StrSplit(request_line, ' ');
+  const std::string path = fields.size() < 2 ? "" : fields[1].substr(0, fields[1].find('?'));
+  if (fields[0] == "PUT" && absl::EndsWith(path, "/det-manifest.json")) {
+    manifest_puts_.push_back(path);
+    if (cut_after_manifests_ > 0) --cut_after_manifests_;
+    return Action::kForward;
+  }
+  if (cut_times_ > 0 && cut_after_manifests_ == 0 && TargetHasPart(request_line, cut_part_) &&
+      (cut_path_.empty() || cut_path_ == path)) {
     --cut_times_;
+    cut_path_ = path;
     return Action::kCut;
   }
   return Action::kForward;

@@ -103,8 +103,15 @@ class S3FaultProxy {
 
   // The next `times` requests whose request target has "partNumber=<n>&" or
   // ends with "partNumber=<n>" are cut: their headers and half their body
-  // are forwarded, then the client's connection is reset (RST).
-  void CutUploadPart(int part_number, int times);
+  // are forwarded, then the client's connection is reset (RST). Cutting
+  // starts only once `after_manifests` more PUTs of a ".../det-manifest.json"
+  // (checkpoints completed) have passed, so a test can aim at "the part of
+  // the checkpoint after the first" without racing the trial. Once one
+  // request is cut, only that object's parts (the same path) are cut after
+  // it: a later checkpoint (a new uuid) is never hit by the leftover count.
+  void CutUploadPart(int part_number, int times, int after_manifests = 0);
+  // The request targets of the manifest PUTs seen so far, in order.
+  std::vector<std::string> manifest_puts() const;
   // The next `n` requests are answered with `http_status` and an S3 XML
   // error without contacting the server (0: the connection is reset).
   // Checked before CutUploadPart.
@@ -128,9 +135,12 @@ class S3FaultProxy {
   std::thread accept_thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> cuts_{0}, failed_{0}, requests_{0};
-  std::mutex mu_;  // guards the fields below and Conn's fds
+  mutable std::mutex mu_;  // guards the fields below and Conn's fds
   std::vector<std::shared_ptr<Conn>> conns_;
   int cut_part_ = 0, cut_times_ = 0, fail_n_ = 0, fail_status_ = 0;
+  int cut_after_manifests_ = 0;  // manifest PUTs still to pass before cutting
+  std::string cut_path_;         // the object being cut (empty: none yet)
+  std::vector<std::string> manifest_puts_;
 };
 
 }  // namespace det::test

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -185,6 +186,28 @@ absl::Status DownloadInto(S3Client& client, const S3Location& checkpoint, const 
   return absl::OkStatus();
 }
 
+// The file system that will hold `dir` (its parent's) must have room for
+// the manifest's bytes plus kDownloadDiskMarginBytes, checked before the
+// first GET (a manifest may claim up to 10k x 5 TiB).
+absl::Status CheckFreeSpace(const S3Location& checkpoint, const Manifest& manifest, const std::string& dir) {
+  std::string parent = fs::path(dir).parent_path().string();
+  if (parent.empty()) parent = ".";
+  struct statvfs vfs {};
+  if (::statvfs(parent.c_str(), &vfs) != 0) {
+    return absl::InternalError(absl::StrCat("cannot read the free space of ", parent, ": ", std::strerror(errno)));
+  }
+  const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  const uint64_t needed = static_cast<uint64_t>(manifest.total_bytes()) + kDownloadDiskMarginBytes;
+  if (needed > free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot download checkpoint ", FormatS3Url(checkpoint), " into ", dir, ": its manifest lists ",
+        manifest.total_bytes(), " bytes (", manifest.files.size(), " files), which with a margin of ",
+        kDownloadDiskMarginBytes, " bytes needs ", needed, " bytes, but the file system of ", parent, " has ",
+        free_bytes, " bytes free; free disk space there (or check that the checkpoint is the one you meant)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<S3Location> ParseS3Url(absl::string_view url) {
@@ -316,6 +339,7 @@ absl::StatusOr<Manifest> DownloadCheckpoint(S3Client& client, const S3Location& 
   }
   absl::StatusOr<Manifest> manifest = ReadManifest(client, checkpoint);
   if (!manifest.ok()) return manifest.status();
+  if (absl::Status s = CheckFreeSpace(checkpoint, *manifest, dir); !s.ok()) return s;
   std::string tmp = dir + ".det-download-XXXXXX";
   if (::mkdtemp(tmp.data()) == nullptr) {
     return absl::InternalError(absl::StrCat("cannot create a directory beside ", dir, ": ", std::strerror(errno)));

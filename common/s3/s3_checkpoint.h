@@ -27,6 +27,8 @@ inline constexpr char kManifestName[] = "det-manifest.json";
 inline constexpr int64_t kMaxManifestBytes = int64_t{4} << 20;
 inline constexpr int kMaxCheckpointFiles = 10000;
 inline constexpr size_t kMaxPrefixBytes = 512;
+// Free disk space a download keeps beyond its files (DownloadCheckpoint).
+inline constexpr uint64_t kDownloadDiskMarginBytes = uint64_t{64} << 20;
 
 struct S3Location {
   std::string bucket;
@@ -76,7 +78,11 @@ absl::StatusOr<Manifest> ReadManifest(S3Client& client, const S3Location& checkp
 // AlreadyExists; created 0700 as a temporary sibling, renamed into place
 // when every file is written and verified against the manifest: size and
 // MD5; on any error the sibling is removed and nothing is left). A manifest
-// that fails ParseManifest is DataLoss. Returns the manifest.
+// that fails ParseManifest is DataLoss. Before the first GET, the file
+// system of `dir`'s parent must have the manifest's total bytes plus
+// kDownloadDiskMarginBytes free (ResourceExhausted naming the checkpoint,
+// the bytes needed and the bytes free; nothing written). Returns the
+// manifest.
 absl::StatusOr<Manifest> DownloadCheckpoint(S3Client& client, const S3Location& checkpoint, const std::string& dir);
 
 // Deletes every object under `checkpoint`'s key prefix + "/" (the manifest

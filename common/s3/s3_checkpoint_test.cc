@@ -273,6 +273,27 @@ TEST_F(S3CheckpointTest, AMissingOrHostileManifestIsRefused) {
   EXPECT_TRUE(absl::IsNotFound(DownloadCheckpoint(*client_, ckpt_, dir_ / "restored").status()));
 }
 
+// A manifest claiming more bytes than the target's file system has free
+// (3 x 5 TiB) is refused before any GET of a file: the error names the
+// checkpoint, the bytes needed and free, and nothing is written.
+TEST_F(S3CheckpointTest, AManifestLargerThanTheFreeDiskIsRefusedBeforeAnyDownload) {
+  ASSERT_TRUE(UploadCheckpoint(*client_, ckpt_, dir_ / "ckpt").ok());
+  const int64_t huge = S3Limits{}.max_object_bytes;
+  WriteFile(dir_ / "huge.json",
+            json{{"format", 1}, {"files", json::array({Entry("a", huge), Entry("b", huge), Entry("c", huge)})}}.dump());
+  ASSERT_TRUE(RunBoto3(*server_, {"put", "det-test", ckpt_.key_prefix + "/" + kManifestName, dir_ / "huge.json"}).ok());
+  const int64_t before = client_->requests_sent();
+  auto got = DownloadCheckpoint(*client_, ckpt_, dir_ / "restored");
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(got.status())) << got.status();
+  EXPECT_THAT(Message(got.status()), HasSubstr("cannot download checkpoint s3://det-test/team/exp-1/" +
+                                               std::string(kUuid1) + " into " + (dir_ / "restored")));
+  EXPECT_THAT(Message(got.status()), HasSubstr(absl::StrCat("its manifest lists ", 3 * huge, " bytes")));
+  EXPECT_THAT(Message(got.status()), HasSubstr("bytes free; free disk space there"));
+  EXPECT_EQ(client_->requests_sent() - before, 1) << "only the manifest was read";
+  EXPECT_THAT(Leftovers(dir_.path(), "restored"), ::testing::IsEmpty());
+}
+
 TEST_F(S3CheckpointTest, SymlinksLongKeysAndTheManifestNameAreRefusedBeforeAnyUpload) {
   ASSERT_EQ(::symlink("/etc/passwd", (dir_ / "ckpt/sub/link").c_str()), 0);
   auto linked = UploadCheckpoint(*client_, ckpt_, dir_ / "ckpt");

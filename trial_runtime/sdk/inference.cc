@@ -11,6 +11,11 @@
 namespace det {
 
 nlohmann::json load_checkpoint_metadata(const std::string& dir) {
+  if (dir.rfind("s3://", 0) == 0) {
+    throw std::runtime_error("'" + dir.substr(0, 512) +
+                             "' is an S3 checkpoint URL; the SDK loads a local directory: download it first with "
+                             "`det-cli checkpoint download UUID --output DIR` and pass DIR");
+  }
   const std::string path = dir + "/metadata.json";
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("'" + dir + "' is not a checkpoint: cannot read " + path);
