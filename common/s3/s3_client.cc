@@ -97,9 +97,10 @@ absl::Status ValidateLimits(const S3RetryPolicy& retry, const S3Limits& l) {
         absl::StrCat("S3RetryPolicy::max_attempts is ", retry.max_attempts, "; it must be 1..20"));
   }
   if (retry.base_backoff.count() < 0 || retry.max_backoff < retry.base_backoff ||
-      retry.max_backoff.count() > 600000 || retry.connect_timeout.count() < 1 || retry.stall_timeout.count() < 1) {
+      retry.max_backoff.count() > 600000 || retry.connect_timeout.count() < 1 || retry.stall_timeout.count() < 1 ||
+      retry.total_timeout.count() < 0 || retry.total_timeout.count() > 3600) {
     return absl::InvalidArgumentError(
-        "S3RetryPolicy: backoffs must be 0 <= base <= max <= 600 s and timeouts at least 1 s");
+        "S3RetryPolicy: backoffs must be 0 <= base <= max <= 600 s, timeouts at least 1 s, total_timeout 0..3600 s");
   }
   if (l.max_reply_bytes < 1024 || l.part_size < kMiB || l.multipart_threshold < 0 || l.max_parts < 1 ||
       l.max_parts > 10000 || l.max_object_bytes < 1 || l.max_key_bytes < 1 || l.max_key_bytes > 1024 ||

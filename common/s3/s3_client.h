@@ -64,6 +64,10 @@ struct S3RetryPolicy {
   // A request making less than 1 byte/s progress for this long is cut
   // (CURLOPT_LOW_SPEED_TIME) and retried.
   std::chrono::seconds stall_timeout{60};
+  // Each try's whole request, connect to last byte (CURLOPT_TIMEOUT_MS);
+  // 0: none (det-trial's uploads and downloads, bounded by stall_timeout).
+  // The master's clients set it (master/core/s3_profiles.h). 0..3600 s.
+  std::chrono::seconds total_timeout{0};
 };
 
 struct S3Limits {

@@ -258,6 +258,9 @@ HttpTransport::Attempt HttpTransport::Perform(HttpRequest& req) {
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(retry_.connect_timeout.count() * 1000));
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(retry_.stall_timeout.count()));
+  if (retry_.total_timeout.count() > 0) {
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(retry_.total_timeout.count() * 1000));
+  }
   curl_easy_setopt(c, CURLOPT_USERAGENT, "det-cpp");
   // Never through a proxy from http_proxy/https_proxy/ALL_PROXY: signed
   // requests (with the session token) go to the profile's endpoint only.

@@ -6,9 +6,15 @@
 // loopback (tests/s3_harness.h).
 #include "master/core/checkpoint_files_s3.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <random>
 #include <set>
@@ -21,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/s3/s3_checkpoint.h"
 #include "common/s3/s3_client.h"
+#include "master/core/s3_profiles.h"
 #include "tests/s3_harness.h"
 #include "tests/test_util.h"
 
@@ -105,6 +112,43 @@ TEST(CheckManifestAgainstReportTest, EveryReportedFileAndMetadataAtTheirSizes) {
   auto no_metadata = CheckManifestAgainstReport(no_meta, {{"model.pt", 100}}, kUuidA, url);
   EXPECT_EQ(no_metadata.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(no_metadata.status().message(), HasSubstr("are incomplete (file metadata.json missing)"));
+}
+
+// The master's S3 calls run on its gRPC and background threads: each try
+// has a total deadline (review M2), so an endpoint that accepts the
+// connection and never answers (a listening socket nobody accepts: the
+// kernel completes the handshake) cannot pin a thread for the stall
+// timeout. Without CURLOPT_TIMEOUT_MS the HEAD below waits 60 s (stall) and
+// the 30 s deadline fails.
+TEST(MasterS3RetryPolicyTest, AnEndpointThatNeverAnswersEndsWithinTheTotalTimeout) {
+  const s3::S3RetryPolicy master = MasterS3RetryPolicy();
+  EXPECT_EQ(master.max_attempts, 3);
+  EXPECT_EQ(master.total_timeout, std::chrono::seconds(40));
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  s3::S3Endpoint endpoint;
+  endpoint.endpoint_url = absl::StrCat("http://127.0.0.1:", ntohs(addr.sin_port));
+  s3::S3RetryPolicy retry = master;
+  retry.max_attempts = 1;
+  retry.total_timeout = std::chrono::seconds(1);
+  auto client = s3::S3Client::Create(endpoint, {"AKIDEXAMPLE", "not-a-secret", ""}, retry);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto head = std::async(std::launch::async, [&] { return (*client)->HeadObject(kBucket, "k").status(); });
+  ASSERT_EQ(head.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "a request to an endpoint that never answers outlived its total_timeout";
+  EXPECT_FALSE(head.get().ok());
+  close(fd);
+  // Out of bounds is refused.
+  retry.total_timeout = std::chrono::seconds(3601);
+  EXPECT_EQ(s3::S3Client::Create(endpoint, {"AKIDEXAMPLE", "not-a-secret", ""}, retry).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 class S3CheckpointMasterTest : public ::testing::Test {

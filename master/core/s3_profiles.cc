@@ -94,8 +94,16 @@ absl::StatusOr<ResolvedS3Storage> S3Profiles::Resolve(const CheckpointStorageCon
   return r;
 }
 
+s3::S3RetryPolicy MasterS3RetryPolicy() {
+  s3::S3RetryPolicy retry;
+  retry.max_attempts = 3;
+  retry.connect_timeout = std::chrono::seconds(10);
+  retry.total_timeout = std::chrono::seconds(40);
+  return retry;
+}
+
 absl::StatusOr<std::unique_ptr<s3::S3Client>> NewS3Client(const ResolvedS3Storage& resolved) {
-  return s3::S3Client::Create(resolved.endpoint, resolved.credentials);
+  return s3::S3Client::Create(resolved.endpoint, resolved.credentials, MasterS3RetryPolicy());
 }
 
 }  // namespace det::master

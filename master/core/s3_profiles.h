@@ -65,8 +65,14 @@ class S3Profiles {
   std::map<std::string, s3::S3Profile> profiles_;
 };
 
-// A client for `resolved` (S3Client::Create with the default retry policy
-// and limits).
+// The master's S3 requests (report checks, downloads, GC and deletes) run
+// on its gRPC and background threads, so each call is bounded in time:
+// 3 tries of at most 40 s each (connect 10 s) plus backoff (<= 10 s), about
+// 2 min against an endpoint that accepts and never answers.
+s3::S3RetryPolicy MasterS3RetryPolicy();
+
+// A client for `resolved` (S3Client::Create with MasterS3RetryPolicy and the
+// default limits).
 absl::StatusOr<std::unique_ptr<s3::S3Client>> NewS3Client(const ResolvedS3Storage& resolved);
 
 }  // namespace det::master
