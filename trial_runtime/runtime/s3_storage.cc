@@ -116,6 +116,14 @@ absl::StatusOr<SavedCheckpoint> S3CheckpointStorage::Upload(const std::string& s
   if (!where.ok()) return fail(where.status());
   absl::StatusOr<s3::S3Client*> client = ClientFor(storage_url);
   if (!client.ok()) return fail(client.status());
+  // Before the upload: a trial killed mid-way (a pause past det-master's
+  // --stop-timeout-s, a lost node) shows it in its log without the
+  // "uploaded" line below.
+  int64_t bytes = 0;
+  for (const auto& [name, size] : local.resources) bytes += size;
+  std::printf("[det-trial] uploading checkpoint %s to %s (%lld bytes and metadata)\n", local.uuid.c_str(),
+              s3::FormatS3Url(*where).c_str(), static_cast<long long>(bytes));
+  std::fflush(stdout);
   absl::StatusOr<s3::Manifest> manifest = s3::UploadCheckpoint(**client, *where, local.path);
   if (!manifest.ok()) {
     // No manifest was written: the objects so far are an incomplete

@@ -125,8 +125,15 @@ TEST_F(S3StorageTest, UploadsVerifiedRemovesTheLocalCopyAndRestores) {
   ASSERT_TRUE(storage.Open("s3://det-test/exp-1").ok());
   SavedCheckpoint local = FakeCheckpoint(storage.save_dir(), kUuid);
   const auto files = FilesUnder(local.path);
+  ::testing::internal::CaptureStdout();
   auto up = storage.Upload("s3://det-test/exp-1", local);
+  const std::string log = ::testing::internal::GetCapturedStdout();
   ASSERT_TRUE(up.ok()) << up.status();
+  // The upload is announced before it starts (a killed one shows in the log).
+  EXPECT_NE(log.find(std::string("[det-trial] uploading checkpoint ") + kUuid + " to s3://det-test/exp-1/" + kUuid),
+            std::string::npos)
+      << log;
+  EXPECT_LT(log.find("uploading checkpoint"), log.find("uploaded to")) << log;
   EXPECT_EQ(up->path, std::string("s3://det-test/exp-1/") + kUuid);
   EXPECT_EQ(up->uuid, kUuid);
   EXPECT_EQ(up->resources, local.resources);
