@@ -298,5 +298,59 @@ TEST(S3CheckpointE2ETest, MultipartCheckpointIsWholeInTheBucket) {
   ExpectDownloadsEqualBoto3(c, "big", manifests.begin()->first, manifests.begin()->second);
 }
 
+// det-cli experiment continue of a COMPLETED S3 experiment: the trial
+// downloads its last checkpoint from the bucket, resumes at its batch and
+// trains on to the new length; its new checkpoints land under the same
+// prefix and the bucket again holds exactly the COMPLETED checkpoints.
+TEST(S3CheckpointE2ETest, ContinueResumesFromTheLastCheckpointInTheBucket) {
+  S3Cluster c(/*slots=*/1);
+  ASSERT_TRUE(c.cluster);
+  TestCluster& cluster = *c.cluster;
+  const std::string yaml = absl::StrCat(R"(name: s3-continue
+hyperparameters:
+  global_batch_size: 16
+  learning_rate: 0.01
+  hidden_size: 16
+  dropout: 0.1
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: 20
+min_checkpoint_period:
+  batches: 10
+scheduling_unit: 10
+reproducibility:
+  experiment_seed: 3
+)", S3Storage("cont"), R"(environment:
+  environment_variables:
+    - OMP_NUM_THREADS=1
+data:
+  train_size: 128
+  val_size: 32
+)");
+  const int exp = cluster.CreateExperiment(yaml, "cont");
+  ASSERT_GT(exp, 0);
+  ASSERT_TRUE(cluster.WaitForState(exp, "STATE_COMPLETED", kLong)) << cluster.MasterLog() << cluster.AgentLogs();
+  const json t = cluster.Trials(exp)[0];
+  const int64_t trial = t["id"].get<int64_t>();
+  const std::string last = t.value("latest_checkpoint_uuid", "");
+  ASSERT_FALSE(last.empty()) << t.dump();
+  std::string out, err;
+  ASSERT_EQ(cluster.Cli({"experiment", "continue", std::to_string(exp), "--max-length", "40"}, &out, &err), 0)
+      << out << err;
+  ASSERT_TRUE(PollUntil([&] { return JsonInt(cluster.Trial(trial).value("total_batches_processed", json(0))) == 40; },
+                        kLong))
+      << cluster.Trial(trial).dump() << cluster.TrialLogs(trial);
+  ASSERT_TRUE(cluster.WaitForState(exp, "STATE_COMPLETED", kLong)) << cluster.MasterLog();
+  const std::string url = absl::StrCat("s3://", kBucket, "/cont/", last);
+  const std::string logs = cluster.TrialLogs(trial);
+  EXPECT_THAT(logs, HasSubstr(absl::StrCat("[det-trial] checkpoint ", url, " downloaded"))) << logs;
+  EXPECT_THAT(logs, HasSubstr(absl::StrCat("resumed from checkpoint ", url, " at batch 20"))) << logs;
+  EXPECT_NE(cluster.Trial(trial).value("latest_checkpoint_uuid", ""), last);
+  ExpectBucketHoldsExactlyTheCompletedCheckpoints(cluster, *c.s3, exp, "cont");
+}
+
 }  // namespace
 }  // namespace det::testing
