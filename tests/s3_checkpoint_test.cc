@@ -352,5 +352,68 @@ data:
   ExpectBucketHoldsExactlyTheCompletedCheckpoints(cluster, *c.s3, exp, "cont");
 }
 
+// A PBT child restores its parent's checkpoint from the bucket: its log
+// shows the download of s3://det-test/pbt/<parent_checkpoint_uuid> and the
+// resume from it, and that checkpoint is the parent's.
+TEST(S3CheckpointE2ETest, PbtChildrenStartFromTheParentsCheckpointInTheBucket) {
+  S3Cluster c(/*slots=*/2);
+  ASSERT_TRUE(c.cluster);
+  TestCluster& cluster = *c.cluster;
+  const std::string yaml = absl::StrCat(R"(name: s3-pbt
+hyperparameters:
+  global_batch_size: 16
+  learning_rate:
+    type: log
+    minval: -3
+    maxval: -1
+  hidden_size: 16
+  dropout: 0.1
+searcher:
+  name: pbt
+  population_size: 4
+  perturb_period: 20
+  burn_in_period: 0
+  truncate_fraction: 0.25
+  resample_probability: 0
+  perturb_factors: [1.0]
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: 40
+min_validation_period:
+  batches: 20
+scheduling_unit: 10
+reproducibility:
+  experiment_seed: 5
+)", S3Storage("pbt"), R"(environment:
+  environment_variables:
+    - OMP_NUM_THREADS=1
+data:
+  train_size: 256
+  val_size: 64
+)");
+  const int exp = cluster.CreateExperiment(yaml, "pbt");
+  ASSERT_GT(exp, 0);
+  ASSERT_TRUE(cluster.WaitForState(exp, "STATE_COMPLETED", kLong)) << cluster.MasterLog() << cluster.AgentLogs();
+  int children = 0;
+  for (const json& t : cluster.Trials(exp)) {
+    const int64_t parent = JsonInt(t.value("parent_trial_id", json(0)));
+    if (parent == 0) continue;
+    ++children;
+    const std::string uuid = t.value("parent_checkpoint_uuid", "");
+    ASSERT_FALSE(uuid.empty()) << t.dump();
+    bool parents = false;
+    for (const json& ck : ExperimentCheckpoints(cluster, exp)) {
+      if (ck.value("uuid", "") == uuid) parents = JsonInt(ck["trial_id"]) == parent;
+    }
+    EXPECT_TRUE(parents) << uuid << " is not trial " << parent << "'s: " << ExperimentCheckpoints(cluster, exp).dump();
+    const std::string url = absl::StrCat("s3://", kBucket, "/pbt/", uuid);
+    const std::string logs = cluster.TrialLogs(JsonInt(t["id"]));
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("[det-trial] checkpoint ", url, " downloaded"))) << logs;
+    EXPECT_THAT(logs, HasSubstr(absl::StrCat("resumed from checkpoint ", url, " at batch 20"))) << logs;
+  }
+  EXPECT_GE(children, 1) << cluster.Trials(exp).dump();
+}
+
 }  // namespace
 }  // namespace det::testing
