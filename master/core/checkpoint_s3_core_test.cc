@@ -212,5 +212,64 @@ TEST_F(S3CheckpointCoreTest, GcAndExperimentDeleteRemoveItsObjectsOnly) {
   EXPECT_TRUE(core_->store()->ListCheckpoints(1, std::nullopt)->empty());
 }
 
+// The master's profile points at an S3FaultProxy in front of the server, so
+// a test can fail the master's S3 requests (review M4a: retried deletes).
+class S3DeleteRetryCoreTest : public S3CheckpointCoreTest {
+ protected:
+  void Customize(MasterOptions* options) override {
+    if (!proxy_) {
+      auto proxy = test::S3FaultProxy::Start(server_->port());
+      ASSERT_TRUE(proxy.ok()) << proxy.status();
+      proxy_ = *std::move(proxy);
+      credentials_ = test::WriteS3CredentialsFile(proxy_dir_.path(), *server_, "default", "*", proxy_->endpoint_url());
+    }
+    S3CheckpointCoreTest::Customize(options);
+  }
+
+  det::testing::TempDir proxy_dir_;
+  std::unique_ptr<test::S3FaultProxy> proxy_;
+};
+
+// A delete that fails (every request 503) leaves the row DELETED and the
+// objects in place; the background pass retries it 1 min later, then with
+// the backoff doubled (2 min), and once S3 answers again the objects go.
+TEST_F(S3DeleteRetryCoreTest, AFailedDeleteIsRetriedWithBackoffUntilItSucceeds) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_NO_FATAL_FAILURE(Upload(kUuidA, {{"model.pt", "a"}, {"metadata.json", "{}"}}));
+  ASSERT_TRUE(Report(kUuidA, {{"model.pt", 1}}, 10).ok());
+  ASSERT_NO_FATAL_FAILURE(Upload(kUuidB, {{"model.pt", "b"}, {"metadata.json", "{}"}}));
+  ASSERT_TRUE(Report(kUuidB, {{"model.pt", 1}}, 20).ok());
+  const std::string a_prefix = absl::StrCat("team/exp/", kUuidA, "/");
+
+  proxy_->FailNextRequests(1000000, 503);
+  apiv1::DeleteCheckpointsRequest del;
+  del.add_checkpoint_uuids(kUuidA);
+  ASSERT_TRUE(core_->DeleteCheckpoints(del).ok());
+  EXPECT_EQ(core_->store()->GetCheckpoint(kUuidA)->state, "DELETED");
+  EXPECT_EQ(Boto3Keys(a_prefix).size(), 3u);  // boto3 goes to the server, not the proxy
+  const int failed = proxy_->failed();
+  EXPECT_GT(failed, 0);
+
+  core_->RunBackgroundPass();  // not due yet: no request
+  EXPECT_EQ(proxy_->failed(), failed);
+  clock_->AdvanceMs(60'001);
+  core_->RunBackgroundPass();  // due: tried, fails again (next in 2 min)
+  EXPECT_GT(proxy_->failed(), failed);
+  EXPECT_EQ(Boto3Keys(a_prefix).size(), 3u);
+
+  proxy_->Reset();
+  clock_->AdvanceMs(60'001);
+  core_->RunBackgroundPass();  // 1 min after the second failure: not due
+  EXPECT_EQ(Boto3Keys(a_prefix).size(), 3u);
+  clock_->AdvanceMs(60'000);
+  core_->RunBackgroundPass();  // 2 min after it: deleted
+  EXPECT_TRUE(Boto3Keys(a_prefix).empty());
+  EXPECT_EQ(Boto3Keys(absl::StrCat("team/exp/", kUuidB, "/")).size(), 3u);
+  clock_->AdvanceMs(3'600'000);
+  const int requests = proxy_->requests();
+  core_->RunBackgroundPass();  // the entry went: no further request
+  EXPECT_EQ(proxy_->requests(), requests);
+}
+
 }  // namespace
 }  // namespace det::master

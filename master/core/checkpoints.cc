@@ -162,17 +162,27 @@ void MasterCore::DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed, 
   struct S3Target {
     std::unique_ptr<s3::S3Client> client;
     s3::S3Location location;
+    CheckpointStorageConfig config;  // what a retry re-resolves (no secret)
+    std::string workspace;
   };
   std::map<int64_t, absl::StatusOr<S3Target>> s3_targets;  // one client per experiment
   auto target_of = [&](int64_t experiment_id) -> absl::StatusOr<S3Target> {
     absl::StatusOr<ResolvedS3Storage> storage;
+    S3Target target;
     {
       std::lock_guard<std::mutex> l(mu_);
       storage = ExperimentS3StorageLocked(experiment_id);
+      if (storage.ok()) {
+        const ExperimentRuntime& exp = *experiments_.at(experiment_id);
+        target.config = *exp.config.checkpoint_storage;
+        DET_ASSIGN_OR_RETURN(ProjectRow project, store_->GetProject(exp.row.project_id));
+        target.workspace = project.workspace_name;
+      }
     }
     DET_RETURN_IF_ERROR(storage.status());
-    DET_ASSIGN_OR_RETURN(std::unique_ptr<s3::S3Client> client, NewS3Client(*storage));
-    return S3Target{std::move(client), storage->location};
+    DET_ASSIGN_OR_RETURN(target.client, NewS3Client(*storage));
+    target.location = storage->location;
+    return target;
   };
   for (const CheckpointRow& c : doomed) {
     absl::Status st;
@@ -185,12 +195,42 @@ void MasterCore::DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed, 
                           : absl::StatusOr<int64_t>(it->second.status());
       st = objects.status();
       deleted = objects.ok() && *objects > 0;
+      // Retried by the background pass (RetryS3Deletes) until it succeeds.
+      if (!st.ok() && it->second.ok()) {
+        s3_delete_retries_.Add(c, it->second->config, it->second->workspace, MonoMs());
+      }
     } else {
       st = checkpoint_roots_.RemoveCheckpoint(c.storage_path, c.uuid);
     }
     if (!st.ok()) spdlog::warn("{}: not deleting {}: {}", who, c.storage_path, st.ToString());
     StoreEvents* e = CurrentStoreEvents();
     if (st.ok() && deleted && e != nullptr && c.state != "DELETED") e->CheckpointBytesDeleted(why, CheckpointBytes(c));
+  }
+}
+
+void MasterCore::RetryS3Deletes() {
+  std::vector<S3DeleteRetry> due = s3_delete_retries_.TakeDue(MonoMs(), S3DeleteRetries::kMaxPerPass);
+  bool failed = false;  // after a failure the rest wait for the next pass
+  for (S3DeleteRetry& r : due) {
+    if (failed) {
+      s3_delete_retries_.Restore(std::move(r));
+      continue;
+    }
+    // Re-resolved now: the credentials are the profile's, never the entry's.
+    absl::StatusOr<int64_t> objects = [&]() -> absl::StatusOr<int64_t> {
+      DET_ASSIGN_OR_RETURN(ResolvedS3Storage storage, s3_profiles_.Resolve(r.storage, r.workspace));
+      DET_ASSIGN_OR_RETURN(std::unique_ptr<s3::S3Client> client, NewS3Client(storage));
+      return DeleteS3CheckpointRow(*client, storage.location, r.row);
+    }();
+    if (objects.ok()) {
+      spdlog::info("S3 delete retry: deleted {} ({} object(s))", r.row.storage_path, *objects);
+      continue;
+    }
+    failed = true;
+    const std::string path = r.row.storage_path;
+    int64_t backoff = s3_delete_retries_.Again(std::move(r), MonoMs());
+    spdlog::warn("S3 delete retry: not deleting {}: {}; next try in {} s", path, objects.status().ToString(),
+                 backoff / 1000);
   }
 }
 

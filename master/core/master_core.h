@@ -53,6 +53,7 @@
 #include "master/core/lock_probe.h"
 #include "master/core/master_options.h"
 #include "master/core/resource_pools.h"
+#include "master/core/s3_delete_retries.h"
 #include "master/core/s3_profiles.h"
 #include "master/core/slurm_driver.h"
 #include "master/search/scheduler.h"
@@ -662,10 +663,13 @@ class MasterCore {
   // under a root, never through a symlink); s3 by DeleteS3CheckpointRow
   // (checkpoint_files_s3.h: only the row's own keys under its experiment's
   // prefix; one client per experiment for the batch). A failure is logged
-  // after `who` and the row left as it is; the bytes of what was deleted
-  // are counted under `why` unless the row was already DELETED.
+  // after `who` and the row left as it is (a failed s3 delete is queued for
+  // RetryS3Deletes); the bytes of what was deleted at this attempt are
+  // counted under `why` unless the row was already DELETED.
   void DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed, CheckpointDeletion why, const std::string& who)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Retries the due failed S3 deletes (s3_delete_retries.h), outside mu_.
+  void RetryS3Deletes() ABSL_LOCKS_EXCLUDED(mu_);
   // Experiment `id`'s checkpoint_storage of type s3 resolved against the
   // master's S3 profiles with the experiment's workspace (no S3 I/O).
   // FailedPrecondition when the experiment is not loaded or not s3.
@@ -728,6 +732,7 @@ class MasterCore {
   ArtifactStore artifacts_;
   CheckpointRoots checkpoint_roots_;  // set once by Create
   S3Profiles s3_profiles_;            // set once by Create (--s3-credentials-file)
+  S3DeleteRetries s3_delete_retries_;  // failed S3 checkpoint deletes; its own lock
   const int64_t started_mono_ms_;
   const int64_t started_wall_ms_;
   std::string cluster_id_;

@@ -30,6 +30,7 @@ void MasterCore::BackgroundLoop() {
     // rows are already DELETED, so a crash here only leaves files behind.
     l.unlock();
     DeleteCheckpointDirs(doomed, CheckpointDeletion::kGc, "checkpoint GC");
+    RetryS3Deletes();
     deleting = DeletionStep();
     RunSlurmPass();
     l.lock();
@@ -45,6 +46,7 @@ void MasterCore::RunBackgroundPass() {
     doomed = BackgroundPassLocked();
   }
   DeleteCheckpointDirs(doomed, CheckpointDeletion::kGc, "checkpoint GC");
+  RetryS3Deletes();
   while (DeletionStep()) {
   }
   RunSlurmPass();
