@@ -223,6 +223,7 @@ void MasterCore::RetryS3Deletes() {
       return DeleteS3CheckpointRow(*client, storage.location, r.row);
     }();
     if (objects.ok()) {
+      s3_delete_retries_.Succeeded();
       spdlog::info("S3 delete retry: deleted {} ({} object(s))", r.row.storage_path, *objects);
       continue;
     }

@@ -38,6 +38,7 @@ void S3DeleteRetries::PushLocked(S3DeleteRetry entry) {
 std::vector<S3DeleteRetry> S3DeleteRetries::TakeDue(int64_t now_mono_ms, int max) {
   std::vector<S3DeleteRetry> due;
   std::lock_guard<std::mutex> l(mu_);
+  if (now_mono_ms < paused_until_ms_) return due;
   for (auto it = entries_.begin(); it != entries_.end() && static_cast<int>(due.size()) < max;) {
     if (it->due_mono_ms > now_mono_ms) {
       ++it;
@@ -55,8 +56,15 @@ int64_t S3DeleteRetries::Again(S3DeleteRetry entry, int64_t now_mono_ms) {
   entry.due_mono_ms = now_mono_ms + entry.backoff_ms;
   const int64_t backoff = entry.backoff_ms;
   std::lock_guard<std::mutex> l(mu_);
+  pause_ms_ = std::min(kMaxBackoffMs, std::max(kFirstBackoffMs, pause_ms_ * 2));
+  paused_until_ms_ = now_mono_ms + pause_ms_;
   if (!uuids_.count(entry.row.uuid)) PushLocked(std::move(entry));
   return backoff;
+}
+
+void S3DeleteRetries::Succeeded() {
+  std::lock_guard<std::mutex> l(mu_);
+  pause_ms_ = 0;
 }
 
 void S3DeleteRetries::Restore(S3DeleteRetry entry) {

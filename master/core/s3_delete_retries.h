@@ -2,8 +2,11 @@
 // deletes that failed (GC, DeleteCheckpoints, experiment delete; review
 // M4a). The background pass retries the due ones outside MasterCore's mutex
 // (MasterCore::RetryS3Deletes): at most kMaxPerPass per pass, and the pass
-// stops at the first retry that fails, so a store that hangs costs one
-// request's deadline (about 2 min) per pass, not 100 of them; each entry
+// stops at the first retry that fails. A failure also pauses every retry
+// (1 min, doubling with each failure in a row up to 1 h; a success resets
+// it), so a store that hangs costs the background thread one request's
+// deadline (about 2 min) per pause, at most hourly in the end, however many
+// entries are due; each entry
 // first 1 min after its failure, then with its backoff doubled up to 1 h,
 // read from the master's injected clock. An entry goes when its delete
 // succeeds (objects gone, or already gone). The list is lost at a restart.
@@ -51,11 +54,16 @@ class S3DeleteRetries {
   // its path logged.
   void Add(const CheckpointRow& row, const CheckpointStorageConfig& storage, const std::string& workspace,
            int64_t now_mono_ms);
-  // Removes and returns up to `max` entries due at `now_mono_ms`, oldest first.
+  // Removes and returns up to `max` entries due at `now_mono_ms`, oldest
+  // first; none while retries are paused (see Again).
   std::vector<S3DeleteRetry> TakeDue(int64_t now_mono_ms, int max);
   // A taken entry failed again: its backoff doubles (at most 1 h) and it is
-  // due at now + backoff. Returns that backoff.
+  // due at now + backoff. Every retry pauses until now + the pause (1 min,
+  // doubled by each failure since the last success, at most 1 h). Returns
+  // the entry's backoff.
   int64_t Again(S3DeleteRetry entry, int64_t now_mono_ms);
+  // A retry succeeded: the next failure pauses retries for 1 min again.
+  void Succeeded();
   // A taken entry not tried (the pass stopped): back as it was, still due.
   void Restore(S3DeleteRetry entry);
   size_t size() const;
@@ -67,6 +75,8 @@ class S3DeleteRetries {
   mutable std::mutex mu_;
   std::deque<S3DeleteRetry> entries_;
   std::set<std::string> uuids_;  // of entries_
+  int64_t pause_ms_ = 0;         // the last pause; 0 after a success
+  int64_t paused_until_ms_ = 0;  // TakeDue returns nothing before
 };
 
 }  // namespace det::master

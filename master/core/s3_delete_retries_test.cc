@@ -53,5 +53,33 @@ TEST(S3DeleteRetriesTest, BackoffDoublesUpToAnHour) {
   EXPECT_EQ(backoffs, (std::vector<int64_t>{2, 4, 8, 16, 32, 60, 60, 60}));
 }
 
+// A failure pauses every retry (review 2, A1): a store that hangs costs the
+// background thread one request's deadline per pause, however many entries
+// are due; the pause doubles with each failure in a row and a success resets it.
+TEST(S3DeleteRetriesTest, AFailurePausesEveryRetryAndTheSuccessResetsThePause) {
+  S3DeleteRetries retries;
+  for (const char* uuid : {"a", "b", "c"}) retries.Add(Row(uuid), CheckpointStorageConfig(), "ws", 0);
+  auto due = retries.TakeDue(60'000, 1);
+  ASSERT_EQ(due.size(), 1u);
+  retries.Again(std::move(due[0]), 60'000);  // a: due at 3 min; all paused for 1 min
+  EXPECT_TRUE(retries.TakeDue(60'000, 100).empty());
+  EXPECT_TRUE(retries.TakeDue(119'999, 100).empty());  // b and c are due, but paused
+  due = retries.TakeDue(120'000, 1);
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].row.uuid, "b");
+  retries.Again(std::move(due[0]), 120'000);  // the second failure in a row: paused for 2 min
+  EXPECT_TRUE(retries.TakeDue(239'999, 100).empty());
+  due = retries.TakeDue(240'000, 1);
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].row.uuid, "c");
+  retries.Succeeded();  // c deleted: the next failure pauses for 1 min again
+  due = retries.TakeDue(240'000, 1);
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].row.uuid, "a");
+  retries.Again(std::move(due[0]), 240'000);
+  EXPECT_TRUE(retries.TakeDue(299'999, 100).empty());
+  EXPECT_EQ(retries.TakeDue(300'000, 100).size(), 1u);  // b, due since 4 min
+}
+
 }  // namespace
 }  // namespace det::master
