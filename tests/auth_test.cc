@@ -154,11 +154,18 @@ std::vector<Rpc> AllRpcs() {
 
 // A default request of `method`'s input type with `allocation_id` set when it
 // has that field.
-std::string Request(const pb::MethodDescriptor* method, const std::string& allocation_id = "") {
+// An empty request of `method`, naming the allocation (its allocation_id) or,
+// for a call that names its trial instead (GetCheckpointStorageCredentials),
+// the allocation's trial (trial_id).
+std::string Request(const pb::MethodDescriptor* method, const std::string& allocation_id = "", int64_t trial_id = 0) {
   std::unique_ptr<pb::Message> m(pb::MessageFactory::generated_factory()->GetPrototype(method->input_type())->New());
   if (!allocation_id.empty()) {
     const pb::FieldDescriptor* f = method->input_type()->FindFieldByName("allocation_id");
     if (f != nullptr) m->GetReflection()->SetString(m.get(), f, allocation_id);
+  }
+  const pb::FieldDescriptor* t = method->input_type()->FindFieldByName("trial_id");
+  if (trial_id != 0 && t != nullptr && t->type() == pb::FieldDescriptor::TYPE_INT64) {
+    m->GetReflection()->SetInt64(m.get(), t, trial_id);
   }
   return m->SerializeAsString();
 }
@@ -312,13 +319,15 @@ TEST(AuthTest, EveryRpcAndRouteNeedsCredentials) {
         EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << md[0].first << ": " << st.error_message();
       }
     } else if (service == "det.trial.v1.TrialService") {
-      ASSERT_NE(rpc.method->input_type()->FindFieldByName("allocation_id"), nullptr);
+      // Every call names its allocation, or its trial (whose allocation's token it needs).
+      ASSERT_TRUE(rpc.method->input_type()->FindFieldByName("allocation_id") != nullptr ||
+                  rpc.method->input_type()->FindFieldByName("trial_id") != nullptr);
       // Trial b's token on trial a's allocation.
-      grpc::Status other = CallRaw(cluster.channel(), rpc.path, Request(rpc.method, a.id),
+      grpc::Status other = CallRaw(cluster.channel(), rpc.path, Request(rpc.method, a.id, a.trial_id),
                                    {{"x-det-allocation-token", b.token}});
       EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED) << other.error_message();
       // A user token is no allocation token.
-      grpc::Status user = CallRaw(cluster.channel(), rpc.path, Request(rpc.method, a.id),
+      grpc::Status user = CallRaw(cluster.channel(), rpc.path, Request(rpc.method, a.id, a.trial_id),
                                   {{"authorization", "Bearer " + token}});
       EXPECT_EQ(user.error_code(), grpc::StatusCode::UNAUTHENTICATED) << user.error_message();
     } else {
