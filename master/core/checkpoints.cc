@@ -143,7 +143,7 @@ absl::StatusOr<std::unique_ptr<CheckpointFiles>> MasterCore::OpenCheckpointFiles
   return OpenS3CheckpointFiles(std::move(client), storage->location, row);
 }
 
-absl::StatusOr<ResolvedS3Storage> MasterCore::ExperimentS3StorageLocked(int64_t id) {
+absl::StatusOr<ResolvedS3Storage> MasterCore::ExperimentS3StorageLocked(int64_t id, std::string* workspace) {
   auto it = experiments_.find(id);
   if (it == experiments_.end()) {
     return absl::FailedPreconditionError(absl::StrCat("experiment ", id, " is not loaded: its S3 storage is unknown"));
@@ -154,6 +154,7 @@ absl::StatusOr<ResolvedS3Storage> MasterCore::ExperimentS3StorageLocked(int64_t 
   }
   // Its workspace, which the profile must (still) allow.
   DET_ASSIGN_OR_RETURN(ProjectRow project, store_->GetProject(exp.row.project_id));
+  if (workspace != nullptr) *workspace = project.workspace_name;
   return s3_profiles_.Resolve(*exp.config.checkpoint_storage, project.workspace_name);
 }
 
@@ -171,13 +172,8 @@ void MasterCore::DeleteCheckpointDirs(const std::vector<CheckpointRow>& doomed, 
     S3Target target;
     {
       std::lock_guard<std::mutex> l(mu_);
-      storage = ExperimentS3StorageLocked(experiment_id);
-      if (storage.ok()) {
-        const ExperimentRuntime& exp = *experiments_.at(experiment_id);
-        target.config = *exp.config.checkpoint_storage;
-        DET_ASSIGN_OR_RETURN(ProjectRow project, store_->GetProject(exp.row.project_id));
-        target.workspace = project.workspace_name;
-      }
+      storage = ExperimentS3StorageLocked(experiment_id, &target.workspace);
+      if (storage.ok()) target.config = *experiments_.at(experiment_id)->config.checkpoint_storage;
     }
     DET_RETURN_IF_ERROR(storage.status());
     DET_ASSIGN_OR_RETURN(target.client, NewS3Client(*storage));

@@ -672,8 +672,10 @@ class MasterCore {
   void RetryS3Deletes() ABSL_LOCKS_EXCLUDED(mu_);
   // Experiment `id`'s checkpoint_storage of type s3 resolved against the
   // master's S3 profiles with the experiment's workspace (no S3 I/O).
-  // FailedPrecondition when the experiment is not loaded or not s3.
-  absl::StatusOr<ResolvedS3Storage> ExperimentS3StorageLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailedPrecondition when the experiment is not loaded or not s3. When
+  // `workspace` is given, it is set to the workspace resolved against.
+  absl::StatusOr<ResolvedS3Storage> ExperimentS3StorageLocked(int64_t id, std::string* workspace = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK unless warm-start checkpoint `uuid` (may be empty) is in s3 storage
   // whose profile does not allow `workspace` (the error names
   // searcher.source_checkpoint_uuid).
