@@ -70,6 +70,8 @@ absl::StatusOr<nlohmann::json> ParseJson(const std::string& text, absl::string_v
 Store::Txn::~Txn() {
   if (!open_) return;
   store_->pending_events_ = saved_;  // its writes are undone: so are their events
+  store_->metric_tail_.RollbackTo(saved_tail_);
+  store_->metric_rollups_.RollbackTo(saved_rollups_);
   if (nested_) {
     auto st = store_->Cached(kRollbackTo);
     if (st.ok()) sqlite3_step(st->get());
@@ -86,14 +88,24 @@ absl::Status Store::Txn::Begin() {
   // Outside a transaction nothing can be pending: events left over are of a
   // transaction SQLite rolled back whole (SQLITE_FULL, IOERR) under an open
   // Txn, and must not be flushed by this one's commit.
-  if (!nested_) store_->pending_events_ = PendingStoreEvents();
+  if (!nested_) {
+    store_->pending_events_ = PendingStoreEvents();
+    store_->metric_tail_.Abort();
+    store_->metric_rollups_.Abort();
+  }
   saved_ = store_->pending_events_;
+  saved_tail_ = store_->metric_tail_.Mark();
+  saved_rollups_ = store_->metric_rollups_.Mark();
   return Run(nested_ ? kSavepoint : kBegin, "begin transaction", true);
 }
 
 absl::Status Store::Txn::Commit() {
   DET_RETURN_IF_ERROR(Run(nested_ ? kRelease : kCommit, "commit transaction", false));
-  if (!nested_) store_->pending_events_.Flush(CurrentStoreEvents());  // committed
+  if (!nested_) {  // committed
+    store_->pending_events_.Flush(CurrentStoreEvents());
+    store_->metric_tail_.Commit();
+    store_->metric_rollups_.Commit();
+  }
   return absl::OkStatus();
 }
 
@@ -152,8 +164,12 @@ absl::Status Store::Transaction::End(bool commit) {
     // Committed: report its events; rolled back: drop them.
     if (s->txn_began_ && commit && result.ok()) {
       s->pending_events_.Flush(CurrentStoreEvents());
+      s->metric_tail_.Commit();
+      s->metric_rollups_.Commit();
     } else {
       s->pending_events_ = PendingStoreEvents();
+      s->metric_tail_.Abort();
+      s->metric_rollups_.Abort();
     }
     s->txn_began_ = false;
     s->txn_error_ = absl::OkStatus();

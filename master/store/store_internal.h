@@ -83,6 +83,8 @@ class Store::Txn {
   bool open_ = false;
   bool nested_ = false;
   PendingStoreEvents saved_;  // the Store's pending events at Begin()
+  size_t saved_tail_ = 0;     // metric_tail_.Mark() at Begin()
+  size_t saved_rollups_ = 0;  // metric_rollups_.Mark() at Begin()
 };
 
 namespace store_internal {

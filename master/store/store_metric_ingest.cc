@@ -129,7 +129,15 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
     pending_events_.rows[MetricRowKindIndex(r.group)] += changed;
     sqlite3_reset(st.get());
     stored[i] = changed == 1;
-    if (!stored[i]) ++skipped;
+    if (!stored[i]) {
+      ++skipped;
+      continue;
+    }
+    // Issue 50: the rollups and the in-memory tail see each stored row.
+    MetricRow with_id = r;
+    with_id.id = sqlite3_last_insert_rowid(db_);
+    DET_RETURN_IF_ERROR(RollupRowLocked(with_id));
+    metric_tail_.Stage(with_id, encoded[i]);
   }
   if (skipped > 0) {  // charge only the rows stored: what they add, as admitted
     std::vector<MetricRow> kept;

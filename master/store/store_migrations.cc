@@ -306,12 +306,21 @@ BEGIN
 END;
 )sql";
 
+// Migration 15 (issue 50, slice S1): the metrics table with fewer b-trees
+// per row. PLACEHOLDER until slice S1 lands its SQL here.
+constexpr char kMigration15[] = "SELECT 1;";
+
+// Migration 16 (issue 50, slice S2): the metric rollup tables. PLACEHOLDER
+// until slice S2 lands its SQL here.
+constexpr char kMigration16[] = "SELECT 1;";
+
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {
   static const std::vector<const char*>* const kMigrations =
       new std::vector<const char*>{kMigration1, kMigration2, kMigration3, kMigration4, kMigration5, kMigration6,
                                    kMigration7, kMigration8, kMigration9, kMigration10,
-                                   kMigration11, kMigration12, kMigration13, kMigration14};
+                                   kMigration11, kMigration12, kMigration13, kMigration14,
+                                   kMigration15, kMigration16};
   return *kMigrations;
 }
 
