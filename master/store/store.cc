@@ -194,6 +194,10 @@ Store::~Store() {
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  return OpenAtVersionForTest(path, LatestSchemaVersion());
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::OpenAtVersionForTest(const std::string& path, int64_t version) {
   // Before any write: PRAGMA journal_mode=WAL below rewrites the header of a
   // rollback-journal file (a backup) and creates -wal/-shm.
   DET_RETURN_IF_ERROR(store_internal::RefuseNewerSchema(path));
@@ -214,7 +218,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     DET_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL", "set journal_mode=WAL"));
     DET_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL", "set synchronous=NORMAL"));
     DET_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON", "enable foreign keys"));
-    DET_RETURN_IF_ERROR(store->Migrate());
+    DET_RETURN_IF_ERROR(store->Migrate(version));
   }
   return store;
 }

@@ -116,6 +116,9 @@ class Store {
   // own transaction. Errors name `path`; FailedPrecondition, before any write,
   // when the database was written by a newer binary (more migrations).
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  // Open, applying migrations up to schema version `version` only: a test
+  // builds an older release's database with it (a migration's test).
+  static absl::StatusOr<std::unique_ptr<Store>> OpenAtVersionForTest(const std::string& path, int64_t version);
 
   // The number of migrations this binary knows (the schema version Open
   // brings a database to).
@@ -478,7 +481,8 @@ class Store {
 
   Store(std::string path, sqlite3* db);
 
-  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the migrations not yet applied, up to `up_to` (default: all).
+  absl::Status Migrate(int64_t up_to = -1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exec(const char* sql, absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The prepared statement for `sql`, a string constant (the cache is keyed by
   // its address), prepared on first use and reset when the Stmt goes away.
@@ -539,6 +543,13 @@ class Store {
   // Per trial: its stored metric names and bytes, read from the store when
   // first needed (at most max_trial_names + 1 names are read).
   std::unordered_map<int64_t, MetricBudget> metric_budgets_ ABSL_GUARDED_BY(mu_);
+  // The id the next stored metric row gets (migration 15: the Store assigns
+  // them; 0: not read yet). Read on first use as one above the larger of
+  // MAX(id) and the high-water mark of deleted ids, then counted up for each
+  // stored row, never down (a rolled-back row leaves a gap): strictly
+  // increasing in commit order, never reused.
+  int64_t next_metric_id_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status LoadNextMetricIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `group` in one transaction, a savepoint per call; sets each status.
   friend class StoreGroupPeer;  // store_events_test.cc calls CommitMetricGroup
   void CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>& group);

@@ -37,7 +37,7 @@ using store_internal::ParseJson;
 // the two subqueries.)
 #define DET_CHECKPOINT_VALIDATION(extra)                                                        \
   "(SELECT m.metrics FROM metrics m WHERE m.trial_id = c.trial_id AND m.metric_group = 'validation' " \
-  "AND m.total_batches = c.total_batches " extra " ORDER BY m.id DESC LIMIT 1)"
+  "AND m.metric_group != 'training' AND m.total_batches = c.total_batches " extra " ORDER BY m.id DESC LIMIT 1)"
 #define DET_CHECKPOINT_SELECT                                                                             \
   "SELECT uuid, trial_id, experiment_id, trial_run_id, state, total_batches, total_epochs, resources, " \
   "metadata_json, storage_path, time_ms, searcher_metric, "                                            \

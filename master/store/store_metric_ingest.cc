@@ -6,6 +6,7 @@
 // one each (bench/master_scale).
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <future>
 #include <memory>
 #include <string>
@@ -24,9 +25,16 @@ namespace {
 using store_internal::Binder;
 using store_internal::EncodeMetrics;
 
+// The id is the Store's (migration 15). A re-sent report (the same trial,
+// batches, group and run) is skipped; an id already taken fails
+// (SQLITE_CONSTRAINT_PRIMARYKEY) instead of dropping the row.
 constexpr char kInsertMetric[] =
-    "INSERT OR IGNORE INTO metrics(trial_id, trial_run_id, metric_group, total_batches, total_epochs, "
-    "metrics, time_ms, archived) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+    "INSERT INTO metrics(id, trial_id, trial_run_id, metric_group, total_batches, total_epochs, "
+    "metrics, time_ms, archived) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT(trial_id, total_batches, metric_group, trial_run_id) DO NOTHING";
+constexpr char kNextMetricId[] =
+    "SELECT MAX(COALESCE((SELECT MAX(id) FROM metrics), 0), "
+    "COALESCE((SELECT CAST(value AS INTEGER) FROM kv WHERE key = 'metrics_id_high_water'), 0)) + 1";
 
 // What a trial has stored, as MetricLimits counts it (metric_limits.h).
 // The profiler's groups have bounds of their own (IsProfilerGroup).
@@ -39,7 +47,8 @@ constexpr char kMetricBytes[] =
 constexpr char kProfilerRows[] =
     "SELECT COALESCE(SUM(metric_group = 'profiling'), 0), COALESCE(SUM(metric_group = 'system'), 0), "
     "COALESCE(SUM(LENGTH(CAST(metrics AS BLOB))), 0) + ?2 * COUNT(*) "
-    "FROM metrics WHERE trial_id = ?1 AND metric_group IN ('profiling', 'system')";
+    "FROM metrics WHERE trial_id = ?1 AND metric_group IN ('profiling', 'system') "
+    "AND metric_group != 'training'";  // migration 15's index of the other groups
 constexpr size_t kMaxCountedTrials = 10000;  // metric_budgets_ is cleared beyond
 
 std::vector<std::string> Encode(const std::vector<MetricRow>& rows) {
@@ -99,6 +108,14 @@ void Store::ForgetMetricBudgetsLocked(const std::vector<MetricRow>& rows) {
   for (const MetricRow& r : rows) metric_budgets_.erase(r.trial_id);
 }
 
+absl::Status Store::LoadNextMetricIdLocked() {
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kNextMetricId));
+  int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_ROW) return Error(rc, "read the next metric id");
+  next_metric_id_ = std::max(next_metric_id_, store_internal::ColInt(st.get(), 0));
+  return absl::OkStatus();
+}
+
 absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
                                            const std::vector<std::string>& encoded) {
   std::map<int64_t, MetricBudget> added;
@@ -106,10 +123,13 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertMetric));
   std::vector<bool> stored(rows.size(), false);
   size_t skipped = 0;
+  if (next_metric_id_ == 0) DET_RETURN_IF_ERROR(LoadNextMetricIdLocked());
+  bool reloaded = false;
   for (size_t i = 0; i < rows.size(); ++i) {
     const MetricRow& r = rows[i];
     Binder b(st.get());
-    b.Int(r.trial_id)
+    b.Int(next_metric_id_)
+        .Int(r.trial_id)
         .Int(r.trial_run_id)
         .Text(r.group)
         .Int(r.total_batches)
@@ -121,6 +141,15 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
     int rc = sqlite3_step(st.get());
     if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
       return absl::FailedPreconditionError(absl::StrCat("cannot insert metrics: trial ", r.trial_id, " not found"));
+    }
+    if (rc == SQLITE_CONSTRAINT_PRIMARYKEY && !reloaded) {
+      // A row written past this Store (another connection): count on from
+      // the largest id stored, once per call.
+      sqlite3_reset(st.get());
+      DET_RETURN_IF_ERROR(LoadNextMetricIdLocked());
+      reloaded = true;
+      --i;
+      continue;
     }
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("insert metrics of trial ", r.trial_id));
     // 0 for a row INSERT OR IGNORE skipped (a re-sent report): not counted,
@@ -135,7 +164,7 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
     }
     // Issue 50: the rollups and the in-memory tail see each stored row.
     MetricRow with_id = r;
-    with_id.id = sqlite3_last_insert_rowid(db_);
+    with_id.id = next_metric_id_++;
     DET_RETURN_IF_ERROR(RollupRowLocked(with_id));
     metric_tail_.Stage(with_id, encoded[i]);
   }

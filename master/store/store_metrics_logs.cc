@@ -46,16 +46,17 @@ constexpr char kCountMetricsInIdRange[] =
 
 // After the cursor (total_batches ?4, id ?6) in (total_batches, id) order; ?6
 // is the largest id when the cursor has no id. One statement per case so
-// each uses its index: (trial_id, total_batches, ...) for every group,
-// (trial_id, metric_group, total_batches) for one group (migration 9).
-constexpr char kListMetrics[] =
-    "SELECT " DET_METRIC_COLUMNS
-    " FROM metrics WHERE trial_id = ?1 AND ?2 = '' AND (?3 OR archived = 0) "
-    "AND total_batches >= ?4 AND (total_batches > ?4 OR id > ?6) ORDER BY total_batches, id LIMIT ?5";
-constexpr char kListGroupMetrics[] =
-    "SELECT " DET_METRIC_COLUMNS
-    " FROM metrics WHERE trial_id = ?1 AND metric_group = ?2 AND (?3 OR archived = 0) "
-    "AND total_batches >= ?4 AND (total_batches > ?4 OR id > ?6) ORDER BY total_batches, id LIMIT ?5";
+// each uses its index: (trial_id, total_batches, ...) for every group and
+// for training, (trial_id, metric_group, total_batches) WHERE metric_group
+// != 'training' for another group (migration 15: the literal term lets
+// SQLite use that partial index).
+#define DET_LIST_METRICS(group_terms)                                                   \
+  "SELECT " DET_METRIC_COLUMNS " FROM metrics WHERE trial_id = ?1 AND " group_terms     \
+  " AND (?3 OR archived = 0) AND total_batches >= ?4 AND (total_batches > ?4 OR id > ?6) " \
+  "ORDER BY total_batches, id LIMIT ?5"
+constexpr char kListMetrics[] = DET_LIST_METRICS("?2 = ''");
+constexpr char kListTrainingMetrics[] = DET_LIST_METRICS("metric_group = ?2");
+constexpr char kListOtherGroupMetrics[] = DET_LIST_METRICS("metric_group = ?2 AND metric_group != 'training'");
 constexpr char kArchiveMetricsAfter[] =
     "UPDATE metrics SET archived = 1 WHERE trial_id = ? AND total_batches > ? AND archived = 0";
 
@@ -88,18 +89,60 @@ absl::string_view BoundedMessage(absl::string_view message, int64_t max, std::st
   return *storage;
 }
 
-// A metric name as a JSON string. Plain printable ASCII (nearly every name)
-// is copied as it is; anything else goes through nlohmann's escaping, which
-// replaces invalid UTF-8.
-void AppendJsonName(const std::string& name, std::string* out) {
-  bool plain = true;
-  for (unsigned char c : name) plain = plain && c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
-  if (!plain) {
-    out->append(Dump(nlohmann::json(name)));
-    return;
+// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no
+// overlong forms, surrogates or code points above U+10FFFF), 0 if none.
+size_t Utf8SequenceLength(const std::string& s, size_t i) {
+  const auto byte = [&](size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
+  const unsigned c = byte(i);
+  const auto cont = [&](size_t k, unsigned lo, unsigned hi) { return byte(k) >= lo && byte(k) <= hi; };
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return cont(i + 1, 0x80, 0xBF) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    const unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    return cont(i + 1, lo, hi) && cont(i + 2, 0x80, 0xBF) ? 3 : 0;
   }
+  if (c >= 0xF0 && c <= 0xF4) {
+    const unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    return cont(i + 1, lo, hi) && cont(i + 2, 0x80, 0xBF) && cont(i + 3, 0x80, 0xBF) ? 4 : 0;
+  }
+  return 0;
+}
+
+// A metric name as a JSON string, as nlohmann::json's dump writes it (not
+// ASCII-escaped): '"' and '\\' escaped, \b \f \n \r \t, other control
+// characters as \u00xx, well-formed UTF-8 copied as it is. Only a name with
+// ill-formed UTF-8 (which no client sends) goes through nlohmann, whose
+// error handler replaces it.
+void AppendJsonName(const std::string& name, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const size_t start = out->size();
   out->push_back('"');
-  out->append(name);
+  for (size_t i = 0; i < name.size();) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    const size_t n = Utf8SequenceLength(name, i);
+    if (n == 0) {  // ill-formed: nlohmann's replacement, rare
+      out->resize(start);
+      out->append(Dump(nlohmann::json(name)));
+      return;
+    }
+    if (n > 1 || (c >= 0x20 && c != '"' && c != '\\')) {
+      out->append(name, i, n);
+    } else if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(static_cast<char>(c));
+    } else {
+      static constexpr char kShort[] = "btnvfr";  // 0x08..0x0d; \v (0x0b) has no short form in JSON
+      out->push_back('\\');
+      if (c >= 0x08 && c <= 0x0d && c != 0x0b) {
+        out->push_back(kShort[c - 0x08]);
+      } else {
+        out->append("u00");
+        out->push_back(kHex[c >> 4]);
+        out->push_back(kHex[c & 0xf]);
+      }
+    }
+    i += n;
+  }
   out->push_back('"');
 }
 
@@ -188,7 +231,9 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, cons
                                                           bool include_archived, int64_t after_batches,
                                                           int64_t limit, int64_t after_id) {
   std::lock_guard<StoreMutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(group.empty() ? kListMetrics : kListGroupMetrics));
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(group.empty()           ? kListMetrics
+                                       : group == "training" ? kListTrainingMetrics
+                                                             : kListOtherGroupMetrics));
   Binder b(st.get());
   b.Int(trial_id).Text(group).Int(include_archived ? 1 : 0).Int(after_batches).Int(SqlLimit(limit));
   b.Int(after_id > 0 ? after_id : std::numeric_limits<int64_t>::max());

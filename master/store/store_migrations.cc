@@ -306,9 +306,53 @@ BEGIN
 END;
 )sql";
 
-// Migration 15 (issue 50, slice S1): the metrics table with fewer b-trees
-// per row. PLACEHOLDER until slice S1 lands its SQL here.
-constexpr char kMigration15[] = "SELECT 1;";
+// Migration 15 (issue 50): fewer b-trees written per metric row (five
+// before: the table, three indexes and sqlite_sequence; three now for a
+// training row). No AUTOINCREMENT: the Store assigns ids itself
+// (NextMetricIdLocked, store_metric_ingest.cc), one above the larger of the
+// largest id and the high-water mark kv 'metrics_id_high_water', so ids are
+// still never reused (migration 12). The trigger raises that mark to each
+// deleted row's id, whatever deletes it (an experiment's deletion, a
+// trial's cascade); the migration starts it at sqlite_sequence's value, so
+// the ids of rows deleted before it are not handed out again either. The
+// index of one group's rows (migration 9) now holds only the groups other
+// than training (validation, profiling, system: few rows); a query uses it
+// only when it says metric_group != 'training' literally, and training rows
+// are read through the unique index. Rows are copied with their ids.
+constexpr char kMigration15[] = R"sql(
+CREATE TABLE metrics_v15 (
+  id INTEGER PRIMARY KEY,
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  trial_run_id INTEGER NOT NULL,
+  metric_group TEXT NOT NULL,
+  total_batches INTEGER NOT NULL,
+  total_epochs REAL,
+  metrics TEXT NOT NULL,              -- JSON object; NaN/Inf as strings
+  time_ms INTEGER NOT NULL,
+  archived INTEGER NOT NULL
+);
+INSERT INTO metrics_v15 (id, trial_id, trial_run_id, metric_group, total_batches, total_epochs, metrics, time_ms,
+                         archived)
+  SELECT id, trial_id, trial_run_id, metric_group, total_batches, total_epochs, metrics, time_ms, archived
+  FROM metrics ORDER BY id;
+INSERT INTO kv(key, value)
+  SELECT 'metrics_id_high_water', CAST(MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'metrics'), 0),
+                                          COALESCE((SELECT MAX(id) FROM metrics), 0)) AS TEXT) WHERE 1
+  ON CONFLICT(key) DO UPDATE SET value = excluded.value;
+DROP TABLE metrics;
+ALTER TABLE metrics_v15 RENAME TO metrics;
+CREATE UNIQUE INDEX metrics_trial_id_total_batches_run
+  ON metrics(trial_id, total_batches, metric_group, trial_run_id);
+CREATE INDEX metrics_trial_id_id ON metrics(trial_id, id);
+CREATE INDEX metrics_trial_other_groups ON metrics(trial_id, metric_group, total_batches)
+  WHERE metric_group != 'training';
+CREATE TRIGGER metrics_id_high_water AFTER DELETE ON metrics
+  WHEN OLD.id > COALESCE((SELECT CAST(value AS INTEGER) FROM kv WHERE key = 'metrics_id_high_water'), 0)
+BEGIN
+  INSERT INTO kv(key, value) VALUES ('metrics_id_high_water', CAST(OLD.id AS TEXT))
+    ON CONFLICT(key) DO UPDATE SET value = excluded.value;
+END;
+)sql";
 
 // Migration 16 (issue 50, slice S2): the metric rollup tables. PLACEHOLDER
 // until slice S2 lands its SQL here.
@@ -369,7 +413,7 @@ std::optional<std::string> ReadOnlyScalar(sqlite3* db, const char* sql, const ch
 
 int64_t Store::LatestSchemaVersion() { return static_cast<int64_t>(Migrations().size()); }
 
-absl::Status Store::Migrate() {
+absl::Status Store::Migrate(int64_t up_to) {
   DET_RETURN_IF_ERROR(Exec("CREATE TABLE IF NOT EXISTS schema_migrations("
                            "version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
                            "create schema_migrations"));
@@ -388,7 +432,8 @@ absl::Status Store::Migrate() {
     absl::StatusOr<std::optional<std::string>> recorded = GetValue(kDetVersionKey);
     return NewerSchemaError(path_, current, latest, recorded.ok() ? *recorded : std::nullopt);
   }
-  for (int64_t version = current + 1; version <= latest; ++version) {
+  const int64_t last = up_to >= 0 && up_to < latest ? up_to : latest;
+  for (int64_t version = current + 1; version <= last; ++version) {
     Txn txn(this);
     DET_RETURN_IF_ERROR(txn.Begin());
     DET_RETURN_IF_ERROR(Exec(migrations[version - 1], absl::StrCat("apply migration ", version)));
