@@ -8,33 +8,65 @@
 
 namespace det::master {
 
+void PointExtremes::Add(int64_t key, double y) {
+  const bool number = !std::isnan(y);
+  if (count == 0 || (std::isnan(lo_y) && number) || (number && y < lo_y)) {
+    lo = key;
+    lo_y = y;
+  }
+  if (count == 0 || (std::isnan(hi_y) && number) || (number && y > hi_y)) {
+    hi = key;
+    hi_y = y;
+  }
+  ++count;
+}
+
+void PointExtremes::Merge(const PointExtremes& later) {
+  if (later.count == 0) return;
+  if (count == 0) {
+    *this = later;
+    return;
+  }
+  const bool lo_number = !std::isnan(later.lo_y), hi_number = !std::isnan(later.hi_y);
+  if ((std::isnan(lo_y) && lo_number) || (lo_number && later.lo_y < lo_y)) {
+    lo = later.lo;
+    lo_y = later.lo_y;
+  }
+  if ((std::isnan(hi_y) && hi_number) || (hi_number && later.hi_y > hi_y)) {
+    hi = later.hi;
+    hi_y = later.hi_y;
+  }
+  count += later.count;
+}
+
+size_t ChartBucketWidth(size_t n, size_t max_points) {
+  if (n <= std::max<size_t>(max_points, 2)) return 0;
+  const size_t buckets = std::max<size_t>((std::max<size_t>(max_points, 4) - 2) / 2, 1);
+  size_t w = 1;
+  while ((n + w - 1) / w > buckets) w *= 2;
+  return w;
+}
+
 std::vector<size_t> MinMaxBucketIndices(const std::vector<double>& ys, size_t max_points) {
   const size_t n = ys.size();
+  const size_t w = ChartBucketWidth(n, max_points);
   std::vector<size_t> out;
-  if (n <= std::max<size_t>(max_points, 2)) {
+  if (w == 0) {
     out.resize(n);
     for (size_t i = 0; i < n; ++i) out[i] = i;
     return out;
   }
-  const size_t buckets = std::max<size_t>((std::max<size_t>(max_points, 4) - 2) / 2, 1);
-  const size_t interior = n - 2;  // indices 1 .. n-2
-  out.reserve(2 * buckets + 2);
+  out.reserve(2 * (n / w + 1) + 2);
   out.push_back(0);
-  for (size_t b = 0; b < buckets; ++b) {
-    const size_t begin = 1 + interior * b / buckets;
-    const size_t end = 1 + interior * (b + 1) / buckets;
-    if (begin >= end) continue;
-    size_t lo = begin, hi = begin;
-    for (size_t i = begin; i < end; ++i) {
-      const double y = ys[i];
-      if (std::isnan(y)) continue;
-      if (std::isnan(ys[lo]) || y < ys[lo]) lo = i;
-      if (std::isnan(ys[hi]) || y > ys[hi]) hi = i;
-    }
-    out.push_back(std::min(lo, hi));
-    if (lo != hi) out.push_back(std::max(lo, hi));
+  for (size_t begin = 0; begin < n; begin += w) {
+    PointExtremes e;
+    for (size_t i = begin; i < std::min(n, begin + w); ++i) e.Add(static_cast<int64_t>(i), ys[i]);
+    out.push_back(static_cast<size_t>(e.lo));
+    out.push_back(static_cast<size_t>(e.hi));
   }
   out.push_back(n - 1);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

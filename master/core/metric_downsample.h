@@ -18,13 +18,37 @@ inline constexpr int kDefaultChartPoints = 1000;
 inline constexpr int kMaxChartPoints = 10000;
 inline constexpr int kMaxMetricsPage = 10000;
 
+// The extremes of a run of points, composable (issue 50's chart rollups):
+// folding points one by one with Add, in point order, and merging the
+// folds of consecutive runs with Merge give the same result. lo/hi are the
+// caller's keys (a point index, a row id) of the smallest and the largest
+// value: the first on ties; a NaN only when the run has no number (then
+// the run's first point). count: points folded.
+struct PointExtremes {
+  int64_t count = 0;
+  int64_t lo = -1, hi = -1;
+  double lo_y = 0, hi_y = 0;
+  void Add(int64_t key, double y);
+  // Folds in `later`, a run that follows this one.
+  void Merge(const PointExtremes& later);
+};
+
+// The bucket width of a downsampled series of n points: 0 when every point
+// is kept (n <= max(max_points, 2)); otherwise the smallest power of two w
+// such that the ALIGNED buckets [k*w, (k+1)*w) over the point indices
+// number at most (max(max_points, 4) - 2) / 2 (at least 1). Aligned power-of-
+// two buckets are unions of aligned rollup blocks (64, 1024, ... points), so
+// the rollup path (metric_rollups.h) and a full scan choose the same points.
+size_t ChartBucketWidth(size_t n, size_t max_points);
+
 // The indices (ascending, distinct) of the points of `ys` to keep so that at
-// most max(max_points, 4) remain: every index when ys.size() <= max_points;
-// otherwise index 0, the last index and, in each of (max_points - 2) / 2
-// buckets of equal index width over the points between, the index of the
-// smallest and of the largest value (the first on ties; a NaN is chosen
-// only in a bucket with no number). Every global minimum and maximum that
-// is a number is therefore kept (its first occurrence). O(ys.size()).
+// most max(max_points, 4) remain: every index when ChartBucketWidth is 0;
+// otherwise index 0, the last index and, in each aligned bucket of
+// ChartBucketWidth points, the index of the smallest and of the largest
+// value as PointExtremes folds them (the first on ties; a NaN is chosen only
+// in a bucket with no number). Every global minimum and maximum that is a
+// number is therefore kept (its first occurrence), and more than half the
+// bucket bound of buckets are used. O(ys.size()).
 std::vector<size_t> MinMaxBucketIndices(const std::vector<double>& ys, size_t max_points);
 
 // What DownsampleScan keeps of a scan's row: the names (indices into
