@@ -329,6 +329,13 @@ class Store {
                                                             int64_t limit);
   // The SQL of ListMetricsAfterId for `trials` trials (for its plan test).
   static std::string MetricsAfterIdSql(size_t trials, bool by_group);
+  // Issue 50: ListMetricsAfterId answers from the rows the writer committed
+  // last (MetricTail, metric_tail.h) when they provably hold every row after
+  // the cursor, and from SQLite otherwise (after a restart, a stream further
+  // behind than the tail's bounds, a metric rewrite, inside a transaction).
+  // The same rows either way. What the tail holds and answered, for tests,
+  // benches and /metrics.
+  MetricTail::Stats MetricTailStats();
 
   // The unarchived "validation" rows of every trial of `experiment_id`,
   // ordered by time_ms then id.
@@ -514,6 +521,14 @@ class Store {
   // rollups; made visible when the outermost transaction commits (issue 50).
   MetricTail metric_tail_ ABSL_GUARDED_BY(mu_);
   MetricRollups metric_rollups_ ABSL_GUARDED_BY(mu_);
+  // ListMetricsAfterId's two paths (store_metrics_logs.cc): whether the tail
+  // answered (its rows appended to *out), and the SQL.
+  absl::StatusOr<bool> ReadMetricTailLocked(const std::vector<int64_t>& trial_ids, const std::string& group,
+                                            int64_t after_id, int64_t limit, std::vector<MetricTail::RowPtr>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::vector<MetricRow>> ListMetricsAfterIdSqlLocked(const std::vector<int64_t>& trial_ids,
+                                                                     const std::string& group, int64_t after_id,
+                                                                     int64_t limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rollups of a stored metric row (row.id set), inside the open transaction
   // (store_metric_rollups.cc).
   absl::Status RollupRowLocked(const MetricRow& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

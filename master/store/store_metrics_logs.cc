@@ -511,6 +511,8 @@ std::string Store::MetricsAfterIdSql(size_t trials, bool by_group) {
                       InClause("trial_id", trials), by_group ? " AND metric_group = ?" : "", " ORDER BY id LIMIT ?");
 }
 
+// From the tail when it covers the cursor (the rows copied under mu_ as shared
+// pointers, decoded after it is released), else the SQL below.
 absl::StatusOr<std::vector<MetricRow>> Store::ListMetricsAfterId(const std::vector<int64_t>& trial_ids,
                                                                  const std::string& group, int64_t after_id,
                                                                  int64_t limit) {
@@ -519,7 +521,53 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetricsAfterId(const std::vect
     return absl::InvalidArgumentError(
         absl::StrCat("trial_ids: ", trial_ids.size(), " trials; at most ", kMaxStreamTrials));
   }
-  std::lock_guard<StoreMutex> lock(mu_);
+  std::vector<MetricTail::RowPtr> kept;
+  {
+    std::lock_guard<StoreMutex> lock(mu_);
+    DET_ASSIGN_OR_RETURN(bool from_tail, ReadMetricTailLocked(trial_ids, group, after_id, limit, &kept));
+    if (!from_tail) return ListMetricsAfterIdSqlLocked(trial_ids, group, after_id, limit);
+  }
+  std::vector<MetricRow> out;
+  out.reserve(kept.size());
+  for (const MetricTail::RowPtr& k : kept) {
+    MetricRow r;
+    r.id = k->id;
+    r.trial_id = k->trial_id;
+    r.trial_run_id = k->trial_run_id;
+    r.group = k->group;
+    r.total_batches = k->total_batches;
+    r.total_epochs = k->total_epochs;
+    DET_ASSIGN_OR_RETURN(r.metrics, DecodeMetrics(k->encoded));
+    r.time_ms = k->time_ms;
+    r.archived = k->archived;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+absl::StatusOr<bool> Store::ReadMetricTailLocked(const std::vector<int64_t>& trial_ids, const std::string& group,
+                                                 int64_t after_id, int64_t limit,
+                                                 std::vector<MetricTail::RowPtr>* out) {
+  // Inside a transaction this thread's own uncommitted rows are in SQLite
+  // but not in the tail: SQLite answers, as before.
+  if (sqlite3_get_autocommit(db_) == 0) return false;
+  const uint64_t rewrites = metric_rewrites_.load();
+  if (metric_tail_.rewrites_seen() != rewrites) {  // rows archived or deleted since the tail took them
+    metric_tail_.Invalidate();
+    metric_tail_.set_rewrites_seen(rewrites);
+  }
+  if (!metric_tail_.has_coverage()) {  // after Open: start after the largest stored id
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached("SELECT COALESCE(MAX(id), 0) FROM metrics"));
+    int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_ROW) return Error(rc, "largest metric id");
+    metric_tail_.SetBaseline(ColInt(st.get(), 0));
+  }
+  return metric_tail_.Read(trial_ids, group, after_id, limit, out);
+}
+
+absl::StatusOr<std::vector<MetricRow>> Store::ListMetricsAfterIdSqlLocked(const std::vector<int64_t>& trial_ids,
+                                                                          const std::string& group,
+                                                                          int64_t after_id, int64_t limit) {
   DET_ASSIGN_OR_RETURN(Stmt st, CachedDynamic(MetricsAfterIdSql(trial_ids.size(), !group.empty())));
   Binder b(st.get());
   b.Int(after_id);
@@ -535,6 +583,11 @@ absl::StatusOr<std::vector<MetricRow>> Store::ListMetricsAfterId(const std::vect
   }
   if (rc != SQLITE_DONE) return Error(rc, "list metrics after id");
   return out;
+}
+
+MetricTail::Stats Store::MetricTailStats() {
+  std::lock_guard<StoreMutex> lock(mu_);
+  return metric_tail_.stats();
 }
 
 absl::StatusOr<std::vector<ValidationPoint>> Store::ListExperimentValidations(int64_t experiment_id) {
