@@ -33,6 +33,7 @@
 #include "trial_runtime/runtime/distributed.h"
 #include "trial_runtime/runtime/managed_s3.h"
 #include "trial_runtime/runtime/master_client.h"
+#include "trial_runtime/runtime/master_preemption.h"
 #include "trial_runtime/runtime/operation_relay.h"
 #include "trial_runtime/runtime/allocation_token.h"
 #include "trial_runtime/runtime/process_setup.h"
@@ -156,111 +157,6 @@ class MasterReporter final : public Reporter {
   bool chief_;
   // Shared with the reports queued: they may outlive this reporter.
   std::shared_ptr<RefusedReports> refused_ = std::make_shared<RefusedReports>();
-};
-
-// Delivers the reports still queued, giving up at `deadline` (not after
-// the client's retry timeout): then each report not delivered is named on
-// stderr, a checkpoint's with its uuid (its files stay on disk, unknown to
-// the master). OK when every report was delivered.
-absl::Status DeliverQueuedReports(MasterClient* client, std::chrono::steady_clock::time_point deadline) {
-  deadline = std::min(deadline, std::chrono::steady_clock::now() + client->retry_timeout());
-  absl::Status st = client->FlushReports(deadline);
-  if (st.ok()) return st;
-  const std::vector<std::string> pending = client->PendingReports();
-  if (!pending.empty()) {
-    std::fprintf(stderr, "det-trial: %zu reports not delivered to the master:", pending.size());
-    for (size_t i = 0; i < pending.size() && i < 20; ++i) std::fprintf(stderr, " [%s]", pending[i].c_str());
-    std::fprintf(stderr, "%s\n", pending.size() > 20 ? " ..." : "");
-    for (const std::string& what : pending) {
-      if (what.rfind("ReportCheckpoint ", 0) == 0) {
-        std::fprintf(stderr, "det-trial: checkpoint %s is on disk but was not reported to the master\n",
-                     what.c_str() + sizeof("ReportCheckpoint ") - 1);
-      }
-    }
-  }
-  std::fflush(stderr);
-  return st;
-}
-
-// Preempts on SIGTERM or when the master says so (long-polled in a thread).
-// Exits the process at once when the agent that started it is gone (nobody
-// would report its end) or the master no longer knows its allocation
-// (nothing it reports would be accepted); the master resumes the trial
-// elsewhere from its latest checkpoint.
-class MasterPreemption final : public PreemptionSource {
- public:
-  explicit MasterPreemption(MasterClient* client)
-      : client_(client), parent_(getppid()), thread_([this] { Poll(); }) {}
-  ~MasterPreemption() override {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  bool ShouldPreempt() override { return StopRequested() || preempt_.load(std::memory_order_acquire); }
-  std::string Why() const override {
-    if (!preempt_.load(std::memory_order_acquire)) return StopRequested() ? "SIGTERM" : "";
-    return tv1::ExitReason_Name(static_cast<tv1::ExitReason>(reason_.load(std::memory_order_relaxed)));
-  }
-
- private:
-  void Poll() {
-    while (true) {
-      {
-        std::unique_lock<std::mutex> l(mu_);
-        if (stop_) return;
-      }
-      tv1::ShouldPreemptRequest req;
-      req.set_allocation_id(client_->allocation_id());
-      req.set_timeout_ms(1000);
-      tv1::ShouldPreemptResponse resp;
-      grpc::ClientContext ctx;
-      ctx.AddMetadata("x-det-allocation-token", client_->token());
-      // Waits for the channel to connect: a waiting call is what makes gRPC
-      // redial the master promptly (common/master_channel.h).
-      ctx.set_wait_for_ready(true);
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-      grpc::Status s = client_->stub()->ShouldPreempt(&ctx, req, &resp);
-      if (s.ok() && resp.preempt()) {
-        reason_.store(resp.reason(), std::memory_order_relaxed);
-        preempt_.store(true, std::memory_order_release);
-        return;
-      }
-      client_->Note(s.error_code());
-      if (client_->revoked()) Abandon("the master no longer knows allocation " + client_->allocation_id());
-      if (getppid() != parent_) {
-        // The master may not know yet and still accept what is queued (a
-        // checkpoint whose files are on disk): delivered within a short bound.
-        (void)DeliverQueuedReports(client_, std::chrono::steady_clock::now() + kFlushBeforeAbandon);
-        Abandon("the agent that started this process is gone");
-      }
-      std::unique_lock<std::mutex> l(mu_);
-      // After an error wait a little before asking again; a successful long
-      // poll already waited on the master.
-      cv_.wait_for(l, s.ok() ? std::chrono::milliseconds(10) : std::chrono::milliseconds(500),
-                   [&] { return stop_; });
-    }
-  }
-  // How long reports still queued may take to reach the master when the
-  // agent is gone (at most DET_MASTER_RETRY_TIMEOUT_S).
-  static constexpr std::chrono::seconds kFlushBeforeAbandon{10};
-  [[noreturn]] static void Abandon(const std::string& why) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "det-trial: %s; exiting\n", why.c_str());
-    std::fflush(stderr);
-    std::_Exit(kExitMasterUnreachable);
-  }
-
-  MasterClient* client_;
-  const pid_t parent_;
-  std::atomic<bool> preempt_{false};
-  std::atomic<int> reason_{tv1::EXIT_REASON_UNSPECIFIED};  // the master's reason, set before preempt_
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
-  std::thread thread_;
 };
 
 // Ends the run on an error. A config or library error (codes 2 and 3) fails
