@@ -8,37 +8,6 @@
 
 namespace det::master {
 
-void PointExtremes::Add(int64_t key, double y) {
-  const bool number = !std::isnan(y);
-  if (count == 0 || (std::isnan(lo_y) && number) || (number && y < lo_y)) {
-    lo = key;
-    lo_y = y;
-  }
-  if (count == 0 || (std::isnan(hi_y) && number) || (number && y > hi_y)) {
-    hi = key;
-    hi_y = y;
-  }
-  ++count;
-}
-
-void PointExtremes::Merge(const PointExtremes& later) {
-  if (later.count == 0) return;
-  if (count == 0) {
-    *this = later;
-    return;
-  }
-  const bool lo_number = !std::isnan(later.lo_y), hi_number = !std::isnan(later.hi_y);
-  if ((std::isnan(lo_y) && lo_number) || (lo_number && later.lo_y < lo_y)) {
-    lo = later.lo;
-    lo_y = later.lo_y;
-  }
-  if ((std::isnan(hi_y) && hi_number) || (hi_number && later.hi_y > hi_y)) {
-    hi = later.hi;
-    hi_y = later.hi_y;
-  }
-  count += later.count;
-}
-
 size_t ChartBucketWidth(size_t n, size_t max_points) {
   if (n <= std::max<size_t>(max_points, 2)) return 0;
   const size_t buckets = std::max<size_t>((std::max<size_t>(max_points, 4) - 2) / 2, 1);

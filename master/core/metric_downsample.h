@@ -18,20 +18,8 @@ inline constexpr int kDefaultChartPoints = 1000;
 inline constexpr int kMaxChartPoints = 10000;
 inline constexpr int kMaxMetricsPage = 10000;
 
-// The extremes of a run of points, composable (issue 50's chart rollups):
-// folding points one by one with Add, in point order, and merging the
-// folds of consecutive runs with Merge give the same result. lo/hi are the
-// caller's keys (a point index, a row id) of the smallest and the largest
-// value: the first on ties; a NaN only when the run has no number (then
-// the run's first point). count: points folded.
-struct PointExtremes {
-  int64_t count = 0;
-  int64_t lo = -1, hi = -1;
-  double lo_y = 0, hi_y = 0;
-  void Add(int64_t key, double y);
-  // Folds in `later`, a run that follows this one.
-  void Merge(const PointExtremes& later);
-};
+// PointExtremes (composable min/max of a run of points) is defined in
+// master/store/metric_rollups.h, which store.h includes.
 
 // The bucket width of a downsampled series of n points: 0 when every point
 // is kept (n <= max(max_points, 2)); otherwise the smallest power of two w
