@@ -1,23 +1,35 @@
 // bench/control_plane: what the master adds around a trial.
 //
 // 1. Latency: a 1-batch trial of the synthetic example through a real
-//    det-master and det-agent on loopback (experiment create -> first
-//    training metric -> COMPLETED) next to the bare `det-trial --local` run
-//    of the same trial, as ratios.
+//    det-master and det-agent on loopback, phase by phase (trial created,
+//    allocation scheduled, agent told, process spawned, det-trial connected,
+//    first batch, validation, final checkpoint, exit, agent reports exit,
+//    experiment COMPLETED; read from the master's and the agent's logs), next
+//    to the bare `det-trial --local` run of the same trial, in interleaved
+//    rounds; with the agent's prestarted pool off and on (--prestart-pool 1,
+//    when this det-agent has it). Goals (issue 50): create -> COMPLETED <=
+//    1.5x the bare run; allocation -> first batch <= 100 ms with the pool.
 // 2. Metric ingestion: training-metric rows per second reported through the
 //    master's TrialService (gRPC, SQLite behind it) next to raw prepared
-//    SQLite inserts of the same rows on the same machine (goal: >= 0.5).
+//    SQLite inserts of the same rows on the same machine (goal: >= 0.8).
 //
 //   control_plane [--rows N] [--rows-per-request K] [--rounds R] [--before-master PATH]
+//                 [--before-trial PATH] [--check]
 //
 // --before-master runs another det-master build (say, one from before a
-// change) in the same rounds, to print its ratios next to this build's.
+// change) in the same rounds, to print its ratios next to this build's;
+// --before-trial runs a third cluster whose agent starts another det-trial
+// build (det-agent --det-trial), in the same latency rounds. --rows 0 skips
+// the ingestion part. --check exits 1 when a phase of a trip is missing from
+// the logs or out of order (behaviour only: the ctest control_plane_small).
 #include <signal.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -72,11 +84,12 @@ data:
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 struct Master {
-  explicit Master(const TempDir& dir, const std::string& binary = kBin + "/det-master") {
+  explicit Master(const TempDir& dir, const std::string& binary = kBin + "/det-master",
+                  const std::string& log_level = "warn") {
     det::testing::IsolateCliAuth(dir.path());
     proc = std::make_unique<Subprocess>(
         std::vector<std::string>{binary, "--data-dir", dir / "master", "--grpc-port", "0", "--http-port",
-                                 "0", "--ports-file", dir / "ports.json", "--log-level", "warn",
+                                 "0", "--ports-file", dir / "ports.json", "--log-level", log_level,
                                  // The ingestion bench plays an agent that sends no heartbeats.
                                  "--heartbeat-timeout-ms", "86400000"},
         dir / "master.out", dir / "master.err");
@@ -105,60 +118,253 @@ struct Master {
   std::string token;
 };
 
-void Latency() {
+// Milliseconds since local midnight of a spdlog line "[YYYY-MM-DD HH:MM:SS.mmm] ...", or -1.
+int64_t LineMs(const std::string& line) {
+  int h = 0, m = 0, s = 0, ms = 0;
+  if (line.size() < 25 || line[0] != '[' || std::sscanf(line.c_str() + 12, "%d:%d:%d.%d", &h, &m, &s, &ms) != 4) {
+    return -1;
+  }
+  return ((h * 60LL + m) * 60 + s) * 1000 + ms;
+}
+
+// Now, in the same clock as LineMs (the logs' local wall time).
+int64_t NowMsOfDay() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm lt{};
+  localtime_r(&t, &lt);
+  const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  return ((lt.tm_hour * 60LL + lt.tm_min) * 60 + lt.tm_sec) * 1000 + ms;
+}
+
+// Seconds from `start` (ms of day) to the first line of `log` that holds
+// every needle; NaN when none does.
+double At(const std::string& log, const std::vector<std::string>& needles, int64_t start) {
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    bool all = true;
+    for (const std::string& n : needles) all = all && line.find(n) != std::string::npos;
+    int64_t ms = all ? LineMs(line) : -1;
+    if (ms < 0) continue;
+    if (ms < start - 43200000) ms += 86400000;  // past midnight
+    return (ms - start) / 1000.0;
+  }
+  return std::nan("");
+}
+
+// The path of a 1-batch trial through master and agent, as the master's
+// (info) and agent's (debug: the trial's own lines) logs time it.
+const char* kPhases[] = {"trial created",        "allocation scheduled",  "agent told",
+                         "process spawned",      "det-trial connected",   "first batch trained",
+                         "validation",           "final checkpoint",      "exit operation",
+                         "agent reports exit",   "experiment COMPLETED"};
+constexpr int kNumPhases = sizeof(kPhases) / sizeof(kPhases[0]);
+struct Trip {
+  double at[kNumPhases];  // seconds after the create command started
+};
+
+Trip Phases(const std::string& master_log, const std::string& agent_log, int id, int64_t start) {
+  const std::string t = std::to_string(id), alloc = "trial-" + t + ".";
+  Trip trip;
+  const std::vector<std::vector<std::string>> m = {{"created trial " + t + " with"},
+                                                    {"trial " + t + ": allocation", "placed"}};
+  const std::vector<std::vector<std::string>> a = {{"starting allocation " + alloc},
+                                                    {"allocation " + alloc, "rank 0: pid"},
+                                                    {alloc, "[det-trial] trial " + t + " ("},
+                                                    {alloc, "[det-trial] training"},
+                                                    {alloc, "[det-trial] validation"},
+                                                    {alloc, "[det-trial] checkpoint"},
+                                                    {alloc, "[det-trial] exiting at batch"},
+                                                    {"allocation " + alloc, "exited with code"}};
+  int k = 0;
+  for (const auto& n : m) trip.at[k++] = At(master_log, n, start);
+  for (const auto& n : a) trip.at[k++] = At(agent_log, n, start);
+  trip.at[k] = At(master_log, {"experiment " + t + " is COMPLETED"}, start);
+  return trip;
+}
+
+// A det-master and one det-agent (with `pool` prestarted processes when > 0)
+// that run 1-batch experiments one after another.
+class LatencyCluster {
+ public:
+  // `det_trial`: another det-trial binary for the agent (empty: its own).
+  LatencyCluster(int pool, const std::string& det_trial) : master_(dir_, kBin + "/det-master", "info") {
+    std::vector<std::string> argv{kBin + "/det-agent", "--master", master_.grpc, "--id", "bench",
+                                  "--work-dir", dir_ / "agent", "--log-level", "debug"};
+    if (pool > 0) argv.insert(argv.end(), {"--prestart-pool", std::to_string(pool)});
+    if (!det_trial.empty()) argv.insert(argv.end(), {"--det-trial", det_trial});
+    agent_ = std::make_unique<Subprocess>(argv, dir_ / "agent.out", dir_ / "agent.err");
+    WriteFile(dir_ / "config.yaml", kConfig);
+    if (!PollUntil([&] { return master_.Get("/api/v1/agents").dump().find("\"connected\":true") != std::string::npos; },
+                   std::chrono::seconds(30))) {
+      std::fprintf(stderr, "agent did not connect: %s\n", ReadFile(dir_ / "agent.err").c_str());
+      std::exit(1);
+    }
+  }
+  ~LatencyCluster() {
+    agent_->Signal(SIGTERM);
+    agent_->Wait(std::chrono::seconds(10));
+  }
+  // One experiment, created with det-cli, to COMPLETED.
+  Trip RunOne() {
+    const int id = next_++;
+    det::testing::IsolateCliAuth(dir_.path());
+    const int64_t start = NowMsOfDay();
+    std::string out, err;
+    if (det::testing::RunProcess({kBin + "/det-cli", "-m", master_.grpc, "experiment", "create", dir_ / "config.yaml",
+                                  kSynthetic},
+                                 &out, &err) != 0) {
+      std::fprintf(stderr, "experiment create failed: %s\n", err.c_str());
+      std::exit(1);
+    }
+    const std::string path = "/api/v1/experiments/" + std::to_string(id);
+    if (!PollUntil([&] { return master_.Get(path).dump().find("STATE_COMPLETED") != std::string::npos; },
+                   std::chrono::minutes(2))) {
+      std::fprintf(stderr, "experiment %d did not complete: %s\n", id, ReadFile(dir_ / "agent.err").c_str());
+      std::exit(1);
+    }
+    const std::string agent_log = ReadFile(dir_ / "agent.err") + ReadFile(dir_ / "agent.out");
+    return Phases(ReadFile(dir_ / "master.err") + ReadFile(dir_ / "master.out"), agent_log, id, start);
+  }
+
+ private:
+  TempDir dir_;
+  Master master_;
+  std::unique_ptr<Subprocess> agent_;
+  int next_ = 1;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+// "median [min-max]" of `v` times `scale`.
+std::string Spread(std::vector<double> v, double scale, const char* fmt = "%.0f") {
+  if (v.empty()) return "-";
+  std::sort(v.begin(), v.end());
+  char a[32], b[32], c[32];
+  std::snprintf(a, sizeof a, fmt, Median(v) * scale);
+  std::snprintf(b, sizeof b, fmt, v.front() * scale);
+  std::snprintf(c, sizeof c, fmt, v.back() * scale);
+  return std::string(a) + " [" + b + "-" + c + "]";
+}
+
+bool AgentHasPrestartPool() {
+  std::string out, err;
+  det::testing::RunProcess({kBin + "/det-agent", "--help"}, &out, &err);
+  return (out + err).find("--prestart-pool") != std::string::npos;
+}
+
+std::string Machine() {
+  std::string model = "unknown CPU", load = ReadFile("/proc/loadavg");
+  std::istringstream cpu(ReadFile("/proc/cpuinfo"));
+  for (std::string line; std::getline(cpu, line);) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  if (!load.empty() && load.back() == '\n') load.pop_back();
+  return std::to_string(std::thread::hardware_concurrency()) + " cores (" + model + "), load average " + load;
+}
+
+// Phase `p` of every trip, in seconds after the create command started.
+std::vector<double> PhaseTimes(const std::vector<Trip>& trips, int p) {
+  std::vector<double> v;
+  for (const Trip& t : trips) {
+    if (!std::isnan(t.at[p])) v.push_back(t.at[p]);
+  }
+  return v;
+}
+// `to` minus `from` of every trip.
+std::vector<double> Between(const std::vector<Trip>& trips, int from, int to) {
+  std::vector<double> v;
+  for (const Trip& t : trips) v.push_back(t.at[to] - t.at[from]);
+  return v;
+}
+
+// A column of the latency table: a cluster's name and its trips.
+struct Column {
+  std::string name;
+  std::vector<Trip> trips;
+};
+
+void PrintLatency(const std::vector<double>& bare, const std::vector<Column>& columns) {
+  std::printf("machine: %s\n", Machine().c_str());
+  std::printf("1-batch trial of the synthetic example, %zu interleaved rounds, median [min-max]:\n", bare.size());
+  std::printf("  bare det-trial --local, process start to exit: %s ms\n", Spread(bare, 1000).c_str());
+  std::printf("  through det-master + det-agent, ms after `det-cli experiment create` started (from their logs):\n");
+  std::printf("    %-22s", "phase");
+  for (const Column& c : columns) std::printf(" %-24s", c.name.c_str());
+  for (int p = 0; p < kNumPhases; ++p) {
+    std::printf("\n    %-22s", kPhases[p]);
+    for (const Column& c : columns) std::printf(" %-24s", Spread(PhaseTimes(c.trips, p), 1000).c_str());
+  }
+  std::printf("\n");
+  for (const Column& c : columns) {
+    std::vector<double> ratio;
+    for (size_t i = 0; i < c.trips.size(); ++i) ratio.push_back(c.trips[i].at[kNumPhases - 1] / bare[i]);
+    std::printf("  %s: create -> COMPLETED / bare run %s (goal <= 1.5; issue 50 found 3.23); allocation -> first "
+                "batch %s ms (goal <= 100 ms with the pool); exit operation -> agent reports exit %s ms\n",
+                c.name.c_str(), Spread(ratio, 1, "%.2f").c_str(), Spread(Between(c.trips, 1, 5), 1000).c_str(),
+                Spread(Between(c.trips, 8, 9), 1000).c_str());
+  }
+}
+
+// Prints the bare local run, then each phase of a trial through master and
+// agent with the pool off and on (and with `before_trial`, another det-trial
+// build, when set), `rounds` interleaved rounds.
+// --check: every phase of every trip was found in the logs, in order (the
+// breakdown is only as good as the log lines it reads); false after naming
+// the first that was not.
+bool PhasesFound(const std::vector<Column>& columns) {
+  for (const Column& c : columns) {
+    for (size_t i = 0; i < c.trips.size(); ++i) {
+      for (int p = 0; p < kNumPhases; ++p) {
+        const double at = c.trips[i].at[p];
+        if (std::isnan(at) || (p > 0 && at + 0.002 < c.trips[i].at[p - 1])) {
+          std::fprintf(stderr, "check failed: %s, round %zu: phase '%s' %s\n", c.name.c_str(), i + 1, kPhases[p],
+                       std::isnan(at) ? "not found in the master's or agent's log" : "before the phase above it");
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+bool Latency(int rounds, const std::string& before_trial) {
   TempDir dir;
   WriteFile(dir / "config.yaml", kConfig);
-  // Bare local run.
-  auto t0 = Clock::now();
-  std::string out, err;
-  if (det::testing::RunProcess({kBin + "/det-trial", "--local", dir / "config.yaml", kSynthetic, "--output-dir",
-                                dir / "local", "--no-progress"},
-                               &out, &err) != 0) {
-    std::fprintf(stderr, "det-trial --local failed: %s\n", err.c_str());
-    std::exit(1);
+  std::vector<std::unique_ptr<LatencyCluster>> clusters;
+  std::vector<Column> columns;
+  clusters.push_back(std::make_unique<LatencyCluster>(0, ""));
+  columns.push_back({"pool off", {}});
+  if (AgentHasPrestartPool()) {
+    clusters.push_back(std::make_unique<LatencyCluster>(1, ""));
+    columns.push_back({"pool on (1 prestarted)", {}});
+  } else {
+    std::printf("pool on: not available (this det-agent has no --prestart-pool)\n");
   }
-  double local = Seconds(t0, Clock::now());
-
-  Master master(dir);
-  Subprocess agent({kBin + "/det-agent", "--master", master.grpc, "--id", "bench", "--work-dir", dir / "agent"},
-                   dir / "agent.out", dir / "agent.err");
-  PollUntil([&] { return master.Get("/api/v1/agents").dump().find("\"connected\":true") != std::string::npos; },
-            std::chrono::seconds(30));
-  auto start = Clock::now();
-  if (det::testing::RunProcess({kBin + "/det-cli", "-m", master.grpc, "experiment", "create", dir / "config.yaml",
-                                kSynthetic},
-                               &out, &err) != 0) {
-    std::fprintf(stderr, "experiment create failed: %s\n", err.c_str());
-    std::exit(1);
+  if (!before_trial.empty()) {
+    clusters.push_back(std::make_unique<LatencyCluster>(0, before_trial));
+    columns.push_back({"before: pool off, " + fs::path(before_trial).parent_path().filename().string(), {}});
   }
-  Clock::time_point first_metric, completed;
-  bool have_metric = false;
-  PollUntil(
-      [&] {
-        if (!have_metric) {
-          auto m = master.Get("/api/v1/trials/1/metrics?group=training");
-          if (m.contains("metrics") && !m["metrics"].empty()) {
-            first_metric = Clock::now();
-            have_metric = true;
-          }
-        }
-        auto e = master.Get("/api/v1/experiments/1");
-        if (e.contains("experiment") && e["experiment"]["state"] == "STATE_COMPLETED") {
-          completed = Clock::now();
-          if (!have_metric) first_metric = completed;
-          return true;
-        }
-        return false;
-      },
-      std::chrono::minutes(2));
-  agent.Signal(SIGTERM);
-  agent.Wait(std::chrono::seconds(10));
-  double to_metric = Seconds(start, first_metric);
-  double to_done = Seconds(start, completed);
-  std::printf("1-batch trial, bare det-trial --local (process start to exit): %.3f s\n", local);
-  std::printf("through master+agent: create -> first training metric %.3f s, -> COMPLETED %.3f s\n", to_metric, to_done);
-  std::printf("ratio create->first metric / bare run: %.2f\n", to_metric / local);
-  std::printf("ratio create->COMPLETED / bare run: %.2f\n", to_done / local);
+  std::vector<double> bare;
+  for (int r = 0; r < rounds; ++r) {
+    auto t0 = Clock::now();
+    std::string out, err;
+    if (det::testing::RunProcess({kBin + "/det-trial", "--local", dir / "config.yaml", kSynthetic, "--output-dir",
+                                  dir / ("local" + std::to_string(r)), "--no-progress"},
+                                 &out, &err) != 0) {
+      std::fprintf(stderr, "det-trial --local failed: %s\n", err.c_str());
+      std::exit(1);
+    }
+    bare.push_back(Seconds(t0, Clock::now()));
+    for (size_t c = 0; c < clusters.size(); ++c) columns[c].trips.push_back(clusters[c]->RunOne());
+  }
+  PrintLatency(bare, columns);
+  return PhasesFound(columns);
 }
 
 // Raw prepared SQLite inserts of the same rows the master stores. With
@@ -382,24 +588,28 @@ std::vector<Round> IngestionRounds(const TempDir& dir, int rows, int per_request
   return out;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int rows = 200000, per_request = 100, n_rounds = 5;
-  std::string before;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--rows") rows = std::atoi(argv[i + 1]);
-    if (a == "--rows-per-request") per_request = std::atoi(argv[i + 1]);
-    if (a == "--rounds") n_rounds = std::max(1, std::atoi(argv[i + 1]));
-    if (a == "--before-master") before = argv[i + 1];
+  std::string before, before_trial;
+  bool check = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--check") {
+      check = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    const std::string a = argv[i], v = argv[++i];
+    if (a == "--rows") rows = std::atoi(v.c_str());
+    if (a == "--rows-per-request") per_request = std::atoi(v.c_str());
+    if (a == "--rounds") n_rounds = std::max(1, std::atoi(v.c_str()));
+    if (a == "--before-master") before = v;
+    if (a == "--before-trial") before_trial = v;
   }
-  Latency();
+  const bool phases_found = Latency(n_rounds, before_trial);
+  if (check && !phases_found) return 1;
+  if (rows <= 0) return 0;
   TempDir dir;
   std::vector<Round> rounds = IngestionRounds(dir, rows, per_request, n_rounds, before);
   auto median = [&](double (*field)(const Round&)) {
@@ -417,7 +627,7 @@ int main(int argc, char** argv) {
               median([](const Round& r) { return r.one_client; }));
   std::printf("  through det-master, 4 reporting clients at once:      %.0f rows/s\n",
               median([](const Round& r) { return r.four_clients; }));
-  std::printf("  ratio master / raw (master's schema): %.3f with 1 client (goal >= 0.5), %.3f with 4\n",
+  std::printf("  ratio master / raw (master's schema): %.3f with 1 client (goal >= 0.8), %.3f with 4\n",
               median([](const Round& r) { return r.one_client / r.raw; }),
               median([](const Round& r) { return r.four_clients / r.raw4; }));
   std::printf("  ratio master / raw (bare table):      %.3f with 1 client, %.3f with 4\n",
@@ -428,7 +638,7 @@ int main(int argc, char** argv) {
   std::printf("\n");
   if (!before.empty()) {
     std::printf("  before (%s), same rounds:\n", before.c_str());
-    std::printf("    ratio before / raw (master's schema): %.3f with 1 client (goal >= 0.5), %.3f with 4\n",
+    std::printf("    ratio before / raw (master's schema): %.3f with 1 client (goal >= 0.8), %.3f with 4\n",
                 median([](const Round& r) { return r.one_client_before / r.raw; }),
                 median([](const Round& r) { return r.four_clients_before / r.raw4; }));
     std::printf("    ratio after / before: %.3f with 1 client, %.3f with 4\n",

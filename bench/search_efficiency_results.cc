@@ -119,6 +119,36 @@ void PrintFinalBests(const std::string& metric, bool smaller_is_better, const st
 
 }  // namespace
 
+WallPerBatch MedianWallPerBatch(const std::vector<std::optional<Outcome>>& outcomes) {
+  WallPerBatch w;
+  std::vector<double> ms;
+  for (const auto& o : outcomes) {
+    if (!o || o->total_batches <= 0) continue;
+    ms.push_back(o->seconds * 1000.0 / static_cast<double>(o->total_batches));
+    w.stopped_early += o->stopped_early ? 1 : 0;
+  }
+  w.seeds = static_cast<int>(ms.size());
+  if (ms.empty()) return w;
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  w.median_ms = n % 2 == 1 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+  return w;
+}
+
+void PrintWallPerBatch(const std::vector<std::optional<Outcome>>& random,
+                       const std::vector<std::pair<std::string, std::vector<std::optional<Outcome>>>>& searches) {
+  const WallPerBatch r = MedianWallPerBatch(random);
+  std::printf("\nwall time per batch trained (seconds / total batches), median over the seeds measured:\n");
+  std::printf("  random: %.2f ms (%d seeds)\n", r.median_ms, r.seeds);
+  for (const auto& [name, outcomes] : searches) {
+    const WallPerBatch w = MedianWallPerBatch(outcomes);
+    std::printf("  %s: %.2f ms (%d seeds, %d stopped at random's best), ratio to random %.3f (goal <= 1.0 for "
+                "ASHA on 2 slots, issue 50)%s\n",
+                name.c_str(), w.median_ms, w.seeds, w.stopped_early, r.median_ms > 0 ? w.median_ms / r.median_ms : 0,
+                w.seeds < 4 || r.seeds < 4 ? " [fewer than 4 seeds: not the goal's figure]" : "");
+  }
+}
+
 void PrintSummary(const std::string& metric, bool smaller_is_better, double tolerance, bool full,
                   const std::vector<int64_t>& seeds, const std::vector<std::optional<Outcome>>& random,
                   const std::vector<std::pair<std::string, std::vector<std::optional<Outcome>>>>& searches) {
@@ -173,6 +203,7 @@ void PrintSummary(const std::string& metric, bool smaller_is_better, double tole
     std::printf("\nrun to their end (--full):\n");
     PrintFinalBests(metric, smaller_is_better, seeds, random, searches);
   }
+  PrintWallPerBatch(random, searches);
 }
 
 }  // namespace det::bench

@@ -66,6 +66,22 @@ class ResultsFile {
 void PrintSpreadLine(const std::string& name, int64_t searched, int64_t random, std::vector<double> ratios,
                      int nevers, int missing, bool mark_lower_bound);
 
+// Wall time per batch trained (issue 50): each measured search's seconds /
+// total_batches, and the median over the seeds measured (0 when none). A
+// search stopped early (at random's best) counts the part it ran.
+struct WallPerBatch {
+  double median_ms = 0;
+  int seeds = 0;          // outcomes measured
+  int stopped_early = 0;  // of them, killed at random's best
+};
+WallPerBatch MedianWallPerBatch(const std::vector<std::optional<Outcome>>& outcomes);
+
+// Prints each searcher's median wall time per batch next to random
+// search's and their ratio, with the goal (issue 50: ASHA's at most random's
+// on 2 slots, ratio <= 1).
+void PrintWallPerBatch(const std::vector<std::optional<Outcome>>& random,
+                       const std::vector<std::pair<std::string, std::vector<std::optional<Outcome>>>>& searches);
+
 // Prints, for each searcher, every seed's batches to reach random's best
 // (minus tolerance) and its ratio to random's, then the summed-batches
 // ratio with the per-seed spread (min, median, max, sd) and the seeds where

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -51,6 +53,30 @@ TEST(SearchEfficiencyResultsTest, RoundTripsThroughTheFileAndSkipsADamagedLine) 
   EXPECT_FALSE(again.Find("fmnist trials=16", 7, "promotion").has_value());
   EXPECT_FALSE(again.Find("fmnist trials=64", 8, "promotion").has_value());
   EXPECT_FALSE(again.Find("fmnist trials=64", 7, "random").has_value());
+}
+
+// Issue 50's figure: the median over seeds of seconds / batches; a seed not
+// measured (or with no batch) is left out.
+TEST(SearchEfficiencyResultsTest, WallPerBatchIsTheMedianOverTheMeasuredSeeds) {
+  auto outcome = [](double seconds, int64_t batches, bool early) {
+    Outcome o;
+    o.seconds = seconds;
+    o.total_batches = batches;
+    o.stopped_early = early;
+    return std::optional<Outcome>(o);
+  };
+  std::vector<std::optional<Outcome>> four = {outcome(4, 1000, false), outcome(10, 1000, true), std::nullopt,
+                                              outcome(2, 1000, false), outcome(6, 1000, true), outcome(1, 0, false)};
+  WallPerBatch w = MedianWallPerBatch(four);
+  EXPECT_EQ(w.seeds, 4);
+  EXPECT_EQ(w.stopped_early, 2);
+  EXPECT_DOUBLE_EQ(w.median_ms, 5.0);  // 2, 4, 6, 10 ms: (4 + 6) / 2
+  four.pop_back();
+  four.pop_back();
+  w = MedianWallPerBatch(four);
+  EXPECT_EQ(w.seeds, 3);
+  EXPECT_DOUBLE_EQ(w.median_ms, 4.0);
+  EXPECT_EQ(MedianWallPerBatch({}).seeds, 0);
 }
 
 }  // namespace
