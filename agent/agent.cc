@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "agent/agent_credential.h"
 #include "agent/cgroup.h"
+#include "agent/trial_env.h"
 #include "common/abi_check.h"
 #include "common/master_channel.h"
 #include "common/grpc_status.h"
@@ -49,7 +50,15 @@ bool IsFatalRegisterError(grpc::StatusCode code) {
 
 Agent::Agent(AgentOptions options)
     : options_(std::move(options)),
-      cache_((fs::path(options_.work_dir) / "cache").string()) {}
+      cache_((fs::path(options_.work_dir) / "cache").string()) {
+  if (options_.prestart_pool > 0) {
+    PrestartPoolOptions pool;
+    pool.size = std::min(options_.prestart_pool, kMaxPrestartPool);
+    pool.det_trial_path = options_.det_trial_path;
+    for (const auto& [k, v] : AgentEnvironmentForTrials()) pool.env.push_back(k + "=" + v);
+    pool_ = std::make_unique<PrestartPool>(std::move(pool));
+  }
+}
 
 Agent::~Agent() {
   Shutdown();

@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/artifact_cache.h"
+#include "agent/prestart_pool.h"
 #include "agent/process_launcher.h"
 #include "common/det_version.h"
 #include "det/agent/v1/agent.grpc.pb.h"
@@ -77,6 +78,9 @@ struct AgentOptions {
   absl::Duration log_batch_delay = absl::Milliseconds(100);
   // Null: insecure credentials.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Prestarted det-trial processes kept idle (prestart_pool.h;
+  // --prestart-pool); 0: every rank starts a fresh process.
+  int prestart_pool = 0;
 };
 
 // Thread-safe. Typical use: construct, Run() on one thread, Shutdown() from
@@ -263,6 +267,8 @@ class Agent {
   absl::Time log_buffer_since_ ABSL_GUARDED_BY(mu_);
   int64_t dropped_log_lines_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
+  // Null without --prestart-pool. Last: destroyed first.
+  std::unique_ptr<PrestartPool> pool_;
 };
 
 }  // namespace det::agent

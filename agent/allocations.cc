@@ -336,7 +336,11 @@ absl::Status Agent::LaunchRank(const av1::StartAllocation& start, const av1::Pro
     OnLine(id, rank, s, std::move(line));
   };
   lo.on_exit = [this, id, rank](const ExitStatus& st) { OnExit(id, rank, st); };
-  return AdoptProcess(alloc, rank, Process::Start(std::move(lo)));
+  if (pool_ == nullptr) return AdoptProcess(alloc, rank, Process::Start(std::move(lo)));
+  bool prestarted = false;
+  absl::StatusOr<std::unique_ptr<Process>> process = pool_->Launch(std::move(lo), &prestarted);
+  if (process.ok()) spdlog::info("allocation {} rank {}: {} process", id, rank, prestarted ? "prestarted" : "fresh");
+  return AdoptProcess(alloc, rank, std::move(process));
 }
 
 absl::Status Agent::AdoptProcess(Allocation& alloc, int rank,

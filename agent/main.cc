@@ -6,7 +6,8 @@
 //             [--address A]... [--rendezvous-ports FIRST-LAST]
 //             [--cluster-secret-file F] [--trial-user NAME] [--no-cgroups]
 //             [--tls-ca PEM] [--metrics-listen ADDR:PORT]
-//             [--metrics-token-file F] [--nvml-library PATH] [--log-level L]
+//             [--metrics-token-file F] [--nvml-library PATH] [--prestart-pool N]
+//             [--log-level L]
 //
 // The cluster secret comes from a file only (argv and the environment are
 // readable by others: /proc/PID/cmdline, /proc/PID/environ).
@@ -148,6 +149,15 @@ void AddMetricsFlags(CLI::App& app, det::agent::AgentMetricsFlags* flags) {
                  "'none': no GPU series)");
 }
 
+// --prestart-pool (prestart_pool.h).
+void AddPrestartPoolFlag(CLI::App& app, det::agent::AgentOptions* opts) {
+  app.add_option("--prestart-pool", opts->prestart_pool,
+                 "keep this many det-trial processes started ahead, LibTorch loaded, each serving the next rank "
+                 "of an allocation on this node and then exiting (docs/operations/prestart-pool.md); 0: off, "
+                 "each rank starts a fresh process")
+      ->check(CLI::Range(0, det::agent::kMaxPrestartPool));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,6 +197,7 @@ int main(int argc, char** argv) {
                  "run trial processes as this user (det-agent must run as root) when the master sends no uid of "
                  "the trial's owner (det-master --trial-uid-range); one uid shared by every user's trials");
   bool no_cgroups = false;
+  AddPrestartPoolFlag(app, &opts);
   app.add_flag("--no-cgroups", no_cgroups,
                "do not put trial processes in cgroups (they are still contained by process group and reaper)");
   std::string tls_ca;

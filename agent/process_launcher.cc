@@ -78,6 +78,9 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(LaunchOptions options) {
     return absl::InvalidArgumentError(
         absl::StrCat("a secret of ", options.secret.size(), " bytes; at most ", kMaxSecretBytes));
   }
+  if (options.channel_fd >= 0 && !options.secret.empty()) {
+    return absl::InvalidArgumentError("a channel_fd and a secret: the process inherits only one as fd 4");
+  }
   int secret_fd = -1;
   if (!options.secret.empty() && (secret_fd = SecretPipe(options.secret)) < 0) return ErrnoStatus(errno, "pipe");
   // Closed on every return: the process has its own copy.
@@ -124,7 +127,7 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(LaunchOptions options) {
   plan.err_fd = err_pipe[1];
   plan.report_fd = report_pipe[1];
   plan.cgroup_procs = cgroup_procs.empty() ? nullptr : cgroup_procs.c_str();
-  plan.secret_fd = secret_fd;
+  plan.secret_fd = options.channel_fd >= 0 ? options.channel_fd : secret_fd;
   plan.umask = options.umask;
   if (options.run_as) {
     plan.set_user = true;
@@ -173,7 +176,13 @@ Process::Process(pid_t pid, pid_t reaper_pid, int out_fd, int err_fd, int report
       out_fd_(out_fd),
       err_fd_(err_fd),
       report_fd_(report_fd),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      cgroup_dir_(options_.cgroup_dir) {}
+
+void Process::SetCgroupDir(std::string dir) {
+  absl::MutexLock lock(&mu_);
+  cgroup_dir_ = std::move(dir);
+}
 
 ExitStatus Process::ReadExitStatus(int reaper_wait_status) {
   reaper::ExitReport report;
@@ -352,9 +361,14 @@ void Process::ReaderLoop() {
   if (pidfd >= 0) close(pidfd);
   close(report_fd_);
   report_fd_ = -1;
-  if (!options_.cgroup_dir.empty()) {
+  std::string cgroup_dir;
+  {
+    absl::MutexLock lock(&mu_);
+    cgroup_dir = cgroup_dir_;
+  }
+  if (!cgroup_dir.empty()) {
     // Whatever escaped the reaper (it was killed) is still in the cgroup.
-    absl::Status st = KillAndRemoveCgroup(options_.cgroup_dir, absl::Seconds(10));
+    absl::Status st = KillAndRemoveCgroup(cgroup_dir, absl::Seconds(10));
     if (!st.ok()) spdlog::error("{}", st.ToString());
   }
 

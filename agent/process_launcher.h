@@ -66,6 +66,10 @@ struct LaunchOptions {
   std::string secret;
   // The process's umask; -1: the agent's.
   int umask = -1;
+  // When >= 0 (and no secret): an fd the process inherits as kSecretFd
+  // instead (a prestarted process's channel: prestart_pool.h). The caller
+  // keeps and closes its own copy.
+  int channel_fd = -1;
 };
 
 // The fd number at which a process inherits LaunchOptions.secret.
@@ -93,6 +97,14 @@ class Process {
 
   // The process's pid (also its process group id).
   pid_t pid() const { return pid_; }
+  // The pid of its reaper (the process's parent).
+  pid_t reaper_pid() const { return reaper_pid_; }
+
+  // Makes `dir` (a cgroup v2 directory the caller moved the reaper and the
+  // process into) the process's cgroup: when the process ends everything
+  // still in it is killed and it is removed, as for
+  // LaunchOptions.cgroup_dir. For a prestarted process (prestart_pool.h).
+  void SetCgroupDir(std::string dir);
 
   // Sends `signal_number` to the whole process group; OK when it already
   // exited (nothing to signal).
@@ -127,6 +139,7 @@ class Process {
   std::thread reader_;
 
   absl::Mutex mu_;
+  std::string cgroup_dir_ ABSL_GUARDED_BY(mu_);  // options_.cgroup_dir or SetCgroupDir's
   bool exited_ ABSL_GUARDED_BY(mu_) = false;   // leader reaped, output drained
   bool reaped_ ABSL_GUARDED_BY(mu_) = false;   // reaper reaped (pgid may be gone)
   ExitStatus status_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 //
 //   det-trial --local CONFIG.yaml TRIAL.so [--resume CHECKPOINT_DIR] [--output-dir DIR] [--nproc N]
 //   det-trial --managed TRIAL.so          (started by det-agent for the master)
+//   det-trial --prestart                  (det-agent's prestart pool: prestart_mode.h)
 //
 // Local mode trains with no master: hyperparameters come from the config
 // (const values; the first sampled value of search types), and metrics go to
@@ -44,6 +45,8 @@
 #include "trial_runtime/runtime/local_launcher.h"
 #include "trial_runtime/runtime/local_reporter.h"
 #include "trial_runtime/runtime/managed_mode.h"
+#include "trial_runtime/runtime/prestart_mode.h"
+#include "common/prestart_assignment.h"
 #include "trial_runtime/runtime/process_setup.h"
 #include "trial_runtime/runtime/s3_storage.h"
 #include "trial_runtime/runtime/slurm_mode.h"
@@ -409,6 +412,8 @@ int RunLocal(const Flags& flags) {
 }  // namespace det::runtime
 
 int main(int argc, char** argv) {
+  // det-trial --prestart (det-agent's pool, prestart_mode.h): nothing else.
+  if (argc == 2 && std::string(argv[1]) == det::kPrestartFlag) return det::runtime::RunPrestarted();
   det::runtime::Flags flags;
   CLI::App app{"det-trial: runs one trial of a det-cpp trial.so"};
   bool managed = false;
