@@ -50,6 +50,7 @@
 #include "master/store/store_events.h"
 #include "master/store/store_mutex.h"
 #include "master/store/store_rows.h"
+#include "master/store/wal_checkpointer.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -119,6 +120,11 @@ class Store {
   // Open, applying migrations up to schema version `version` only: a test
   // builds an older release's database with it (a migration's test).
   static absl::StatusOr<std::unique_ptr<Store>> OpenAtVersionForTest(const std::string& path, int64_t version);
+  // What the WAL checkpointer did (wal_checkpointer.h): checkpoints run off
+  // the writer's connection. Thread-safe.
+  WalCheckpointer::Stats WalCheckpointStats() const {
+    return checkpointer_ != nullptr ? checkpointer_->stats() : WalCheckpointer::Stats();
+  }
 
   // The number of migrations this binary knows (the schema version Open
   // brings a database to).
@@ -565,6 +571,9 @@ class Store {
   // increasing in commit order, never reused.
   int64_t next_metric_id_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status LoadNextMetricIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // WAL checkpoints on a thread and connection of their own (issue 50;
+  // wal_checkpointer.h); set by Open, stopped before db_ closes.
+  std::unique_ptr<WalCheckpointer> checkpointer_;
   // Writes `group` in one transaction, a savepoint per call; sets each status.
   friend class StoreGroupPeer;  // store_events_test.cc calls CommitMetricGroup
   void CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>& group);
