@@ -127,7 +127,7 @@ Assigned AssignedIn(const std::string& logs) {
 
 std::string Uids(int64_t uid) { return absl::StrCat(uid, " ", uid, " ", uid, " ", uid); }
 
-class PrestartPoolTest : public ::testing::Test {
+class PrestartPoolClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(geteuid(), 0u) << "the prestart pool test needs root (det-agent drops each prestarted process to the "
@@ -197,7 +197,7 @@ class PrestartPoolTest : public ::testing::Test {
   pid_t agent_ = 0;
 };
 
-TEST_F(PrestartPoolTest, EachProcessServesOneTrialAndNeverAnotherTenant) {
+TEST_F(PrestartPoolClusterTest, EachProcessServesOneTrialAndNeverAnotherTenant) {
   const std::set<pid_t> first = FullPool();
   int64_t alice_trial = 0;
   Assigned alice;
@@ -240,7 +240,7 @@ TEST_F(PrestartPoolTest, EachProcessServesOneTrialAndNeverAnotherTenant) {
   EXPECT_EQ(n, 2u) << logs;
 }
 
-TEST_F(PrestartPoolTest, AKilledIdleProcessIsReplacedAndTheNextTrialRuns) {
+TEST_F(PrestartPoolClusterTest, AKilledIdleProcessIsReplacedAndTheNextTrialRuns) {
   const std::set<pid_t> idle = FullPool();
   const pid_t victim = *idle.begin();
   ASSERT_EQ(kill(victim, SIGKILL), 0);
