@@ -192,6 +192,9 @@ struct Snoop {
   int exp = 0;
   int64_t trial = 0;
   pid_t pid = 0;
+  // The Uid line of /proc/pid/status, read as soon as the pid is known (the
+  // trial may have exited by the time its report is seen).
+  std::string status_uid;
   std::map<std::string, std::string> report;
 };
 
@@ -256,6 +259,7 @@ class SecurityTenantsTest : public TenantsTestBase {
         [&] {
           const std::string alloc = AllocationOf(*cluster_, s->trial);
           if (s->pid == 0 && !alloc.empty()) s->pid = DetTrialOf(alloc);
+          if (s->pid != 0 && s->status_uid.empty()) s->status_uid = StatusField(s->pid, "Uid");
           s->report = SnoopReport(cluster_->TrialLogs(s->trial));
           return !s->report.empty();
         },
@@ -265,7 +269,7 @@ class SecurityTenantsTest : public TenantsTestBase {
 
   void ExpectSnoopRefused(const Snoop& s) {
     EXPECT_EQ(s.report.at("uid"), std::to_string(kFirstUid + 1)) << "bob's trial runs as his own uid";
-    if (s.pid != 0) EXPECT_EQ(StatusField(s.pid, "Uid").substr(0, 6), std::to_string(kFirstUid + 1));
+    if (s.pid != 0) EXPECT_EQ(s.status_uid.substr(0, 6), std::to_string(kFirstUid + 1));
     const std::map<std::string, std::string> refused = {
         {"token_hits", "0"},        {"cmdline_token_hits", "0"}, {"victim_environ", "EACCES"},
         {"victim_fd4", "EACCES"},   {"kill0", "EPERM"},          {"sigstop", "EPERM"},
