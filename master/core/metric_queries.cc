@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -155,10 +157,78 @@ absl::StatusOr<ChartCache::Entry> ChartScan(Store& store, ChartCache* cache, con
   return entry;
 }
 
+// The rows after a series' last closed 64-block the rollup path reads at
+// most (all its series together); beyond, the chart scans.
+constexpr int64_t kMaxRollupTailRows = 4096;
+
+// The downsampled answer of one group from its chart rollups
+// (metric_rollups.h): the same points a scan chooses, read in O(points).
+// False (nothing written) when the rollups cannot answer: the group's
+// series all fit (every row is returned whole), a series needs buckets
+// narrower than a 64-point block (or no buckets), or the rollups do not
+// cover every row (Store::ReadRollupChart); the caller scans.
+absl::StatusOr<bool> RollupDownsampled(Store& store, const apiv1::GetTrialMetricsRequest& req,
+                                       apiv1::GetTrialMetricsResponse* resp) {
+  const size_t max_points = req.limit() > 0 ? static_cast<size_t>(req.limit()) : kDefaultChartPoints;
+  std::vector<RollupChartSeries> series;
+  DET_ASSIGN_OR_RETURN(bool covered, store.ReadRollupChart(
+                                         req.trial_id(), req.group(),
+                                         [max_points](int64_t n) {
+                                           return static_cast<int64_t>(
+                                               ChartBucketWidth(static_cast<size_t>(n), max_points));
+                                         },
+                                         kMaxRollupTailRows, &series));
+  if (!covered || series.empty()) return false;
+  std::map<int64_t, std::vector<std::string>> picked;  // row id -> names whose series chose it
+  for (const RollupChartSeries& s : series) {
+    if (s.width < kRollupWidths[0]) return false;
+    std::vector<RollupRun> runs;
+    if (!RollupRunsFor(s.blocks, s.points, s.width, s.tail, &runs)) return false;
+    std::vector<int64_t> ids = {s.first_id, s.last_id};
+    for (const PointExtremes& b : MergeRunsIntoBuckets(runs, s.width)) {
+      if (b.count == 0) continue;
+      ids.push_back(b.lo);
+      ids.push_back(b.hi);
+    }
+    for (int64_t id : ids) {
+      std::vector<std::string>& names = picked[id];
+      if (names.empty() || names.back() != s.name) names.push_back(s.name);
+    }
+  }
+  std::vector<MetricRow> rows;
+  std::vector<int64_t> ids;
+  for (auto it = picked.begin(); it != picked.end();) {
+    ids.push_back(it->first);
+    if (++it == picked.end() || ids.size() == static_cast<size_t>(kMaxMetricsPage)) {
+      DET_ASSIGN_OR_RETURN(std::vector<MetricRow> page, store.GetMetricsByIds(ids));
+      for (MetricRow& r : page) rows.push_back(std::move(r));
+      ids.clear();
+    }
+  }
+  std::sort(rows.begin(), rows.end(), [](const MetricRow& a, const MetricRow& b) {
+    return std::tie(a.total_batches, a.id) < std::tie(b.total_batches, b.id);
+  });
+  for (MetricRow& r : rows) {
+    std::map<std::string, double> kept;
+    for (const std::string& name : picked.at(r.id)) {
+      auto it = r.metrics.find(name);
+      if (it != r.metrics.end()) kept.insert(*it);
+    }
+    r.metrics = std::move(kept);
+    *resp->add_metrics() = MetricProto(r);
+  }
+  resp->set_downsampled(true);
+  return true;
+}
+
 // The downsampled answer: scan, choose, then read the chosen rows whole.
 absl::Status Downsampled(Store& store, ChartCache* cache, const apiv1::GetTrialMetricsRequest& req, int64_t after,
                          apiv1::GetTrialMetricsResponse* resp) {
   const bool cacheable = !req.include_archived() && after < 0 && req.metric_names_size() == 0;
+  if (cacheable && !req.group().empty()) {  // one group's chart from its rollups, when they answer
+    DET_ASSIGN_OR_RETURN(bool answered, RollupDownsampled(store, req, resp));
+    if (answered) return absl::OkStatus();
+  }
   std::vector<bool> keep_name;
   bool complete = false;
   DET_ASSIGN_OR_RETURN(ChartCache::Entry entry,

@@ -60,6 +60,14 @@ void MetricRollups::Drop(const RollupSeriesKey& key) { series_.erase(key); }
 void MetricRollups::DropTrial(int64_t trial_id) {
   auto it = series_.lower_bound(RollupSeriesKey{trial_id, "", ""});
   while (it != series_.end() && it->first.trial_id == trial_id) it = series_.erase(it);
+  auto u = unkept_.lower_bound(RollupSeriesKey{trial_id, "", ""});
+  while (u != unkept_.end() && u->trial_id == trial_id) u = unkept_.erase(u);
+}
+
+void MetricRollups::MarkUnkept(const RollupSeriesKey& key) {
+  series_.erase(key);
+  if (unkept_.size() >= max_series_) unkept_.erase(unkept_.begin());
+  unkept_.insert(key);
 }
 
 void MetricRollups::RollbackTo(size_t mark) {

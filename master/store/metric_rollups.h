@@ -40,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -148,6 +149,12 @@ class MetricRollups {
   void Drop(const RollupSeriesKey& key);
   void DropTrial(int64_t trial_id);
   size_t series() const { return series_.size(); }
+  // Series whose blocks are not kept (a trial stored before migration 16,
+  // or a rebuild over its bound): the store stops trying until the trial's
+  // rows are archived (DropTrial); charts scan their rows. Bounded like the
+  // series (the oldest entries are forgotten: tried again once).
+  void MarkUnkept(const RollupSeriesKey& key);
+  bool Unkept(const RollupSeriesKey& key) const { return unkept_.count(key) > 0; }
 
   // Transaction hooks (see the contract above).
   size_t Mark() {
@@ -163,6 +170,7 @@ class MetricRollups {
 
   const size_t max_series_;
   std::map<RollupSeriesKey, RollupSeries> series_;
+  std::set<RollupSeriesKey> unkept_;
   // Series changed since the outermost transaction began, in order (one
   // entry per change after each mark; bounded by the transaction's rows).
   std::vector<RollupSeriesKey> touched_;
@@ -189,6 +197,17 @@ std::vector<PointExtremes> MergeRunsIntoBuckets(const std::vector<RollupRun>& ru
 // to scanning the rows).
 bool RollupRunsFor(const std::vector<RollupBlock>& blocks, int64_t points, int64_t w,
                    const std::vector<std::tuple<int64_t, int64_t, double>>& tail, std::vector<RollupRun>* runs);
+
+// What Store::ReadRollupChart reads of one series for a chart: its point
+// count, first and last point's row id, the closed blocks a chart of bucket
+// width `width` reads (RollupRunsFor) and the points after its last closed
+// 64-block (point index, row id, value).
+struct RollupChartSeries {
+  std::string name;
+  int64_t points = 0, first_id = 0, last_id = 0, width = 0;
+  std::vector<RollupBlock> blocks;
+  std::vector<std::tuple<int64_t, int64_t, double>> tail;
+};
 
 }  // namespace master
 }  // namespace det

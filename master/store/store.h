@@ -274,6 +274,15 @@ class Store {
   // The metric rows with these ids (at most 10,000), in (total_batches, id)
   // order; unknown ids are skipped.
   absl::StatusOr<std::vector<MetricRow>> GetMetricsByIds(const std::vector<int64_t>& ids);
+  // Chart rollups (metric_rollups.h) of every series of (trial_id, group),
+  // read in one consistent view: false when the group's rows are not all
+  // covered (stored before migration 16, a series not kept, more than
+  // max_tail_rows rows after a series' last closed 64-block); otherwise
+  // *out holds each series with width = width_for(points) and the blocks a
+  // chart of that bucket width reads (none when width < 64).
+  absl::StatusOr<bool> ReadRollupChart(int64_t trial_id, const std::string& group,
+                                       const std::function<int64_t(int64_t points)>& width_for,
+                                       int64_t max_tail_rows, std::vector<RollupChartSeries>* out);
 
   // ---- Checkpoints ----
 
@@ -538,6 +547,14 @@ class Store {
   // Rollups of a stored metric row (row.id set), inside the open transaction
   // (store_metric_rollups.cc).
   absl::Status RollupRowLocked(const MetricRow& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> RebuildRollupSeriesLocked(const RollupSeriesKey& key, const MetricRow& row)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RollupOpenBlocksLocked(const RollupSeriesKey& key, RollupSeries* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> RollupMarkerLocked(const RollupSeriesKey& key, int64_t* batches, int64_t* id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteRollupLocked(const RollupSeriesKey& key, const RollupBlock& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReadRollupBlocksLocked(const RollupSeriesKey& key, int64_t width, int64_t from, int64_t to,
+                                      std::vector<RollupBlock>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, sqlite3_stmt*> dynamic_stmts_ ABSL_GUARDED_BY(mu_);

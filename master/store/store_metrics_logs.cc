@@ -280,6 +280,16 @@ absl::Status Store::ArchiveMetricsAfter(int64_t trial_id, int64_t total_batches)
     if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind archive metrics");
     int rc = sqlite3_step(st.get());
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("archive metrics of trial ", trial_id));
+    // Chart rollups (metric_rollups.h): blocks and series markers past the
+    // archived point are gone; the series are rebuilt from what is left.
+    DET_ASSIGN_OR_RETURN(Stmt drop, Cached("DELETE FROM metric_rollups WHERE trial_id = ? AND last_batches > ? "
+                                           "AND (width > 0 OR name != '')"));
+    Binder db(drop.get());
+    db.Int(trial_id).Int(total_batches);
+    if (db.rc() != SQLITE_OK) return Error(db.rc(), "bind archive metric rollups");
+    rc = sqlite3_step(drop.get());
+    if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("archive metric rollups of trial ", trial_id));
+    metric_rollups_.DropTrial(trial_id);
     metric_rewrites_.fetch_add(1);
     return absl::OkStatus();
   });

@@ -354,9 +354,30 @@ BEGIN
 END;
 )sql";
 
-// Migration 16 (issue 50, slice S2): the metric rollup tables. PLACEHOLDER
-// until slice S2 lands its SQL here.
-constexpr char kMigration16[] = "SELECT 1;";
+// Migration 16 (issue 50): chart rollups (master/store/metric_rollups.h,
+// store_metric_rollups.cc). Per trial, metric group and metric name, one
+// row per CLOSED aligned block of `width` points (64, 256, ..., 65536): the
+// row ids and values of its smallest and largest point (NULL value: NaN) and
+// its last point's (total_batches, id). width 0 rows are markers: name ''
+// says the group's rollups began with its first row; name N gives series
+// N's first point (last_batches, last_id). A new, empty table: trials stored
+// before it have no group marker and are charted by scanning their rows.
+constexpr char kMigration16[] = R"sql(
+CREATE TABLE metric_rollups (
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  metric_group TEXT NOT NULL,
+  width INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  block INTEGER NOT NULL,
+  lo_id INTEGER NOT NULL,
+  lo REAL,
+  hi_id INTEGER NOT NULL,
+  hi REAL,
+  last_batches INTEGER NOT NULL,
+  last_id INTEGER NOT NULL,
+  PRIMARY KEY (trial_id, metric_group, width, name, block)
+) WITHOUT ROWID;
+)sql";
 
 // Migration i (0-based) brings the schema to version i + 1.
 const std::vector<const char*>& Migrations() {

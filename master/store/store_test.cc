@@ -865,7 +865,8 @@ TEST_F(StoreTest, Migration12KeepsMetricRowsAndIndexes) {
   const int64_t t = AddTrial(exp);
   store_.reset();
   // The version-11 table, as an older master left it, with rows 5 and 7.
-  RawExec("DROP TABLE metrics;"
+  RawExec("DROP TABLE metric_rollups;"  // migration 16's
+          "DROP TABLE metrics;"
           "CREATE TABLE metrics (id INTEGER PRIMARY KEY, trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE "
           "CASCADE, trial_run_id INTEGER NOT NULL, metric_group TEXT NOT NULL, total_batches INTEGER NOT NULL, "
           "total_epochs REAL, metrics TEXT NOT NULL, time_ms INTEGER NOT NULL, archived INTEGER NOT NULL);"
