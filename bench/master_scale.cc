@@ -35,6 +35,7 @@
 #include <chrono>
 #include <ctime>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -230,13 +231,15 @@ void SchedulingPasses(const Options& o) {
 
 // ---- 2./3. Raw SQLite and prefill ----
 
-// Raw prepared inserts of `rows` training rows (`per_txn` a transaction)
-// into the metrics table of the master's schema at `db_path`, spread over
 // Raw SQLite's CPU per row (this thread's CPU time) in the last RawInserts,
-// and in [2]'s (for [5]'s ratio).
+// and in [2]'s runs at --rows-per-request and at 100 rows a transaction (for
+// [5]'s ratios).
 double g_last_raw_cpu_us_per_row = 0;
 double g_raw_cpu_us_per_row = 0;
+double g_raw100_cpu_us_per_row = 0;
 
+// Raw prepared inserts of `rows` training rows (`per_txn` a transaction)
+// into the metrics table of the master's schema at `db_path`, spread over
 // `trial_ids` (the first gets `first_rows`); rows/s.
 double RawInserts(const std::string& db_path, const std::vector<int64_t>& trial_ids, int64_t rows,
                   int64_t first_rows, int per_txn) {
@@ -425,13 +428,16 @@ LoadResult Load(const Options& o, Master& m, const TempDir& dir) {
               r.rows_per_s, secs, o.rate);
   std::printf("  master CPU %.1f us per row (%.0f%% of one core), RSS max %.0f MiB (peak %.0f MiB; goal < 1024)\n",
               r.cpu_us_per_row, 100 * cpu / secs, r.rss_mib, r.peak_rss_mib);
-  if (g_raw_cpu_us_per_row > 0) {
-    // [2] commits --rows-per-request rows a transaction; the master's group
-    // commit puts many requests in one, so its SQLite share is cheaper than
-    // [2]'s per row and this ratio flatters it.
-    std::printf("  master CPU per row / raw SQLite CPU per row ([2]: same schema, --rows-per-request rows a "
-                "transaction): %.1f / %.1f us = %.2fx (goal <= 3x; before: 45.4-50.7 us per row, about 8x)\n",
-                r.cpu_us_per_row, g_raw_cpu_us_per_row, r.cpu_us_per_row / g_raw_cpu_us_per_row);
+  if (g_raw_cpu_us_per_row > 0 && g_raw100_cpu_us_per_row > 0) {
+    // The master group-commits many requests a transaction, so raw SQLite at
+    // --rows-per-request rows a transaction flatters it; 100 rows a
+    // transaction (the baseline of the "about 8x") is the ratio the
+    // goal is judged on.
+    std::printf("  master CPU per row / raw SQLite CPU per row ([2], same schema): %.1f / %.1f us = %.2fx at 100 rows "
+                "a transaction (goal <= 3x; before: 45.4-50.7 / about 6 us, about 8x); %.1f / %.1f us = %.2fx at "
+                "%d rows a transaction (flatters the master)\n",
+                r.cpu_us_per_row, g_raw100_cpu_us_per_row, r.cpu_us_per_row / g_raw100_cpu_us_per_row,
+                r.cpu_us_per_row, g_raw_cpu_us_per_row, r.cpu_us_per_row / g_raw_cpu_us_per_row, o.rows_per_request);
   }
   std::printf("  before (landed main, docs/benchmarks.md): 22,671 rows/s at 45.4-50.7 us of master CPU per row\n");
   PrintSamples("ingestion lag (stream, send->recv)", readers.lag, "  (goal < 1000 ms)");
@@ -469,11 +475,16 @@ int RunLoadPhases(const Options& o) {
     for (int i = 0; i < 100; ++i) ids.push_back(*(*store)->InsertTrial(t));
     store->reset();
     const int64_t rows = std::min<int64_t>(400000, static_cast<int64_t>(o.rate * 5) + 1000);
+    std::filesystem::copy_file(dir / "raw.db", dir / "raw100.db");  // the same trials, no rows yet
     const double raw = RawInserts(dir / "raw.db", ids, rows, 0, o.rows_per_request);
     g_raw_cpu_us_per_row = g_last_raw_cpu_us_per_row;
     std::printf("\n[2] raw prepared SQLite inserts into the master's schema, %d rows a transaction: %.0f rows/s, "
                 "%.1f us of CPU per row\n",
                 o.rows_per_request, raw, g_raw_cpu_us_per_row);
+    const double raw100 = RawInserts(dir / "raw100.db", ids, rows, 0, 100);
+    g_raw100_cpu_us_per_row = g_last_raw_cpu_us_per_row;
+    std::printf("    the same at 100 rows a transaction: %.0f rows/s, %.1f us of CPU per row\n", raw100,
+                g_raw100_cpu_us_per_row);
   }
   // [3] history: a paused experiment whose trials get the prefilled rows.
   int64_t chart_trial = 0;
