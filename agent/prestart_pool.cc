@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +86,15 @@ absl::Status MoveToCgroup(const std::string& dir, pid_t pid) {
   return absl::OkStatus();
 }
 
+// What names a det-trial binary's version: device, inode, size and mtime
+// ("" when it cannot be read). An upgrade replaces the file (a new inode)
+// or rewrites it (a new mtime).
+std::string BinaryIdentity(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return "";
+  return absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
+}
+
 }  // namespace
 
 // Where a pooled process's output and exit go: the pool while idle, the
@@ -144,6 +154,7 @@ struct PrestartPool::Idle {
   std::unique_ptr<Process> process;
   int fd = -1;  // the agent's end of the channel
   std::shared_ptr<Router> router;
+  std::string binary;  // BinaryIdentity of det-trial when it was started
   ~Idle() {
     if (fd >= 0) close(fd);  // an unassigned process exits on EOF
     process.reset();         // and is killed if it does not
@@ -191,6 +202,7 @@ absl::StatusOr<std::unique_ptr<PrestartPool::Idle>> PrestartPool::StartOne() {
   }
   auto idle = std::make_unique<Idle>();
   idle->fd = sv[0];
+  idle->binary = BinaryIdentity(options_.det_trial_path);
   idle->router = std::make_shared<Router>();
   idle->router->on_idle_exit = [this] {
     absl::MutexLock lock(&mu_);
@@ -272,18 +284,28 @@ absl::StatusOr<std::unique_ptr<Process>> PrestartPool::Launch(LaunchOptions opti
   if (prestarted != nullptr) *prestarted = false;
   std::unique_ptr<Idle> idle;
   std::vector<std::unique_ptr<Idle>> dead;
+  const std::string binary = BinaryIdentity(options_.det_trial_path);
+  int stale = 0;
   {
     absl::MutexLock lock(&mu_);
     while (!idle_.empty() && idle == nullptr) {
       std::unique_ptr<Idle> next = std::move(idle_.front());
       idle_.pop_front();
-      if (next->router->Exited()) {
+      // Started from a det-trial since replaced (an upgrade): discarded,
+      // never assigned; the refill starts the new binary.
+      const bool old = next->binary.empty() || next->binary != binary;
+      stale += old ? 1 : 0;
+      if (old || next->router->Exited()) {
         dead.push_back(std::move(next));
       } else {
         idle = std::move(next);
       }
     }
     dirty_ = true;  // refill
+  }
+  if (stale > 0) {
+    spdlog::warn("prestart pool: {} changed since {} idle process(es) started; discarding them", options_.det_trial_path,
+                 stale);
   }
   dead.clear();
   if (idle != nullptr) {
@@ -335,6 +357,10 @@ absl::Status PrestartPool::Assign(Idle& idle, LaunchOptions& options) {
       spdlog::warn("{}; {} runs contained by its reaper only", made.ToString(), a.trial_path);
       cgroup.clear();
     } else {
+      // Its exit from here on removes the cgroup, as a fresh launch's does
+      // (and a failed assignment's kill removes it before the fresh launch
+      // creates it again).
+      idle.process->SetCgroupDir(cgroup);
       if (absl::Status st = MoveToCgroup(cgroup, idle.process->reaper_pid()); !st.ok()) return st;
       if (absl::Status st = MoveToCgroup(cgroup, idle.process->pid()); !st.ok()) return st;
     }
@@ -350,7 +376,6 @@ absl::Status PrestartPool::Assign(Idle& idle, LaunchOptions& options) {
   if (!idle.router->Bind(options.on_line, options.on_exit)) {
     return absl::UnavailableError("it exited after acknowledging, before its token");
   }
-  idle.process->SetCgroupDir(cgroup);
   absl::Status sent = options.secret.empty() ? absl::OkStatus() : WriteBy(idle.fd, options.secret, deadline);
   std::fill(options.secret.begin(), options.secret.end(), '\0');
   if (!sent.ok()) spdlog::warn("prestarted pid {}: sending the token: {}", idle.process->pid(), sent.ToString());

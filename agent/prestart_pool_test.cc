@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,35 @@ TEST(PrestartPoolTest, AKilledIdleProcessIsReplaced) {
     after = pool.IdlePids();
     return after.size() == 2 && after[0] != before[0] && after[1] != before[0];
   }));
+}
+
+// An upgrade replaces det-trial: the idle processes started from the old
+// binary are discarded, never assigned; the rank starts fresh and the pool
+// refills from the new binary.
+TEST(PrestartPoolTest, IdleProcessesOfAReplacedBinaryAreNotAssigned) {
+  TempDir dir;
+  const std::string fake = FakeDetTrial(dir, "head -c 1 <&4 >/dev/null; printf A >&4; echo old; exit 0");
+  PrestartPoolOptions po;
+  po.size = 1;
+  po.det_trial_path = fake;
+  po.env = {"PATH=/usr/bin:/bin"};
+  PrestartPool pool(po);
+  std::vector<pid_t> old;
+  ASSERT_TRUE(PollFor([&] { return (old = pool.IdlePids()).size() == 1; }));
+  // Installed as package managers do: a new file renamed over the old one.
+  TempDir next;
+  const std::string replaced = FakeDetTrial(next, "exec cat <&4 >/dev/null");
+  ASSERT_EQ(rename(replaced.c_str(), fake.c_str()), 0);
+  Rank rank;
+  bool prestarted = true;
+  LaunchOptions lo = rank.Options(fake);
+  lo.secret.clear();  // a fresh launch of the fake reads no token
+  auto p = pool.Launch(std::move(lo), &prestarted);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(prestarted);
+  EXPECT_EQ(rank.Wait(), "fresh /trials/t.so");
+  std::vector<pid_t> refilled;
+  EXPECT_TRUE(PollFor([&] { return (refilled = pool.IdlePids()).size() == 1 && refilled[0] != old[0]; }));
 }
 
 }  // namespace

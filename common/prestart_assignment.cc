@@ -1,5 +1,9 @@
 #include "common/prestart_assignment.h"
 
+#include <algorithm>
+#include <cstring>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -70,6 +74,26 @@ absl::StatusOr<PrestartAssignment> DecodePrestartAssignment(const std::string& b
     }
   }
   return a;
+}
+
+absl::Status CheckNoCapabilitiesLeft(const std::string& proc_status) {
+  for (const char* field : {"CapPrm:", "CapEff:", "CapAmb:"}) {
+    const size_t at = proc_status.find(absl::StrCat("\n", field));
+    if (at == std::string::npos) {
+      return absl::FailedPreconditionError(absl::StrCat("no ", field, " line in /proc/self/status"));
+    }
+    const size_t end = std::min(proc_status.find('\n', at + 1), proc_status.size());
+    size_t begin = at + 1 + std::strlen(field);
+    while (begin < end && (proc_status[begin] == ' ' || proc_status[begin] == '\t')) ++begin;
+    const std::string mask = proc_status.substr(begin, end - begin);
+    if (mask.empty() || mask.find_first_not_of('0') != std::string::npos) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(field, " ", mask,
+                       " after dropping to the user, where a fresh launch's exec holds none (look at the agent's "
+                       "securebits and ambient capabilities: its unit's SecureBits= and AmbientCapabilities=)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace det

@@ -57,6 +57,13 @@ std::string EncodePrestartAssignment(const PrestartAssignment& a);
 // bad prestart assignment".
 absl::StatusOr<PrestartAssignment> DecodePrestartAssignment(const std::string& bytes);
 
+// After the drop to the user: OK when `proc_status` (the text of
+// /proc/self/status) shows no permitted, effective or ambient capability,
+// as a fresh launch's execve as the user leaves it (the bounding set is
+// not checked: a fresh launch keeps the agent's too). FailedPrecondition
+// naming the set and its mask otherwise, or when a line is missing.
+absl::Status CheckNoCapabilitiesLeft(const std::string& proc_status);
+
 }  // namespace det
 
 #endif  // DET_COMMON_PRESTART_ASSIGNMENT_H_

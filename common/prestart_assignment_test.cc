@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 namespace det {
 namespace {
 
@@ -77,6 +79,26 @@ TEST(PrestartAssignmentTest, RefusesOversizeAndGarbage) {
   a.set_user = false;
   a.uid = a.gid = 0;
   EXPECT_TRUE(DecodePrestartAssignment(EncodePrestartAssignment(a)).ok());
+}
+
+// A process that kept a capability after the drop (securebits
+// SECBIT_NO_SETUID_FIXUP, an ambient set) is refused, naming the set.
+TEST(PrestartAssignmentTest, CapabilitiesLeftAfterTheDropAreRefused) {
+  const std::string clean =
+      "Name:\tdet-trial\nUid:\t20001\t20001\t20001\t20001\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n"
+      "CapEff:\t0000000000000000\nCapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\nNoNewPrivs:\t0\n";
+  EXPECT_TRUE(CheckNoCapabilitiesLeft(clean).ok()) << CheckNoCapabilitiesLeft(clean);
+  for (const char* field : {"CapPrm:", "CapEff:", "CapAmb:"}) {
+    std::string kept = clean;
+    const size_t at = kept.find(absl::StrCat(field, "\t")) + std::string(field).size() + 1;
+    kept.replace(at, 16, "0000000000000002");  // CAP_DAC_OVERRIDE
+    absl::Status st = CheckNoCapabilitiesLeft(kept);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << field << ": " << st;
+    EXPECT_NE(st.message().find(absl::StrCat(field, " 0000000000000002")), std::string::npos) << st;
+    std::string missing = clean;
+    missing.erase(missing.find(field), 1);
+    EXPECT_FALSE(CheckNoCapabilitiesLeft(missing).ok()) << field;
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "trial_runtime/runtime/prestart_mode.h"
 
+#include <dirent.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/exit_codes.h"
 #include "common/prestart_assignment.h"
 #include "trial_runtime/runtime/allocation_token.h"
@@ -82,6 +84,13 @@ absl::Status BecomeAssigned(const PrestartAssignment& a, pid_t reaper) {
     if (setgid(a.gid) != 0) return Errno(absl::StrCat("setgid(", a.gid, ")"));
     if (setuid(a.uid) != 0) return Errno(absl::StrCat("setuid(", a.uid, ")"));
     if (setuid(0) == 0) return absl::InternalError("setuid(0) still works after dropping to the user");
+    // No exec follows, so nothing recomputes the capabilities as a fresh
+    // launch's exec does: none may be left.
+    std::ifstream in("/proc/self/status");
+    std::stringstream status;
+    status << in.rdbuf();
+    if (absl::Status st = CheckNoCapabilitiesLeft(status.str()); !st.ok()) return st;
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);  // no ptrace by the user's other processes
   }
   // Changing credentials cleared it; the reaper must still be the parent.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -92,6 +101,21 @@ absl::Status BecomeAssigned(const PrestartAssignment& a, pid_t reaper) {
     if (setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1) != 0) return Errno("setenv");
   }
   return absl::OkStatus();
+}
+
+// The fds this process holds, "0 1 2 4": after CloseOtherFds only the
+// standard streams and the channel.
+std::string OpenFds() {
+  std::vector<int> fds;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return "unknown";
+  while (dirent* e = readdir(d)) {
+    int fd = 0;
+    if (absl::SimpleAtoi(e->d_name, &fd) && fd != dirfd(d)) fds.push_back(fd);
+  }
+  closedir(d);
+  std::sort(fds.begin(), fds.end());
+  return absl::StrJoin(fds, " ");
 }
 
 std::string FirstLineWith(const char* path, const char* prefix) {
@@ -140,8 +164,9 @@ int RunPrestarted() {
   }
   // Who and where this process is before it may read the token (checked by
   // tests/prestart_pool_test.cc).
-  std::printf("[det-trial] prestarted pid %d assigned: %s; cgroup %s\n", static_cast<int>(getpid()),
-              FirstLineWith("/proc/self/status", "Uid:").c_str(), FirstLineWith("/proc/self/cgroup", "0::").c_str());
+  std::printf("[det-trial] prestarted pid %d assigned: %s; cgroup %s; fds %s\n", static_cast<int>(getpid()),
+              FirstLineWith("/proc/self/status", "Uid:").c_str(), FirstLineWith("/proc/self/cgroup", "0::").c_str(),
+              OpenFds().c_str());
   std::fflush(stdout);
   WriteAll(kFd, "A");
   // The agent sends the token after the acknowledgement, then EOF:
