@@ -90,6 +90,19 @@ std::string CgroupOf(pid_t pid) {
   return "";
 }
 
+// Where the cgroup v2 hierarchy is mounted ("" when it is not).
+std::string Cgroup2Mount() {
+  std::istringstream in(ReadFile("/proc/self/mountinfo"));
+  for (std::string line; std::getline(in, line);) {
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line.substr(0, dash));
+    std::string id, parent, dev, root, mount_point;
+    if (fields >> id >> parent >> dev >> root >> mount_point && root == "/") return mount_point;
+  }
+  return "";
+}
+
 // The idle prestarted det-trial processes of agent `agent`: `det-trial
 // --prestart`, children of a reaper that is the agent's child.
 std::set<pid_t> IdlePool(pid_t agent) {
@@ -219,9 +232,12 @@ TEST_F(PrestartPoolClusterTest, EachProcessServesOneTrialAndNeverAnotherTenant) 
   EXPECT_EQ(StatusField(alice.pid, "CapPrm"), "0000000000000000");
   EXPECT_EQ(StatusField(alice.pid, "CapAmb"), "0000000000000000");
   const std::string mark = AllocCgroupMark();
+  std::string alice_cgroup;  // the allocation's cgroup directory
   if (!mark.empty()) {
     EXPECT_TRUE(absl::StrContains(alice.cgroup, mark)) << alice.cgroup;
     EXPECT_TRUE(absl::StrContains(CgroupOf(alice.pid), mark)) << CgroupOf(alice.pid);
+    alice_cgroup = Cgroup2Mount() + CgroupOf(alice.pid);
+    EXPECT_TRUE(fs::is_directory(alice_cgroup)) << alice_cgroup;
   } else {
     // Said, not skipped silently: the agent found no writable cgroup v2
     // tree here (it logged why); the uid, fd and capability checks ran.
@@ -233,6 +249,10 @@ TEST_F(PrestartPoolClusterTest, EachProcessServesOneTrialAndNeverAnotherTenant) 
   ASSERT_TRUE(cluster_->WaitForState(alice_exp, "STATE_COMPLETED", 180s)) << cluster_->TrialLogs(alice_trial);
   // It served one trial and exited.
   EXPECT_TRUE(PollUntil([&] { return !fs::exists(absl::StrCat("/proc/", alice.pid)); }, 30s));
+  // Its allocation's cgroup is removed as a fresh launch's is.
+  if (!alice_cgroup.empty()) {
+    EXPECT_TRUE(PollUntil([&] { return !fs::exists(alice_cgroup); }, 30s)) << alice_cgroup << " is left behind";
+  }
 
   int64_t bob_trial = 0;
   Assigned bob;
