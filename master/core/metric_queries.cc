@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -161,13 +162,22 @@ absl::StatusOr<ChartCache::Entry> ChartScan(Store& store, ChartCache* cache, con
 // most (all its series together); beyond, the chart scans.
 constexpr int64_t kMaxRollupTailRows = 4096;
 
+// The most groups of a trial an all-groups chart reads from rollups, one
+// group at a time; a trial with more is scanned.
+constexpr size_t kMaxRollupGroups = 64;
+
+// What RollupDownsampled did.
+enum class RollupAnswer {
+  kAnswered,    // the answer is written
+  kNotCovered,  // the rollups do not cover every row (Store::ReadRollupChart)
+  kScanGroup,   // no series, or one needs buckets narrower than a 64-point
+                // block or none (its group fits): only this group's rows
+};
+
 // The downsampled answer of one group from its chart rollups
 // (metric_rollups.h): the same points a scan chooses, read in O(points).
-// False (nothing written) when the rollups cannot answer: the group's
-// series all fit (every row is returned whole), a series needs buckets
-// narrower than a 64-point block (or no buckets), or the rollups do not
-// cover every row (Store::ReadRollupChart); the caller scans.
-absl::StatusOr<bool> RollupDownsampled(Store& store, const apiv1::GetTrialMetricsRequest& req,
+// Nothing written unless kAnswered; the caller then scans.
+absl::StatusOr<RollupAnswer> RollupDownsampled(Store& store, const apiv1::GetTrialMetricsRequest& req,
                                        apiv1::GetTrialMetricsResponse* resp) {
   const size_t max_points = req.limit() > 0 ? static_cast<size_t>(req.limit()) : kDefaultChartPoints;
   std::vector<RollupChartSeries> series;
@@ -178,12 +188,13 @@ absl::StatusOr<bool> RollupDownsampled(Store& store, const apiv1::GetTrialMetric
                                                ChartBucketWidth(static_cast<size_t>(n), max_points));
                                          },
                                          kMaxRollupTailRows, &series));
-  if (!covered || series.empty()) return false;
+  if (!covered) return RollupAnswer::kNotCovered;
+  if (series.empty()) return RollupAnswer::kScanGroup;
   std::map<int64_t, std::vector<std::string>> picked;  // row id -> names whose series chose it
   for (const RollupChartSeries& s : series) {
-    if (s.width < kRollupWidths[0]) return false;
+    if (s.width < kRollupWidths[0]) return RollupAnswer::kScanGroup;
     std::vector<RollupRun> runs;
-    if (!RollupRunsFor(s.blocks, s.points, s.width, s.tail, &runs)) return false;
+    if (!RollupRunsFor(s.blocks, s.points, s.width, s.tail, &runs)) return RollupAnswer::kNotCovered;
     std::vector<int64_t> ids = {s.first_id, s.last_id};
     for (const PointExtremes& b : MergeRunsIntoBuckets(runs, s.width)) {
       if (b.count == 0) continue;
@@ -218,17 +229,71 @@ absl::StatusOr<bool> RollupDownsampled(Store& store, const apiv1::GetTrialMetric
     *resp->add_metrics() = MetricProto(r);
   }
   resp->set_downsampled(true);
+  return RollupAnswer::kAnswered;
+}
+
+absl::Status ScanDownsampled(Store& store, ChartCache* cache, const apiv1::GetTrialMetricsRequest& req,
+                             int64_t after, bool cacheable, apiv1::GetTrialMetricsResponse* resp);
+
+// The downsampled chart of every group (a request without a group) from the
+// groups' rollups. Downsampling is per series (group, name) and whether a
+// group fits is decided per group (DownsampleScan), so the all-groups
+// answer is the one-group answers merged in (total_batches, id) order,
+// downsampled when any is. A group whose rollups need not answer
+// (kScanGroup) is scanned alone, as its one-group chart is. False (nothing
+// written) when the trial has no groups or more than kMaxRollupGroups, or a
+// group is not covered by rollups: the caller scans every row.
+absl::StatusOr<bool> AllGroupsFromRollups(Store& store, ChartCache* cache, const apiv1::GetTrialMetricsRequest& req,
+                                          apiv1::GetTrialMetricsResponse* resp) {
+  DET_ASSIGN_OR_RETURN(std::vector<std::string> groups, store.ListMetricGroups(req.trial_id(), kMaxRollupGroups));
+  if (groups.empty() || groups.size() > kMaxRollupGroups) return false;
+  std::vector<apiv1::GetTrialMetricsResponse> parts(groups.size());
+  std::vector<size_t> scan_groups;
+  apiv1::GetTrialMetricsRequest one = req;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    one.set_group(groups[i]);
+    DET_ASSIGN_OR_RETURN(RollupAnswer answer, RollupDownsampled(store, one, &parts[i]));
+    if (answer == RollupAnswer::kNotCovered) return false;
+    if (answer == RollupAnswer::kScanGroup) scan_groups.push_back(i);
+  }
+  for (size_t i : scan_groups) {
+    one.set_group(groups[i]);
+    DET_RETURN_IF_ERROR(ScanDownsampled(store, cache, one, -1, true, &parts[i]));
+  }
+  std::vector<apiv1::MetricsReport*> all;
+  bool downsampled = false;
+  for (apiv1::GetTrialMetricsResponse& part : parts) {
+    downsampled = downsampled || part.downsampled();
+    for (apiv1::MetricsReport& m : *part.mutable_metrics()) all.push_back(&m);
+  }
+  std::sort(all.begin(), all.end(), [](const apiv1::MetricsReport* a, const apiv1::MetricsReport* b) {
+    return std::make_pair(a->total_batches(), a->id()) < std::make_pair(b->total_batches(), b->id());
+  });
+  for (apiv1::MetricsReport* m : all) *resp->add_metrics() = std::move(*m);
+  resp->set_downsampled(downsampled);
   return true;
 }
 
-// The downsampled answer: scan, choose, then read the chosen rows whole.
+// The downsampled answer: a chart from the first report, without archived
+// reports, of every name, from the rollups when they answer; otherwise
+// ScanDownsampled.
 absl::Status Downsampled(Store& store, ChartCache* cache, const apiv1::GetTrialMetricsRequest& req, int64_t after,
                          apiv1::GetTrialMetricsResponse* resp) {
   const bool cacheable = !req.include_archived() && after < 0 && req.metric_names_size() == 0;
   if (cacheable && !req.group().empty()) {  // one group's chart from its rollups, when they answer
-    DET_ASSIGN_OR_RETURN(bool answered, RollupDownsampled(store, req, resp));
+    DET_ASSIGN_OR_RETURN(RollupAnswer answer, RollupDownsampled(store, req, resp));
+    if (answer == RollupAnswer::kAnswered) return absl::OkStatus();
+  } else if (cacheable) {  // every group's, when the rollups answer each
+    DET_ASSIGN_OR_RETURN(bool answered, AllGroupsFromRollups(store, cache, req, resp));
     if (answered) return absl::OkStatus();
   }
+  return ScanDownsampled(store, cache, req, after, cacheable, resp);
+}
+
+// The downsampled answer from a scan: scan, choose, then read the chosen
+// rows whole.
+absl::Status ScanDownsampled(Store& store, ChartCache* cache, const apiv1::GetTrialMetricsRequest& req,
+                             int64_t after, bool cacheable, apiv1::GetTrialMetricsResponse* resp) {
   std::vector<bool> keep_name;
   bool complete = false;
   DET_ASSIGN_OR_RETURN(ChartCache::Entry entry,

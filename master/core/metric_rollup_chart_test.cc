@@ -1,8 +1,9 @@
 // Charts from rollups (issue 50): GetTrialMetrics answered from the chart
 // rollups kept at ingestion equals the full scan's downsampling, after the
 // store and the master restart, with NaNs, ties, archived reports and a
-// resumed run.
+// resumed run; the chart of every group (no group named) too.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include "master/core/master_core.h"
 #include "master/core/metric_downsample.h"
+#include "absl/strings/str_cat.h"
 #include "master/store/store.h"
 #include "tests/test_util.h"
 
@@ -65,6 +67,12 @@ class RollupChartTest : public ::testing::Test {
         r.metrics = {{"vloss", b % 7 == 0 ? std::nan("") : std::round(std::sin(b / 50.0) * 4)}};
         rows.push_back(r);
       }
+      if (custom_ && b % 2 == 0) {
+        r.group = "custom";
+        r.metrics = {{"c", std::round(std::cos(b / 300.0) * 6)}};
+        if (b % 4 == 0) r.metrics["d"] = b % 13 == 0 ? std::nan("") : std::sin(b / 40.0);
+        rows.push_back(r);
+      }
       if (rows.size() >= 5000 || b == to) {
         ASSERT_TRUE(core_->store()->InsertMetrics(rows).ok());
         rows.clear();
@@ -78,7 +86,7 @@ class RollupChartTest : public ::testing::Test {
     req.set_limit(limit);
     // Naming every metric is not a cacheable chart: the full scan answers.
     if (scan) {
-      for (const char* name : {"loss", "lr", "acc", "vloss"}) req.add_metric_names(name);
+      for (const char* name : {"loss", "lr", "acc", "vloss", "c", "d"}) req.add_metric_names(name);
     }
     auto resp = core_->GetTrialMetrics(req);
     EXPECT_TRUE(resp.ok()) << resp.status();
@@ -113,8 +121,26 @@ class RollupChartTest : public ::testing::Test {
     EXPECT_TRUE(covered.ok()) << covered.status();
     return covered.value_or(false);
   }
+  // Runs `sql` on the master's database through a connection of its own
+  // (the chart path reads the rollups from SQLite, not from memory).
+  void Sql(const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir_ / "det.db").c_str(), &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    char* err = nullptr;
+    const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+    EXPECT_EQ(rc, SQLITE_OK) << sql << ": " << (err != nullptr ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+  // Spoils every stored rollup block of the trial (each keeps its minimum
+  // as its maximum): a chart answered from rollups then differs from the
+  // scan's, one answered by scanning does not.
+  void SpoilRollupBlocks() {
+    Sql(absl::StrCat("UPDATE metric_rollups SET hi_id = lo_id, hi = lo WHERE width > 0 AND trial_id = ", trial_));
+  }
   void ExpectSameAsScan(const char* when) {
-    for (const char* group : {"training", "validation"}) {
+    for (const char* group : {"training", "validation", ""}) {
       for (int limit : {0, 100, 999, 4000, 10000}) {
         const apiv1::GetTrialMetricsResponse rollup = Get(group, limit, false), scan = Get(group, limit, true);
         ASSERT_GT(scan.metrics_size(), 0) << when;
@@ -128,6 +154,7 @@ class RollupChartTest : public ::testing::Test {
   det::testing::TempDir dir_;
   std::unique_ptr<MasterCore> core_;
   int64_t trial_ = 0;
+  bool custom_ = false;  // Report also writes a "custom" group (c, d)
 };
 
 // 200,000 training reports (3 names) and 40,000 validation reports: the
@@ -151,6 +178,43 @@ TEST_F(RollupChartTest, RollupChartsEqualTheFullScanAfterRestartsAndArchives) {
   std::printf("[ timing ] first chart of 200,000 training reports after a master start: %.1f ms (%d reports)\n", ms,
               first.metrics_size());
   ExpectSameAsScan("after the master restarted");
+  // The all-groups chart was answered from the rollups: spoiled blocks show.
+  SpoilRollupBlocks();
+  for (int limit : {0, 999}) {
+    EXPECT_NE(FirstDifference(Lines(Get("", limit, false)), Lines(Get("", limit, true))), "")
+        << "limit " << limit << ": the all-groups chart did not read the rollups";
+  }
+}
+
+// A custom group beside training and validation: the all-groups chart
+// comes from the three groups' rollups. With the validation group's rollups
+// marker gone (as for a group that began before migration 16) the whole
+// all-groups chart is scanned, still equal, while the training chart alone
+// still reads its rollups.
+TEST_F(RollupChartTest, AllGroupsChartFallsBackToTheScanWhenAGroupHasNoRollups) {
+  custom_ = true;
+  Report(1, 90000, 0);
+  StartMaster();
+  Report(90001, 100000, 0);
+  for (int limit : {0, 100, 4000}) {
+    const apiv1::GetTrialMetricsResponse rollup = Get("", limit, false), scan = Get("", limit, true);
+    EXPECT_TRUE(scan.downsampled());
+    EXPECT_EQ(rollup.downsampled(), scan.downsampled()) << "limit " << limit;
+    EXPECT_EQ(FirstDifference(Lines(rollup), Lines(scan)), "") << "limit " << limit;
+  }
+  EXPECT_TRUE(Covered("custom", 1000));
+  Sql(absl::StrCat("DELETE FROM metric_rollups WHERE trial_id = ", trial_,
+                   " AND metric_group = 'validation' AND width = 0 AND name = ''"));
+  StartMaster();
+  EXPECT_FALSE(Covered("validation", 1000));
+  SpoilRollupBlocks();
+  for (int limit : {0, 100, 4000}) {
+    const apiv1::GetTrialMetricsResponse rollup = Get("", limit, false), scan = Get("", limit, true);
+    EXPECT_EQ(rollup.downsampled(), scan.downsampled()) << "limit " << limit;
+    EXPECT_EQ(FirstDifference(Lines(rollup), Lines(scan)), "") << "limit " << limit << ": not scanned";
+  }
+  EXPECT_NE(FirstDifference(Lines(Get("training", 0, false)), Lines(Get("training", 0, true))), "")
+      << "the training chart alone reads its (spoiled) rollups";
 }
 
 }  // namespace

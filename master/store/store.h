@@ -283,6 +283,9 @@ class Store {
   absl::StatusOr<bool> ReadRollupChart(int64_t trial_id, const std::string& group,
                                        const std::function<int64_t(int64_t points)>& width_for,
                                        int64_t max_tail_rows, std::vector<RollupChartSeries>* out);
+  // The metric groups trial_id has rows in (archived ones too), sorted, at
+  // most max_groups + 1 of them (more than max_groups: the trial has more).
+  absl::StatusOr<std::vector<std::string>> ListMetricGroups(int64_t trial_id, size_t max_groups);
 
   // ---- Checkpoints ----
 

@@ -59,6 +59,13 @@ constexpr char kDeleteBlocksAfter[] =
     "DELETE FROM metric_rollups WHERE trial_id = ? AND metric_group = ? AND name = ? AND width > 0 "
     "AND last_batches > ?";
 
+// A trial's groups: training (the partial index leaves it out), then the
+// others one index probe each (metrics_trial_other_groups, migration 15).
+constexpr char kHasTraining[] =
+    "SELECT EXISTS(SELECT 1 FROM metrics WHERE trial_id = ? AND metric_group = 'training')";
+constexpr char kNextOtherGroup[] =
+    "SELECT MIN(metric_group) FROM metrics WHERE trial_id = ? AND metric_group != 'training' AND metric_group > ?";
+
 std::optional<double> Stored(double y) { return std::isnan(y) ? std::nullopt : std::optional<double>(y); }
 double Loaded(sqlite3_stmt* s, int i) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? std::nan("") : sqlite3_column_double(s, i);
@@ -323,6 +330,34 @@ absl::StatusOr<bool> Store::ReadRollupChart(int64_t trial_id, const std::string&
     }
   }
   return true;
+}
+
+absl::StatusOr<std::vector<std::string>> Store::ListMetricGroups(int64_t trial_id, size_t max_groups) {
+  std::lock_guard<StoreMutex> lock(mu_);
+  std::vector<std::string> groups;
+  {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kHasTraining));
+    Binder bind(st.get());
+    bind.Int(trial_id);
+    if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric groups");
+    const int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_ROW) return Error(rc, "read metric groups");
+    if (ColInt(st.get(), 0) != 0) groups.push_back("training");
+  }
+  std::string after;
+  while (groups.size() <= max_groups) {
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kNextOtherGroup));
+    Binder bind(st.get());
+    bind.Int(trial_id).Text(after);
+    if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric groups");
+    const int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_ROW) return Error(rc, "read metric groups");
+    if (sqlite3_column_type(st.get(), 0) == SQLITE_NULL) break;
+    after = store_internal::ColText(st.get(), 0);
+    groups.push_back(after);
+  }
+  std::sort(groups.begin(), groups.end());
+  return groups;
 }
 
 }  // namespace master
