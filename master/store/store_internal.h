@@ -207,6 +207,17 @@ std::string EncodeMetrics(const std::map<std::string, double>& metrics);
 // The inverse of EncodeMetrics; DataLoss for text that is not such an object.
 absl::StatusOr<std::map<std::string, double>> DecodeMetrics(const std::string& text);
 
+// The SQL each query of one group's metric rows runs for `group`. Another
+// group's says metric_group != 'training' literally: only then does SQLite
+// use migration 15's partial index metrics_trial_other_groups instead of
+// stepping over every training row of the trial
+// (store_metric_storage_test.cc checks the plans).
+const char* ScanMetricsSql(const std::string& group);     // store_metric_series.cc ("": every group)
+const char* ListMetricsSql(const std::string& group);     // store_metrics_logs.cc ("": every group)
+const char* ExperimentValidationsSql();                   // store_metrics_logs.cc (group validation)
+const char* RollupOtherRowSql(const std::string& group);  // store_metric_rollups.cc
+const char* RollupTailRowsSql(const std::string& group);  // store_metric_rollups.cc
+
 }  // namespace store_internal
 }  // namespace master
 }  // namespace det

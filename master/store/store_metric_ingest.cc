@@ -144,8 +144,10 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
     }
     if (rc == SQLITE_CONSTRAINT_PRIMARYKEY && !reloaded) {
       // A row written past this Store (another connection): count on from
-      // the largest id stored, once per call.
+      // the largest id stored, once per call. That row never passed through
+      // the metric tail: invalidate it, so streams read SQLite (issue 50).
       sqlite3_reset(st.get());
+      metric_rewrites_.fetch_add(1);
       DET_RETURN_IF_ERROR(LoadNextMetricIdLocked());
       reloaded = true;
       --i;

@@ -50,11 +50,17 @@ constexpr char kBlocks[] =
 constexpr char kSeriesMarkers[] =
     "SELECT name, last_id FROM metric_rollups WHERE trial_id = ? AND metric_group = ? AND width = 0 "
     "AND name != '' ORDER BY name";
-constexpr char kOtherRow[] =
-    "SELECT 1 FROM metrics WHERE trial_id = ? AND metric_group = ? AND archived = 0 AND id != ? LIMIT 1";
-constexpr char kTailRows[] =
-    "SELECT id, total_batches, metrics FROM metrics WHERE trial_id = ?1 AND metric_group = ?2 AND archived = 0 "
-    "AND total_batches >= ?3 AND (total_batches > ?3 OR id > ?4) ORDER BY total_batches, id LIMIT ?5";
+// Training and another group (the literal term lets SQLite use migration
+// 15's partial index of the other groups).
+#define DET_OTHER_ROW(group_terms) \
+  "SELECT 1 FROM metrics WHERE trial_id = ?1 AND " group_terms " AND archived = 0 AND id != ?3 LIMIT 1"
+constexpr char kOtherRow[] = DET_OTHER_ROW("metric_group = ?2");
+constexpr char kOtherRowOtherGroup[] = DET_OTHER_ROW("metric_group = ?2 AND metric_group != 'training'");
+#define DET_TAIL_ROWS(group_terms)                                                                     \
+  "SELECT id, total_batches, metrics FROM metrics WHERE trial_id = ?1 AND " group_terms " AND archived = 0 " \
+  "AND total_batches >= ?3 AND (total_batches > ?3 OR id > ?4) ORDER BY total_batches, id LIMIT ?5"
+constexpr char kTailRows[] = DET_TAIL_ROWS("metric_group = ?2");
+constexpr char kTailRowsOtherGroup[] = DET_TAIL_ROWS("metric_group = ?2 AND metric_group != 'training'");
 constexpr char kDeleteBlocksAfter[] =
     "DELETE FROM metric_rollups WHERE trial_id = ? AND metric_group = ? AND name = ? AND width > 0 "
     "AND last_batches > ?";
@@ -72,6 +78,13 @@ double Loaded(sqlite3_stmt* s, int i) {
 }
 
 }  // namespace
+
+const char* store_internal::RollupOtherRowSql(const std::string& group) {
+  return group == "training" ? kOtherRow : kOtherRowOtherGroup;
+}
+const char* store_internal::RollupTailRowsSql(const std::string& group) {
+  return group == "training" ? kTailRows : kTailRowsOtherGroup;
+}
 
 absl::Status Store::WriteRollupLocked(const RollupSeriesKey& key, const RollupBlock& b) {
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kUpsertRollup));
@@ -138,7 +151,7 @@ absl::StatusOr<bool> Store::RebuildRollupSeriesLocked(const RollupSeriesKey& key
     const RollupSeriesKey group{key.trial_id, key.group, ""};
     DET_ASSIGN_OR_RETURN(bool has_group, RollupMarkerLocked(group, &gb, &gid));
     if (!has_group) {  // rows stored before migration 16, unless this is the group's first
-      DET_ASSIGN_OR_RETURN(Stmt st, Cached(kOtherRow));
+      DET_ASSIGN_OR_RETURN(Stmt st, Cached(store_internal::RollupOtherRowSql(key.group)));
       Binder bind(st.get());
       bind.Int(key.trial_id).Text(key.group).Int(row.id);
       if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup check");
@@ -177,7 +190,7 @@ absl::StatusOr<bool> Store::RebuildRollupSeriesLocked(const RollupSeriesKey& key
   std::vector<std::pair<int64_t, int64_t>> at;  // (batches, id) of the rows after the cursor
   std::vector<double> ys;
   {
-    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kTailRows));
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(store_internal::RollupTailRowsSql(key.group)));
     Binder bind(st.get());
     bind.Int(key.trial_id).Text(key.group).Int(cursor_batches).Int(cursor_id).Int(kRebuildRows + 1);
     if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup rows");
@@ -295,7 +308,7 @@ absl::StatusOr<bool> Store::ReadRollupChart(int64_t trial_id, const std::string&
     from = std::min(from, cursor.back());
   }
   if (!out->empty()) {
-    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kTailRows));
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(store_internal::RollupTailRowsSql(group)));
     Binder bind(st.get());
     bind.Int(trial_id).Text(group).Int(from.first).Int(from.second).Int(max_tail_rows + 1);
     if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup rows");

@@ -227,13 +227,21 @@ TaskLogRow ReadTaskLog(sqlite3_stmt* s) {
 
 // ---- Metrics ----
 
+const char* store_internal::ListMetricsSql(const std::string& group) {
+  return group.empty() ? kListMetrics : group == "training" ? kListTrainingMetrics : kListOtherGroupMetrics;
+}
+
+const char* store_internal::ExperimentValidationsSql() {
+  return "SELECT m.id, m.trial_id, m.total_batches, m.time_ms, m.metrics FROM metrics m "
+         "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = ? AND m.metric_group = 'validation' "
+         "AND m.metric_group != 'training' AND m.archived = 0 ORDER BY m.time_ms, m.id";
+}
+
 absl::StatusOr<std::vector<MetricRow>> Store::ListMetrics(int64_t trial_id, const std::string& group,
                                                           bool include_archived, int64_t after_batches,
                                                           int64_t limit, int64_t after_id) {
   std::lock_guard<StoreMutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(group.empty()           ? kListMetrics
-                                       : group == "training" ? kListTrainingMetrics
-                                                             : kListOtherGroupMetrics));
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(store_internal::ListMetricsSql(group)));
   Binder b(st.get());
   b.Int(trial_id).Text(group).Int(include_archived ? 1 : 0).Int(after_batches).Int(SqlLimit(limit));
   b.Int(after_id > 0 ? after_id : std::numeric_limits<int64_t>::max());
@@ -602,10 +610,7 @@ MetricTail::Stats Store::MetricTailStats() {
 
 absl::StatusOr<std::vector<ValidationPoint>> Store::ListExperimentValidations(int64_t experiment_id) {
   std::lock_guard<StoreMutex> lock(mu_);
-  DET_ASSIGN_OR_RETURN(
-      Stmt st, PrepareOnce("SELECT m.id, m.trial_id, m.total_batches, m.time_ms, m.metrics FROM metrics m "
-                           "JOIN trials t ON t.id = m.trial_id WHERE t.experiment_id = ? AND "
-                           "m.metric_group = 'validation' AND m.archived = 0 ORDER BY m.time_ms, m.id"));
+  DET_ASSIGN_OR_RETURN(Stmt st, PrepareOnce(store_internal::ExperimentValidationsSql()));
   Binder b(st.get());
   b.Int(experiment_id);
   if (b.rc() != SQLITE_OK) return Error(b.rc(), "bind validation history query");

@@ -59,9 +59,11 @@ TEST_F(WalCheckpointerTest, OptionsOutOfBoundsAreRefusedNamingThem) {
 // A writer with autocheckpoint off commits 3,000 transactions of ~2 pages;
 // every 100 commits it lets the checkpointer catch up (polls its count, so
 // the test does not depend on the scheduler). The -wal file stays near the
-// threshold instead of holding every frame written (about 6,000 pages), and
-// the checkpoints are the thread's: the writer ran none.
-TEST_F(WalCheckpointerTest, TheWalStaysBoundedUnderSustainedInserts) {
+// PASSIVE threshold instead of holding every frame written (about 6,000
+// pages), and the checkpoints are the thread's: the writer ran none. (The
+// writer waits for the thread here; the bound under a writer that never
+// waits, with a reader pinning the WAL, is the next test's.)
+TEST_F(WalCheckpointerTest, TheWalStaysNearThePassiveThresholdWhenTheThreadKeepsUp) {
   store_.reset();
   const std::string path = dir_ + "/raw.db";
   sqlite3* db = nullptr;
@@ -98,6 +100,77 @@ TEST_F(WalCheckpointerTest, TheWalStaysBoundedUnderSustainedInserts) {
   c->reset();  // stops the thread, closes its connection
   sqlite3_close(db);
   EXPECT_EQ(FileBytes(path + "-wal"), -1);  // the last close checkpointed and removed it
+}
+
+// A reader holding an old snapshot keeps SQLite from starting the WAL over,
+// so PASSIVE checkpoints cannot bound it. The writer commits past
+// truncate_pages without ever waiting for the thread: the TRUNCATE finds the
+// reader (busy, after the checkpointer's 10 s busy timeout) while it is open;
+// once it lets go, the next commit's TRUNCATE empties the WAL, and the -wal
+// file is no larger than journal_size_limit.
+TEST_F(WalCheckpointerTest, TruncateBoundsTheWalOnceAReaderLetsGo) {
+  store_.reset();
+  const std::string path = dir_ + "/raw.db";
+  const int64_t page = 4096, limit = 256 * page;
+  sqlite3 *db = nullptr, *reader = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 120000);  // waits out the TRUNCATE's wait for the reader
+  ASSERT_EQ(sqlite3_exec(db,
+                         absl::StrCat("PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; PRAGMA "
+                                      "journal_size_limit=",
+                                      limit, "; CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB);")
+                             .c_str(),
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  WalCheckpointer::Options options;
+  options.passive_pages = 100;
+  options.truncate_pages = 400;
+  auto c = WalCheckpointer::Start(path, db, options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  sqlite3_stmt* ins = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO t(b) VALUES (zeroblob(5000))", -1, &ins, nullptr), SQLITE_OK);
+  auto commit = [&] {
+    const int rc = sqlite3_step(ins);
+    sqlite3_reset(ins);
+    return rc;
+  };
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(commit(), SQLITE_DONE) << sqlite3_errmsg(db);
+  // The reader's snapshot: the WAL as it is now (its frames cannot be
+  // overwritten while the read transaction lasts).
+  ASSERT_EQ(sqlite3_open(path.c_str(), &reader), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(reader, "BEGIN; SELECT COUNT(*) FROM t;", nullptr, nullptr, nullptr), SQLITE_OK);
+  // Past truncate_pages frames (a frame: a page and its 24-byte header).
+  const int64_t past = 32 + (options.truncate_pages + 10) * (page + 24);
+  int commits = 0;
+  while (FileBytes(path + "-wal") <= past && commits < 5000) {
+    ASSERT_EQ(commit(), SQLITE_DONE) << sqlite3_errmsg(db);
+    ++commits;
+  }
+  const int64_t pinned = FileBytes(path + "-wal");
+  EXPECT_GT(pinned, past) << "after " << commits << " commits";
+  // Deadline: the checkpointer's busy timeout (10 s) and then some.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((*c)->stats().busy == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GT((*c)->stats().busy, 0) << "the TRUNCATE never found the reader";
+  EXPECT_GT(FileBytes(path + "-wal"), limit) << "the WAL was emptied under the reader";
+  const int64_t truncates = (*c)->stats().truncate;
+  ASSERT_EQ(sqlite3_exec(reader, "COMMIT;", nullptr, nullptr, nullptr), SQLITE_OK);
+  // One more commit wakes the thread; poll until its TRUNCATE succeeded.
+  ASSERT_EQ(commit(), SQLITE_DONE) << sqlite3_errmsg(db);
+  EXPECT_TRUE(PollUntil([&] {
+    const WalCheckpointer::Stats s = (*c)->stats();
+    return s.truncate > truncates && s.last_wal_pages == 0 && FileBytes(path + "-wal") <= limit;
+  })) << "truncate " << (*c)->stats().truncate << " (before release " << truncates << "), WAL pages "
+      << (*c)->stats().last_wal_pages << ", -wal " << FileBytes(path + "-wal") << " bytes";
+  EXPECT_GE((*c)->stats().truncate, 1);
+  EXPECT_LE(FileBytes(path + "-wal"), limit);
+  EXPECT_EQ((*c)->stats().failed, 0);
+  sqlite3_finalize(ins);
+  c->reset();
+  sqlite3_close(reader);
+  sqlite3_close(db);
 }
 
 // The Store: its connection never checkpoints (wal_autocheckpoint 0), the
