@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
+
+#include "common/fd_io.h"
 
 namespace det::agent::reaper {
 namespace {
@@ -31,29 +34,8 @@ struct LinuxDirent64 {
   char d_name[1];
 };
 
-void WriteAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-// Reads exactly n bytes; false on EOF or error first.
-bool ReadAll(int fd, void* data, size_t n) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
+void WriteAll(int fd, const void* data, size_t n) { (void)WriteFull(fd, data, n); }
+bool ReadAll(int fd, void* data, size_t n) { return ReadFull(fd, data, n); }
 
 void SleepMs(long ms) {
   timespec ts{ms / 1000, (ms % 1000) * 1000000L};

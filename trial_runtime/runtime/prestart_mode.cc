@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/exit_codes.h"
+#include "common/fd_io.h"
 #include "common/prestart_assignment.h"
 #include "trial_runtime/runtime/allocation_token.h"
 #include "trial_runtime/runtime/managed_mode.h"
@@ -35,30 +36,8 @@ namespace {
 
 constexpr int kFd = det::kPrestartChannelFd;
 
-// Reads exactly n bytes; false on EOF or an error first.
-bool ReadAll(int fd, void* data, size_t n) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-void WriteAll(int fd, const std::string& s) {
-  const char* p = s.data();
-  size_t n = s.size();
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
+bool ReadAll(int fd, void* data, size_t n) { return ReadFull(fd, data, n); }
+void WriteAll(int fd, const std::string& s) { (void)WriteFull(fd, s.data(), s.size()); }
 
 absl::Status Errno(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, " failed: ", std::strerror(errno)));
