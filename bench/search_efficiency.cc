@@ -54,17 +54,13 @@
 // validation images) so that random search takes about 6 minutes a seed on
 // two cores; --max-length 937 --train-limit 0 --validation-limit 0 is the full
 // example. bench/search_seeds is the same figure on simulated curves.
-#include <signal.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,6 +69,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/bench_cluster.h"
 #include "bench/search_efficiency_results.h"
 #include "common/experiment_config.h"
 #include "det/api/v1/api.grpc.pb.h"
@@ -80,16 +77,14 @@
 #include "tests/test_util.h"
 
 namespace {
+using det::bench::Authorize;
 using det::bench::Outcome;
 using det::bench::ResultsFile;
-using det::testing::PollUntil;
 using det::testing::ReadFile;
-using det::testing::Subprocess;
 using det::testing::TempDir;
 using det::testing::WriteFile;
 namespace v1 = det::api::v1;
 
-const std::string kBin = DET_BIN_DIR;
 
 // A searcher configuration: an adaptive_asha mode (and whether it stops,
 // stop_once, rather than promotes), or tpe / pbt.
@@ -316,32 +311,8 @@ checkpoint_storage:
 
 int64_t Ms(const google::protobuf::Timestamp& t) { return t.seconds() * 1000 + t.nanos() / 1000000; }
 
-// The token every API call carries (from Login as `determined`).
-std::string g_token;
-void Authorize(grpc::ClientContext* ctx) { ctx->AddMetadata("authorization", "Bearer " + g_token); }
-
 // The score of a metric value: higher is better.
 double Score(const Task& task, double value) { return task.smaller_is_better ? -value : value; }
-
-// Creates and activates an experiment; its id.
-int64_t Create(v1::Determined::Stub& api, const Task& task, const std::string& config_path) {
-  std::ifstream so(task.trial_so, std::ios::binary);
-  std::stringstream bytes;
-  bytes << so.rdbuf();
-  v1::CreateExperimentRequest create;
-  create.set_config_yaml(ReadFile(config_path));
-  create.set_trial_so(bytes.str());
-  create.set_activate(true);
-  v1::CreateExperimentResponse created;
-  grpc::ClientContext ctx;
-  Authorize(&ctx);
-  auto s = api.CreateExperiment(&ctx, create, &created);
-  if (!s.ok()) {
-    std::fprintf(stderr, "CreateExperiment: %s\n", s.error_message().c_str());
-    std::exit(1);
-  }
-  return created.experiment().id();
-}
 
 // Batches a trial started from: a PBT child continues at its parent's
 // checkpoint, and those batches were trained (and counted) by the parent.
@@ -415,109 +386,28 @@ Outcome Collect(v1::Determined::Stub& api, const Task& task, int64_t id) {
 // validation reaches stop_at (then kills it).
 Outcome Run(v1::Determined::Stub& api, const Task& task, const std::string& config_path,
             std::optional<double> stop_at) {
-  const int64_t id = Create(api, task, config_path);
+  const int64_t id = det::bench::CreateExperiment(api, task.trial_so, ReadFile(config_path));
   auto t0 = std::chrono::steady_clock::now();
   bool killed = false;
-  bool done = PollUntil(
-      [&] {
-        grpc::ClientContext ctx;
-        Authorize(&ctx);
-        v1::GetExperimentRequest r;
-        r.set_experiment_id(id);
-        v1::GetExperimentResponse e;
-        if (!api.GetExperiment(&ctx, r, &e).ok()) return false;
-        auto st = e.experiment().state();
-        if (st == v1::STATE_COMPLETED || st == v1::STATE_ERROR || st == v1::STATE_CANCELED) return true;
-        if (stop_at && !killed && e.experiment().has_best_validation_metric() &&
-            Score(task, e.experiment().best_validation_metric()) >= *stop_at) {
-          grpc::ClientContext kctx;
-          Authorize(&kctx);
-          v1::KillExperimentRequest kill;
-          kill.set_experiment_id(id);
-          v1::KillExperimentResponse killed_resp;
-          auto ks = api.KillExperiment(&kctx, kill, &killed_resp);
-          if (!ks.ok()) std::fprintf(stderr, "KillExperiment %lld: %s\n", static_cast<long long>(id),
-                                     ks.error_message().c_str());
-          killed = ks.ok();
-        }
-        return false;
-      },
-      std::chrono::hours(2));
-  if (!done) {
-    std::fprintf(stderr, "experiment %lld did not finish\n", static_cast<long long>(id));
-    std::exit(1);
-  }
+  det::bench::WaitForEnd(api, id, std::chrono::hours(2), [&](const v1::Experiment& e) {
+    if (!stop_at || killed || !e.has_best_validation_metric() || Score(task, e.best_validation_metric()) < *stop_at) {
+      return;
+    }
+    grpc::ClientContext kctx;
+    Authorize(&kctx);
+    v1::KillExperimentRequest kill;
+    kill.set_experiment_id(id);
+    v1::KillExperimentResponse killed_resp;
+    auto ks = api.KillExperiment(&kctx, kill, &killed_resp);
+    if (!ks.ok()) std::fprintf(stderr, "KillExperiment %lld: %s\n", static_cast<long long>(id),
+                               ks.error_message().c_str());
+    killed = ks.ok();
+  });
   Outcome out = Collect(api, task, id);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.stopped_early = killed;
   return out;
 }
-
-// A det-master and two one-slot det-agents on loopback, started on first use.
-class Cluster {
- public:
-  Cluster(const TempDir& dir, int prestart_pool) : dir_(dir), prestart_pool_(prestart_pool) {}
-  ~Cluster() {
-    for (auto& a : agents_) a->Signal(SIGTERM);
-    for (auto& a : agents_) a->Wait(std::chrono::seconds(10));
-    if (master_) {
-      master_->Signal(SIGTERM);
-      master_->Wait(std::chrono::seconds(10));
-    }
-  }
-  v1::Determined::Stub& api() {
-    if (!api_) Start();
-    return *api_;
-  }
-
- private:
-  void Start() {
-    master_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kBin + "/det-master", "--data-dir", dir_ / "master", "--grpc-port", "0",
-                                 "--http-port", "0", "--ports-file", dir_ / "ports.json", "--log-level", "warn",
-                                 "--checkpoint-storage-root", dir_ / "checkpoints"},
-        dir_ / "master.out", dir_ / "master.err");
-    if (!PollUntil([&] { return !ReadFile(dir_ / "ports.json").empty(); }, std::chrono::seconds(30))) std::exit(1);
-    auto ports = nlohmann::json::parse(ReadFile(dir_ / "ports.json"));
-    std::string address = absl::StrCat("127.0.0.1:", ports["grpc"].get<int>());
-    for (int i = 0; i < 2; ++i) {
-      std::vector<std::string> argv{kBin + "/det-agent", "--master", address, "--id", absl::StrCat("agent-", i),
-                                    "--work-dir", dir_ / absl::StrCat("agent-", i), "--log-level", "warn"};
-      if (prestart_pool_ > 0) argv.insert(argv.end(), {"--prestart-pool", std::to_string(prestart_pool_)});
-      agents_.push_back(std::make_unique<Subprocess>(argv, dir_ / absl::StrCat("agent-", i, ".out"),
-                                                     dir_ / absl::StrCat("agent-", i, ".err")));
-    }
-    api_ = v1::Determined::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-    PollUntil(
-        [&] {
-          grpc::ClientContext ctx;
-          v1::LoginRequest login;
-          login.set_username("determined");
-          v1::LoginResponse resp;
-          if (!api_->Login(&ctx, login, &resp).ok()) return false;
-          g_token = resp.token();
-          return true;
-        },
-        std::chrono::seconds(30));
-    PollUntil(
-        [&] {
-          grpc::ClientContext ctx;
-          Authorize(&ctx);
-          v1::GetAgentsResponse resp;
-          if (!api_->GetAgents(&ctx, v1::GetAgentsRequest(), &resp).ok()) return false;
-          int n = 0;
-          for (const auto& a : resp.agents()) n += a.connected() ? 1 : 0;
-          return n == 2;
-        },
-        std::chrono::seconds(30));
-  }
-
-  const TempDir& dir_;
-  const int prestart_pool_;
-  std::unique_ptr<Subprocess> master_;
-  std::vector<std::unique_ptr<Subprocess>> agents_;
-  std::unique_ptr<v1::Determined::Stub> api_;
-};
 
 // Parses the flags into `o`; false (after a message) on a bad one.
 bool ParseFlags(int argc, char** argv, Options& o) {
@@ -662,7 +552,7 @@ int main(int argc, char** argv) {
               o.task.name.c_str(), key.c_str(), o.max_trials, o.max_length, o.LrMin(), o.LrMax(),
               absl::StrJoin(o.seeds, ",").c_str(), o.report ? " (report of the results file)" : "");
   if (!o.report && !PlanBudgets(o, dir / "checkpoints")) return 1;
-  Cluster cluster(dir, o.prestart_pool);
+  det::bench::BenchCluster cluster(dir, 2, o.prestart_pool);
   std::vector<std::optional<Outcome>> random;
   std::vector<std::pair<std::string, std::vector<std::optional<Outcome>>>> searches;
   for (const AshaVariant& v : o.asha_variants) searches.push_back({v.name, {}});
