@@ -5,7 +5,8 @@
 // found, as a ratio to random's own -- can be measured on 8+ seeds in
 // seconds, and each seed's ratio and their spread printed.
 //
-// Simulated training: a trial's model is a quality q (0 at the start); each
+// Simulated training (the dynamics, luck and noise: bench/search_tasks.h, the
+// task oracle bench/search_peers shares): a trial's model is a quality q (0 at the start); each
 // batch moves it toward the plateau a(hparams) by 1/tau(hparams); a
 // validation at length L reads q + N(0, 0.003 + 0.03 exp(-L/64)) (early
 // validations are noisy). A PBT child copies its parent's q at the
@@ -59,6 +60,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/search_efficiency_results.h"
+#include "bench/search_tasks.h"
 #include "common/experiment_config.h"
 #include "master/search/preview.h"
 #include "master/search/searcher.h"
@@ -75,37 +77,9 @@ using det::master::ValidateAfterOp;
 
 constexpr int64_t kMaxLength = 256;
 
-double Uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-double Normal(std::mt19937_64& rng) {
-  double u1 = std::max(Uniform(rng), 1e-300);
-  double u2 = Uniform(rng);
-  return std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2);
-}
-
-struct Dynamics {
-  double a = 0;
-  double tau = 1;
-};
-
-Dynamics DynamicsOf(const std::string& task, const nlohmann::json& hp) {
-  double x = std::log10(hp.at("lr").get<double>());
-  Dynamics d;
-  if (task == "schedule") {
-    d.a = 0.95 - 0.04 * (x + 4) - 0.3 * std::max(0.0, x + 0.7);
-    d.tau = std::max(1.0, 20 * std::pow(10.0, -0.8 * (x + 1)));
-    return d;
-  }
-  d.tau = std::max(1.0, 4 * std::pow(10.0, -0.5 * (x + 1)));
-  if (task == "lr") {
-    d.a = 0.70 + 0.20 * std::exp(-std::pow(x + 2.5, 2) / 2.0) - 0.3 * std::max(0.0, x + 0.5);
-    return d;
-  }
-  double wd = std::log10(hp.at("wd").get<double>());
-  double w = std::log2(hp.at("width").get<double>());
-  double good = std::exp(-(std::pow(x + 2.2, 2) / 0.3 + std::pow(wd + 4.2, 2) / 0.8 + std::pow(w - 7.5, 2) / 2.0));
-  d.a = 0.62 + 0.30 * good - 0.3 * std::max(0.0, x + 0.5);
-  return d;
-}
+using det::bench::Dynamics;
+using det::bench::DynamicsOf;
+using det::bench::Normal;
 
 det::ExperimentConfig BaseConfig(const std::string& task) {
   det::ExperimentConfig c;
@@ -247,9 +221,8 @@ Run Simulate(const std::string& task, const det::ExperimentConfig& config, int s
         Trial& t = trials[c->request_id];
         t.d = DynamicsOf(task, c->hparams);
         if (seed_noise > 0) {
-          std::mt19937_64 luck(0x5eedull * 0x9e3779b97f4a7c15ull + c->trial_seed);
-          t.d.a += seed_noise * Normal(luck);
-          t.key = std::hash<std::string>()(c->hparams.dump()) ^ (static_cast<uint64_t>(c->trial_seed) << 17);
+          t.d.a += det::bench::TrialLuck(c->trial_seed, seed_noise);
+          t.key = det::bench::NoiseKey(c->hparams, c->trial_seed);
         }
         if (c->parent != 0) {
           const Trial& p = trials[c->parent];
@@ -301,9 +274,8 @@ Run Simulate(const std::string& task, const det::ExperimentConfig& config, int s
       Trial& t = trials[id];
       t.running = false;
       t.pending = false;
-      std::mt19937_64 fixed(t.key * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t.trained));
-      double noise = (0.003 + 0.03 * std::exp(-static_cast<double>(t.trained) / 64)) *
-                     Normal(seed_noise > 0 ? fixed : rng);
+      double noise = seed_noise > 0 ? det::bench::ValidationNoise(t.key, t.trained)
+                                    : det::bench::ValidationNoiseSd(t.trained) * Normal(rng);
       double acc = t.q + noise;
       t.q_validated = t.q;
       t.trained_validated = t.trained;

@@ -58,6 +58,8 @@ PACKAGES+=(prometheus)
 # tests/s3_*: an independent S3 client (boto3; botocore checks det-cpp's
 # SigV4 signatures). The S3 server, npm's s3rver, comes from tests/s3/setup.sh.
 PACKAGES+=(python3-boto3 python3-botocore)
+# bench/search_peers (ctest search_peers_small): Optuna 3.1, the peer searchers.
+PACKAGES+=(python3-optuna)
 command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 fi
