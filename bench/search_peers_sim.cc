@@ -288,7 +288,8 @@ absl::Status FillSlots(OptunaServer& server, const SearchTask& task, const Optun
 }
 
 // Validates the trials of `running` that are at a validation, reports each
-// and tells Optuna of those that end (complete or pruned).
+// (report + should_prune) and tells Optuna of those that end: pruned, or
+// complete at kTaskMaxLength.
 absl::Status ReportValidations(OptunaServer& server, const SearchTask& task, const SimOptions& options,
                                SearchRun& run, std::vector<OptunaTrial>& running) {
   std::vector<OptunaTrial> still;
@@ -300,20 +301,17 @@ absl::Status ReportValidations(OptunaServer& server, const SearchTask& task, con
     absl::StatusOr<double> v = task.Validate(t.s);
     if (!v.ok()) return absl::InternalError(absl::StrCat("task ", task.name(), ": ", v.status().message()));
     run.events.push_back({run.total, *v});
-    std::string state;
-    if (t.s.trained >= kTaskMaxLength) {
-      state = "complete";
-    } else {
-      absl::StatusOr<nlohmann::json> r =
-          server.Call({{"op", "report"}, {"trial", t.number}, {"step", t.s.trained}, {"value", *v}});
-      if (!r.ok()) return r.status();
-      if (r->value("prune", false)) state = "pruned";
-    }
+    // As Optuna's own objective loop: report, prune if told, else return the
+    // last value at the end.
+    absl::StatusOr<nlohmann::json> r =
+        server.Call({{"op", "report"}, {"trial", t.number}, {"step", t.s.trained}, {"value", *v}});
+    if (!r.ok()) return r.status();
+    std::string state = r->value("prune", false) ? "pruned" : t.s.trained >= kTaskMaxLength ? "complete" : "";
     if (state.empty()) {
       still.push_back(t);
       continue;
     }
-    absl::StatusOr<nlohmann::json> r = server.Call({{"op", "tell"}, {"trial", t.number}, {"state", state}, {"value", *v}});
+    r = server.Call({{"op", "tell"}, {"trial", t.number}, {"state", state}, {"value", *v}});
     if (!r.ok()) return r.status();
   }
   running = std::move(still);
