@@ -67,7 +67,11 @@ def make_study(req):
         fail("init: field 'pruner' must be none, hyperband or sha, not %r" % pruner_name)
     if req.get("direction", "maximize") not in ("maximize", "minimize"):
         fail("init: field 'direction' must be maximize or minimize")
-    return optuna.create_study(direction=req.get("direction", "maximize"), sampler=sampler, pruner=pruner)
+    # A fixed study name: HyperbandPruner assigns a trial's bracket from a
+    # hash of the study name and trial number (a random name would make a
+    # run irreproducible).
+    return optuna.create_study(study_name="search_peers", direction=req.get("direction", "maximize"),
+                               sampler=sampler, pruner=pruner)
 
 
 def distributions(space):

@@ -3,7 +3,10 @@
 # side with an interpreter that does not exist, which must fail naming
 # python3-optuna. Never skips: without /usr/bin/python3 and python3-optuna
 # (deploy/install-deps.sh) the first run fails.
-#   cmake -DBIN=<search_peers> -DTABLE=<table> -DPYTHON=/usr/bin/python3 -P search_peers_small.cmake
+# A third and fourth run check that the same searches give the same results
+# file with one job and with two.
+#   cmake -DBIN=<search_peers> -DTABLE=<table> -DPYTHON=/usr/bin/python3 -DRESULTS_DIR=<dir>
+#         -P search_peers_small.cmake
 set(searchers random adaptive_asha optuna_random optuna_tpe_sha)
 string(REPLACE ";" "," searcher_list "${searchers}")
 execute_process(
@@ -36,6 +39,23 @@ foreach(goal "goal 1 \\(adaptive_asha" "goal 2 \\(det-cpp's best" "goal 3 \\(rep
 endforeach()
 if(NOT out MATCHES "goal 1 [^\n]*: (met|not met)\n" OR NOT out MATCHES "goal 2 [^\n]*: (met|not met)\n")
   message(FATAL_ERROR "goals 1 and 2 must each say met or not met")
+endif()
+# Reproducible: the same searches twice (one and two jobs) write the same
+# results file (Optuna's HyperbandPruner hashes the study name into its
+# brackets; the server fixes the name).
+foreach(jobs 1 2)
+  execute_process(
+    COMMAND ${BIN} --tasks lr --seeds 1-2 --check-seeds none --searchers optuna_tpe_hyperband,pbt
+            --python ${PYTHON} --jobs ${jobs} --results ${RESULTS_DIR}/search_peers_small_${jobs}.jsonl
+    RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err TIMEOUT 120)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "search_peers --jobs ${jobs} exited with ${rc}: ${err}")
+  endif()
+endforeach()
+file(READ ${RESULTS_DIR}/search_peers_small_1.jsonl first)
+file(READ ${RESULTS_DIR}/search_peers_small_2.jsonl second)
+if(first STREQUAL "" OR NOT first STREQUAL second)
+  message(FATAL_ERROR "two runs of the same searches differ (or wrote nothing):\n${first}\n${second}")
 endif()
 # A missing interpreter is an error naming python3-optuna, never a silent pass.
 execute_process(
