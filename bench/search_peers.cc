@@ -59,6 +59,7 @@ const std::vector<std::string> kOptunaSearchers = {"optuna_random", "optuna_tpe"
 constexpr int64_t kMaxSeeds = 1000;
 
 bool IsOptuna(const std::string& name) { return name.rfind("optuna_", 0) == 0; }
+bool SplitDetName(const std::string& name, std::string* base, std::vector<std::string>* suffixes);
 
 struct Args {
   std::vector<std::string> tasks = {"lr", "rare", "fmnist"};
@@ -132,7 +133,9 @@ Args Parse(int argc, char** argv) {
     } else if (f == "--searchers") {
       a.searchers = absl::StrSplit(v, ',');
       for (const auto& s : a.searchers) {
-        bool known = std::find(kDetSearchers.begin(), kDetSearchers.end(), s) != kDetSearchers.end() ||
+        std::string base;
+        std::vector<std::string> suffixes;
+        bool known = (!IsOptuna(s) && SplitDetName(s, &base, &suffixes)) ||
                      std::find(kOptunaSearchers.begin(), kOptunaSearchers.end(), s) != kOptunaSearchers.end();
         if (!known) Usage(absl::StrCat("--searchers: unknown searcher '", s, "'"));
       }
@@ -162,6 +165,52 @@ Args Parse(int argc, char** argv) {
   return a;
 }
 
+// A det-cpp searcher name: a base (random, adaptive_asha, tpe, asha_tpe, pbt)
+// and optional suffixes, each one change from the base's configuration:
+// _par (bracket_order: parallel), _cons / _aggr (mode conservative /
+// aggressive), _d3 (divisor 3), _best (rung_metric: best), _all (tpe_brackets:
+// all), _mv / _uv (multivariate true / false), _rf0 (random_fraction 0),
+// _b0 (pbt burn_in_period 0). Splits `name` into its base and suffixes;
+// false for an unknown base or suffix.
+bool SplitDetName(const std::string& name, std::string* base, std::vector<std::string>* suffixes) {
+  static const std::vector<std::string> kSuffixes = {"_par", "_cons", "_aggr", "_d3", "_best",
+                                                     "_all", "_mv",   "_uv",   "_rf0", "_b0"};
+  std::string rest = name;
+  suffixes->clear();
+  for (bool more = true; more;) {
+    more = false;
+    for (const auto& x : kSuffixes) {
+      if (rest.size() > x.size() && rest.compare(rest.size() - x.size(), x.size(), x) == 0) {
+        suffixes->insert(suffixes->begin(), x);
+        rest.resize(rest.size() - x.size());
+        more = true;
+      }
+    }
+  }
+  *base = rest;
+  return std::find(kDetSearchers.begin(), kDetSearchers.end(), rest) != kDetSearchers.end();
+}
+
+void ApplySuffix(const std::string& x, det::SearcherConfig& s) {
+  if (x == "_par") s.options.bracket_order = det::BracketOrder::kParallel;
+  if (x == "_cons") s.mode = AshaMode::kConservative;
+  if (x == "_aggr") s.mode = AshaMode::kAggressive;
+  if (x == "_d3") s.divisor = 3;
+  if (x == "_best") s.options.rung_metric = det::RungMetric::kBest;
+  if (x == "_all") s.options.tpe_brackets = det::TpeBrackets::kAll;
+  if (x == "_mv") s.options.tpe.multivariate = true;
+  if (x == "_uv") s.options.tpe.multivariate = false;
+  if (x == "_rf0") s.options.tpe.random_fraction = 0;
+  if (x == "_b0") s.options.pbt.burn_in_period = 0;
+}
+
+// Whether `name` is a det-cpp adaptive_asha searcher (asha_tpe included).
+bool IsAsha(const std::string& name) {
+  std::string base;
+  std::vector<std::string> suffixes;
+  return !IsOptuna(name) && SplitDetName(name, &base, &suffixes) && (base == "adaptive_asha" || base == "asha_tpe");
+}
+
 // det-cpp's config of `name` on `task`; asha_trials: for the ASHA variants.
 ExperimentConfig DetConfig(const SearchTask& task, const std::string& name, uint32_t seed, int slots,
                            int64_t asha_trials) {
@@ -172,11 +221,14 @@ ExperimentConfig DetConfig(const SearchTask& task, const std::string& name, uint
   s.max_concurrent_trials = slots;
   s.max_rungs = 3;  // rungs at 16, 64, 256 batches: the lengths a table holds
   s.divisor = 4;
-  if (name == "random") {
+  std::string base;
+  std::vector<std::string> suffixes;
+  SplitDetName(name, &base, &suffixes);
+  if (base == "random") {
     s.name = SearcherName::kRandom;
-  } else if (name == "tpe") {
+  } else if (base == "tpe") {
     s.name = SearcherName::kTpe;
-  } else if (name == "pbt") {
+  } else if (base == "pbt") {
     s.name = SearcherName::kPbt;
     s.max_concurrent_trials = 0;
     s.options.pbt.population_size = 64;
@@ -185,8 +237,9 @@ ExperimentConfig DetConfig(const SearchTask& task, const std::string& name, uint
     s.name = SearcherName::kAdaptiveAsha;
     s.mode = AshaMode::kStandard;
     s.max_trials = asha_trials;
-    if (name == "asha_tpe") s.options.sampler = HParamSampler::kTpe;
+    if (base == "asha_tpe") s.options.sampler = HParamSampler::kTpe;
   }
+  for (const auto& x : suffixes) ApplySuffix(x, s);
   return c;
 }
 
@@ -205,7 +258,19 @@ int64_t AshaTrialsForBudget(const SearchTask& task, const std::string& name, int
   return lo;
 }
 
+std::string DescribeBase(const std::string& name, int64_t asha_trials);
+
 std::string Describe(const std::string& name, int64_t asha_trials) {
+  if (IsOptuna(name)) return DescribeBase(name, asha_trials);
+  std::string base;
+  std::vector<std::string> suffixes;
+  SplitDetName(name, &base, &suffixes);
+  std::string d = DescribeBase(base, asha_trials);
+  if (!suffixes.empty()) absl::StrAppend(&d, "; with ", absl::StrJoin(suffixes, ", "));
+  return d;
+}
+
+std::string DescribeBase(const std::string& name, int64_t asha_trials) {
   if (name == "random") return "random: 64 trials";
   if (name == "tpe") return "tpe: 64 trials, det-cpp's defaults";
   if (name == "pbt") return "pbt: population 64, perturb_period 32, default burn-in";
@@ -484,7 +549,7 @@ int main(int argc, char** argv) {
     TaskRun run;
     run.task = std::move(*t);
     for (const std::string& s : a.searchers) {
-      if (s == "adaptive_asha" || s == "asha_tpe") run.asha_trials[s] = AshaTrialsForBudget(*run.task, s, a.slots, sim.budget);
+      if (IsAsha(s)) run.asha_trials[s] = AshaTrialsForBudget(*run.task, s, a.slots, sim.budget);
     }
     tasks.push_back(std::move(run));
   }
