@@ -1,5 +1,5 @@
 # ctest search_peers_small: both sides of bench/search_peers on a small
-# configuration (2 seeds, tasks lr and the fixture table), then the Optuna
+# configuration (2 seeds, tasks lr and the recorded Fashion-MNIST table), then the Optuna
 # side with an interpreter that does not exist, which must fail naming
 # python3-optuna. Never skips: without /usr/bin/python3 and python3-optuna
 # (deploy/install-deps.sh) the first run fails.
