@@ -49,23 +49,51 @@ double Mean(const std::vector<double>& x) {
 double MedianOf(std::vector<double> x) { return Median(std::move(x)); }
 double MeanOf(std::vector<double> x) { return Mean(x); }
 
-Interval BootstrapInterval(const std::vector<double>& x, double (*stat)(std::vector<double>), int resamples,
-                           uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<double> stats;
-  std::vector<double> sample(x.size());
-  for (int r = 0; r < resamples; ++r) {
-    for (double& v : sample) {
-      double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-      v = x[std::min(x.size() - 1, static_cast<size_t>(u * static_cast<double>(x.size())))];
-    }
-    stats.push_back(stat(sample));
+namespace {
+
+// x resampled with replacement (53-bit uniform indexes).
+void Resample(const std::vector<double>& x, std::mt19937_64& rng, std::vector<double>& sample) {
+  sample.resize(x.size());
+  for (double& v : sample) {
+    double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    v = x[std::min(x.size() - 1, static_cast<size_t>(u * static_cast<double>(x.size())))];
   }
+}
+
+// The percentile interval of sorted bootstrap statistics.
+Interval Percentiles(std::vector<double> stats, int resamples) {
   std::sort(stats.begin(), stats.end());
   Interval in;
   in.lo = stats[static_cast<size_t>(std::floor(0.05 * resamples))];
   in.hi = stats[static_cast<size_t>(std::max(1.0, std::ceil(0.95 * resamples))) - 1];
   return in;
+}
+
+}  // namespace
+
+Interval BootstrapInterval(const std::vector<double>& x, double (*stat)(std::vector<double>), int resamples,
+                           uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> stats;
+  std::vector<double> sample;
+  for (int r = 0; r < resamples; ++r) {
+    Resample(x, rng, sample);
+    stats.push_back(stat(sample));
+  }
+  return Percentiles(std::move(stats), resamples);
+}
+
+Interval BootstrapDifference(const std::vector<double>& a, const std::vector<double>& b,
+                             double (*stat)(std::vector<double>), int resamples, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> stats;
+  std::vector<double> sa, sb;
+  for (int r = 0; r < resamples; ++r) {
+    Resample(a, rng, sa);
+    Resample(b, rng, sb);
+    stats.push_back(stat(sb) - stat(sa));
+  }
+  return Percentiles(std::move(stats), resamples);
 }
 
 }  // namespace bench

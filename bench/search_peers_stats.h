@@ -52,6 +52,12 @@ struct Interval {
 };
 Interval BootstrapInterval(const std::vector<double>& x, double (*stat)(std::vector<double>), int resamples = 2000,
                            uint64_t seed = 51);
+// A percentile-bootstrap 90% interval of stat(b) - stat(a), a and b
+// resampled independently (same RNG and percentiles as BootstrapInterval):
+// whether two seed sets agree (0 inside) at the 90% level. Requires non-empty
+// a and b.
+Interval BootstrapDifference(const std::vector<double>& a, const std::vector<double>& b,
+                             double (*stat)(std::vector<double>), int resamples = 2000, uint64_t seed = 51);
 double MedianOf(std::vector<double> x);  // Median, in the form BootstrapInterval takes
 double MeanOf(std::vector<double> x);    // Mean, likewise
 

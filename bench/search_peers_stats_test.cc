@@ -78,6 +78,23 @@ TEST(SearchPeersStats, BootstrapIsDeterministicAndInsideTheRange) {
   EXPECT_LT(a.lo, a.hi);
 }
 
+TEST(SearchPeersStats, BootstrapDifferenceOfTwoSets) {
+  // Constant sets: the difference is exact.
+  Interval d = BootstrapDifference({5, 5, 5}, {8, 8}, MedianOf);
+  EXPECT_DOUBLE_EQ(d.lo, 3);
+  EXPECT_DOUBLE_EQ(d.hi, 3);
+  // Two draws of the same values: 0 inside, symmetric spread.
+  std::vector<double> x = {100, 400, 250, 900, 1200, 300, 5000, 700};
+  d = BootstrapDifference(x, x, MedianOf);
+  EXPECT_LT(d.lo, 0);
+  EXPECT_GT(d.hi, 0);
+  // Far-apart sets: 0 outside.
+  std::vector<double> far = x;
+  for (double& v : far) v += 10000;
+  d = BootstrapDifference(x, far, MedianOf);
+  EXPECT_GT(d.lo, 0);
+}
+
 }  // namespace
 }  // namespace bench
 }  // namespace det
