@@ -67,10 +67,11 @@ def make_study(req):
         fail("init: field 'pruner' must be none, hyperband or sha, not %r" % pruner_name)
     if req.get("direction", "maximize") not in ("maximize", "minimize"):
         fail("init: field 'direction' must be maximize or minimize")
-    # A fixed study name: HyperbandPruner assigns a trial's bracket from a
-    # hash of the study name and trial number (a random name would make a
-    # run irreproducible).
-    return optuna.create_study(study_name="search_peers", direction=req.get("direction", "maximize"),
+    # A study name fixed by the seed: HyperbandPruner assigns a trial's
+    # bracket from a hash of the study name and trial number (a random name
+    # would make a run irreproducible; one name for every seed would give
+    # trial n the same bracket on every seed).
+    return optuna.create_study(study_name="search_peers_%d" % seed, direction=req.get("direction", "maximize"),
                                sampler=sampler, pruner=pruner)
 
 
@@ -105,7 +106,7 @@ def main():
         op = req.get("op")
         if op == "init":
             study, dists = make_study(req), distributions(req.get("space"))
-            reply({"ok": True})
+            reply({"ok": True, "optuna": optuna.__version__})
         elif study is None:
             fail("the first request must be init, not %r" % op)
         elif op == "ask":

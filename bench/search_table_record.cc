@@ -10,7 +10,8 @@
 //   search_table_record --out bench/results/search_table_fmnist.json
 //                       [--seeds 2] [--points 128] [--commit HASH]
 //
-// --points N keeps the first N grid points in grid order (a quick check).
+// --points N keeps the first N grid points in grid order: a quick check of
+// the recording only (search_peers loads only a table of the whole grid).
 // The table (format in bench/search_tasks.h) names the command, commit, date
 // and machine that made it. A trial that does not complete, or misses a
 // validation, fails the recording: a table has no holes.

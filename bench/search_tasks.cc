@@ -266,9 +266,9 @@ absl::Status ParseTableHeader(const nlohmann::json& j, Table& t) {
   for (size_t i = 0; i < lengths.size(); ++i) {
     absl::StatusOr<int64_t> len = TableInt(lengths[i], absl::StrCat("lengths[", i, "]"), 16, kTaskMaxLength);
     if (!len.ok()) return len.status();
-    if (*len % 16 != 0 || (!t.lengths.empty() && *len <= t.lengths.back())) {
+    if (*len != 16 * static_cast<int64_t>(i + 1)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("field 'lengths[", i, "]' = ", *len, ": lengths must be strictly increasing multiples of 16"));
+          absl::StrCat("field 'lengths[", i, "]' = ", *len, ": lengths must be every multiple of 16 from 16 to 256 (16, 32, ..., 256), the lengths a search validates at"));
     }
     t.lengths.push_back(*len);
   }
