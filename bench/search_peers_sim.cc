@@ -120,7 +120,16 @@ absl::StatusOr<SearchRun> RunDetSearch(const SearchTask& task, const ExperimentC
       states.emplace_back(&t.s, t.target);
       ids.push_back(id);
     }
-    if (Advance(task, states, run.total, options) == 0) break;  // the budget is spent, or nothing runs
+    if (Advance(task, states, run.total, options) == 0) {
+      // The budget is spent (less than a batch per running trial left), or
+      // nothing runs although the search goes on: a stalled search is an
+      // error, never a silent miss.
+      if (states.empty() || run.total + static_cast<int64_t>(states.size()) <= options.budget) {
+        return absl::InternalError(absl::StrCat("the det-cpp search stalled at ", run.total, " batches (",
+                                                states.size(), " trials running, searcher not done)"));
+      }
+      break;
+    }
     for (RequestId id : ids) {
       DetTrial& t = trials[id];
       if (!AtValidation(t.s.trained, t.target, options.period)) continue;
@@ -155,7 +164,14 @@ class OptunaServer {
   ~OptunaServer() {
     if (to_ >= 0) close(to_);
     if (from_ >= 0) close(from_);
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+    // A server that has not exited after its pipes closed (hung) is killed.
+    if (pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0) {
+      for (int i = 0; i < 100 && waitpid(pid_, nullptr, WNOHANG) == 0; ++i) usleep(10000);
+      if (waitpid(pid_, nullptr, WNOHANG) == 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+      }
+    }
   }
 
   absl::Status Start(const OptunaOptions& o) {
@@ -210,11 +226,15 @@ class OptunaServer {
  private:
   absl::Status Exited(const std::string& what) {
     int status = 0;
+    if (pid_ > 0) kill(pid_, SIGKILL);  // it stopped answering: it will not answer later
     if (pid_ > 0 && waitpid(pid_, &status, 0) == pid_) {
       pid_ = -1;
       if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
         return MissingOptuna(python_, "the interpreter could not be run (exit 127)");
       }
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 1) {  // its own error, printed on stderr
+      return absl::InternalError(absl::StrCat("search_peers_optuna.py ", what, " with exit 1 (its stderr is above)"));
     }
     return MissingOptuna(python_, absl::StrCat("search_peers_optuna.py ", what, " without answering (",
                                                WIFEXITED(status) ? absl::StrCat("exit ", WEXITSTATUS(status))
@@ -306,7 +326,10 @@ absl::Status ReportValidations(OptunaServer& server, const SearchTask& task, con
     absl::StatusOr<nlohmann::json> r =
         server.Call({{"op", "report"}, {"trial", t.number}, {"step", t.s.trained}, {"value", *v}});
     if (!r.ok()) return r.status();
-    std::string state = r->value("prune", false) ? "pruned" : t.s.trained >= kTaskMaxLength ? "complete" : "";
+    if (!r->contains("prune") || !(*r)["prune"].is_boolean()) {
+      return absl::InternalError(absl::StrCat("search_peers_optuna.py: a bad report reply ", r->dump()));
+    }
+    std::string state = (*r)["prune"].get<bool>() ? "pruned" : t.s.trained >= kTaskMaxLength ? "complete" : "";
     if (state.empty()) {
       still.push_back(t);
       continue;
