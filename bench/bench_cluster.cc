@@ -129,4 +129,33 @@ v1::Experiment WaitForEnd(v1::Determined::Stub& api, int64_t id, std::chrono::mi
   return last;
 }
 
+v1::GetExperimentTrialsResponse ExperimentTrials(v1::Determined::Stub& api, int64_t id) {
+  grpc::ClientContext ctx;
+  Authorize(&ctx);
+  v1::GetExperimentTrialsRequest r;
+  r.set_experiment_id(id);
+  r.set_limit(1000);
+  v1::GetExperimentTrialsResponse trials;
+  auto s = api.GetExperimentTrials(&ctx, r, &trials);
+  if (!s.ok()) {
+    std::fprintf(stderr, "GetExperimentTrials %lld: %s\n", static_cast<long long>(id), s.error_message().c_str());
+    std::exit(1);
+  }
+  return trials;
+}
+
+v1::GetTrialMetricsResponse TrialMetrics(v1::Determined::Stub& api, int64_t trial_id) {
+  grpc::ClientContext ctx;
+  Authorize(&ctx);
+  v1::GetTrialMetricsRequest r;
+  r.set_trial_id(trial_id);
+  v1::GetTrialMetricsResponse metrics;
+  auto s = api.GetTrialMetrics(&ctx, r, &metrics);
+  if (!s.ok()) {
+    std::fprintf(stderr, "GetTrialMetrics %lld: %s\n", static_cast<long long>(trial_id), s.error_message().c_str());
+    std::exit(1);
+  }
+  return metrics;
+}
+
 }  // namespace det::bench

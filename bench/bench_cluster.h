@@ -64,6 +64,14 @@ det::api::v1::Experiment WaitForEnd(det::api::v1::Determined::Stub& api, int64_t
                                     std::chrono::milliseconds timeout,
                                     const std::function<void(const det::api::v1::Experiment&)>& on_poll = {});
 
+// The trials of experiment `id` (at most 1,000). Exits 1 (after a message)
+// when the call fails.
+det::api::v1::GetExperimentTrialsResponse ExperimentTrials(det::api::v1::Determined::Stub& api, int64_t id);
+
+// Every metric report of trial `trial_id`. Exits 1 (after a message) when the
+// call fails.
+det::api::v1::GetTrialMetricsResponse TrialMetrics(det::api::v1::Determined::Stub& api, int64_t trial_id);
+
 }  // namespace det::bench
 
 #endif  // DET_BENCH_BENCH_CLUSTER_H_

@@ -336,13 +336,7 @@ int64_t InheritedBatches(v1::Determined::Stub& api, const v1::Trial& t) {
 // report moves its trial's batch count (from the batches it inherited); a
 // validation is a point on the (batches trained so far, score) curve.
 Outcome Collect(v1::Determined::Stub& api, const Task& task, int64_t id) {
-  grpc::ClientContext ctx;
-  Authorize(&ctx);
-  v1::GetExperimentTrialsRequest tr;
-  tr.set_experiment_id(id);
-  tr.set_limit(1000);
-  v1::GetExperimentTrialsResponse trials;
-  if (!api.GetExperimentTrials(&ctx, tr, &trials).ok()) std::exit(1);
+  const v1::GetExperimentTrialsResponse trials = det::bench::ExperimentTrials(api, id);
   struct Event {
     int64_t time_ms;
     int64_t trial;
@@ -354,12 +348,7 @@ Outcome Collect(v1::Determined::Stub& api, const Task& task, int64_t id) {
   std::map<int64_t, int64_t> trained;  // per trial
   for (const auto& t : trials.trials()) {
     trained[t.id()] = InheritedBatches(api, t);
-    grpc::ClientContext mctx;
-    Authorize(&mctx);
-    v1::GetTrialMetricsRequest mr;
-    mr.set_trial_id(t.id());
-    v1::GetTrialMetricsResponse metrics;
-    if (!api.GetTrialMetrics(&mctx, mr, &metrics).ok()) std::exit(1);
+    const v1::GetTrialMetricsResponse metrics = det::bench::TrialMetrics(api, t.id());
     for (const auto& m : metrics.metrics()) {
       bool val = m.group() == "validation";
       auto it = m.metrics().find(task.metric);

@@ -36,7 +36,6 @@
 
 namespace {
 namespace v1 = det::api::v1;
-using det::bench::Authorize;
 
 constexpr int64_t kMaxLength = 256;
 constexpr int64_t kPeriod = 16;
@@ -108,13 +107,7 @@ int IndexOf(const Axis& axis, double v) {
 // The rows of one finished grid experiment: one per trial, its grid point and
 // its accuracy at 16, 32, ..., 256 batches.
 nlohmann::json Collect(v1::Determined::Stub& api, int64_t id, int seed_index, const std::vector<Axis>& axes) {
-  grpc::ClientContext ctx;
-  Authorize(&ctx);
-  v1::GetExperimentTrialsRequest tr;
-  tr.set_experiment_id(id);
-  tr.set_limit(1000);
-  v1::GetExperimentTrialsResponse trials;
-  if (!api.GetExperimentTrials(&ctx, tr, &trials).ok()) Fail("GetExperimentTrials failed");
+  const v1::GetExperimentTrialsResponse trials = det::bench::ExperimentTrials(api, id);
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& t : trials.trials()) {
     if (t.state() != v1::STATE_COMPLETED) Fail(absl::StrCat("trial ", t.id(), " did not complete"));
@@ -125,12 +118,7 @@ nlohmann::json Collect(v1::Determined::Stub& api, int64_t id, int seed_index, co
       if (i < 0) Fail(absl::StrCat("trial ", t.id(), ": hparam ", axis.name, " is not on the grid"));
       point.push_back(i);
     }
-    grpc::ClientContext mctx;
-    Authorize(&mctx);
-    v1::GetTrialMetricsRequest mr;
-    mr.set_trial_id(t.id());
-    v1::GetTrialMetricsResponse metrics;
-    if (!api.GetTrialMetrics(&mctx, mr, &metrics).ok()) Fail(absl::StrCat("GetTrialMetrics ", t.id(), " failed"));
+    const v1::GetTrialMetricsResponse metrics = det::bench::TrialMetrics(api, t.id());
     std::map<int64_t, double> at;
     for (const auto& m : metrics.metrics()) {
       auto it = m.metrics().find("accuracy");
