@@ -36,6 +36,32 @@ bool PollUntil(Pred done) {
   return done();
 }
 
+// A raw connection to `path` as the Store opens its own (WAL, SQLite's
+// auto-checkpoint off) with `pragmas` run after, waiting `busy_ms` on a lock,
+// and a table t of blobs to fill; nullptr (after a failed expectation) if any
+// step fails.
+sqlite3* OpenWalTable(const std::string& path, int busy_ms, const std::string& pragmas) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, busy_ms);
+  const std::string sql = absl::StrCat("PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; ", pragmas,
+                                       " CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB);");
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+    ADD_FAILURE() << sqlite3_errmsg(db);
+    sqlite3_close(db);
+    return nullptr;
+  }
+  return db;
+}
+
+// The thresholds both WAL tests use: small enough to cross in seconds.
+WalCheckpointer::Options SmallThresholds() {
+  WalCheckpointer::Options options;
+  options.passive_pages = 100;
+  options.truncate_pages = 400;
+  return options;
+}
+
 class WalCheckpointerTest : public TempStoreTest {
  protected:
   WalCheckpointerTest() : TempStoreTest("det_wal_checkpointer_test") {}
@@ -66,18 +92,9 @@ TEST_F(WalCheckpointerTest, OptionsOutOfBoundsAreRefusedNamingThem) {
 TEST_F(WalCheckpointerTest, TheWalStaysNearThePassiveThresholdWhenTheThreadKeepsUp) {
   store_.reset();
   const std::string path = dir_ + "/raw.db";
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 10000);  // as the Store's connection
-  ASSERT_EQ(sqlite3_exec(db,
-                         "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; "
-                         "CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB);",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  WalCheckpointer::Options options;
-  options.passive_pages = 100;
-  options.truncate_pages = 400;
-  auto c = WalCheckpointer::Start(path, db, options);
+  sqlite3* db = OpenWalTable(path, 10000, "");  // busy timeout as the Store's connection
+  ASSERT_NE(db, nullptr);
+  auto c = WalCheckpointer::Start(path, db, SmallThresholds());
   ASSERT_TRUE(c.ok()) << c.status();
   sqlite3_stmt* ins = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO t(b) VALUES (zeroblob(5000))", -1, &ins, nullptr), SQLITE_OK);
@@ -112,19 +129,11 @@ TEST_F(WalCheckpointerTest, TruncateBoundsTheWalOnceAReaderLetsGo) {
   store_.reset();
   const std::string path = dir_ + "/raw.db";
   const int64_t page = 4096, limit = 256 * page;
-  sqlite3 *db = nullptr, *reader = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 120000);  // waits out the TRUNCATE's wait for the reader
-  ASSERT_EQ(sqlite3_exec(db,
-                         absl::StrCat("PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; PRAGMA "
-                                      "journal_size_limit=",
-                                      limit, "; CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB);")
-                             .c_str(),
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  WalCheckpointer::Options options;
-  options.passive_pages = 100;
-  options.truncate_pages = 400;
+  // The busy timeout waits out the TRUNCATE's wait for the reader.
+  sqlite3* db = OpenWalTable(path, 120000, absl::StrCat("PRAGMA journal_size_limit=", limit, ";"));
+  ASSERT_NE(db, nullptr);
+  sqlite3* reader = nullptr;
+  const WalCheckpointer::Options options = SmallThresholds();
   auto c = WalCheckpointer::Start(path, db, options);
   ASSERT_TRUE(c.ok()) << c.status();
   sqlite3_stmt* ins = nullptr;
