@@ -408,6 +408,7 @@ LoadResult Load(const Options& o, Master& m, const TempDir& dir) {
   det::bench::Readers readers(m.grpc, m.token, exps, trial_ids, o.readers, o.streams, o.reader_interval_ms);
   const pid_t pid = m.proc->pid();
   const double cpu0 = CpuSeconds(pid);
+  const double self_cpu0 = CpuSeconds(getpid());
   const int64_t rows0 = sim.acked_rows();
   auto t0 = Clock::now();
   auto end = t0 + std::chrono::milliseconds(static_cast<int64_t>(o.seconds * 1000));
@@ -418,6 +419,7 @@ LoadResult Load(const Options& o, Master& m, const TempDir& dir) {
   const double secs = Ms(t0, Clock::now()) / 1000;
   r.window_rows = sim.acked_rows() - rows0;
   const double cpu = CpuSeconds(pid) - cpu0;
+  const double self_cpu = CpuSeconds(getpid()) - self_cpu0;
   r.rows_per_s = static_cast<double>(r.window_rows) / secs;
   r.cpu_us_per_row = r.window_rows > 0 ? cpu * 1e6 / static_cast<double>(r.window_rows) : 0;
   r.peak_rss_mib = StatusMiB(pid, "VmHWM");
@@ -428,6 +430,12 @@ LoadResult Load(const Options& o, Master& m, const TempDir& dir) {
               r.rows_per_s, secs, o.rate);
   std::printf("  master CPU %.1f us per row (%.0f%% of one core), RSS max %.0f MiB (peak %.0f MiB; goal < 1024)\n",
               r.cpu_us_per_row, 100 * cpu / secs, r.rss_mib, r.peak_rss_mib);
+  // Counted apart: this process plays the agents, trials, readers and
+  // streams. Both share the machine's cores.
+  std::printf("  load generator (this process: simulated agents and trials, readers, streams) CPU %.1f us per row "
+              "(%.0f%% of one core); master + generator %.2f of the machine's %u cores\n",
+              r.window_rows > 0 ? self_cpu * 1e6 / static_cast<double>(r.window_rows) : 0, 100 * self_cpu / secs,
+              (cpu + self_cpu) / secs, std::thread::hardware_concurrency());
   if (g_raw_cpu_us_per_row > 0 && g_raw100_cpu_us_per_row > 0) {
     // The master group-commits many requests a transaction, so raw SQLite at
     // --rows-per-request rows a transaction flatters it; 100 rows a

@@ -151,6 +151,37 @@ TEST_F(CheckpointFactsCoreTest, DeletingTheBestCheckpointNamesTheNextBest) {
   EXPECT_EQ(Experiment().best_checkpoint_uuid(), kEarly);
 }
 
+// A finished experiment's trial summary is kept between reads (its trials
+// no longer change) and still follows deleted checkpoints.
+TEST_F(CheckpointFactsCoreTest, AFinishedExperimentsSummaryFollowsDeletedCheckpoints) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ReportThree();
+  apiv1::KillExperimentRequest kill;
+  kill.set_experiment_id(experiment_);
+  ASSERT_TRUE(core_->KillExperiment(kill).ok());
+  Exited("a", start_.allocation_id());
+  core_->RunBackgroundPass();  // checkpoint GC keeps the trial's best and latest
+  ASSERT_EQ(Experiment().state(), apiv1::STATE_CANCELED);
+  for (int read = 0; read < 2; ++read) {  // the second read: the kept summary
+    apiv1::Experiment e = Experiment();
+    EXPECT_EQ(e.best_checkpoint_uuid(), kBest);
+    EXPECT_EQ(e.latest_checkpoint_uuid(), kLate);
+    EXPECT_EQ(e.num_trials_by_state().at("CANCELED"), 1);
+  }
+  auto remove = [&](const std::string& uuid) {
+    apiv1::DeleteCheckpointsRequest del;
+    del.add_checkpoint_uuids(uuid);
+    ASSERT_TRUE(core_->DeleteCheckpoints(del).ok());
+  };
+  remove(kBest);  // kLate has no validation: no best checkpoint is left
+  apiv1::Experiment e = Experiment();
+  EXPECT_EQ(e.best_checkpoint_uuid(), "");
+  EXPECT_EQ(e.latest_checkpoint_uuid(), kLate);
+  EXPECT_DOUBLE_EQ(e.best_validation_metric(), 0.25);
+  remove(kLate);
+  EXPECT_EQ(Experiment().latest_checkpoint_uuid(), "");
+}
+
 // Progress moves with the training reports, not only with finished trials.
 TEST_F(CheckpointFactsCoreTest, ProgressCountsTheBatchesTrainedSoFar) {
   ASSERT_NO_FATAL_FAILURE(Start());  // single, max_length 100 batches

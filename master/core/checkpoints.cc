@@ -68,7 +68,7 @@ absl::StatusOr<apiv1::DeleteCheckpointsResponse> MasterCore::DeleteCheckpoints(
     for (const CheckpointRow& c : doomed) {
       DET_RETURN_IF_ERROR(store_->UpdateCheckpointState(c.uuid, "DELETED"));
       auto tit = trials_.find(c.trial_id);
-      if (tit != trials_.end()) tit->second->facts.reset();  // its best checkpoint may have gone
+      if (tit != trials_.end()) ForgetTrialFactsLocked(*tit->second);  // its best checkpoint may have gone
     }
     // A finished trial whose latest checkpoint went falls back to its newest
     // remaining completed one (or none), so `experiment continue` and the

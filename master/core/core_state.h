@@ -18,6 +18,7 @@
 #include "common/batch_lengths.h"
 #include "common/experiment_config.h"
 #include "det/api/v1/cluster.pb.h"
+#include "google/protobuf/struct.pb.h"
 #include "det/trial/v1/trial.pb.h"
 #include "master/core/agent_session.h"
 #include "master/search/scheduler.h"
@@ -100,6 +101,24 @@ struct TrialRuntime {
   bool pbt_parent_gone = false;
 };
 
+// What ExperimentProto shows of an experiment's trials (experiments.cc).
+struct ExperimentSummary {
+  std::map<std::string, int32_t> trials_by_state;  // as trial lists show them
+  std::string best_checkpoint_uuid;
+  std::string latest_checkpoint_uuid;
+  std::optional<double> best_validation;
+  int64_t best_trial = 0;
+  double progress = 0;
+};
+
+// The config as readers see it (secret-looking values redacted), with the
+// stored text it was made from.
+struct ShownConfig {
+  std::string yaml_source, json_source;
+  std::string yaml;
+  std::optional<google::protobuf::Struct> config;
+};
+
 struct ExperimentRuntime {
   ExperimentRow row;  // row.owner: the creator's username ("" for none)
   int64_t owner_id = 0;  // the creator's user id (0 when none or deleted)
@@ -123,6 +142,13 @@ struct ExperimentRuntime {
   double weight = 1;           // > 0, fair share within a priority
   int max_slots = 0;           // most slots held at once; 0: no cap
   double queue_position = 0;   // order within a priority; default: the id
+  // ExperimentProto's costly parts, kept between calls under the core's
+  // mutex. shown_config is remade when the stored config text differs from
+  // its sources. terminal_summary is kept only once the experiment and every
+  // trial of it are terminal; MasterCore::SetTrialState, SetExperimentState
+  // and ForgetTrialFactsLocked clear it.
+  mutable std::shared_ptr<const ShownConfig> shown_config;
+  mutable std::optional<ExperimentSummary> terminal_summary;
 };
 
 // Sets the job knobs from the config (and queue_position from row.id, which

@@ -211,6 +211,49 @@ std::map<RequestId, double> MasterCore::TrainedUnitsLocked(const ExperimentRunti
   return out;
 }
 
+ExperimentSummary MasterCore::ExperimentSummaryLocked(const ExperimentRuntime& exp) {
+  if (exp.terminal_summary) return *exp.terminal_summary;
+  ExperimentSummary s;
+  s.progress = exp.searcher ? exp.searcher->ProgressWithTraining(TrainedUnitsLocked(exp)) : exp.row.progress;
+  std::optional<double> best_checkpoint_metric;
+  int64_t latest_checkpoint_ms = -1;
+  bool all_terminal = Terminal(exp.row.state);
+  for (const auto& [req, tid] : exp.trial_by_request) {
+    const TrialRuntime& t = *trials_.at(tid);
+    all_terminal = all_terminal && Terminal(t.row.state);
+    // The shown state, as trial lists show it (a waiting trial is stored ACTIVE).
+    s.trials_by_state[WaitsForSearcher(t) ? "WAITING" : t.row.state] += 1;
+    const TrialFacts facts = TrialFactsLocked(t);
+    if (facts.best_checkpoint_metric &&
+        (!best_checkpoint_metric || BetterMetric(exp.config.searcher.smaller_is_better, *facts.best_checkpoint_metric,
+                                                 *best_checkpoint_metric))) {
+      best_checkpoint_metric = facts.best_checkpoint_metric;
+      s.best_checkpoint_uuid = facts.best_checkpoint_uuid;
+    }
+    if (!t.row.latest_checkpoint_uuid.empty() && facts.latest_checkpoint_ms > latest_checkpoint_ms) {
+      latest_checkpoint_ms = facts.latest_checkpoint_ms;
+      s.latest_checkpoint_uuid = t.row.latest_checkpoint_uuid;
+    }
+    if (t.row.best_validation) {
+      double v = *t.row.best_validation;
+      if (!s.best_validation || (exp.config.searcher.smaller_is_better ? v < *s.best_validation : v > *s.best_validation)) {
+        s.best_validation = v;
+        s.best_trial = tid;
+      }
+    }
+    // Facts not cached (a store error) are read again next time.
+    all_terminal = all_terminal && t.facts.has_value();
+  }
+  if (all_terminal) exp.terminal_summary = s;
+  return s;
+}
+
+void MasterCore::ForgetTrialFactsLocked(const TrialRuntime& trial) {
+  trial.facts.reset();
+  auto it = experiments_.find(trial.row.experiment_id);
+  if (it != experiments_.end()) it->second->terminal_summary.reset();
+}
+
 apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   apiv1::Experiment e;
   e.set_id(exp.row.id);
@@ -221,45 +264,31 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   e.set_archived(exp.row.archived);
   // Shown to every reader: secret-looking values redacted (the trials get
   // the config as written: GetTrialContext, StartAllocation).
-  e.set_config_yaml(RedactConfigYaml(exp.row.config_yaml));
-  auto cfg = JsonToStruct(RedactConfigJson(nlohmann::json::parse(exp.row.config_json, nullptr, false)));
-  if (cfg.ok()) *e.mutable_config() = *cfg;
+  if (!exp.shown_config || exp.shown_config->yaml_source != exp.row.config_yaml ||
+      exp.shown_config->json_source != exp.row.config_json) {
+    auto shown = std::make_shared<ShownConfig>();
+    shown->yaml_source = exp.row.config_yaml;
+    shown->json_source = exp.row.config_json;
+    shown->yaml = RedactConfigYaml(exp.row.config_yaml);
+    auto cfg = JsonToStruct(RedactConfigJson(nlohmann::json::parse(exp.row.config_json, nullptr, false)));
+    if (cfg.ok()) shown->config = *std::move(cfg);
+    exp.shown_config = std::move(shown);
+  }
+  e.set_config_yaml(exp.shown_config->yaml);
+  if (exp.shown_config->config) *e.mutable_config() = *exp.shown_config->config;
   e.mutable_trial_so()->set_sha256(exp.row.trial_so_sha256);
   e.mutable_trial_so()->set_size_bytes(artifacts_.Size(exp.row.trial_so_sha256).value_or(0));
   e.set_searcher_name(std::string(SearcherNameToString(exp.config.searcher.name)));
   e.set_searcher_metric(exp.config.searcher.metric);
   e.set_smaller_is_better(exp.config.searcher.smaller_is_better);
-  e.set_progress(exp.searcher ? exp.searcher->ProgressWithTraining(TrainedUnitsLocked(exp)) : exp.row.progress);
-  std::optional<double> best;
-  int64_t best_trial = 0;
-  std::optional<double> best_checkpoint_metric;
-  int64_t latest_checkpoint_ms = -1;
-  for (const auto& [req, tid] : exp.trial_by_request) {
-    const TrialRuntime& t = *trials_.at(tid);
-    // The shown state, as trial lists show it (a waiting trial is stored ACTIVE).
-    (*e.mutable_num_trials_by_state())[WaitsForSearcher(t) ? "WAITING" : t.row.state] += 1;
-    const TrialFacts facts = TrialFactsLocked(t);
-    if (facts.best_checkpoint_metric &&
-        (!best_checkpoint_metric || BetterMetric(exp.config.searcher.smaller_is_better, *facts.best_checkpoint_metric,
-                                                 *best_checkpoint_metric))) {
-      best_checkpoint_metric = facts.best_checkpoint_metric;
-      e.set_best_checkpoint_uuid(facts.best_checkpoint_uuid);
-    }
-    if (!t.row.latest_checkpoint_uuid.empty() && facts.latest_checkpoint_ms > latest_checkpoint_ms) {
-      latest_checkpoint_ms = facts.latest_checkpoint_ms;
-      e.set_latest_checkpoint_uuid(t.row.latest_checkpoint_uuid);
-    }
-    if (t.row.best_validation) {
-      double v = *t.row.best_validation;
-      if (!best || (exp.config.searcher.smaller_is_better ? v < *best : v > *best)) {
-        best = v;
-        best_trial = tid;
-      }
-    }
-  }
-  if (best) {
-    e.set_best_validation_metric(*best);
-    e.set_best_trial_id(best_trial);
+  const ExperimentSummary summary = ExperimentSummaryLocked(exp);
+  e.set_progress(summary.progress);
+  for (const auto& [state, n] : summary.trials_by_state) (*e.mutable_num_trials_by_state())[state] = n;
+  if (!summary.best_checkpoint_uuid.empty()) e.set_best_checkpoint_uuid(summary.best_checkpoint_uuid);
+  if (!summary.latest_checkpoint_uuid.empty()) e.set_latest_checkpoint_uuid(summary.latest_checkpoint_uuid);
+  if (summary.best_validation) {
+    e.set_best_validation_metric(*summary.best_validation);
+    e.set_best_trial_id(summary.best_trial);
   }
   e.set_num_trials(static_cast<int32_t>(exp.trial_by_request.size()));
   SetTime(e.mutable_start_time(), exp.row.created_ms);

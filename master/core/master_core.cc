@@ -197,6 +197,9 @@ absl::StatusOr<AllocationRuntime*> MasterCore::Authorize(const std::string& allo
 void MasterCore::SetTrialState(TrialRuntime& trial, const std::string& state) {
   const bool ends = Terminal(state) && !Terminal(trial.row.state);
   trial.row.state = state;
+  if (auto it = experiments_.find(trial.row.experiment_id); it != experiments_.end()) {
+    it->second->terminal_summary.reset();
+  }
   if (ends) {
     trial.row.ended_ms = WallMs();
     // Its checkpoints are now subject to the experiment's GC policy.
@@ -224,6 +227,7 @@ void MasterCore::SetTrialState(TrialRuntime& trial, const std::string& state) {
 
 void MasterCore::SetExperimentState(ExperimentRuntime& exp, const std::string& state) {
   exp.row.state = state;
+  exp.terminal_summary.reset();
   if (Terminal(state)) exp.row.ended_ms = WallMs();
   if (exp.searcher) exp.row.progress = exp.searcher->Progress();
   absl::Status st = store_->UpdateExperiment(exp.row);

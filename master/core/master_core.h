@@ -68,6 +68,7 @@ namespace agentv1 = ::det::agent::v1;
 namespace trialv1 = ::det::trial::v1;
 
 struct TrialFacts;
+struct ExperimentSummary;
 struct TrialRuntime;
 struct ExperimentRuntime;
 struct AllocationRuntime;
@@ -447,6 +448,13 @@ class MasterCore {
   // Whether experiment `id` is gone or already in the state `how` leads to.
   bool UserStopInEffectLocked(int64_t id, UserStop how) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   apiv1::Experiment ExperimentProto(const ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // exp's trial summary: exp.terminal_summary when set, else computed (and
+  // kept when exp and all its trials are terminal, as nothing changes it
+  // then but what clears it).
+  ExperimentSummary ExperimentSummaryLocked(const ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // trial.facts.reset(), and its experiment's terminal_summary with them:
+  // what every change of a trial's checkpoints or validations calls.
+  void ForgetTrialFactsLocked(const TrialRuntime& trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // For Searcher::ProgressWithTraining: each trial with a pending searcher
   // target -> the units it trained toward it (checkpoint_facts.h TrainedUnits;
   // a time metric's last value).

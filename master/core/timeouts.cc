@@ -145,7 +145,7 @@ std::vector<CheckpointRow> MasterCore::CollectGarbageLocked(ExperimentRuntime& e
       spdlog::error("checkpoint GC: {}", st.ToString());
       continue;
     }
-    tit->second->facts.reset();  // its best checkpoint may have gone
+    ForgetTrialFactsLocked(*tit->second);  // its best checkpoint may have gone
     doomed.push_back(c);  // its files: only through DeleteCheckpointDirs
   }
   if (!doomed.empty()) {

@@ -74,7 +74,7 @@ absl::StatusOr<trialv1::GetTrialContextResponse> MasterCore::GetTrialContext(con
 void MasterCore::RewindTrialLocked(TrialRuntime& trial, int64_t restored_batches) {
   // A restart continues from the checkpoint: what the earlier run reported
   // after it is archived, and the sequencer rewinds to it.
-  trial.facts.reset();  // its latest validation may be archived
+  ForgetTrialFactsLocked(trial);  // its latest validation may be archived
   absl::Status st = store_->ArchiveMetricsAfter(trial.row.id, restored_batches);
   if (!st.ok()) spdlog::error("trial {}: archiving metrics: {}", trial.row.id, st.ToString());
   trial.row.total_batches = restored_batches;
@@ -312,7 +312,7 @@ absl::StatusOr<trialv1::ReportValidationMetricsResponse> MasterCore::ReportValid
     DET_RETURN_IF_ERROR(
         store_->SetCheckpointSearcherMetric(trial.row.id, r.trial_run_id, r.total_batches, it->second));
   }
-  trial.facts.reset();
+  ForgetTrialFactsLocked(trial);
   SetTrialState(trial, trial.row.state);
   return Committed(w, trialv1::ReportValidationMetricsResponse());
 }
@@ -422,7 +422,7 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
       return absl::AlreadyExistsError(absl::StrCat("checkpoint ", req.uuid(), " belongs to trial ", existing->trial_id));
     }
     // A retried report (the reply was lost, e.g. to a master restart).
-    trial.facts.reset();
+    ForgetTrialFactsLocked(trial);
     trial.row.latest_checkpoint_uuid = existing->uuid;
     trial.last_checkpoint = existing->total_batches;
     SetTrialState(trial, trial.row.state);
@@ -434,7 +434,7 @@ absl::StatusOr<trialv1::ReportCheckpointResponse> MasterCore::ReportCheckpoint(
     trial.checkpoint_budget.reset();  // recounted at the next report
     return inserted;
   }
-  trial.facts.reset();
+  ForgetTrialFactsLocked(trial);
   alloc->made_progress = true;
   trial.row.latest_checkpoint_uuid = row.uuid;
   trial.last_checkpoint = req.total_batches();
