@@ -267,8 +267,12 @@ bool SimTrials::Step(Run* r) {
         acked_[{r->alloc.trial_id, "training"}] += req.rows_size();
       }
       if (r->batches >= op.target_total_batches()) done();
-      r->due = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(
-                                  1e6 * req.rows_size() / std::max(0.001, options_.rows_per_second_per_trial)));
+      // A fixed schedule, not the call's latency added to each period: a
+      // det-trial queues its reports and trains on (report_queue.h). A run
+      // that fell behind catches up by at most 1 s of rows.
+      const auto period = std::chrono::microseconds(
+          static_cast<int64_t>(1e6 * req.rows_size() / std::max(0.001, options_.rows_per_second_per_trial)));
+      r->due = std::max(r->due + period, Clock::now() - std::chrono::seconds(1));
       return true;
     }
     case trialv1::OPERATION_KIND_VALIDATE: {

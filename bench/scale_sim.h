@@ -7,7 +7,9 @@
 //    allocation's end is reported as its process TERMINATED with exit 0.
 //  - SimTrials runs each allocation through det.trial.v1 as det-trial does:
 //    GetNextOperation, then TRAIN (training metrics, `rows_per_request` rows
-//    a request, paced to `rows_per_second_per_trial`), VALIDATE
+//    a request, paced to `rows_per_second_per_trial` on a fixed schedule
+//    that a slow reply does not stretch, as det-trial's report queue lets
+//    training go on; at most 1 s behind), VALIDATE
 //    (ReportValidationMetrics + CompleteSearcherOperation), CHECKPOINT
 //    (ReportCheckpoint), EXIT. It counts every row the master acknowledged,
 //    per (trial, group), to check later that none was lost or duplicated.
