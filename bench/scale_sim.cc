@@ -195,7 +195,12 @@ bool SimTrials::Call(const char* what, const std::string& token,
 // One worker: its own runs, each advanced when due (round robin).
 void SimTrials::Work(int index) {
   std::vector<std::unique_ptr<Run>> runs;
+  int64_t epoch = schedule_epoch_.load();
   while (!stop_.load()) {
+    if (epoch != schedule_epoch_.load()) {
+      epoch = schedule_epoch_.load();
+      for (auto& r : runs) r->due = std::max(r->due, Clock::now());
+    }
     StartedAllocation a;
     // Take new allocations without waiting when there is work already.
     while (agents_->NextStart(&a, runs.empty() ? 50 : 0)) {
@@ -246,7 +251,10 @@ bool SimTrials::Step(Run* r) {
     case trialv1::OPERATION_KIND_TRAIN: {
       trialv1::ReportTrainingMetricsRequest req;
       req.set_allocation_id(r->alloc.allocation_id);
-      const int64_t sent = NowMs();
+      // Sent at its scheduled time: a run behind schedule counts its delay
+      // in the ingestion lag.
+      const auto behind = std::max(Clock::duration::zero(), Clock::now() - r->due);
+      const int64_t sent = NowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(behind).count();
       const int64_t first = r->batches;
       for (int k = 0; k < options_.rows_per_request && r->batches < op.target_total_batches(); ++k) {
         auto* row = req.add_rows();
@@ -272,7 +280,13 @@ bool SimTrials::Step(Run* r) {
       // that fell behind catches up by at most 1 s of rows.
       const auto period = std::chrono::microseconds(
           static_cast<int64_t>(1e6 * req.rows_size() / std::max(0.001, options_.rows_per_second_per_trial)));
-      r->due = std::max(r->due + period, Clock::now() - std::chrono::seconds(1));
+      r->due += period;
+      const auto floor = Clock::now() - std::chrono::seconds(1);
+      if (r->due < floor) {  // more than 1 s behind: the rest is counted as forgiven, not sent
+        forgiven_rows_ += static_cast<int64_t>(std::chrono::duration<double>(floor - r->due).count() *
+                                               options_.rows_per_second_per_trial);
+        r->due = floor;
+      }
       return true;
     }
     case trialv1::OPERATION_KIND_VALIDATE: {

@@ -126,6 +126,12 @@ class SimTrials {
   int64_t running() const { return running_.load(); }
   int64_t validations() const { return validations_.load(); }
   int64_t checkpoints() const { return checkpoints_.load(); }
+  // Training rows a run skipped because it fell more than 1 s behind its
+  // schedule (offered, never sent). Thread-safe.
+  int64_t forgiven_rows() const { return forgiven_rows_.load(); }
+  // Every run starts its schedule afresh from now (what a ramp left behind
+  // is forgiven, not counted), before a measurement window.
+  void RestartSchedules() { ++schedule_epoch_; }
   // Acknowledged rows per (trial id, group). Call after Stop().
   std::map<std::pair<int64_t, std::string>, int64_t> AckedByTrial() const;
   std::string first_error() const;
@@ -142,6 +148,7 @@ class SimTrials {
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> acked_rows_{0}, errors_{0}, running_{0}, validations_{0}, checkpoints_{0};
+  std::atomic<int64_t> forgiven_rows_{0}, schedule_epoch_{0};
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, std::string>, int64_t> acked_;
   std::string first_error_;

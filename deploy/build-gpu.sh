@@ -3,7 +3,8 @@
 # ./build-gpu (or $DET_BUILD_DIR). The LibTorch is found through
 # $DET_TORCH_PREFIX, else the one bundled with an installed PyTorch
 # (torch.utils.cmake_prefix_path). gRPC, Abseil, protobuf, SQLite, spdlog,
-# yaml-cpp, CLI11, nlohmann-json and cpp-httplib must be installed (Debian:
+# yaml-cpp, CLI11, nlohmann-json, cpp-httplib, prometheus-cpp, libcurl, expat
+# and jemalloc must be installed (Debian:
 # deploy/install-deps.sh installs them with the CPU LibTorch, which this build
 # does not use). Extra arguments go to cmake.
 #

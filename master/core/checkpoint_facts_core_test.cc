@@ -182,6 +182,25 @@ TEST_F(CheckpointFactsCoreTest, AFinishedExperimentsSummaryFollowsDeletedCheckpo
   EXPECT_EQ(Experiment().latest_checkpoint_uuid(), "");
 }
 
+// Checkpoint GC after a policy change drops the kept summary too.
+TEST_F(CheckpointFactsCoreTest, AFinishedExperimentsSummaryFollowsCheckpointGc) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ReportThree();
+  apiv1::KillExperimentRequest kill;
+  kill.set_experiment_id(experiment_);
+  ASSERT_TRUE(core_->KillExperiment(kill).ok());
+  Exited("a", start_.allocation_id());
+  core_->RunBackgroundPass();
+  ASSERT_EQ(Experiment().best_checkpoint_uuid(), kBest);
+  ASSERT_EQ(Experiment().best_checkpoint_uuid(), kBest);  // the kept summary
+  apiv1::PatchExperimentRequest patch;
+  patch.set_experiment_id(experiment_);
+  patch.mutable_checkpoint_gc_policy();  // keep nothing
+  ASSERT_TRUE(core_->PatchExperiment(patch).ok());
+  core_->RunBackgroundPass();
+  EXPECT_EQ(Experiment().best_checkpoint_uuid(), "");
+}
+
 // Progress moves with the training reports, not only with finished trials.
 TEST_F(CheckpointFactsCoreTest, ProgressCountsTheBatchesTrainedSoFar) {
   ASSERT_NO_FATAL_FAILURE(Start());  // single, max_length 100 batches

@@ -18,8 +18,8 @@
 #include "common/batch_lengths.h"
 #include "common/experiment_config.h"
 #include "det/api/v1/cluster.pb.h"
-#include "google/protobuf/struct.pb.h"
 #include "det/trial/v1/trial.pb.h"
+#include "google/protobuf/struct.pb.h"
 #include "master/core/agent_session.h"
 #include "master/search/scheduler.h"
 #include "master/search/searcher.h"
@@ -111,10 +111,8 @@ struct ExperimentSummary {
   double progress = 0;
 };
 
-// The config as readers see it (secret-looking values redacted), with the
-// stored text it was made from.
+// The config as readers see it (secret-looking values redacted).
 struct ShownConfig {
-  std::string yaml_source, json_source;
   std::string yaml;
   std::optional<google::protobuf::Struct> config;
 };
@@ -143,11 +141,12 @@ struct ExperimentRuntime {
   int max_slots = 0;           // most slots held at once; 0: no cap
   double queue_position = 0;   // order within a priority; default: the id
   // ExperimentProto's costly parts, kept between calls under the core's
-  // mutex. shown_config is remade when the stored config text differs from
-  // its sources. terminal_summary is kept only once the experiment and every
-  // trial of it are terminal; MasterCore::SetTrialState, SetExperimentState
-  // and ForgetTrialFactsLocked clear it.
-  mutable std::shared_ptr<const ShownConfig> shown_config;
+  // mutex. shown_config is made at the first read: row.config_yaml and
+  // row.config_json never change after CreateExperiment. terminal_summary
+  // is kept only once the experiment and every trial of it are terminal (and
+  // every trial's facts were read); MasterCore::SetTrialState,
+  // SetExperimentState and ForgetTrialFactsLocked clear it.
+  mutable std::optional<ShownConfig> shown_config;
   mutable std::optional<ExperimentSummary> terminal_summary;
 };
 

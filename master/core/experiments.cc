@@ -236,7 +236,8 @@ ExperimentSummary MasterCore::ExperimentSummaryLocked(const ExperimentRuntime& e
     }
     if (t.row.best_validation) {
       double v = *t.row.best_validation;
-      if (!s.best_validation || (exp.config.searcher.smaller_is_better ? v < *s.best_validation : v > *s.best_validation)) {
+      if (!s.best_validation ||
+          (exp.config.searcher.smaller_is_better ? v < *s.best_validation : v > *s.best_validation)) {
         s.best_validation = v;
         s.best_trial = tid;
       }
@@ -264,14 +265,11 @@ apiv1::Experiment MasterCore::ExperimentProto(const ExperimentRuntime& exp) {
   e.set_archived(exp.row.archived);
   // Shown to every reader: secret-looking values redacted (the trials get
   // the config as written: GetTrialContext, StartAllocation).
-  if (!exp.shown_config || exp.shown_config->yaml_source != exp.row.config_yaml ||
-      exp.shown_config->json_source != exp.row.config_json) {
-    auto shown = std::make_shared<ShownConfig>();
-    shown->yaml_source = exp.row.config_yaml;
-    shown->json_source = exp.row.config_json;
-    shown->yaml = RedactConfigYaml(exp.row.config_yaml);
+  if (!exp.shown_config) {
+    ShownConfig shown;
+    shown.yaml = RedactConfigYaml(exp.row.config_yaml);
     auto cfg = JsonToStruct(RedactConfigJson(nlohmann::json::parse(exp.row.config_json, nullptr, false)));
-    if (cfg.ok()) shown->config = *std::move(cfg);
+    if (cfg.ok()) shown.config = *std::move(cfg);
     exp.shown_config = std::move(shown);
   }
   e.set_config_yaml(exp.shown_config->yaml);

@@ -449,8 +449,8 @@ class MasterCore {
   bool UserStopInEffectLocked(int64_t id, UserStop how) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   apiv1::Experiment ExperimentProto(const ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // exp's trial summary: exp.terminal_summary when set, else computed (and
-  // kept when exp and all its trials are terminal, as nothing changes it
-  // then but what clears it).
+  // kept when exp and all its trials are terminal and every trial's facts
+  // were read, as nothing changes it then but what clears it).
   ExperimentSummary ExperimentSummaryLocked(const ExperimentRuntime& exp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // trial.facts.reset(), and its experiment's terminal_summary with them:
   // what every change of a trial's checkpoints or validations calls.
