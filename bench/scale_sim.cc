@@ -251,10 +251,10 @@ bool SimTrials::Step(Run* r) {
     case trialv1::OPERATION_KIND_TRAIN: {
       trialv1::ReportTrainingMetricsRequest req;
       req.set_allocation_id(r->alloc.allocation_id);
-      // Sent at its scheduled time: a run behind schedule counts its delay
-      // in the ingestion lag.
-      const auto behind = std::max(Clock::duration::zero(), Clock::now() - r->due);
-      const int64_t sent = NowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(behind).count();
+      // The lag counts from the actual send (the master's part); how late
+      // that was against the schedule is counted apart.
+      slip_.Add(std::max(0.0, std::chrono::duration<double, std::milli>(Clock::now() - r->due).count()));
+      const int64_t sent = NowMs();
       const int64_t first = r->batches;
       for (int k = 0; k < options_.rows_per_request && r->batches < op.target_total_batches(); ++k) {
         auto* row = req.add_rows();

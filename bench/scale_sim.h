@@ -9,7 +9,8 @@
 //    GetNextOperation, then TRAIN (training metrics, `rows_per_request` rows
 //    a request, paced to `rows_per_second_per_trial` on a fixed schedule
 //    that a slow reply does not stretch, as det-trial's report queue lets
-//    training go on; at most 1 s behind), VALIDATE
+//    training go on; at most 1 s behind, the rest counted as forgiven),
+//    VALIDATE
 //    (ReportValidationMetrics + CompleteSearcherOperation), CHECKPOINT
 //    (ReportCheckpoint), EXIT. It counts every row the master acknowledged,
 //    per (trial, group), to check later that none was lost or duplicated.
@@ -129,6 +130,11 @@ class SimTrials {
   // Training rows a run skipped because it fell more than 1 s behind its
   // schedule (offered, never sent). Thread-safe.
   int64_t forgiven_rows() const { return forgiven_rows_.load(); }
+  // Per training request: how late it was sent against its run's schedule,
+  // ms. A worker serves many runs one call at a time, so this is the
+  // generator's queueing as much as the master's latency (a det-trial has
+  // its own sender thread).
+  Samples& schedule_slip() { return slip_; }
   // Every run starts its schedule afresh from now (what a ramp left behind
   // is forgiven, not counted), before a measurement window.
   void RestartSchedules() { ++schedule_epoch_; }
@@ -149,6 +155,7 @@ class SimTrials {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> acked_rows_{0}, errors_{0}, running_{0}, validations_{0}, checkpoints_{0};
   std::atomic<int64_t> forgiven_rows_{0}, schedule_epoch_{0};
+  Samples slip_;
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, std::string>, int64_t> acked_;
   std::string first_error_;
