@@ -611,10 +611,14 @@ std::vector<Round> IngestionRounds(const TempDir& dir, int rows, int per_request
 int main(int argc, char** argv) {
   int rows = 200000, per_request = 100, n_rounds = 5;
   std::string before, before_trial;
-  bool check = false;
+  bool check = false, ingestion_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--check") {
       check = true;
+      continue;
+    }
+    if (std::string(argv[i]) == "--ingestion-only") {
+      ingestion_only = true;
       continue;
     }
     if (i + 1 >= argc) break;
@@ -625,7 +629,7 @@ int main(int argc, char** argv) {
     if (a == "--before-master") before = v;
     if (a == "--before-trial") before_trial = v;
   }
-  const bool phases_found = Latency(n_rounds, before_trial);
+  const bool phases_found = ingestion_only || Latency(n_rounds, before_trial);
   if (check && !phases_found) return 1;
   if (rows <= 0) return 0;
   TempDir dir;

@@ -237,6 +237,8 @@ class Store {
   // Counts this Store's own writes only; the master is its database's only
   // writer.
   uint64_t MetricRewrites() const { return metric_rewrites_.load(); }
+  // Rollup series rebuilt from their rows since Open (store_metric_rollups.cc).
+  uint64_t RollupRebuilds() const { return rollup_rebuilds_.load(); }
   // Whether trial `trial_id` has a row in `group` ("" = any) that is not
   // archived, has id > above_id, and sorts at or before (after_batches,
   // after_id) in (total_batches, id) order: a report that arrived after
@@ -548,8 +550,15 @@ class Store {
                                                                      const std::string& group, int64_t after_id,
                                                                      int64_t limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rollups of a stored metric row (row.id set), inside the open transaction
-  // (store_metric_rollups.cc).
-  absl::Status RollupRowLocked(const MetricRow& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (store_metric_rollups.cc). A series the row reaches out of order is
+  // dropped and put in *rebuild (with its earliest such row), and its
+  // further rows of the call are skipped: RebuildOutOfOrderLocked then
+  // rebuilds each once per call, not once per row (a trial's concurrent or
+  // hostile out-of-order reports would otherwise cost a rebuild a row).
+  using RollupRebuildSet = std::map<RollupSeriesKey, MetricRow>;
+  std::atomic<uint64_t> rollup_rebuilds_{0};  // RebuildRollupSeriesLocked calls
+  absl::Status RollupRowLocked(const MetricRow& row, RollupRebuildSet* rebuild) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RebuildOutOfOrderLocked(const RollupRebuildSet& rebuild) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<bool> RebuildRollupSeriesLocked(const RollupSeriesKey& key, const MetricRow& row)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RollupOpenBlocksLocked(const RollupSeriesKey& key, RollupSeries* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -125,6 +125,7 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
   size_t skipped = 0;
   if (next_metric_id_ == 0) DET_RETURN_IF_ERROR(LoadNextMetricIdLocked());
   bool reloaded = false;
+  RollupRebuildSet rebuild;
   for (size_t i = 0; i < rows.size(); ++i) {
     const MetricRow& r = rows[i];
     Binder b(st.get());
@@ -167,9 +168,10 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
     // Issue 50: the rollups and the in-memory tail see each stored row.
     MetricRow with_id = r;
     with_id.id = next_metric_id_++;
-    DET_RETURN_IF_ERROR(RollupRowLocked(with_id));
+    DET_RETURN_IF_ERROR(RollupRowLocked(with_id, &rebuild));
     metric_tail_.Stage(with_id, encoded[i]);
   }
+  DET_RETURN_IF_ERROR(RebuildOutOfOrderLocked(rebuild));
   if (skipped > 0) {  // charge only the rows stored: what they add, as admitted
     std::vector<MetricRow> kept;
     std::vector<std::string> kept_encoded;

@@ -144,6 +144,7 @@ absl::Status Store::RollupOpenBlocksLocked(const RollupSeriesKey& key, RollupSer
 // Rebuilds series `key` (not held) from what the transaction holds, `row`
 // included (it is stored already). False: the series is not kept.
 absl::StatusOr<bool> Store::RebuildRollupSeriesLocked(const RollupSeriesKey& key, const MetricRow& row) {
+  rollup_rebuilds_.fetch_add(1);
   int64_t first_batches = 0, first_id = 0;
   DET_ASSIGN_OR_RETURN(bool has_marker, RollupMarkerLocked(key, &first_batches, &first_id));
   if (!has_marker || first_batches > row.total_batches) {
@@ -218,26 +219,49 @@ absl::StatusOr<bool> Store::RebuildRollupSeriesLocked(const RollupSeriesKey& key
   return true;
 }
 
-absl::Status Store::RollupRowLocked(const MetricRow& row) {
+absl::Status Store::RollupRowLocked(const MetricRow& row, RollupRebuildSet* rebuild) {
   if (row.archived) return absl::OkStatus();
   std::vector<RollupBlock> closed;
   for (const auto& [name, y] : row.metrics) {
     const RollupSeriesKey key{row.trial_id, row.group, name};
     if (metric_rollups_.Unkept(key)) continue;
+    if (auto it = rebuild->find(key); it != rebuild->end()) {  // rebuilt once, after the call's rows
+      if (row.total_batches < it->second.total_batches) {  // the earliest row, with its own id
+        it->second.total_batches = row.total_batches;
+        it->second.id = row.id;
+      }
+      continue;
+    }
     closed.clear();
     if (metric_rollups_.Find(key) != nullptr && metric_rollups_.Add(key, row.total_batches, row.id, y, &closed)) {
       for (const RollupBlock& b : closed) DET_RETURN_IF_ERROR(WriteRollupLocked(key, b));
       continue;
     }
-    if (metric_rollups_.Find(key) != nullptr) {  // out of order: drop the blocks after it, rebuild
-      DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteBlocksAfter));
-      Binder bind(st.get());
-      bind.Int(key.trial_id).Text(key.group).Text(key.name).Int(row.total_batches);
-      if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup delete");
-      const int rc = sqlite3_step(st.get());
-      if (rc != SQLITE_DONE) return Error(rc, "delete metric rollups");
+    if (metric_rollups_.Find(key) != nullptr) {  // out of order: drop it, rebuild after the call's rows
       metric_rollups_.Drop(key);
+      MetricRow earliest;
+      earliest.id = row.id;
+      earliest.trial_id = row.trial_id;
+      earliest.group = row.group;
+      earliest.total_batches = row.total_batches;
+      rebuild->emplace(key, std::move(earliest));
+      continue;
     }
+    DET_ASSIGN_OR_RETURN(bool kept, RebuildRollupSeriesLocked(key, row));
+    if (!kept) metric_rollups_.MarkUnkept(key);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::RebuildOutOfOrderLocked(const RollupRebuildSet& rebuild) {
+  for (const auto& [key, row] : rebuild) {
+    // The blocks from the earliest out-of-order row on are recomputed.
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteBlocksAfter));
+    Binder bind(st.get());
+    bind.Int(key.trial_id).Text(key.group).Text(key.name).Int(row.total_batches);
+    if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup delete");
+    const int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, "delete metric rollups");
     DET_ASSIGN_OR_RETURN(bool kept, RebuildRollupSeriesLocked(key, row));
     if (!kept) metric_rollups_.MarkUnkept(key);
   }

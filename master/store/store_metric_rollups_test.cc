@@ -203,6 +203,31 @@ TEST_F(MetricRollupStoreTest, StoredBlocksEqualTheBlocksOfTheStoredRowsAcrossRes
   EXPECT_EQ(GroupMarkers(trial), 2);
 }
 
+// A call whose rows reach a held series out of order (another client of the
+// same trial, or a hostile one) rebuilds that series once, not once a row,
+// and the blocks still equal the ones recomputed from the rows.
+TEST_F(MetricRollupStoreTest, AnOutOfOrderCallRebuildsEachSeriesOnce) {
+  const int64_t trial = AddTrial();
+  std::vector<MetricRow> rows;
+  auto row = [&](int64_t b) {
+    MetricRow m;
+    m.trial_id = trial;
+    m.trial_run_id = 1;
+    m.group = "training";
+    m.total_batches = b;
+    m.metrics = {{"loss", static_cast<double>(b % 97)}, {"acc", static_cast<double>(b % 31)}};
+    return m;
+  };
+  for (int64_t b = 0; b < 6000; b += 2) rows.push_back(row(b));  // even batches, in order
+  ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+  rows.clear();
+  for (int64_t b = 1001; b < 1400; b += 2) rows.push_back(row(b));  // 200 odd ones, all behind
+  const uint64_t before = store_->RollupRebuilds();
+  ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+  EXPECT_EQ(store_->RollupRebuilds() - before, 2u) << "one rebuild per series (loss, acc), not per row";
+  EXPECT_EQ(Stored(trial), Expected(trial));
+}
+
 // Migration 16 on a populated version-15 database: the new table starts
 // empty; a trial whose rows were stored before it (no group marker) gets no
 // rollups, also after the master restarts (charts scan it); a trial created
