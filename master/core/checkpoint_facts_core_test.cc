@@ -115,6 +115,15 @@ class CheckpointFactsCoreTest : public MasterCoreFixture {
     EXPECT_EQ(e.latest_checkpoint_uuid(), kLate);
   }
 
+  // Kills the experiment and ends its run: CANCELED, checkpoint GC done.
+  void KillAndEnd() {
+    apiv1::KillExperimentRequest kill;
+    kill.set_experiment_id(experiment_);
+    ASSERT_TRUE(core_->KillExperiment(kill).ok());
+    Exited("a", start_.allocation_id());
+    core_->RunBackgroundPass();
+  }
+
   int64_t experiment_ = 0;
   agentv1::StartAllocation start_;
 };
@@ -156,11 +165,7 @@ TEST_F(CheckpointFactsCoreTest, DeletingTheBestCheckpointNamesTheNextBest) {
 TEST_F(CheckpointFactsCoreTest, AFinishedExperimentsSummaryFollowsDeletedCheckpoints) {
   ASSERT_NO_FATAL_FAILURE(Start());
   ReportThree();
-  apiv1::KillExperimentRequest kill;
-  kill.set_experiment_id(experiment_);
-  ASSERT_TRUE(core_->KillExperiment(kill).ok());
-  Exited("a", start_.allocation_id());
-  core_->RunBackgroundPass();  // checkpoint GC keeps the trial's best and latest
+  ASSERT_NO_FATAL_FAILURE(KillAndEnd());  // checkpoint GC keeps the trial's best and latest
   ASSERT_EQ(Experiment().state(), apiv1::STATE_CANCELED);
   for (int read = 0; read < 2; ++read) {  // the second read: the kept summary
     apiv1::Experiment e = Experiment();
@@ -186,11 +191,7 @@ TEST_F(CheckpointFactsCoreTest, AFinishedExperimentsSummaryFollowsDeletedCheckpo
 TEST_F(CheckpointFactsCoreTest, AFinishedExperimentsSummaryFollowsCheckpointGc) {
   ASSERT_NO_FATAL_FAILURE(Start());
   ReportThree();
-  apiv1::KillExperimentRequest kill;
-  kill.set_experiment_id(experiment_);
-  ASSERT_TRUE(core_->KillExperiment(kill).ok());
-  Exited("a", start_.allocation_id());
-  core_->RunBackgroundPass();
+  ASSERT_NO_FATAL_FAILURE(KillAndEnd());
   ASSERT_EQ(Experiment().best_checkpoint_uuid(), kBest);
   ASSERT_EQ(Experiment().best_checkpoint_uuid(), kBest);  // the kept summary
   apiv1::PatchExperimentRequest patch;
