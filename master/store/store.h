@@ -237,7 +237,9 @@ class Store {
   // Counts this Store's own writes only; the master is its database's only
   // writer.
   uint64_t MetricRewrites() const { return metric_rewrites_.load(); }
-  // Rollup series rebuilt from their rows since Open (store_metric_rollups.cc).
+  // RebuildRollupSeriesLocked calls since Open: a series' first row, a
+  // series not held (a restart, an eviction) and out-of-order rebuilds,
+  // including those that end with the series not kept.
   uint64_t RollupRebuilds() const { return rollup_rebuilds_.load(); }
   // Whether trial `trial_id` has a row in `group` ("" = any) that is not
   // archived, has id > above_id, and sorts at or before (after_batches,
@@ -550,15 +552,20 @@ class Store {
                                                                      const std::string& group, int64_t after_id,
                                                                      int64_t limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rollups of a stored metric row (row.id set), inside the open transaction
-  // (store_metric_rollups.cc). A series the row reaches out of order is
-  // dropped and put in *rebuild (with its earliest such row), and its
-  // further rows of the call are skipped: RebuildOutOfOrderLocked then
-  // rebuilds each once per call, not once per row (a trial's concurrent or
-  // hostile out-of-order reports would otherwise cost a rebuild a row).
+  // (store_metric_rollups.cc). A held series the row reaches out of order
+  // is dropped and put in *rebuild with the lowest (total_batches, id) row
+  // of that series from there on, and its further rows of the call are
+  // skipped; until RebuildOutOfOrderLocked, at the end of the
+  // InsertMetricRowsLocked call (a savepoint of a group commit), its stored
+  // blocks are stale. That rebuilds each such series once per call, not
+  // once per row (a trial's concurrent or hostile out-of-order reports would
+  // otherwise cost a rebuild a row).
   using RollupRebuildSet = std::map<RollupSeriesKey, MetricRow>;
-  std::atomic<uint64_t> rollup_rebuilds_{0};  // RebuildRollupSeriesLocked calls
   absl::Status RollupRowLocked(const MetricRow& row, RollupRebuildSet* rebuild) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RebuildOutOfOrderLocked(const RollupRebuildSet& rebuild) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes key's stored blocks whose last point lies after `batches`.
+  absl::Status DeleteRollupBlocksAfterLocked(const RollupSeriesKey& key, int64_t batches)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<bool> RebuildRollupSeriesLocked(const RollupSeriesKey& key, const MetricRow& row)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RollupOpenBlocksLocked(const RollupSeriesKey& key, RollupSeries* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -571,6 +578,7 @@ class Store {
   std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, sqlite3_stmt*> dynamic_stmts_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> metric_rewrites_{0};
+  std::atomic<uint64_t> rollup_rebuilds_{0};  // RebuildRollupSeriesLocked calls
 
   // ---- metric ingestion (store_metric_ingest.cc)
   // One call's rows waiting for the metric writer.

@@ -173,7 +173,8 @@ absl::StatusOr<bool> Store::RebuildRollupSeriesLocked(const RollupSeriesKey& key
   }
   RollupSeries s;
   int64_t cursor_batches = first_batches, cursor_id = first_id - 1;
-  {
+  // The cursor: after the series' last stored 64-point block.
+  auto read_last_block = [&]() -> absl::Status {
     DET_ASSIGN_OR_RETURN(Stmt st, Cached(kLastBlock64));
     Binder bind(st.get());
     bind.Int(key.trial_id).Text(key.group).Text(key.name);
@@ -186,6 +187,17 @@ absl::StatusOr<bool> Store::RebuildRollupSeriesLocked(const RollupSeriesKey& key
     } else if (rc != SQLITE_DONE) {
       return Error(rc, "read metric rollup block");
     }
+    return absl::OkStatus();
+  };
+  DET_RETURN_IF_ERROR(read_last_block());
+  if (s.points > 0 && std::make_pair(row.total_batches, row.id) < std::make_pair(s.last_batches, s.last_id)) {
+    // A series not held reached out of order (after a restart or an
+    // eviction): the stored blocks from the row on go, as for a held one.
+    DET_RETURN_IF_ERROR(DeleteRollupBlocksAfterLocked(key, row.total_batches));
+    s = RollupSeries();
+    cursor_batches = first_batches;
+    cursor_id = first_id - 1;
+    DET_RETURN_IF_ERROR(read_last_block());
   }
   DET_RETURN_IF_ERROR(RollupOpenBlocksLocked(key, &s));
   std::vector<std::pair<int64_t, int64_t>> at;  // (batches, id) of the rows after the cursor
@@ -253,15 +265,20 @@ absl::Status Store::RollupRowLocked(const MetricRow& row, RollupRebuildSet* rebu
   return absl::OkStatus();
 }
 
+absl::Status Store::DeleteRollupBlocksAfterLocked(const RollupSeriesKey& key, int64_t batches) {
+  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteBlocksAfter));
+  Binder bind(st.get());
+  bind.Int(key.trial_id).Text(key.group).Text(key.name).Int(batches);
+  if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup delete");
+  const int rc = sqlite3_step(st.get());
+  if (rc != SQLITE_DONE) return Error(rc, "delete metric rollups");
+  return absl::OkStatus();
+}
+
 absl::Status Store::RebuildOutOfOrderLocked(const RollupRebuildSet& rebuild) {
   for (const auto& [key, row] : rebuild) {
     // The blocks from the earliest out-of-order row on are recomputed.
-    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteBlocksAfter));
-    Binder bind(st.get());
-    bind.Int(key.trial_id).Text(key.group).Text(key.name).Int(row.total_batches);
-    if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup delete");
-    const int rc = sqlite3_step(st.get());
-    if (rc != SQLITE_DONE) return Error(rc, "delete metric rollups");
+    DET_RETURN_IF_ERROR(DeleteRollupBlocksAfterLocked(key, row.total_batches));
     DET_ASSIGN_OR_RETURN(bool kept, RebuildRollupSeriesLocked(key, row));
     if (!kept) metric_rollups_.MarkUnkept(key);
   }

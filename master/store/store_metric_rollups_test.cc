@@ -226,6 +226,19 @@ TEST_F(MetricRollupStoreTest, AnOutOfOrderCallRebuildsEachSeriesOnce) {
   ASSERT_TRUE(store_->InsertMetrics(rows).ok());
   EXPECT_EQ(store_->RollupRebuilds() - before, 2u) << "one rebuild per series (loss, acc), not per row";
   EXPECT_EQ(Stored(trial), Expected(trial));
+  // In order first, then behind in falling and rising order: the earliest
+  // row of the call is where the blocks are recomputed from.
+  rows.clear();
+  for (int64_t b : {6001, 6003, 1501, 801, 1503, 6005, 3}) rows.push_back(row(b));
+  ASSERT_TRUE(store_->InsertMetrics(rows).ok());
+  EXPECT_EQ(Stored(trial), Expected(trial));
+  // After a restart no series is held: a row behind the last stored block
+  // drops the blocks from it on, as for a held series.
+  Reopen();
+  ASSERT_TRUE(store_->InsertMetrics({row(2001)}).ok());
+  EXPECT_EQ(Stored(trial), Expected(trial));
+  ASSERT_TRUE(store_->InsertMetrics({row(6007)}).ok());
+  EXPECT_EQ(Stored(trial), Expected(trial));
 }
 
 // Migration 16 on a populated version-15 database: the new table starts
