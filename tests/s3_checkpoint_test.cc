@@ -48,9 +48,12 @@ std::string ExampleSearch(const std::string& name, const std::string& prefix) {
   std::string yaml = ReadFile(std::string(DET_SOURCE_DIR) + "/examples/synthetic/random.yaml");
   EXPECT_THAT(yaml, HasSubstr("name: synthetic-random\n"));
   EXPECT_THAT(yaml, HasSubstr("\nhyperparameters:\n"));
-  absl::StrReplaceAll({{"name: synthetic-random\n", absl::StrCat("name: ", name, "\n")},
-                       {"\nhyperparameters:\n", "\nhyperparameters:\n  batch_delay_ms: 10\n"}},
-                      &yaml);
+  // Two passes: in one, the name's newline is consumed and
+  // "\nhyperparameters:" no longer matches (the trials then ran undelayed
+  // and could finish before the test paused them).
+  absl::StrReplaceAll({{"name: synthetic-random\n", absl::StrCat("name: ", name, "\n")}}, &yaml);
+  absl::StrReplaceAll({{"\nhyperparameters:\n", "\nhyperparameters:\n  batch_delay_ms: 10\n"}}, &yaml);
+  EXPECT_THAT(yaml, HasSubstr("\n  batch_delay_ms: 10\n"));
   absl::StrAppend(&yaml, "min_checkpoint_period:\n  batches: 50\n",
                   S3Storage(prefix, "default",
                             "  save_experiment_best: 0\n  save_trial_best: 1\n  save_trial_latest: 1\n"),
