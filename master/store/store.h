@@ -563,9 +563,6 @@ class Store {
   using RollupRebuildSet = std::map<RollupSeriesKey, MetricRow>;
   absl::Status RollupRowLocked(const MetricRow& row, RollupRebuildSet* rebuild) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RebuildOutOfOrderLocked(const RollupRebuildSet& rebuild) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deletes key's stored blocks whose last point lies after `batches`.
-  absl::Status DeleteRollupBlocksAfterLocked(const RollupSeriesKey& key, int64_t batches)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<bool> RebuildRollupSeriesLocked(const RollupSeriesKey& key, const MetricRow& row)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RollupOpenBlocksLocked(const RollupSeriesKey& key, RollupSeries* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

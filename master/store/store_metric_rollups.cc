@@ -142,7 +142,8 @@ absl::Status Store::RollupOpenBlocksLocked(const RollupSeriesKey& key, RollupSer
 }
 
 // Rebuilds series `key` (not held) from what the transaction holds, `row`
-// included (it is stored already). False: the series is not kept.
+// included (it is stored already); stored blocks past `row` are dropped
+// first. False: the series is not kept.
 absl::StatusOr<bool> Store::RebuildRollupSeriesLocked(const RollupSeriesKey& key, const MetricRow& row) {
   rollup_rebuilds_.fetch_add(1);
   int64_t first_batches = 0, first_id = 0;
@@ -191,9 +192,14 @@ absl::StatusOr<bool> Store::RebuildRollupSeriesLocked(const RollupSeriesKey& key
   };
   DET_RETURN_IF_ERROR(read_last_block());
   if (s.points > 0 && std::make_pair(row.total_batches, row.id) < std::make_pair(s.last_batches, s.last_id)) {
-    // A series not held reached out of order (after a restart or an
-    // eviction): the stored blocks from the row on go, as for a held one.
-    DET_RETURN_IF_ERROR(DeleteRollupBlocksAfterLocked(key, row.total_batches));
+    // Out of order (a held series dropped for it, or one not held after a
+    // restart or an eviction): the stored blocks from the row on go.
+    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteBlocksAfter));
+    Binder bind(st.get());
+    bind.Int(key.trial_id).Text(key.group).Text(key.name).Int(row.total_batches);
+    if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup delete");
+    const int rc = sqlite3_step(st.get());
+    if (rc != SQLITE_DONE) return Error(rc, "delete metric rollups");
     s = RollupSeries();
     cursor_batches = first_batches;
     cursor_id = first_id - 1;
@@ -265,20 +271,9 @@ absl::Status Store::RollupRowLocked(const MetricRow& row, RollupRebuildSet* rebu
   return absl::OkStatus();
 }
 
-absl::Status Store::DeleteRollupBlocksAfterLocked(const RollupSeriesKey& key, int64_t batches) {
-  DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteBlocksAfter));
-  Binder bind(st.get());
-  bind.Int(key.trial_id).Text(key.group).Text(key.name).Int(batches);
-  if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup delete");
-  const int rc = sqlite3_step(st.get());
-  if (rc != SQLITE_DONE) return Error(rc, "delete metric rollups");
-  return absl::OkStatus();
-}
-
 absl::Status Store::RebuildOutOfOrderLocked(const RollupRebuildSet& rebuild) {
   for (const auto& [key, row] : rebuild) {
-    // The blocks from the earliest out-of-order row on are recomputed.
-    DET_RETURN_IF_ERROR(DeleteRollupBlocksAfterLocked(key, row.total_batches));
+    // From the earliest out-of-order row on (its stored blocks dropped there).
     DET_ASSIGN_OR_RETURN(bool kept, RebuildRollupSeriesLocked(key, row));
     if (!kept) metric_rollups_.MarkUnkept(key);
   }
