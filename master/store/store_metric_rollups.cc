@@ -61,9 +61,16 @@ constexpr char kOtherRowOtherGroup[] = DET_OTHER_ROW("metric_group = ?2 AND metr
   "AND total_batches >= ?3 AND (total_batches > ?3 OR id > ?4) ORDER BY total_batches, id LIMIT ?5"
 constexpr char kTailRows[] = DET_TAIL_ROWS("metric_group = ?2");
 constexpr char kTailRowsOtherGroup[] = DET_TAIL_ROWS("metric_group = ?2 AND metric_group != 'training'");
+// The blocks of one width whose last point comes after batch ?5. A series'
+// blocks end at non-decreasing batches, so they are the trailing ones: the
+// subquery walks back from the series' last block to the first that ends at
+// or before ?5, so the cost is the blocks deleted, not the trial's length
+// (with width > 0 as a range, the key's name column could not be used and
+// every block of every series of the group was read).
 constexpr char kDeleteBlocksAfter[] =
-    "DELETE FROM metric_rollups WHERE trial_id = ? AND metric_group = ? AND name = ? AND width > 0 "
-    "AND last_batches > ?";
+    "DELETE FROM metric_rollups WHERE trial_id = ?1 AND metric_group = ?2 AND width = ?3 AND name = ?4 "
+    "AND block > COALESCE((SELECT block FROM metric_rollups WHERE trial_id = ?1 AND metric_group = ?2 "
+    "AND width = ?3 AND name = ?4 AND last_batches <= ?5 ORDER BY block DESC LIMIT 1), -1) AND last_batches > ?5";
 
 // A trial's groups: training (the partial index leaves it out), then the
 // others one index probe each (metrics_trial_other_groups, migration 15).
@@ -194,12 +201,14 @@ absl::StatusOr<bool> Store::RebuildRollupSeriesLocked(const RollupSeriesKey& key
   if (s.points > 0 && std::make_pair(row.total_batches, row.id) < std::make_pair(s.last_batches, s.last_id)) {
     // Out of order (a held series dropped for it, or one not held after a
     // restart or an eviction): the stored blocks from the row on go.
-    DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteBlocksAfter));
-    Binder bind(st.get());
-    bind.Int(key.trial_id).Text(key.group).Text(key.name).Int(row.total_batches);
-    if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup delete");
-    const int rc = sqlite3_step(st.get());
-    if (rc != SQLITE_DONE) return Error(rc, "delete metric rollups");
+    for (const int64_t width : kRollupWidths) {
+      DET_ASSIGN_OR_RETURN(Stmt st, Cached(kDeleteBlocksAfter));
+      Binder bind(st.get());
+      bind.Int(key.trial_id).Text(key.group).Int(width).Text(key.name).Int(row.total_batches);
+      if (bind.rc() != SQLITE_OK) return Error(bind.rc(), "bind metric rollup delete");
+      const int rc = sqlite3_step(st.get());
+      if (rc != SQLITE_DONE) return Error(rc, "delete metric rollups");
+    }
     s = RollupSeries();
     cursor_batches = first_batches;
     cursor_id = first_id - 1;
