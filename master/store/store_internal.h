@@ -204,8 +204,13 @@ absl::StatusOr<nlohmann::json> ParseJson(const std::string& text, absl::string_v
 // order, each value the shortest text that reads back as the same double,
 // NaN and the infinities as strings (store_metrics_logs.cc).
 std::string EncodeMetrics(const std::map<std::string, double>& metrics);
-// The inverse of EncodeMetrics; DataLoss for text that is not such an object.
+// The inverse of EncodeMetrics; DataLoss for text that is not such an object
+// (metric_decode.cc). EncodeMetrics' own output is read without nlohmann;
+// any other JSON object of numbers (and "NaN", "Infinity", "-Infinity")
+// decodes as nlohmann reads it.
 absl::StatusOr<std::map<std::string, double>> DecodeMetrics(const std::string& text);
+// DecodeMetrics through nlohmann only: the reference the tests compare with.
+absl::StatusOr<std::map<std::string, double>> DecodeMetricsWithNlohmannForTest(const std::string& text);
 
 // The SQL each query of one group's metric rows runs for `group`. Another
 // group's says metric_group != 'training' literally: only then does SQLite

@@ -172,26 +172,6 @@ std::string store_internal::EncodeMetrics(const std::map<std::string, double>& m
   return out;
 }
 
-absl::StatusOr<std::map<std::string, double>> store_internal::DecodeMetrics(const std::string& text) {
-  DET_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, "metrics"));
-  if (!j.is_object()) return absl::DataLossError(absl::StrCat("stored metrics are not an object: ", text));
-  std::map<std::string, double> out;
-  for (const auto& [name, v] : j.items()) {
-    if (v.is_number()) {
-      out.emplace(name, v.get<double>());
-    } else if (v.is_string() && v.get_ref<const std::string&>() == "NaN") {
-      out.emplace(name, std::numeric_limits<double>::quiet_NaN());
-    } else if (v.is_string() && v.get_ref<const std::string&>() == "Infinity") {
-      out.emplace(name, std::numeric_limits<double>::infinity());
-    } else if (v.is_string() && v.get_ref<const std::string&>() == "-Infinity") {
-      out.emplace(name, -std::numeric_limits<double>::infinity());
-    } else {
-      return absl::DataLossError(absl::StrCat("stored metric ", name, " is not a number: ", text));
-    }
-  }
-  return out;
-}
-
 namespace {
 
 using store_internal::DecodeMetrics;
