@@ -16,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "master/store/store.h"
+
+#include <pthread.h>
 #include "master/store/store_internal.h"
 
 namespace det {
@@ -225,6 +227,9 @@ void Store::CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>
 }
 
 void Store::MetricWriterLoop() {
+  // Named for top, perf and gdb: it inherits the name of the gRPC thread
+  // whose report started it otherwise.
+  pthread_setname_np(pthread_self(), "det-metric-wr");
   std::unique_lock<std::mutex> lock(group_mu_);
   while (true) {
     group_cv_.wait(lock, [&] { return group_stopping_ || !group_queue_.empty(); });

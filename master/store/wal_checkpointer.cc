@@ -1,5 +1,7 @@
 #include "master/store/wal_checkpointer.h"
 
+#include <pthread.h>
+
 #include <utility>
 
 #include "absl/status/status.h"
@@ -40,7 +42,10 @@ absl::StatusOr<std::unique_ptr<WalCheckpointer>> WalCheckpointer::Start(const st
     return absl::UnavailableError(absl::StrCat("cannot read SQLite database ", path, " for the WAL checkpointer: ", msg));
   }
   std::unique_ptr<WalCheckpointer> c(new WalCheckpointer(own, writer, options));
-  c->thread_ = std::thread([p = c.get()] { p->Loop(); });
+  c->thread_ = std::thread([p = c.get()] {
+    pthread_setname_np(pthread_self(), "det-wal-ckpt");  // for top, perf and gdb
+    p->Loop();
+  });
   sqlite3_wal_hook(writer, &WalCheckpointer::OnCommit, c.get());
   return c;
 }
