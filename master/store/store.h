@@ -556,10 +556,11 @@ class Store {
   // is dropped and put in *rebuild with the lowest (total_batches, id) row
   // of that series from there on, and its further rows of the call are
   // skipped; until RebuildOutOfOrderLocked, at the end of the
-  // InsertMetricRowsLocked call (a savepoint of a group commit), its stored
-  // blocks are stale. That rebuilds each such series once per call, not
-  // once per row (a trial's concurrent or hostile out-of-order reports would
-  // otherwise cost a rebuild a row).
+  // InsertMetricRowsLocked call or of the metric writer's group (every call
+  // of the group shares one set), its stored blocks are stale. That rebuilds
+  // each such series once per call or group, not once per row (a trial's
+  // concurrent or hostile out-of-order reports would otherwise cost a
+  // rebuild a row).
   using RollupRebuildSet = std::map<RollupSeriesKey, MetricRow>;
   absl::Status RollupRowLocked(const MetricRow& row, RollupRebuildSet* rebuild) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RebuildOutOfOrderLocked(const RollupRebuildSet& rebuild) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -587,8 +588,10 @@ class Store {
   };
   // Inserts `rows` (their JSON in `encoded`) with the open transaction or
   // savepoint; FailedPrecondition naming the trial that does not exist.
-  absl::Status InsertMetricRowsLocked(const std::vector<MetricRow>& rows, const std::vector<std::string>& encoded)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Series to rebuild go to *group_rebuild, for the caller to rebuild before
+  // its transaction commits; with none given, they are rebuilt here.
+  absl::Status InsertMetricRowsLocked(const std::vector<MetricRow>& rows, const std::vector<std::string>& encoded,
+                                      RollupRebuildSet* group_rebuild = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CheckMetricRows for each trial of `rows`; *added: what they add, per trial.
   absl::Status AdmitMetricsLocked(const std::vector<MetricRow>& rows, const std::vector<std::string>& encoded,
                                   std::map<int64_t, MetricBudget>* added) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

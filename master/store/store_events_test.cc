@@ -17,26 +17,6 @@
 
 namespace det {
 namespace master {
-
-// Reaches the metric writer's group commit directly, so that a test decides
-// which calls make up one group.
-class StoreGroupPeer {
- public:
-  static std::vector<absl::Status> CommitMetricGroup(Store* store, const std::vector<std::vector<MetricRow>>& calls) {
-    std::vector<std::unique_ptr<Store::PendingMetrics>> group;
-    for (const auto& rows : calls) {
-      auto p = std::make_unique<Store::PendingMetrics>();
-      p->rows = rows;
-      for (const MetricRow& r : rows) p->encoded.push_back(store_internal::EncodeMetrics(r.metrics));
-      group.push_back(std::move(p));
-    }
-    store->CommitMetricGroup(group);
-    std::vector<absl::Status> statuses;
-    for (const auto& p : group) statuses.push_back(p->status);
-    return statuses;
-  }
-};
-
 namespace {
 
 // Records every call it gets.

@@ -118,8 +118,8 @@ absl::Status Store::LoadNextMetricIdLocked() {
   return absl::OkStatus();
 }
 
-absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
-                                           const std::vector<std::string>& encoded) {
+absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows, const std::vector<std::string>& encoded,
+                                           RollupRebuildSet* group_rebuild) {
   std::map<int64_t, MetricBudget> added;
   DET_RETURN_IF_ERROR(AdmitMetricsLocked(rows, encoded, &added));
   DET_ASSIGN_OR_RETURN(Stmt st, Cached(kInsertMetric));
@@ -127,7 +127,8 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
   size_t skipped = 0;
   if (next_metric_id_ == 0) DET_RETURN_IF_ERROR(LoadNextMetricIdLocked());
   bool reloaded = false;
-  RollupRebuildSet rebuild;
+  RollupRebuildSet own_rebuild;
+  RollupRebuildSet* rebuild = group_rebuild != nullptr ? group_rebuild : &own_rebuild;
   for (size_t i = 0; i < rows.size(); ++i) {
     const MetricRow& r = rows[i];
     Binder b(st.get());
@@ -170,10 +171,10 @@ absl::Status Store::InsertMetricRowsLocked(const std::vector<MetricRow>& rows,
     // Issue 50: the rollups and the in-memory tail see each stored row.
     MetricRow with_id = r;
     with_id.id = next_metric_id_++;
-    DET_RETURN_IF_ERROR(RollupRowLocked(with_id, &rebuild));
+    DET_RETURN_IF_ERROR(RollupRowLocked(with_id, rebuild));
     metric_tail_.Stage(with_id, encoded[i]);
   }
-  DET_RETURN_IF_ERROR(RebuildOutOfOrderLocked(rebuild));
+  if (group_rebuild == nullptr) DET_RETURN_IF_ERROR(RebuildOutOfOrderLocked(own_rebuild));
   if (skipped > 0) {  // charge only the rows stored: what they add, as admitted
     std::vector<MetricRow> kept;
     std::vector<std::string> kept_encoded;
@@ -208,13 +209,19 @@ void Store::CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>
   absl::Status outer = Write([&]() -> absl::Status {
     Txn txn(this);
     DET_RETURN_IF_ERROR(txn.Begin());
+    // Series reached out of order by any call are rebuilt once, after every
+    // call's rows (concurrent reporters of one trial put several such calls
+    // in a group). A call rolled back leaves its entries: rebuilding from an
+    // earlier row than needed gives the same blocks.
+    RollupRebuildSet rebuild;
     for (const auto& p : group) {
       Txn savepoint(this);  // nested: a failing call's rows roll back alone
       p->status = savepoint.Begin();
-      if (p->status.ok()) p->status = InsertMetricRowsLocked(p->rows, p->encoded);
+      if (p->status.ok()) p->status = InsertMetricRowsLocked(p->rows, p->encoded, &rebuild);
       if (p->status.ok()) p->status = savepoint.Commit();
     }
-    absl::Status committed = txn.Commit();
+    absl::Status committed = RebuildOutOfOrderLocked(rebuild);  // failing, it fails the group
+    if (committed.ok()) committed = txn.Commit();
     if (!committed.ok()) {
       for (const auto& p : group) ForgetMetricBudgetsLocked(p->rows);  // recounted when next needed
     }

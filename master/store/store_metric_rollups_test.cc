@@ -241,6 +241,43 @@ TEST_F(MetricRollupStoreTest, AnOutOfOrderCallRebuildsEachSeriesOnce) {
   EXPECT_EQ(Stored(trial), Expected(trial));
 }
 
+// The metric writer's group (several reporters of one trial at once, each
+// behind the others) rebuilds each series once for the whole group, after
+// every call's rows; a failing call of the group changes nothing of that.
+TEST_F(MetricRollupStoreTest, AGroupOfOutOfOrderCallsRebuildsEachSeriesOnce) {
+  const int64_t trial = AddTrial();
+  auto row = [&](int64_t trial_id, int64_t b) {
+    MetricRow m;
+    m.trial_id = trial_id;
+    m.trial_run_id = 1;
+    m.group = "training";
+    m.total_batches = b;
+    m.metrics = {{"loss", static_cast<double>(b % 97)}, {"acc", static_cast<double>(b % 31)}};
+    return m;
+  };
+  std::vector<MetricRow> first;
+  for (int64_t b = 0; b < 4000; b += 4) first.push_back(row(trial, b));
+  ASSERT_TRUE(store_->InsertMetrics(first).ok());
+  // Four calls of 100 rows, interleaved as 4 concurrent clients send them:
+  // each lands behind rows already stored; the third names no trial.
+  std::vector<std::vector<MetricRow>> calls(4);
+  for (int64_t k = 0; k < 400; ++k) calls[k % 4].push_back(row(trial, 1000 + 4 * k + 1 + k % 3));
+  calls[2].push_back(row(9999, 5));
+  const uint64_t before = store_->RollupRebuilds();
+  const std::vector<absl::Status> statuses = StoreGroupPeer::CommitMetricGroup(store_.get(), calls);
+  ASSERT_EQ(statuses.size(), 4u);
+  EXPECT_TRUE(statuses[0].ok()) << statuses[0];
+  EXPECT_TRUE(statuses[1].ok()) << statuses[1];
+  EXPECT_FALSE(statuses[2].ok());
+  EXPECT_TRUE(statuses[3].ok()) << statuses[3];
+  EXPECT_EQ(store_->RollupRebuilds() - before, 2u) << "one rebuild per series (loss, acc) for the group";
+  EXPECT_EQ(Stored(trial), Expected(trial));
+  // Held again after the rebuild: a row in order folds without one.
+  ASSERT_TRUE(store_->InsertMetrics({row(trial, 5000)}).ok());
+  EXPECT_EQ(store_->RollupRebuilds() - before, 2u);
+  EXPECT_EQ(Stored(trial), Expected(trial));
+}
+
 // Migration 16 on a populated version-15 database: the new table starts
 // empty; a trial whose rows were stored before it (no group marker) gets no
 // rollups, also after the master restarts (charts scan it); a trial created

@@ -24,22 +24,6 @@
 namespace det {
 namespace master {
 
-// Reaches the metric writer's group commit directly (as store_events_test.cc
-// does), so that the test decides which calls make up one group.
-class StoreGroupPeer {
- public:
-  static void CommitMetricGroup(Store* store, const std::vector<std::vector<MetricRow>>& calls) {
-    std::vector<std::unique_ptr<Store::PendingMetrics>> group;
-    for (const auto& rows : calls) {
-      auto p = std::make_unique<Store::PendingMetrics>();
-      p->rows = rows;
-      for (const MetricRow& r : rows) p->encoded.push_back(store_internal::EncodeMetrics(r.metrics));
-      group.push_back(std::move(p));
-    }
-    store->CommitMetricGroup(group);
-  }
-};
-
 namespace {
 
 class StoreMetricTailTest : public TempStoreTest {
