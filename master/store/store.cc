@@ -41,13 +41,14 @@ constexpr int kStatementJournalSpillBytes = 256 << 10;
 // SQLite's process-wide settings, before the first connection: they can
 // only be set while SQLite is not initialized. In det-master the first
 // Store::Open comes before any other SQLite use; where something else came
-// first (a tool linking the store), the default stays and a warning says so.
+// first (a tool linking the store, such as bench/control_plane, whose raw
+// SQLite runs come first), the default stays and a debug line says so.
 void ConfigureSqliteOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
     const int rc = sqlite3_config(SQLITE_CONFIG_STMTJRNL_SPILL, kStatementJournalSpillBytes);
     if (rc != SQLITE_OK) {
-      spdlog::warn("SQLite was initialized before the store opened: savepoint journals spill to temp files past "
+      spdlog::debug("SQLite was initialized before the store opened: savepoint journals spill to temp files past "
                    "64 KiB ({})",
                    sqlite3_errstr(rc));
     }
