@@ -79,7 +79,9 @@ bool DecodeEncoded(std::string_view s, std::map<std::string, double>* out) {
       i += 11;
     } else {
       const size_t n = JsonNumberLength(rest);
-      if (n == 0) return false;
+      // "-0" is an integer to nlohmann, read as +0.0 (EncodeMetrics writes
+      // -0.0 so); from_chars would keep the sign.
+      if (n == 0 || rest.substr(0, n) == "-0") return false;
       const std::from_chars_result r = std::from_chars(rest.data(), rest.data() + n, v);
       if (r.ec != std::errc() || r.ptr != rest.data() + n) return false;  // out of range: nlohmann's rule
       i += n;

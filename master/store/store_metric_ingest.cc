@@ -4,6 +4,7 @@
 // writer thread, which commits every call queued at that moment in one
 // transaction: one WAL append and one lock round for many reports instead of
 // one each (bench/master_scale).
+#include <pthread.h>
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -16,8 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "master/store/store.h"
-
-#include <pthread.h>
 #include "master/store/store_internal.h"
 
 namespace det {
@@ -211,14 +210,16 @@ void Store::CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>
     DET_RETURN_IF_ERROR(txn.Begin());
     // Series reached out of order by any call are rebuilt once, after every
     // call's rows (concurrent reporters of one trial put several such calls
-    // in a group). A call rolled back leaves its entries: rebuilding from an
-    // earlier row than needed gives the same blocks.
+    // in a group). A call rolled back takes its entries with it: they may
+    // name its rows, which no longer exist.
     RollupRebuildSet rebuild;
     for (const auto& p : group) {
+      RollupRebuildSet before_call = rebuild;
       Txn savepoint(this);  // nested: a failing call's rows roll back alone
       p->status = savepoint.Begin();
       if (p->status.ok()) p->status = InsertMetricRowsLocked(p->rows, p->encoded, &rebuild);
       if (p->status.ok()) p->status = savepoint.Commit();
+      if (!p->status.ok()) rebuild = std::move(before_call);
     }
     absl::Status committed = RebuildOutOfOrderLocked(rebuild);  // failing, it fails the group
     if (committed.ok()) committed = txn.Commit();

@@ -276,6 +276,29 @@ TEST_F(MetricRollupStoreTest, AGroupOfOutOfOrderCallsRebuildsEachSeriesOnce) {
   ASSERT_TRUE(store_->InsertMetrics({row(trial, 5000)}).ok());
   EXPECT_EQ(store_->RollupRebuilds() - before, 2u);
   EXPECT_EQ(Stored(trial), Expected(trial));
+  // A failing call holds the group's earliest row of a series: its rows are
+  // rolled back, so the rebuild must not start from that row (nor name it
+  // as the series' first), and a call that was refused changes no block.
+  const int64_t fresh = AddTrial();
+  std::vector<MetricRow> later;
+  for (int64_t b = 100; b <= 4096; b += 4) later.push_back(row(fresh, b));
+  ASSERT_TRUE(store_->InsertMetrics(later).ok());
+  const std::string blocks = Stored(fresh);
+  const uint64_t before_refused = store_->RollupRebuilds();
+  const std::vector<absl::Status> refused =
+      StoreGroupPeer::CommitMetricGroup(store_.get(), {{row(fresh, 50), row(9999, 5)}});
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_FALSE(refused[0].ok());
+  EXPECT_EQ(store_->RollupRebuilds() - before_refused, 0u);
+  EXPECT_EQ(Stored(fresh), blocks);
+  EXPECT_EQ(Stored(fresh), Expected(fresh));
+  // Beside a call that succeeds out of order, the same.
+  const std::vector<absl::Status> mixed = StoreGroupPeer::CommitMetricGroup(
+      store_.get(), {{row(fresh, 30), row(9999, 5)}, {row(fresh, 2001)}});
+  ASSERT_EQ(mixed.size(), 2u);
+  EXPECT_FALSE(mixed[0].ok());
+  EXPECT_TRUE(mixed[1].ok()) << mixed[1];
+  EXPECT_EQ(Stored(fresh), Expected(fresh));
 }
 
 // Migration 16 on a populated version-15 database: the new table starts

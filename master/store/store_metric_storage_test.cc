@@ -301,8 +301,14 @@ TEST_F(MetricStorageTest, GroupedCommitsCreateNoTempFiles) {
   for (int64_t c = 0; c < 20; ++c) ASSERT_TRUE(call(c * 2000, 2).ok());  // even batches
   const std::string tmp = dir_ + "/sqlite_tmp";
   ASSERT_EQ(mkdir(tmp.c_str(), 0700), 0);
-  char* const saved = sqlite3_temp_directory;
-  sqlite3_temp_directory = sqlite3_mprintf("%s", tmp.c_str());
+  struct TempDirectory {  // SQLite's, for this scope (also when an ASSERT returns)
+    char* const saved = sqlite3_temp_directory;
+    explicit TempDirectory(const std::string& dir) { sqlite3_temp_directory = sqlite3_mprintf("%s", dir.c_str()); }
+    ~TempDirectory() {
+      sqlite3_free(sqlite3_temp_directory);
+      sqlite3_temp_directory = saved;
+    }
+  } temp_directory(tmp);
   const int watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   ASSERT_GE(watch, 0);
   ASSERT_GE(inotify_add_watch(watch, tmp.c_str(), IN_CREATE), 0);
@@ -311,8 +317,6 @@ TEST_F(MetricStorageTest, GroupedCommitsCreateNoTempFiles) {
   const ssize_t n = read(watch, events, sizeof events);
   const int read_errno = errno;
   close(watch);
-  sqlite3_free(sqlite3_temp_directory);
-  sqlite3_temp_directory = saved;
   EXPECT_EQ(n, -1) << "SQLite created a file in " << tmp << ": "
                    << (n > 0 ? reinterpret_cast<inotify_event*>(events)->name : "");
   EXPECT_EQ(read_errno, EAGAIN);
@@ -339,7 +343,9 @@ TEST(DecodeMetricsTest, AgreesWithNlohmannOnEveryText) {
     std::map<std::string, double> m;
     for (int k = 0, n = static_cast<int>(rng() % 5); k < n; ++k) {
       std::string name;
-      for (int c = 0, len = static_cast<int>(rng() % 6); c < len; ++c) name.push_back(name_chars[rng() % 13]);
+      for (int c = 0, len = static_cast<int>(rng() % 6); c < len; ++c) {
+        name.push_back(name_chars[rng() % name_chars.size()]);
+      }
       const uint64_t bits = rng();
       double v;
       std::memcpy(&v, &bits, sizeof v);
@@ -359,7 +365,9 @@ TEST(DecodeMetricsTest, AgreesWithNlohmannOnEveryText) {
     }
     texts.push_back(t);
   }
-  auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+  auto same = [](double a, double b) {  // the sign of a zero too
+    return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+  };
   for (const std::string& t : texts) {
     auto fast = store_internal::DecodeMetrics(t);
     auto reference = store_internal::DecodeMetricsWithNlohmannForTest(t);
