@@ -29,6 +29,16 @@ class MetricRollupStoreTest : public TempStoreTest {
  protected:
   MetricRollupStoreTest() : TempStoreTest("det_metric_rollup_store_test") {}
 
+  // A training report of run 1 at batch b with two metrics, loss and acc.
+  static MetricRow LossAccRow(int64_t trial_id, int64_t b) {
+    MetricRow m;
+    m.trial_id = trial_id;
+    m.trial_run_id = 1;
+    m.group = "training";
+    m.total_batches = b;
+    m.metrics = {{"loss", static_cast<double>(b % 97)}, {"acc", static_cast<double>(b % 31)}};
+    return m;
+  }
   int64_t AddTrial() {
     ExperimentRow e;
     e.name = "exp";
@@ -209,15 +219,7 @@ TEST_F(MetricRollupStoreTest, StoredBlocksEqualTheBlocksOfTheStoredRowsAcrossRes
 TEST_F(MetricRollupStoreTest, AnOutOfOrderCallRebuildsEachSeriesOnce) {
   const int64_t trial = AddTrial();
   std::vector<MetricRow> rows;
-  auto row = [&](int64_t b) {
-    MetricRow m;
-    m.trial_id = trial;
-    m.trial_run_id = 1;
-    m.group = "training";
-    m.total_batches = b;
-    m.metrics = {{"loss", static_cast<double>(b % 97)}, {"acc", static_cast<double>(b % 31)}};
-    return m;
-  };
+  auto row = [&](int64_t b) { return LossAccRow(trial, b); };
   for (int64_t b = 0; b < 6000; b += 2) rows.push_back(row(b));  // even batches, in order
   ASSERT_TRUE(store_->InsertMetrics(rows).ok());
   rows.clear();
@@ -246,15 +248,7 @@ TEST_F(MetricRollupStoreTest, AnOutOfOrderCallRebuildsEachSeriesOnce) {
 // every call's rows; a failing call of the group changes nothing of that.
 TEST_F(MetricRollupStoreTest, AGroupOfOutOfOrderCallsRebuildsEachSeriesOnce) {
   const int64_t trial = AddTrial();
-  auto row = [&](int64_t trial_id, int64_t b) {
-    MetricRow m;
-    m.trial_id = trial_id;
-    m.trial_run_id = 1;
-    m.group = "training";
-    m.total_batches = b;
-    m.metrics = {{"loss", static_cast<double>(b % 97)}, {"acc", static_cast<double>(b % 31)}};
-    return m;
-  };
+  auto row = [&](int64_t trial_id, int64_t b) { return LossAccRow(trial_id, b); };
   std::vector<MetricRow> first;
   for (int64_t b = 0; b < 4000; b += 4) first.push_back(row(trial, b));
   ASSERT_TRUE(store_->InsertMetrics(first).ok());
