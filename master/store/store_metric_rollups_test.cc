@@ -248,15 +248,14 @@ TEST_F(MetricRollupStoreTest, AnOutOfOrderCallRebuildsEachSeriesOnce) {
 // every call's rows; a failing call of the group changes nothing of that.
 TEST_F(MetricRollupStoreTest, AGroupOfOutOfOrderCallsRebuildsEachSeriesOnce) {
   const int64_t trial = AddTrial();
-  auto row = [&](int64_t trial_id, int64_t b) { return LossAccRow(trial_id, b); };
   std::vector<MetricRow> first;
-  for (int64_t b = 0; b < 4000; b += 4) first.push_back(row(trial, b));
+  for (int64_t b = 0; b < 4000; b += 4) first.push_back(LossAccRow(trial, b));
   ASSERT_TRUE(store_->InsertMetrics(first).ok());
   // Four calls of 100 rows, interleaved as 4 concurrent clients send them:
   // each lands behind rows already stored; the third names no trial.
   std::vector<std::vector<MetricRow>> calls(4);
-  for (int64_t k = 0; k < 400; ++k) calls[k % 4].push_back(row(trial, 1000 + 4 * k + 1 + k % 3));
-  calls[2].push_back(row(9999, 5));
+  for (int64_t k = 0; k < 400; ++k) calls[k % 4].push_back(LossAccRow(trial, 1000 + 4 * k + 1 + k % 3));
+  calls[2].push_back(LossAccRow(9999, 5));
   const uint64_t before = store_->RollupRebuilds();
   const std::vector<absl::Status> statuses = StoreGroupPeer::CommitMetricGroup(store_.get(), calls);
   ASSERT_EQ(statuses.size(), 4u);
@@ -267,7 +266,7 @@ TEST_F(MetricRollupStoreTest, AGroupOfOutOfOrderCallsRebuildsEachSeriesOnce) {
   EXPECT_EQ(store_->RollupRebuilds() - before, 2u) << "one rebuild per series (loss, acc) for the group";
   EXPECT_EQ(Stored(trial), Expected(trial));
   // Held again after the rebuild: a row in order folds without one.
-  ASSERT_TRUE(store_->InsertMetrics({row(trial, 5000)}).ok());
+  ASSERT_TRUE(store_->InsertMetrics({LossAccRow(trial, 5000)}).ok());
   EXPECT_EQ(store_->RollupRebuilds() - before, 2u);
   EXPECT_EQ(Stored(trial), Expected(trial));
   // A failing call holds the group's earliest row of a series: its rows are
@@ -275,12 +274,12 @@ TEST_F(MetricRollupStoreTest, AGroupOfOutOfOrderCallsRebuildsEachSeriesOnce) {
   // as the series' first), and a call that was refused changes no block.
   const int64_t fresh = AddTrial();
   std::vector<MetricRow> later;
-  for (int64_t b = 100; b <= 4096; b += 4) later.push_back(row(fresh, b));
+  for (int64_t b = 100; b <= 4096; b += 4) later.push_back(LossAccRow(fresh, b));
   ASSERT_TRUE(store_->InsertMetrics(later).ok());
   const std::string blocks = Stored(fresh);
   const uint64_t before_refused = store_->RollupRebuilds();
   const std::vector<absl::Status> refused =
-      StoreGroupPeer::CommitMetricGroup(store_.get(), {{row(fresh, 50), row(9999, 5)}});
+      StoreGroupPeer::CommitMetricGroup(store_.get(), {{LossAccRow(fresh, 50), LossAccRow(9999, 5)}});
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_FALSE(refused[0].ok());
   EXPECT_EQ(store_->RollupRebuilds() - before_refused, 0u);
@@ -288,7 +287,7 @@ TEST_F(MetricRollupStoreTest, AGroupOfOutOfOrderCallsRebuildsEachSeriesOnce) {
   EXPECT_EQ(Stored(fresh), Expected(fresh));
   // Beside a call that succeeds out of order, the same.
   const std::vector<absl::Status> mixed = StoreGroupPeer::CommitMetricGroup(
-      store_.get(), {{row(fresh, 30), row(9999, 5)}, {row(fresh, 2001)}});
+      store_.get(), {{LossAccRow(fresh, 30), LossAccRow(9999, 5)}, {LossAccRow(fresh, 2001)}});
   ASSERT_EQ(mixed.size(), 2u);
   EXPECT_FALSE(mixed[0].ok());
   EXPECT_TRUE(mixed[1].ok()) << mixed[1];
