@@ -7,6 +7,7 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 #include <vector>
@@ -177,6 +178,7 @@ class MasterMetrics::StateCollector final : public pm::Collectable {
       // ACTIVE and shown WAITING.
       out.push_back(ByState("det_trials", "Trials by state, as det-cli shows them (WAITING: waiting for the searcher, no slot).", TrialStates(),
                             core_->TrialCountsByShownState()));
+      CollectRollups(&out);
     }
     CollectProcess(&out);
     pm::MetricFamily build = NewFamily("det_build_info", "det-cpp's version; always 1.");
@@ -205,6 +207,25 @@ class MasterMetrics::StateCollector final : public pm::Collectable {
     out->push_back(std::move(slots));
     out->push_back(std::move(used));
     out->push_back(ByState("det_agents", "Agents by state (lost: known, not connected).", AgentStates(), states));
+  }
+
+  // Chart rollup series the store rebuilt from its rows: loaded (first seen
+  // since the master started, or evicted) or behind a report that arrived
+  // out of order (each costs a read of up to 4,096 rows).
+  void CollectRollups(std::vector<pm::MetricFamily>* out) const {
+    const Store& store = *core_->store();
+    const uint64_t all = store.RollupRebuilds(), out_of_order = store.RollupOutOfOrderRebuilds();
+    pm::MetricFamily f = NewFamily("det_metric_rollup_rebuilds_total",
+                                   "Chart rollup series rebuilt from their stored rows, by reason (load, out_of_order).",
+                                   pm::MetricType::Counter);
+    for (const auto& [reason, n] : {std::pair<const char*, uint64_t>{"load", all - std::min(all, out_of_order)},
+                                    std::pair<const char*, uint64_t>{"out_of_order", out_of_order}}) {
+      pm::ClientMetric c;
+      c.label.push_back({"reason", reason});
+      c.counter.value = static_cast<double>(n);
+      f.metric.push_back(std::move(c));
+    }
+    out->push_back(std::move(f));
   }
 
   // Queued jobs per pool: GetJobQueue's JOB_STATE_QUEUED jobs, what

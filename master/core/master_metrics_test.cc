@@ -146,5 +146,32 @@ TEST_F(MasterMetricsCoreTest, TrialsOfAnExperimentTheMasterCannotLoadStillCount)
   EXPECT_THAT(m, HasSubstr("det_experiments{state=\"COMPLETED\"} 1\n"));
 }
 
+// Chart rollups rebuilt from stored rows, by reason: a series seen first
+// (loaded), and one a report reached out of order.
+TEST_F(MasterMetricsCoreTest, RollupRebuildsCountLoadsAndOutOfOrderReports) {
+  const int64_t exp = CreateActiveExperiment(SearchOf(1, dir_ / "checkpoints"));
+  ASSERT_GT(exp, 0);
+  auto trials = core_->store()->ListTrials(exp);
+  ASSERT_TRUE(trials.ok()) << trials.status();
+  ASSERT_EQ(trials->size(), 1u);
+  auto row = [&](int64_t batches) {
+    MetricRow m;
+    m.trial_id = trials->front().id;
+    m.trial_run_id = trials->front().run_id;
+    m.group = "training";
+    m.total_batches = batches;
+    m.metrics = {{"loss", 1.0}};
+    return m;
+  };
+  ASSERT_TRUE(core_->store()->InsertMetrics({row(10), row(20)}).ok());
+  std::string m = MasterMetrics(core_.get()).Scrape();
+  EXPECT_THAT(m, HasSubstr("det_metric_rollup_rebuilds_total{reason=\"load\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("det_metric_rollup_rebuilds_total{reason=\"out_of_order\"} 0\n"));
+  ASSERT_TRUE(core_->store()->InsertMetrics({row(15)}).ok());
+  m = MasterMetrics(core_.get()).Scrape();
+  EXPECT_THAT(m, HasSubstr("det_metric_rollup_rebuilds_total{reason=\"load\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("det_metric_rollup_rebuilds_total{reason=\"out_of_order\"} 1\n"));
+}
+
 }  // namespace
 }  // namespace det::master

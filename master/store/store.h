@@ -241,6 +241,9 @@ class Store {
   // series not held (a restart, an eviction) and out-of-order rebuilds,
   // including those that end with the series not kept.
   uint64_t RollupRebuilds() const { return rollup_rebuilds_.load(); }
+  // Of those, the rebuilds of a series because a row arrived behind rows of
+  // it already stored (one per series per transaction).
+  uint64_t RollupOutOfOrderRebuilds() const { return rollup_out_of_order_.load(); }
   // Whether trial `trial_id` has a row in `group` ("" = any) that is not
   // archived, has id > above_id, and sorts at or before (after_batches,
   // after_id) in (total_batches, id) order: a report that arrived after
@@ -577,6 +580,7 @@ class Store {
   std::unordered_map<std::string, sqlite3_stmt*> dynamic_stmts_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> metric_rewrites_{0};
   std::atomic<uint64_t> rollup_rebuilds_{0};  // RebuildRollupSeriesLocked calls
+  std::atomic<uint64_t> rollup_out_of_order_{0};  // RebuildOutOfOrderLocked's entries
 
   // ---- metric ingestion (store_metric_ingest.cc)
   // One call's rows waiting for the metric writer.
@@ -611,9 +615,11 @@ class Store {
   // WAL checkpoints on a thread and connection of their own (issue 50;
   // wal_checkpointer.h); set by Open, stopped before db_ closes.
   std::unique_ptr<WalCheckpointer> checkpointer_;
-  // Writes `group` in one transaction, a savepoint per call; sets each status.
+  // Writes `group` in one transaction, a savepoint per call, in
+  // GroupWriteOrder; sets each status.
   friend class StoreGroupPeer;  // store_events_test.cc calls CommitMetricGroup
   void CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>& group);
+  static std::vector<size_t> GroupWriteOrder(const std::vector<std::unique_ptr<PendingMetrics>>& group);
   // The metric writer thread: takes groups off group_queue_ until stopping
   // and drained.
   void MetricWriterLoop();

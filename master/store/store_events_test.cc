@@ -157,13 +157,13 @@ TEST_F(StoreEventsTest, RowsSqliteRolledBackAreNotCountedByTheNextCallsCommit) {
   RawExec("CREATE TRIGGER boom BEFORE INSERT ON metrics WHEN NEW.total_batches = 666 "
           "BEGIN SELECT RAISE(ROLLBACK, 'boom'); END");
   const std::vector<absl::Status> statuses =
-      StoreGroupPeer::CommitMetricGroup(store_.get(), {{Row(1)}, {Row(666)}, {Row(2)}});
+      StoreGroupPeer::CommitMetricGroup(store_.get(), {{Row(1)}, {Row(666)}, {Row(667)}});
   ASSERT_EQ(statuses.size(), 3u);
   EXPECT_FALSE(statuses[0].ok()) << "its rows were rolled back with the group's transaction";
   EXPECT_FALSE(statuses[1].ok());
   const std::vector<MetricRow> stored = store_->ListMetrics(trial_, "training", true).value();
   ASSERT_EQ(stored.size(), 1u) << "the third call began and committed a transaction of its own";
-  EXPECT_EQ(stored[0].total_batches, 2);
+  EXPECT_EQ(stored[0].total_batches, 667);
   EXPECT_EQ(spy_.rows_["training"], 1) << "counted: only the row committed";
 }
 

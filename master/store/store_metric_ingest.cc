@@ -204,7 +204,39 @@ absl::Status Store::InsertMetrics(const std::vector<MetricRow>& rows) {
   return s;
 }
 
+// The order CommitMetricGroup writes `group`'s calls in: by (trial, group,
+// first batch), stable. A trial that keeps several reports in flight (det-
+// trial's report queue) may have them queued in another order than it sent
+// them; written in batch order, its rows extend each series in order and no
+// rollup is rebuilt. Calls of different trials keep no order among
+// themselves in any case (they race to the queue).
+std::vector<size_t> Store::GroupWriteOrder(const std::vector<std::unique_ptr<PendingMetrics>>& group) {
+  struct Key {
+    int64_t trial = 0, first = 0;
+    const std::string* metric_group = nullptr;
+  };
+  static const std::string kNone;
+  std::vector<Key> keys(group.size());
+  for (size_t i = 0; i < group.size(); ++i) {
+    const std::vector<MetricRow>& rows = group[i]->rows;
+    keys[i].metric_group = rows.empty() ? &kNone : &rows.front().group;
+    if (rows.empty()) continue;
+    keys[i].trial = rows.front().trial_id;
+    keys[i].first = rows.front().total_batches;  // a reporter sends a call's rows in order
+  }
+  std::vector<size_t> order(group.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const Key &x = keys[a], &y = keys[b];
+    if (x.trial != y.trial) return x.trial < y.trial;
+    if (*x.metric_group != *y.metric_group) return *x.metric_group < *y.metric_group;
+    return x.first < y.first;
+  });
+  return order;
+}
+
 void Store::CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>& group) {
+  const std::vector<size_t> order = GroupWriteOrder(group);
   absl::Status outer = Write([&]() -> absl::Status {
     Txn txn(this);
     DET_RETURN_IF_ERROR(txn.Begin());
@@ -213,7 +245,8 @@ void Store::CommitMetricGroup(const std::vector<std::unique_ptr<PendingMetrics>>
     // in a group). A call rolled back takes its entries with it: they may
     // name its rows, which no longer exist.
     RollupRebuildSet rebuild;
-    for (const auto& p : group) {
+    for (size_t i : order) {
+      const std::unique_ptr<PendingMetrics>& p = group[i];
       RollupRebuildSet before_call = rebuild;
       Txn savepoint(this);  // nested: a failing call's rows roll back alone
       p->status = savepoint.Begin();

@@ -282,6 +282,7 @@ absl::Status Store::RollupRowLocked(const MetricRow& row, RollupRebuildSet* rebu
 
 absl::Status Store::RebuildOutOfOrderLocked(const RollupRebuildSet& rebuild) {
   for (const auto& [key, row] : rebuild) {
+    rollup_out_of_order_.fetch_add(1);
     // From the earliest out-of-order row on (its stored blocks dropped there).
     DET_ASSIGN_OR_RETURN(bool kept, RebuildRollupSeriesLocked(key, row));
     if (!kept) metric_rollups_.MarkUnkept(key);

@@ -264,6 +264,7 @@ TEST_F(MetricRollupStoreTest, AGroupOfOutOfOrderCallsRebuildsEachSeriesOnce) {
   EXPECT_FALSE(statuses[2].ok());
   EXPECT_TRUE(statuses[3].ok()) << statuses[3];
   EXPECT_EQ(store_->RollupRebuilds() - before, 2u) << "one rebuild per series (loss, acc) for the group";
+  EXPECT_EQ(store_->RollupOutOfOrderRebuilds(), 2u);
   EXPECT_EQ(Stored(trial), Expected(trial));
   // Held again after the rebuild: a row in order folds without one.
   ASSERT_TRUE(store_->InsertMetrics({LossAccRow(trial, 5000)}).ok());
@@ -292,6 +293,46 @@ TEST_F(MetricRollupStoreTest, AGroupOfOutOfOrderCallsRebuildsEachSeriesOnce) {
   EXPECT_FALSE(mixed[0].ok());
   EXPECT_TRUE(mixed[1].ok()) << mixed[1];
   EXPECT_EQ(Stored(fresh), Expected(fresh));
+}
+
+// A trial with reports in flight together (det-trial's report queue) may
+// have them queued out of order: the writer puts one series' calls in batch
+// order, so nothing is rebuilt. Another trial's calls and a second group of
+// the same trial keep their own order beside them.
+TEST_F(MetricRollupStoreTest, AGroupWritesEachSeriesCallsInBatchOrder) {
+  const int64_t trial = AddTrial(), other = AddTrial();
+  std::vector<MetricRow> first;
+  for (int64_t b = 0; b < 400; b += 4) first.push_back(LossAccRow(trial, b));
+  // Every series held before the group (a series seen first is loaded, which counts as a rebuild).
+  first.push_back(LossAccRow(other, 0));
+  MetricRow validation = LossAccRow(trial, 0);
+  validation.group = "validation";
+  first.push_back(validation);
+  ASSERT_TRUE(store_->InsertMetrics(first).ok());
+  auto call = [&](int64_t t, int64_t from, const std::string& group = "training") {
+    std::vector<MetricRow> rows;
+    for (int64_t b = from; b < from + 196; b += 4) {
+      rows.push_back(LossAccRow(t, b));
+      rows.back().group = group;
+    }
+    return rows;
+  };
+  const uint64_t before = store_->RollupRebuilds();
+  const std::vector<absl::Status> statuses = StoreGroupPeer::CommitMetricGroup(
+      store_.get(), {call(trial, 800), call(other, 200), call(trial, 400, "validation"), call(trial, 600),
+                     call(other, 4), call(trial, 400), call(trial, 4, "validation")});
+  ASSERT_EQ(statuses.size(), 7u);
+  for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(store_->RollupRebuilds() - before, 0u) << "every call extended its series in order";
+  EXPECT_EQ(store_->RollupOutOfOrderRebuilds(), 0u);
+  EXPECT_EQ(Stored(trial), Expected(trial));
+  EXPECT_EQ(Stored(other), Expected(other));
+  // The stored ids follow the batches within each series, as a stream reads them.
+  EXPECT_EQ(RawQueryInt(absl::StrCat("SELECT COUNT(*) FROM metrics a JOIN metrics b ON b.trial_id = a.trial_id AND "
+                                     "b.metric_group = a.metric_group AND b.id > a.id AND b.total_batches < "
+                                     "a.total_batches WHERE a.trial_id IN (",
+                                     trial, ", ", other, ")")),
+            0);
 }
 
 // Migration 16 on a populated version-15 database: the new table starts
