@@ -183,7 +183,7 @@ TEST_F(WalCheckpointerTest, TruncateBoundsTheWalOnceAReaderLetsGo) {
 }
 
 // The Store: its connection never checkpoints (wal_autocheckpoint 0), the
-// checkpointer does once the WAL passes 1,000 pages, and closing the Store
+// checkpointer does once the WAL passes 4,000 pages, and closing the Store
 // stops it and leaves no -wal file (its connection closed first).
 TEST_F(WalCheckpointerTest, TheStoresWriterLeavesCheckpointsToTheThread) {
   int64_t autocheckpoint = -1;
@@ -209,7 +209,7 @@ TEST_F(WalCheckpointerTest, TheStoresWriterLeavesCheckpointsToTheThread) {
   ASSERT_TRUE(trial.ok()) << trial.status();
   std::map<std::string, double> values;
   for (int k = 0; k < 40; ++k) values[absl::StrCat("metric_", k)] = k * 0.5;
-  for (int call = 0; call < 400 && store_->WalCheckpointStats().passive == 0; ++call) {
+  for (int call = 0; call < 4000 && store_->WalCheckpointStats().passive == 0; ++call) {
     std::vector<MetricRow> rows;
     for (int r = 0; r < 20; ++r) {
       MetricRow m;

@@ -70,11 +70,12 @@ tv1::MetricsRow Row(int64_t total_batches, double epochs, const MetricsMap& metr
 // bound (RESOURCE_EXHAUSTED: --max-trial-metric-names and the like) is
 // said on stderr (the first, then every 100th) and dropped: training goes
 // on. A refused validation fails the trial (the searcher needs it). Used on
-// the report queue's thread only.
+// the report queue's sender threads (two may filter at once).
 class RefusedReports {
  public:
   absl::Status Filter(absl::Status s, const char* what) {
     if (s.code() != absl::StatusCode::kResourceExhausted) return s;
+    std::lock_guard<std::mutex> l(mu_);
     const long long n = ++refused_;
     // The first refusal for each bound (named by its flag), then every 100th.
     const std::string message(s.message());
@@ -90,8 +91,9 @@ class RefusedReports {
   }
 
  private:
-  long long refused_ = 0;  // reports refused for a metric bound
-  std::set<std::string> bounds_seen_;
+  std::mutex mu_;
+  long long refused_ = 0;                  // guarded by mu_: reports refused for a metric bound
+  std::set<std::string> bounds_seen_;      // guarded by mu_
 };
 
 class MasterReporter final : public Reporter {

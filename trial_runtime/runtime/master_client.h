@@ -85,19 +85,26 @@ class MasterClient {
   // Queues a report: returns at once unless the queue is full (then it
   // waits). The queue sends it in order and retries it while the master is
   // unreachable; `filter` (when set) maps each try's outcome, e.g. to drop a
-  // report the master refused (it runs on the queue's thread). Returns the
-  // error of an earlier report that failed.
+  // report the master refused (it runs on a queue's sender thread, possibly
+  // beside another report's). Returns the error of an earlier report that
+  // failed. Training metrics overlap (ReportQueue): the master keeps a
+  // trial's largest batch count and its rows by batch, whatever the order
+  // they arrive in; every other report goes alone, in order.
   template <typename Req, typename Resp, typename Method>
   absl::Status Post(const char* what, Method method, Req req, std::function<absl::Status(absl::Status)> filter = {}) {
     req.set_allocation_id(allocation_id_);
     const size_t bytes = req.ByteSizeLong();
     std::string name = what;  // a checkpoint's report is named with its uuid
     if constexpr (std::is_same_v<Req, ::det::trial::v1::ReportCheckpointRequest>) name += " " + req.uuid();
-    return reports_.Push(std::move(name), bytes, [this, what, method, req = std::move(req), filter = std::move(filter)] {
-      Resp resp;
-      absl::Status s = FromGrpcStatus(Once(method, req, &resp, std::chrono::seconds(30)), what);
-      return filter ? filter(std::move(s)) : s;
-    });
+    constexpr bool overlap = std::is_same_v<Req, ::det::trial::v1::ReportTrainingMetricsRequest>;
+    return reports_.Push(
+        std::move(name), bytes,
+        [this, what, method, req = std::move(req), filter = std::move(filter)] {
+          Resp resp;
+          absl::Status s = FromGrpcStatus(Once(method, req, &resp, std::chrono::seconds(30)), what);
+          return filter ? filter(std::move(s)) : s;
+        },
+        overlap);
   }
 
   // Delivers every queued report; OK or the error that failed the queue.
@@ -143,7 +150,7 @@ class MasterClient {
   std::chrono::milliseconds retry_timeout_;
   std::atomic<bool> unreachable_{false};
   std::atomic<bool> revoked_{false};
-  ReportQueue reports_;  // last: its sender thread uses the members above
+  ReportQueue reports_;  // last: its sender threads use the members above
 };
 
 }  // namespace det::runtime

@@ -9,8 +9,10 @@
 
 namespace det::runtime {
 
-ReportQueue::ReportQueue(ReportQueueOptions options)
-    : options_(std::move(options)), sender_([this] { Run(); }) {}
+ReportQueue::ReportQueue(ReportQueueOptions options) : options_(std::move(options)) {
+  const size_t senders = std::max<size_t>(1, options_.max_in_flight);
+  for (size_t i = 0; i < senders; ++i) senders_.emplace_back([this] { Run(); });
+}
 
 ReportQueue::~ReportQueue() {
   {
@@ -18,36 +20,43 @@ ReportQueue::~ReportQueue() {
     stop_ = true;
   }
   changed_.notify_all();
-  sender_.join();
+  sendable_.notify_all();
+  for (std::thread& t : senders_) t.join();
 }
 
-absl::Status ReportQueue::Push(std::string what, size_t bytes, Send send) {
+absl::Status ReportQueue::Push(std::string what, size_t bytes, Send send, bool overlap) {
   std::unique_lock<std::mutex> l(mu_);
-  // Full: wait for the sender (an oversized report waits for an empty queue).
+  // Full: wait for the senders (an oversized report waits for an empty queue).
   changed_.wait(l, [&] {
     return !error_.ok() || stop_ ||
-           (queue_.size() < options_.max_reports && (queue_.empty() || bytes_ + bytes <= options_.max_bytes));
+           (undelivered_ < options_.max_reports && (undelivered_ == 0 || bytes_ + bytes <= options_.max_bytes));
   });
   if (!error_.ok()) return error_;
   if (stop_) return absl::CancelledError("the report queue is stopping");
-  queue_.push_back(Report{std::move(what), bytes, std::move(send)});
+  queue_.push_back(Report{std::move(what), bytes, std::move(send), overlap});
+  ++undelivered_;
   bytes_ += bytes;
-  changed_.notify_all();
+  sendable_.notify_one();
   return absl::OkStatus();
 }
 
 absl::Status ReportQueue::Flush() {
   std::unique_lock<std::mutex> l(mu_);
-  changed_.wait(l, [&] { return queue_.empty() || !error_.ok() || stop_; });
+  changed_.wait(l, [&] { return undelivered_ == 0 || !error_.ok() || stop_; });
   return error_;
 }
 
 absl::Status ReportQueue::Flush(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> l(mu_);
-  if (changed_.wait_until(l, deadline, [&] { return queue_.empty() || !error_.ok() || stop_; })) return error_;
-  return absl::DeadlineExceededError(
-      absl::StrCat(queue_.size(), " reports still queued for the master at the deadline (the first: ",
-                   queue_.front().what, ")"));
+  if (changed_.wait_until(l, deadline, [&] { return undelivered_ == 0 || !error_.ok() || stop_; })) return error_;
+  std::string first;
+  for (const Report& r : queue_) {
+    if (r.delivered) continue;
+    first = r.what;
+    break;
+  }
+  return absl::DeadlineExceededError(absl::StrCat(undelivered_, " reports still queued for the master at the deadline (the first: ",
+                                                  first, ")"));
 }
 
 absl::Status ReportQueue::error() const {
@@ -58,14 +67,16 @@ absl::Status ReportQueue::error() const {
 std::vector<std::string> ReportQueue::Pending() const {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<std::string> out;
-  out.reserve(queue_.size());
-  for (const Report& r : queue_) out.push_back(r.what);
+  out.reserve(undelivered_);
+  for (const Report& r : queue_) {
+    if (!r.delivered) out.push_back(r.what);
+  }
   return out;
 }
 
 size_t ReportQueue::size() const {
   std::lock_guard<std::mutex> l(mu_);
-  return queue_.size();
+  return undelivered_;
 }
 
 size_t ReportQueue::bytes() const {
@@ -77,26 +88,51 @@ bool ReportQueue::Transient(const absl::Status& s) const {
   return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
+ReportQueue::Report* ReportQueue::NextLocked() {
+  const size_t window = std::max<size_t>(1, options_.max_in_flight);
+  if (!error_.ok() || in_flight_ >= window) return nullptr;
+  // The front is never delivered (popped once it is). Only the first report
+  // not taken yet may go, and only within `window` of the front: a report
+  // that keeps being retried holds back the ones after it.
+  bool in_flight_before = false, barrier_before = false;
+  size_t position = 0;
+  for (Report& r : queue_) {
+    if (position++ >= window) return nullptr;
+    if (r.delivered) continue;
+    if (!r.sending) return (r.overlap ? !barrier_before : !in_flight_before) ? &r : nullptr;
+    in_flight_before = true;
+    barrier_before = barrier_before || !r.overlap;
+  }
+  return nullptr;
+}
+
 void ReportQueue::Run() {
   while (true) {
-    const Report* front = nullptr;
+    Report* report = nullptr;
     {
       std::unique_lock<std::mutex> l(mu_);
-      changed_.wait(l, [&] { return stop_ || (!queue_.empty() && error_.ok()); });
+      sendable_.wait(l, [&] { return stop_ || (report = NextLocked()) != nullptr; });
       if (stop_) return;
-      front = &queue_.front();  // stays put: only this thread pops
+      report->sending = true;  // stays put: popped only once delivered
+      ++in_flight_;
+      if (NextLocked() != nullptr) sendable_.notify_one();  // the next one may go too
     }
-    absl::Status s = Deliver(*front);
+    absl::Status s = Deliver(*report);
     {
       std::lock_guard<std::mutex> l(mu_);
+      --in_flight_;
+      report->sending = false;
       if (s.ok()) {
-        bytes_ -= queue_.front().bytes;
-        queue_.pop_front();
+        report->delivered = true;
+        --undelivered_;
+        bytes_ -= report->bytes;
+        while (!queue_.empty() && queue_.front().delivered) queue_.pop_front();
       } else if (error_.ok()) {
         error_ = s;
       }
     }
-    changed_.notify_all();
+    changed_.notify_all();    // Push and Flush
+    sendable_.notify_one();  // a place in the window
   }
 }
 

@@ -1,8 +1,19 @@
 // The trial runtime's outbox for reports to the master (metrics,
 // checkpoints): training does not wait for the master. Reports are sent in
-// the order queued by one sender thread, each retried while the master is
-// unreachable, so that a trial keeps training through a network partition
-// or a master restart and delivers what it reported when the master is back.
+// the order queued, each retried while the master is unreachable, so that a
+// trial keeps training through a network partition or a master restart and
+// delivers what it reported when the master is back.
+//
+// A report pushed with `overlap` (training metrics, whose order the master
+// does not depend on) may be sent while the overlapping reports queued
+// before it are still in flight, up to max_in_flight at once: the round trip
+// of one overlaps the master's work on the other. A report is sent only
+// within max_in_flight places of the oldest one not delivered yet (those
+// delivered behind it still count), so a report being retried holds back
+// those after it, and the master gets reports at most max_in_flight - 1
+// places out of order. Any other report is a barrier: it is sent
+// alone, once everything before it is delivered, and nothing after it is
+// sent before it is delivered.
 // The queue is bounded in count and bytes: when full, Push waits
 // (backpressure), it never drops a report.
 //
@@ -37,6 +48,9 @@ struct ReportQueueOptions {
   // larger than max_bytes is queued alone.
   size_t max_reports = kReportQueueMaxReports;
   size_t max_bytes = kReportQueueMaxBytes;
+  // How many overlapping reports are in flight at most (at least 1; 1 sends
+  // every report alone, in order). One sender thread each.
+  size_t max_in_flight = 8;
   // How long one report keeps being retried while every try fails with a
   // transient error (UNAVAILABLE, DEADLINE_EXCEEDED) before the queue fails
   // (DET_MASTER_RETRY_TIMEOUT_S in det-trial).
@@ -63,9 +77,10 @@ class ReportQueue {
   ReportQueue& operator=(const ReportQueue&) = delete;
 
   // Queues `send`, a report of `bytes` bytes that `what` names in messages,
-  // behind the others. Waits while the queue is full. Returns the queue's
-  // error, and queues nothing, once a report failed.
-  absl::Status Push(std::string what, size_t bytes, Send send);
+  // behind the others; `overlap`: it may be in flight beside the overlapping
+  // reports before it (see above). Waits while the queue is full. Returns
+  // the queue's error, and queues nothing, once a report failed.
+  absl::Status Push(std::string what, size_t bytes, Send send, bool overlap = false);
 
   // Waits until every queued report is delivered; returns OK or the error
   // that failed the queue: the report's own error (named by its `what`), or
@@ -90,20 +105,29 @@ class ReportQueue {
     std::string what;
     size_t bytes;
     Send send;
+    bool overlap = false;
+    bool sending = false, delivered = false;
   };
   void Run();
+  // The next report a sender may take, or null (see the class comment).
+  Report* NextLocked();
   // Delivers `r`, retrying transient errors; OK or the error to fail with.
   absl::Status Deliver(const Report& r);
   bool Transient(const absl::Status& s) const;
 
   const ReportQueueOptions options_;
   mutable std::mutex mu_;
-  std::condition_variable changed_;  // a report queued or delivered, an error, stop_
-  std::deque<Report> queue_;         // guarded by mu_; the front is being sent
-  size_t bytes_ = 0;                 // guarded by mu_
+  std::condition_variable changed_;   // a report delivered, an error, stop_: Push, Flush, retries wait
+  std::condition_variable sendable_;  // a report may be taken, stop_: the senders wait
+  // Guarded by mu_: not delivered yet, or delivered behind one that is not
+  // (popped from the front once delivered; a sender's Report stays put).
+  std::deque<Report> queue_;
+  size_t undelivered_ = 0;           // guarded by mu_
+  size_t in_flight_ = 0;             // guarded by mu_
+  size_t bytes_ = 0;                 // guarded by mu_: of the reports not delivered
   absl::Status error_;               // guarded by mu_
   bool stop_ = false;                // guarded by mu_
-  std::thread sender_;
+  std::vector<std::thread> senders_;
 };
 
 }  // namespace det::runtime

@@ -2,9 +2,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -34,9 +36,10 @@ class Gate {
       return absl::OkStatus();
     };
   }
-  void WaitEntered() {
+  // Whether the sender entered it within 30 s.
+  bool WaitEntered() {
     std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return entered_; });
+    return cv_.wait_for(l, std::chrono::seconds(30), [&] { return entered_; });
   }
   void Open() {
     std::lock_guard<std::mutex> l(mu_);
@@ -49,6 +52,27 @@ class Gate {
   std::condition_variable cv_;
   bool entered_ = false;
   bool open_ = false;
+};
+
+// Polls `done` until it holds, for at most 30 s.
+template <typename Pred>
+bool Eventually(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return true;
+}
+
+// Opens its gates when it goes out of scope: declared after the queue (and
+// the gates before it), it lets the queue's senders finish before the queue
+// joins them, also when an assertion ends the test early.
+struct OpenOnExit {
+  std::vector<Gate*> gates;
+  ~OpenOnExit() {
+    for (Gate* g : gates) g->Open();
+  }
 };
 
 // Holding for 100 ms is how a test sees that a Push waits: a negative check
@@ -205,6 +229,122 @@ TEST(ReportQueueTest, DestroyingAQueueWhoseSenderRetriesReturnsPromptly) {
   auto q = std::make_unique<ReportQueue>(Fast());
   ASSERT_TRUE(q->Push("never", 1, [] { return absl::UnavailableError("down"); }).ok());
   q.reset();  // must not wait for the 10 min retry timeout
+}
+
+// Overlapping reports (training metrics): up to max_in_flight are sent at
+// once, taken in queued order, each delivered exactly once.
+TEST(ReportQueueTest, OverlappingReportsGoUpToMaxInFlightAtOnceInOrder) {
+  ReportQueueOptions o = Fast();
+  o.max_in_flight = 2;
+  Gate first, second;
+  ReportQueue q(o);
+  OpenOnExit open{{&first, &second}};
+  std::atomic<bool> third_sent{false};
+  ASSERT_TRUE(q.Push("first", 1, first.Send(), /*overlap=*/true).ok());
+  ASSERT_TRUE(q.Push("second", 1, second.Send(), /*overlap=*/true).ok());
+  ASSERT_TRUE(q.Push("third", 1, [&] { third_sent = true; return absl::OkStatus(); }, /*overlap=*/true).ok());
+  ASSERT_TRUE(first.WaitEntered());
+  ASSERT_TRUE(second.WaitEntered());  // both in flight at once
+  EXPECT_FALSE(q.Flush(std::chrono::steady_clock::now() + kStillWaiting).ok());
+  EXPECT_FALSE(third_sent.load()) << "a third report while 2 are in flight";
+  EXPECT_EQ(q.Pending(), (std::vector<std::string>{"first", "second", "third"}));
+  second.Open();  // delivered behind the first, which is still in flight
+  ASSERT_TRUE(Eventually([&] { return q.size() == 2; }));
+  EXPECT_EQ(q.Pending(), (std::vector<std::string>{"first", "third"}));
+  EXPECT_EQ(q.bytes(), 2u);
+  EXPECT_FALSE(q.Flush(std::chrono::steady_clock::now() + kStillWaiting).ok());
+  EXPECT_FALSE(third_sent.load()) << "the window of 2 starts at the first report, still in flight";
+  first.Open();
+  ASSERT_TRUE(q.Flush().ok());
+  EXPECT_EQ(q.size(), 0u);
+  EXPECT_EQ(q.bytes(), 0u);
+
+  std::mutex mu;
+  std::vector<int> started, sent(500);
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_TRUE(q.Push("r", 1, [&, i] {
+                   {
+                     std::lock_guard<std::mutex> l(mu);
+                     started.push_back(i);
+                   }
+                   ++sent[i];  // each element by one sender only
+                   return absl::OkStatus();
+                 }, /*overlap=*/true).ok());
+  }
+  ASSERT_TRUE(q.Flush().ok());
+  std::lock_guard<std::mutex> l(mu);
+  for (int i = 0; i < 500; ++i) EXPECT_EQ(sent[i], 1) << i;
+  ASSERT_EQ(started.size(), 500u);
+  // Taken in order, within the window of 2; the two senders may enter
+  // their sends in either order.
+  for (int i = 0; i < 500; ++i) EXPECT_LE(std::abs(started[i] - i), 1) << i;
+}
+
+// A report goes only within max_in_flight places of the oldest one not
+// delivered: one still being sent (here: held) holds back those beyond.
+TEST(ReportQueueTest, AReportInFlightHoldsBackThoseBeyondTheWindow) {
+  ReportQueueOptions o = Fast();
+  o.max_in_flight = 3;
+  Gate held;
+  ReportQueue q(o);
+  OpenOnExit open{{&held}};
+  std::atomic<int> sent{0};
+  ASSERT_TRUE(q.Push("held", 1, held.Send(), true).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(q.Push("r", 1, [&] { ++sent; return absl::OkStatus(); }, true).ok());
+  ASSERT_TRUE(held.WaitEntered());
+  ASSERT_TRUE(Eventually([&] { return sent.load() == 2; }));
+  EXPECT_FALSE(q.Flush(std::chrono::steady_clock::now() + kStillWaiting).ok());
+  EXPECT_EQ(sent.load(), 2) << "beyond the window of 3 from the held report";
+  held.Open();
+  ASSERT_TRUE(q.Flush().ok());
+  EXPECT_EQ(sent.load(), 5);
+}
+
+// A report that may not overlap (a checkpoint, validation metrics) waits
+// for every report before it, and holds every report after it.
+TEST(ReportQueueTest, ABarrierWaitsForTheReportsBeforeItAndHoldsThoseAfter) {
+  ReportQueueOptions o = Fast();
+  o.max_in_flight = 4;
+  Gate metrics, checkpoint;
+  ReportQueue q(o);
+  OpenOnExit open{{&metrics, &checkpoint}};
+  std::atomic<bool> checkpoint_entered{false}, after_sent{false};
+  ASSERT_TRUE(q.Push("metrics", 1, metrics.Send(), /*overlap=*/true).ok());
+  ReportQueue::Send held = checkpoint.Send();
+  ASSERT_TRUE(q.Push("checkpoint", 1, [&] { checkpoint_entered = true; return held(); }).ok());
+  ASSERT_TRUE(q.Push("later metrics", 1, [&] { after_sent = true; return absl::OkStatus(); }, true).ok());
+  ASSERT_TRUE(metrics.WaitEntered());
+  EXPECT_FALSE(q.Flush(std::chrono::steady_clock::now() + kStillWaiting).ok());
+  EXPECT_FALSE(checkpoint_entered.load()) << "sent while a report before it was in flight";
+  EXPECT_FALSE(after_sent.load());
+  metrics.Open();
+  ASSERT_TRUE(checkpoint.WaitEntered());
+  EXPECT_FALSE(q.Flush(std::chrono::steady_clock::now() + kStillWaiting).ok());
+  EXPECT_FALSE(after_sent.load()) << "sent while the checkpoint before it was in flight";
+  checkpoint.Open();
+  ASSERT_TRUE(q.Flush().ok());
+  EXPECT_TRUE(after_sent.load());
+}
+
+// An overlapping report that fails fails the queue: the one in flight
+// beside it finishes, nothing queued after it is sent.
+TEST(ReportQueueTest, AFailedOverlappingReportFailsTheQueue) {
+  ReportQueueOptions o = Fast();
+  o.max_in_flight = 2;
+  Gate held;
+  ReportQueue q(o);
+  OpenOnExit open{{&held}};
+  std::atomic<int> after{0};
+  ASSERT_TRUE(q.Push("held", 1, held.Send(), true).ok());
+  ASSERT_TRUE(q.Push("refused", 1, [] { return absl::PermissionDeniedError("wrong token"); }, true).ok());
+  ASSERT_TRUE(q.Push("after", 1, [&] { ++after; return absl::OkStatus(); }, true).ok());
+  ASSERT_TRUE(held.WaitEntered());
+  EXPECT_EQ(q.Flush().code(), absl::StatusCode::kPermissionDenied);
+  held.Open();
+  ASSERT_TRUE(Eventually([&] { return q.size() == 2; })) << "the held report is delivered";
+  EXPECT_EQ(q.Flush().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(after.load(), 0);
+  EXPECT_EQ(q.Pending(), (std::vector<std::string>{"refused", "after"}));
 }
 
 }  // namespace
