@@ -3,25 +3,25 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace det::runtime {
 
-ReportQueue::ReportQueue(ReportQueueOptions options) : options_(std::move(options)) {
-  const size_t senders = std::max<size_t>(1, options_.max_in_flight);
-  for (size_t i = 0; i < senders; ++i) senders_.emplace_back([this] { Run(); });
-}
+ReportQueue::ReportQueue(ReportQueueOptions options) : options_(std::move(options)) {}
 
 ReportQueue::~ReportQueue() {
+  std::vector<std::thread> senders;
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
+    senders = std::move(senders_);  // none is started once stop_ is set
   }
   changed_.notify_all();
   sendable_.notify_all();
-  for (std::thread& t : senders_) t.join();
+  for (std::thread& t : senders) t.join();
 }
 
 absl::Status ReportQueue::Push(std::string what, size_t bytes, Send send, bool overlap) {
@@ -36,7 +36,7 @@ absl::Status ReportQueue::Push(std::string what, size_t bytes, Send send, bool o
   queue_.push_back(Report{std::move(what), bytes, std::move(send), overlap});
   ++undelivered_;
   bytes_ += bytes;
-  sendable_.notify_one();
+  WakeSenderLocked();
   return absl::OkStatus();
 }
 
@@ -79,6 +79,11 @@ size_t ReportQueue::size() const {
   return undelivered_;
 }
 
+size_t ReportQueue::senders() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return senders_.size();
+}
+
 size_t ReportQueue::bytes() const {
   std::lock_guard<std::mutex> l(mu_);
   return bytes_;
@@ -106,33 +111,49 @@ ReportQueue::Report* ReportQueue::NextLocked() {
   return nullptr;
 }
 
-void ReportQueue::Run() {
+void ReportQueue::WakeSenderLocked() {
+  if (NextLocked() == nullptr) return;
+  if (idle_senders_ > 0) {
+    sendable_.notify_one();
+    return;
+  }
+  if (stop_ || senders_.size() >= std::max<size_t>(1, options_.max_in_flight)) return;  // one will be back
+  ++idle_senders_;  // idle until it takes a report: counted at once, so that one is started per report
+  try {
+    senders_.emplace_back([this] { Run(); });
+  } catch (const std::system_error& e) {  // out of threads: fewer in flight, but never none
+    --idle_senders_;
+    if (!senders_.empty()) return;
+    error_ = absl::ResourceExhaustedError(absl::StrCat("cannot start a report sender thread: ", e.what()));
+    changed_.notify_all();
+  }
+}
+
+void ReportQueue::Run() {  // counted in idle_senders_ while it has no report
+  std::unique_lock<std::mutex> l(mu_);
   while (true) {
     Report* report = nullptr;
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      sendable_.wait(l, [&] { return stop_ || (report = NextLocked()) != nullptr; });
-      if (stop_) return;
-      report->sending = true;  // stays put: popped only once delivered
-      ++in_flight_;
-      if (NextLocked() != nullptr) sendable_.notify_one();  // the next one may go too
-    }
+    sendable_.wait(l, [&] { return stop_ || (report = NextLocked()) != nullptr; });
+    --idle_senders_;
+    if (stop_) return;
+    report->sending = true;  // stays put: popped only once delivered
+    ++in_flight_;
+    WakeSenderLocked();  // the next one may go too
+    l.unlock();
     absl::Status s = Deliver(*report);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      --in_flight_;
-      report->sending = false;
-      if (s.ok()) {
-        report->delivered = true;
-        --undelivered_;
-        bytes_ -= report->bytes;
-        while (!queue_.empty() && queue_.front().delivered) queue_.pop_front();
-      } else if (error_.ok()) {
-        error_ = s;
-      }
+    l.lock();
+    --in_flight_;
+    report->sending = false;
+    if (s.ok()) {
+      report->delivered = true;
+      --undelivered_;
+      bytes_ -= report->bytes;
+      while (!queue_.empty() && queue_.front().delivered) queue_.pop_front();
+    } else if (error_.ok()) {
+      error_ = s;
     }
-    changed_.notify_all();    // Push and Flush
-    sendable_.notify_one();  // a place in the window
+    ++idle_senders_;
+    changed_.notify_all();  // Push and Flush; this sender looks for the next report itself
   }
 }
 

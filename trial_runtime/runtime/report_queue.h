@@ -49,8 +49,10 @@ struct ReportQueueOptions {
   size_t max_reports = kReportQueueMaxReports;
   size_t max_bytes = kReportQueueMaxBytes;
   // How many overlapping reports are in flight at most (at least 1; 1 sends
-  // every report alone, in order). One sender thread each.
-  size_t max_in_flight = 8;
+  // every report alone, in order). One sender thread each, started when a
+  // report could go and every sender is busy: a trial whose reports keep up
+  // with the master has one.
+  size_t max_in_flight = 32;
   // How long one report keeps being retried while every try fails with a
   // transient error (UNAVAILABLE, DEADLINE_EXCEEDED) before the queue fails
   // (DET_MASTER_RETRY_TIMEOUT_S in det-trial).
@@ -99,6 +101,8 @@ class ReportQueue {
   // Reports queued and not yet delivered, and their bytes.
   size_t size() const;
   size_t bytes() const;
+  // Sender threads started so far (at most max_in_flight).
+  size_t senders() const;
 
  private:
   struct Report {
@@ -111,6 +115,9 @@ class ReportQueue {
   void Run();
   // The next report a sender may take, or null (see the class comment).
   Report* NextLocked();
+  // When a report may be taken: wakes an idle sender, or starts one (up to
+  // max_in_flight).
+  void WakeSenderLocked();
   // Delivers `r`, retrying transient errors; OK or the error to fail with.
   absl::Status Deliver(const Report& r);
   bool Transient(const absl::Status& s) const;
@@ -124,10 +131,11 @@ class ReportQueue {
   std::deque<Report> queue_;
   size_t undelivered_ = 0;           // guarded by mu_
   size_t in_flight_ = 0;             // guarded by mu_
+  size_t idle_senders_ = 0;          // guarded by mu_: waiting on sendable_
   size_t bytes_ = 0;                 // guarded by mu_: of the reports not delivered
   absl::Status error_;               // guarded by mu_
   bool stop_ = false;                // guarded by mu_
-  std::vector<std::thread> senders_;
+  std::vector<std::thread> senders_;  // guarded by mu_
 };
 
 }  // namespace det::runtime

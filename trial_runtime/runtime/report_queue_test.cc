@@ -278,6 +278,31 @@ TEST(ReportQueueTest, OverlappingReportsGoUpToMaxInFlightAtOnceInOrder) {
   // Taken in order, within the window of 2; the two senders may enter
   // their sends in either order.
   for (int i = 0; i < 500; ++i) EXPECT_LE(std::abs(started[i] - i), 1) << i;
+  EXPECT_EQ(q.senders(), 2u);
+}
+
+// A sender thread is started only when a report could go and every sender
+// is busy: a trial whose reports are delivered one at a time keeps one.
+TEST(ReportQueueTest, SendersAreStartedOnlyWhenReportsWaitForOne) {
+  ReportQueueOptions o = Fast();
+  o.max_in_flight = 32;
+  Gate held;
+  ReportQueue q(o);
+  OpenOnExit open{{&held}};
+  EXPECT_EQ(q.senders(), 0u);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(q.Push("r", 1, [] { return absl::OkStatus(); }, true).ok());
+    ASSERT_TRUE(q.Flush().ok());
+  }
+  EXPECT_EQ(q.senders(), 1u);
+  ASSERT_TRUE(q.Push("held", 1, held.Send(), true).ok());
+  ASSERT_TRUE(held.WaitEntered());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(q.Push("r", 1, [] { return absl::OkStatus(); }, true).ok());
+  ASSERT_TRUE(Eventually([&] { return q.size() == 1; }));
+  EXPECT_GE(q.senders(), 2u);
+  EXPECT_LE(q.senders(), 4u);
+  held.Open();
+  ASSERT_TRUE(q.Flush().ok());
 }
 
 // A report goes only within max_in_flight places of the oldest one not
