@@ -11,16 +11,20 @@
 //    1.5x the bare run; allocation -> first batch <= 100 ms with the pool.
 // 2. Metric ingestion: training-metric rows per second reported through the
 //    master's TrialService (gRPC, SQLite behind it) next to raw prepared
-//    SQLite inserts of the same rows on the same machine (goal: >= 0.8).
+//    SQLite inserts of the same rows on the same machine (goal: >= 0.8 with
+//    one client sending as det-trial does, through its report queue; also
+//    printed: one client waiting for each answer, and 4 clients).
 //
 //   control_plane [--rows N] [--rows-per-request K] [--rounds R] [--before-master PATH]
-//                 [--before-trial PATH] [--check]
+//                 [--before-trial PATH] [--in-flight N] [--check] [--ingestion-only]
 //
 // --before-master runs another det-master build (say, one from before a
 // change) in the same rounds, to print its ratios next to this build's;
 // --before-trial runs a third cluster whose agent starts another det-trial
 // build (det-agent --det-trial), in the same latency rounds. --rows 0 skips
-// the ingestion part. --check exits 1 when a phase of a trip is missing from
+// the ingestion part; --ingestion-only skips the latency part. --in-flight
+// sets how many reports the report-queue client keeps in flight (default:
+// det-trial's). --check exits 1 when a phase of a trip is missing from
 // the logs or out of order (behaviour only: the ctest control_plane_small).
 #include <signal.h>
 #include <sqlite3.h>
@@ -48,6 +52,7 @@
 #include "common/det_version.h"
 #include "master/store/store.h"
 #include "tests/test_util.h"
+#include "trial_runtime/runtime/report_queue.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -514,6 +519,62 @@ class IngestionTarget {
   // side (gRPC, authorization, encoding, SQLite), not the client's. Every
   // run reports new batches: the master de-duplicates repeated reports.
   double Run(int clients, int rows, int per_request) {
+    std::vector<std::vector<det::trial::v1::ReportTrainingMetricsRequest>> work = Requests(clients, rows, per_request);
+    // A connection per client, opened and used once before the clock starts.
+    std::vector<std::unique_ptr<det::trial::v1::TrialService::Stub>> stubs;
+    for (int c = 0; c < clients; ++c) stubs.push_back(Connect(c));
+    auto t0 = Clock::now();
+    std::vector<std::thread> threads;
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([&, c] {
+        for (const auto& req : work[c]) Report(*stubs[c], req);
+      });
+    }
+    for (auto& t : threads) t.join();
+    return rows / Seconds(t0, Clock::now());
+  }
+
+  // The same from one client that sends as det-trial sends training
+  // metrics: through its ReportQueue with det-trial's defaults, each report
+  // pushed as overlapping (MasterClient::Post), so up to `in_flight`
+  // (det-trial: ReportQueueOptions::max_in_flight) are in flight at once.
+  double RunQueued(int rows, int per_request, size_t in_flight) {
+    std::vector<det::trial::v1::ReportTrainingMetricsRequest> work = Requests(1, rows, per_request)[0];
+    std::unique_ptr<det::trial::v1::TrialService::Stub> stub = Connect(0);
+    det::runtime::ReportQueueOptions options;
+    options.max_in_flight = in_flight;
+    det::runtime::ReportQueue queue(options);
+    auto t0 = Clock::now();
+    for (const auto& req : work) {
+      absl::Status pushed = queue.Push(
+          "ReportTrainingMetrics", req.ByteSizeLong(),
+          [&] {
+            Report(*stub, req);
+            return absl::OkStatus();
+          },
+          /*overlap=*/true);
+      if (!pushed.ok()) std::exit(1);
+    }
+    if (!queue.Flush().ok()) std::exit(1);
+    return rows / Seconds(t0, Clock::now());
+  }
+
+  // The master's det_metric_rollup_rebuilds_total{reason="out_of_order"}; -1
+  // when it has none (a det-master from before it).
+  double OutOfOrderRebuilds() {
+    httplib::Client http("127.0.0.1", master_.http);
+    auto res = http.Get("/metrics", {{"Authorization", "Bearer " + RestLogin(master_.http)}});
+    const std::string series = "det_metric_rollup_rebuilds_total{reason=\"out_of_order\"} ";
+    if (!res || res->status != 200) return -1;
+    const size_t at = res->body.find(series);
+    return at == std::string::npos ? -1 : std::atof(res->body.c_str() + at + series.size());
+  }
+
+ private:
+  // `rows` rows from new batches on, `per_request` to a request, dealt to
+  // `clients` clients in turn.
+  std::vector<std::vector<det::trial::v1::ReportTrainingMetricsRequest>> Requests(int clients, int rows,
+                                                                                 int per_request) {
     const int64_t base = first_batch_;
     first_batch_ += rows;
     std::vector<std::vector<det::trial::v1::ReportTrainingMetricsRequest>> work(clients);
@@ -529,29 +590,19 @@ class IngestionTarget {
       }
       work[n % clients].push_back(std::move(req));
     }
-    // A connection per client, opened and used once before the clock starts.
-    std::vector<std::unique_ptr<det::trial::v1::TrialService::Stub>> stubs;
-    for (int c = 0; c < clients; ++c) {
-      grpc::ChannelArguments args;
-      args.SetInt("bench-client", c);  // a separate connection per client
-      stubs.push_back(det::trial::v1::TrialService::NewStub(
-          grpc::CreateCustomChannel(master_.grpc, grpc::InsecureChannelCredentials(), args)));
-      det::trial::v1::ReportTrainingMetricsRequest empty;
-      empty.set_allocation_id(allocation_);
-      Report(*stubs.back(), empty);
-    }
-    auto t0 = Clock::now();
-    std::vector<std::thread> threads;
-    for (int c = 0; c < clients; ++c) {
-      threads.emplace_back([&, c] {
-        for (const auto& req : work[c]) Report(*stubs[c], req);
-      });
-    }
-    for (auto& t : threads) t.join();
-    return rows / Seconds(t0, Clock::now());
+    return work;
   }
-
- private:
+  // Connection `c` of its own, opened and used once.
+  std::unique_ptr<det::trial::v1::TrialService::Stub> Connect(int c) {
+    grpc::ChannelArguments args;
+    args.SetInt("bench-client", c);  // a separate connection per client
+    auto stub = det::trial::v1::TrialService::NewStub(
+        grpc::CreateCustomChannel(master_.grpc, grpc::InsecureChannelCredentials(), args));
+    det::trial::v1::ReportTrainingMetricsRequest empty;
+    empty.set_allocation_id(allocation_);
+    Report(*stub, empty);
+    return stub;
+  }
   void Report(det::trial::v1::TrialService::Stub& stub, const det::trial::v1::ReportTrainingMetricsRequest& req) {
     grpc::ClientContext ctx;
     ctx.AddMetadata("x-det-allocation-token", token_);
@@ -572,15 +623,17 @@ class IngestionTarget {
 
 struct Round {
   double bare = 0, raw = 0, one_client = 0, one_client_before = 0, empty_us = 0;
+  double raw_queued = 0, queued = 0, queued_before = 0, queued_out_of_order = 0;
   double raw4 = 0, four_clients = 0, four_clients_before = 0;
 };
-// Side by side: each master run (1 client, then 4) comes right after a raw
+// Side by side: each master run (1 client, 1 client through det-trial's
+// report queue, then 4 clients) comes right after a raw
 // SQLite run of as many rows into a table that has grown as much as the
 // master's, so a slow spell of the machine and a larger table hit both
 // sides of a ratio; the rounds' medians are what is reported. With a
 // `before` master (another build of det-master), it runs right after this
 // one, on its own database.
-std::vector<Round> IngestionRounds(const TempDir& dir, int rows, int per_request, int rounds,
+std::vector<Round> IngestionRounds(const TempDir& dir, int rows, int per_request, int rounds, size_t in_flight,
                                    const std::string& before_binary) {
   IngestionTarget after(dir, kBin + "/det-master");
   std::unique_ptr<TempDir> before_dir;
@@ -592,13 +645,18 @@ std::vector<Round> IngestionRounds(const TempDir& dir, int rows, int per_request
   std::vector<Round> out;
   for (int r = 0; r < rounds; ++r) {
     Round round;
-    const int64_t done = 2LL * r * rows;
+    const int64_t done = 3LL * r * rows;
     round.bare = RawSqliteRowsPerSecond(dir / "bare.db", rows, per_request, false, done);
     round.raw = RawSqliteRowsPerSecond(dir / "raw.db", rows, per_request, true, done);
     round.one_client = after.Run(1, rows, per_request);
     round.empty_us = after.EmptyReportMicros(200);
     if (before) round.one_client_before = before->Run(1, rows, per_request);
-    round.raw4 = RawSqliteRowsPerSecond(dir / "raw.db", rows, per_request, true, done + rows);
+    round.raw_queued = RawSqliteRowsPerSecond(dir / "raw.db", rows, per_request, true, done + rows);
+    const double rebuilt = after.OutOfOrderRebuilds();
+    round.queued = after.RunQueued(rows, per_request, in_flight);
+    round.queued_out_of_order = after.OutOfOrderRebuilds() - rebuilt;
+    if (before) round.queued_before = before->RunQueued(rows, per_request, in_flight);
+    round.raw4 = RawSqliteRowsPerSecond(dir / "raw.db", rows, per_request, true, done + 2 * rows);
     round.four_clients = after.Run(4, rows, per_request);
     if (before) round.four_clients_before = before->Run(4, rows, per_request);
     out.push_back(round);
@@ -610,6 +668,7 @@ std::vector<Round> IngestionRounds(const TempDir& dir, int rows, int per_request
 
 int main(int argc, char** argv) {
   int rows = 200000, per_request = 100, n_rounds = 5;
+  size_t in_flight = det::runtime::ReportQueueOptions().max_in_flight;  // det-trial's
   std::string before, before_trial;
   bool check = false, ingestion_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -628,12 +687,13 @@ int main(int argc, char** argv) {
     if (a == "--rounds") n_rounds = std::max(1, std::atoi(v.c_str()));
     if (a == "--before-master") before = v;
     if (a == "--before-trial") before_trial = v;
+    if (a == "--in-flight") in_flight = static_cast<size_t>(std::max(1, std::atoi(v.c_str())));
   }
   const bool phases_found = ingestion_only || Latency(n_rounds, before_trial);
   if (check && !phases_found) return 1;
   if (rows <= 0) return 0;
   TempDir dir;
-  std::vector<Round> rounds = IngestionRounds(dir, rows, per_request, n_rounds, before);
+  std::vector<Round> rounds = IngestionRounds(dir, rows, per_request, n_rounds, in_flight, before);
   auto median = [&](double (*field)(const Round&)) {
     std::vector<double> v;
     for (const Round& r : rounds) v.push_back(field(r));
@@ -647,9 +707,13 @@ int main(int argc, char** argv) {
               median([](const Round& r) { return r.raw; }));
   std::printf("  through det-master, 1 reporting client (sequential): %.0f rows/s\n",
               median([](const Round& r) { return r.one_client; }));
+  std::printf("  through det-master, 1 client, det-trial's report queue (%zu in flight): %.0f rows/s\n",
+              in_flight, median([](const Round& r) { return r.queued; }));
   std::printf("  through det-master, 4 reporting clients at once:      %.0f rows/s\n",
               median([](const Round& r) { return r.four_clients; }));
-  std::printf("  ratio master / raw (master's schema): %.3f with 1 client (goal >= 0.8), %.3f with 4\n",
+  std::printf("  ratio master / raw (master's schema): %.3f with 1 client through det-trial's report queue (goal >= 0.8),"
+              " %.3f with 1 sequential client, %.3f with 4\n",
+              median([](const Round& r) { return r.queued / r.raw_queued; }),
               median([](const Round& r) { return r.one_client / r.raw; }),
               median([](const Round& r) { return r.four_clients / r.raw4; }));
   std::printf("  ratio master / raw (bare table):      %.3f with 1 client, %.3f with 4\n",
@@ -662,7 +726,13 @@ int main(int argc, char** argv) {
   std::printf("  an empty report, sequential (gRPC round trip + authorization): %.0f us; raw SQLite's %d rows: %.0f us;"
               " so at most %.3f with 1 client while the master stores a row as raw SQLite does\n",
               empty_us, per_request, raw_request_us, raw_request_us / (raw_request_us + empty_us));
-  std::printf("  1-client ratio per round (master's schema):");
+  double out_of_order = 0;
+  for (const Round& r : rounds) out_of_order += r.queued_out_of_order;
+  std::printf("  out-of-order rollup rebuilds during the report-queue runs (det_metric_rollup_rebuilds_total): %.0f,"
+              " for %d reports\n", out_of_order, n_rounds * ((rows + per_request - 1) / per_request));
+  std::printf("  1-client ratio per round (master's schema): report queue");
+  for (const Round& r : rounds) std::printf(" %.3f", r.queued / r.raw_queued);
+  std::printf("; sequential");
   for (const Round& r : rounds) std::printf(" %.3f", r.one_client / r.raw);
   std::printf("\n");
   if (!before.empty()) {
@@ -670,7 +740,11 @@ int main(int argc, char** argv) {
     std::printf("    ratio before / raw (master's schema): %.3f with 1 client (goal >= 0.8), %.3f with 4\n",
                 median([](const Round& r) { return r.one_client_before / r.raw; }),
                 median([](const Round& r) { return r.four_clients_before / r.raw4; }));
-    std::printf("    ratio after / before: %.3f with 1 client, %.3f with 4\n",
+    std::printf("    ratio before / raw, 1 client through det-trial's report queue: %.3f\n",
+                median([](const Round& r) { return r.queued_before / r.raw_queued; }));
+    std::printf("    ratio after / before: %.3f with 1 client through the report queue, %.3f with 1 sequential client,"
+                " %.3f with 4\n",
+                median([](const Round& r) { return r.queued / r.queued_before; }),
                 median([](const Round& r) { return r.one_client / r.one_client_before; }),
                 median([](const Round& r) { return r.four_clients / r.four_clients_before; }));
   }
