@@ -7,7 +7,6 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
-#include <algorithm>
 #include <map>
 #include <utility>
 #include <vector>
@@ -214,12 +213,11 @@ class MasterMetrics::StateCollector final : public pm::Collectable {
   // out of order (each costs a read of up to 4,096 rows).
   void CollectRollups(std::vector<pm::MetricFamily>* out) const {
     const Store& store = *core_->store();
-    const uint64_t all = store.RollupRebuilds(), out_of_order = store.RollupOutOfOrderRebuilds();
     pm::MetricFamily f = NewFamily("det_metric_rollup_rebuilds_total",
                                    "Chart rollup series rebuilt from their stored rows, by reason (load, out_of_order).",
                                    pm::MetricType::Counter);
-    for (const auto& [reason, n] : {std::pair<const char*, uint64_t>{"load", all - std::min(all, out_of_order)},
-                                    std::pair<const char*, uint64_t>{"out_of_order", out_of_order}}) {
+    for (const auto& [reason, n] : {std::pair<const char*, uint64_t>{"load", store.RollupLoads()},
+                                    std::pair<const char*, uint64_t>{"out_of_order", store.RollupOutOfOrderRebuilds()}}) {
       pm::ClientMetric c;
       c.label.push_back({"reason", reason});
       c.counter.value = static_cast<double>(n);

@@ -241,8 +241,11 @@ class Store {
   // series not held (a restart, an eviction) and out-of-order rebuilds,
   // including those that end with the series not kept.
   uint64_t RollupRebuilds() const { return rollup_rebuilds_.load(); }
-  // Of those, the rebuilds of a series because a row arrived behind rows of
-  // it already stored (one per series per transaction).
+  // Of those, the loads of a series not held (its first row since Open, or
+  // after an eviction or a rollback) ...
+  uint64_t RollupLoads() const { return rollup_loads_.load(); }
+  // ... and the rebuilds of a series because a row arrived behind rows of it
+  // already stored (one per series per transaction). Each counter only grows.
   uint64_t RollupOutOfOrderRebuilds() const { return rollup_out_of_order_.load(); }
   // Whether trial `trial_id` has a row in `group` ("" = any) that is not
   // archived, has id > above_id, and sorts at or before (after_batches,
@@ -580,6 +583,7 @@ class Store {
   std::unordered_map<std::string, sqlite3_stmt*> dynamic_stmts_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> metric_rewrites_{0};
   std::atomic<uint64_t> rollup_rebuilds_{0};  // RebuildRollupSeriesLocked calls
+  std::atomic<uint64_t> rollup_loads_{0};         // RollupRowLocked's rebuilds of series not held
   std::atomic<uint64_t> rollup_out_of_order_{0};  // RebuildOutOfOrderLocked's entries
 
   // ---- metric ingestion (store_metric_ingest.cc)

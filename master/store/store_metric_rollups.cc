@@ -274,6 +274,7 @@ absl::Status Store::RollupRowLocked(const MetricRow& row, RollupRebuildSet* rebu
       rebuild->emplace(key, std::move(earliest));
       continue;
     }
+    rollup_loads_.fetch_add(1);
     DET_ASSIGN_OR_RETURN(bool kept, RebuildRollupSeriesLocked(key, row));
     if (!kept) metric_rollups_.MarkUnkept(key);
   }

@@ -70,7 +70,7 @@ tv1::MetricsRow Row(int64_t total_batches, double epochs, const MetricsMap& metr
 // bound (RESOURCE_EXHAUSTED: --max-trial-metric-names and the like) is
 // said on stderr (the first, then every 100th) and dropped: training goes
 // on. A refused validation fails the trial (the searcher needs it). Used on
-// the report queue's sender threads (two may filter at once).
+// the report queue's sender threads (several may filter at once).
 class RefusedReports {
  public:
   absl::Status Filter(absl::Status s, const char* what) {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
-#include <system_error>
+#include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,7 +37,7 @@ absl::Status ReportQueue::Push(std::string what, size_t bytes, Send send, bool o
   ++undelivered_;
   bytes_ += bytes;
   WakeSenderLocked();
-  return absl::OkStatus();
+  return error_;  // not OK only when no sender could be started: nothing will be sent
 }
 
 absl::Status ReportQueue::Flush() {
@@ -121,7 +121,7 @@ void ReportQueue::WakeSenderLocked() {
   ++idle_senders_;  // idle until it takes a report: counted at once, so that one is started per report
   try {
     senders_.emplace_back([this] { Run(); });
-  } catch (const std::system_error& e) {  // out of threads: fewer in flight, but never none
+  } catch (const std::exception& e) {  // out of threads or memory: fewer in flight, but never none
     --idle_senders_;
     if (!senders_.empty()) return;
     error_ = absl::ResourceExhaustedError(absl::StrCat("cannot start a report sender thread: ", e.what()));

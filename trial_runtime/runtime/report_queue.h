@@ -72,8 +72,8 @@ class ReportQueue {
   using Send = std::function<absl::Status()>;
 
   explicit ReportQueue(ReportQueueOptions options = {});
-  // Stops the sender after its current try; reports not delivered yet are
-  // dropped (Flush first to deliver them).
+  // Stops the senders after their current tries; reports not delivered yet
+  // are dropped (Flush first to deliver them).
   ~ReportQueue();
   ReportQueue(const ReportQueue&) = delete;
   ReportQueue& operator=(const ReportQueue&) = delete;
@@ -81,7 +81,8 @@ class ReportQueue {
   // Queues `send`, a report of `bytes` bytes that `what` names in messages,
   // behind the others; `overlap`: it may be in flight beside the overlapping
   // reports before it (see above). Waits while the queue is full. Returns
-  // the queue's error, and queues nothing, once a report failed.
+  // the queue's error, and queues nothing, once a report failed; and
+  // RESOURCE_EXHAUSTED when no sender thread could be started.
   absl::Status Push(std::string what, size_t bytes, Send send, bool overlap = false);
 
   // Waits until every queued report is delivered; returns OK or the error

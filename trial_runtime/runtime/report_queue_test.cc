@@ -104,7 +104,7 @@ TEST(ReportQueueTest, AFullQueueMakesPushWaitNeverDrops) {
   Gate gate;
   std::atomic<int> sent{0};
   ASSERT_TRUE(q.Push("first", 1, gate.Send()).ok());
-  gate.WaitEntered();
+  ASSERT_TRUE(gate.WaitEntered());
   ASSERT_TRUE(q.Push("second", 1, [&] { ++sent; return absl::OkStatus(); }).ok());
   EXPECT_EQ(q.size(), 2u);
   auto third = std::async(std::launch::async, [&] {
@@ -123,7 +123,7 @@ TEST(ReportQueueTest, TheByteBoundMakesPushWaitAndAnOversizedReportGoesAlone) {
   ReportQueue q(o);
   Gate gate;
   ASSERT_TRUE(q.Push("six", 6, gate.Send()).ok());
-  gate.WaitEntered();
+  ASSERT_TRUE(gate.WaitEntered());
   EXPECT_EQ(q.bytes(), 6u);
   auto next = std::async(std::launch::async, [&] { return q.Push("six more", 6, [] { return absl::OkStatus(); }); });
   EXPECT_EQ(next.wait_for(kStillWaiting), std::future_status::timeout) << "12 bytes > max_bytes 10 must wait";
@@ -237,9 +237,11 @@ TEST(ReportQueueTest, OverlappingReportsGoUpToMaxInFlightAtOnceInOrder) {
   ReportQueueOptions o = Fast();
   o.max_in_flight = 2;
   Gate first, second;
-  ReportQueue q(o);
-  OpenOnExit open{{&first, &second}};
   std::atomic<bool> third_sent{false};
+  std::mutex mu;
+  std::vector<int> started, sent(500);
+  ReportQueue q(o);  // after what its senders touch: destroyed (joined) first
+  OpenOnExit open{{&first, &second}};
   ASSERT_TRUE(q.Push("first", 1, first.Send(), /*overlap=*/true).ok());
   ASSERT_TRUE(q.Push("second", 1, second.Send(), /*overlap=*/true).ok());
   ASSERT_TRUE(q.Push("third", 1, [&] { third_sent = true; return absl::OkStatus(); }, /*overlap=*/true).ok());
@@ -259,8 +261,6 @@ TEST(ReportQueueTest, OverlappingReportsGoUpToMaxInFlightAtOnceInOrder) {
   EXPECT_EQ(q.size(), 0u);
   EXPECT_EQ(q.bytes(), 0u);
 
-  std::mutex mu;
-  std::vector<int> started, sent(500);
   for (int i = 0; i < 500; ++i) {
     ASSERT_TRUE(q.Push("r", 1, [&, i] {
                    {
@@ -279,6 +279,40 @@ TEST(ReportQueueTest, OverlappingReportsGoUpToMaxInFlightAtOnceInOrder) {
   // their sends in either order.
   for (int i = 0; i < 500; ++i) EXPECT_LE(std::abs(started[i] - i), 1) << i;
   EXPECT_EQ(q.senders(), 2u);
+}
+
+// max_in_flight 1: overlapping reports go one at a time, as any other.
+TEST(ReportQueueTest, OneInFlightSendsOverlappingReportsOneAtATime) {
+  ReportQueueOptions o = Fast();
+  o.max_in_flight = 1;
+  Gate held;
+  std::atomic<bool> second_sent{false};
+  ReportQueue q(o);
+  OpenOnExit open{{&held}};
+  ASSERT_TRUE(q.Push("held", 1, held.Send(), true).ok());
+  ASSERT_TRUE(q.Push("second", 1, [&] { second_sent = true; return absl::OkStatus(); }, true).ok());
+  ASSERT_TRUE(held.WaitEntered());
+  EXPECT_FALSE(q.Flush(std::chrono::steady_clock::now() + kStillWaiting).ok());
+  EXPECT_FALSE(second_sent.load());
+  EXPECT_EQ(q.senders(), 1u);
+  held.Open();
+  ASSERT_TRUE(q.Flush().ok());
+  EXPECT_TRUE(second_sent.load());
+}
+
+// Destroying a queue whose senders are all retrying (the master is down)
+// returns promptly, each sender leaving its backoff wait.
+TEST(ReportQueueTest, DestroyingAQueueWithSeveralRetryingSendersReturnsPromptly) {
+  ReportQueueOptions o;  // the default backoff: 100 ms, then up to 1 s
+  o.max_in_flight = 4;
+  auto q = std::make_unique<ReportQueue>(o);
+  std::atomic<int> tries{0};
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(q->Push("down", 1, [&] { ++tries; return absl::UnavailableError("down"); }, true).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return tries.load() >= 4; }));
+  EXPECT_EQ(q->senders(), 4u);
+  q.reset();  // must not wait for the 10 min retry timeout
 }
 
 // A sender thread is started only when a report could go and every sender
@@ -311,9 +345,9 @@ TEST(ReportQueueTest, AReportInFlightHoldsBackThoseBeyondTheWindow) {
   ReportQueueOptions o = Fast();
   o.max_in_flight = 3;
   Gate held;
+  std::atomic<int> sent{0};
   ReportQueue q(o);
   OpenOnExit open{{&held}};
-  std::atomic<int> sent{0};
   ASSERT_TRUE(q.Push("held", 1, held.Send(), true).ok());
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(q.Push("r", 1, [&] { ++sent; return absl::OkStatus(); }, true).ok());
   ASSERT_TRUE(held.WaitEntered());
@@ -331,11 +365,11 @@ TEST(ReportQueueTest, ABarrierWaitsForTheReportsBeforeItAndHoldsThoseAfter) {
   ReportQueueOptions o = Fast();
   o.max_in_flight = 4;
   Gate metrics, checkpoint;
+  std::atomic<bool> checkpoint_entered{false}, after_sent{false};
+  ReportQueue::Send held = checkpoint.Send();
   ReportQueue q(o);
   OpenOnExit open{{&metrics, &checkpoint}};
-  std::atomic<bool> checkpoint_entered{false}, after_sent{false};
   ASSERT_TRUE(q.Push("metrics", 1, metrics.Send(), /*overlap=*/true).ok());
-  ReportQueue::Send held = checkpoint.Send();
   ASSERT_TRUE(q.Push("checkpoint", 1, [&] { checkpoint_entered = true; return held(); }).ok());
   ASSERT_TRUE(q.Push("later metrics", 1, [&] { after_sent = true; return absl::OkStatus(); }, true).ok());
   ASSERT_TRUE(metrics.WaitEntered());
@@ -357,9 +391,9 @@ TEST(ReportQueueTest, AFailedOverlappingReportFailsTheQueue) {
   ReportQueueOptions o = Fast();
   o.max_in_flight = 2;
   Gate held;
+  std::atomic<int> after{0};
   ReportQueue q(o);
   OpenOnExit open{{&held}};
-  std::atomic<int> after{0};
   ASSERT_TRUE(q.Push("held", 1, held.Send(), true).ok());
   ASSERT_TRUE(q.Push("refused", 1, [] { return absl::PermissionDeniedError("wrong token"); }, true).ok());
   ASSERT_TRUE(q.Push("after", 1, [&] { ++after; return absl::OkStatus(); }, true).ok());
