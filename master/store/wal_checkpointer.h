@@ -42,7 +42,8 @@ class WalCheckpointer {
     // Wake the thread past this many WAL pages (16 MiB of 4 KiB pages; SQLite's
     // default threshold is 1000). Fewer checkpoints copy the pages every commit
     // rewrites (each b-tree's last leaf) fewer times, with one fsync each:
-    // 1-client ingestion 1.1x faster than at 1000 (docs/benchmarks.md).
+    // ingestion from a trial's report queue 1.1x faster than at 1000
+    // (docs/benchmarks.md, control plane).
     int passive_pages = 4000;
     int truncate_pages = 16000;  // TRUNCATE when the WAL holds more than this (64 MiB of 4 KiB pages)
   };

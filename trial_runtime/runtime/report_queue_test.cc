@@ -24,6 +24,13 @@ ReportQueueOptions Fast() {
   return o;
 }
 
+// Fast retries and up to `n` reports in flight.
+ReportQueueOptions InFlight(size_t n) {
+  ReportQueueOptions o = Fast();
+  o.max_in_flight = n;
+  return o;
+}
+
 // A report that blocks until Open(): the sender is busy with it.
 class Gate {
  public:
@@ -234,13 +241,11 @@ TEST(ReportQueueTest, DestroyingAQueueWhoseSenderRetriesReturnsPromptly) {
 // Overlapping reports (training metrics): up to max_in_flight are sent at
 // once, taken in queued order, each delivered exactly once.
 TEST(ReportQueueTest, OverlappingReportsGoUpToMaxInFlightAtOnceInOrder) {
-  ReportQueueOptions o = Fast();
-  o.max_in_flight = 2;
   Gate first, second;
   std::atomic<bool> third_sent{false};
   std::mutex mu;
   std::vector<int> started, sent(500);
-  ReportQueue q(o);  // after what its senders touch: destroyed (joined) first
+  ReportQueue q(InFlight(2));  // after what its senders touch: destroyed (joined) first
   OpenOnExit open{{&first, &second}};
   ASSERT_TRUE(q.Push("first", 1, first.Send(), /*overlap=*/true).ok());
   ASSERT_TRUE(q.Push("second", 1, second.Send(), /*overlap=*/true).ok());
@@ -283,11 +288,9 @@ TEST(ReportQueueTest, OverlappingReportsGoUpToMaxInFlightAtOnceInOrder) {
 
 // max_in_flight 1: overlapping reports go one at a time, as any other.
 TEST(ReportQueueTest, OneInFlightSendsOverlappingReportsOneAtATime) {
-  ReportQueueOptions o = Fast();
-  o.max_in_flight = 1;
   Gate held;
   std::atomic<bool> second_sent{false};
-  ReportQueue q(o);
+  ReportQueue q(InFlight(1));
   OpenOnExit open{{&held}};
   ASSERT_TRUE(q.Push("held", 1, held.Send(), true).ok());
   ASSERT_TRUE(q.Push("second", 1, [&] { second_sent = true; return absl::OkStatus(); }, true).ok());
@@ -318,10 +321,8 @@ TEST(ReportQueueTest, DestroyingAQueueWithSeveralRetryingSendersReturnsPromptly)
 // A sender thread is started only when a report could go and every sender
 // is busy: a trial whose reports are delivered one at a time keeps one.
 TEST(ReportQueueTest, SendersAreStartedOnlyWhenReportsWaitForOne) {
-  ReportQueueOptions o = Fast();
-  o.max_in_flight = 32;
   Gate held;
-  ReportQueue q(o);
+  ReportQueue q(InFlight(32));
   OpenOnExit open{{&held}};
   EXPECT_EQ(q.senders(), 0u);
   for (int i = 0; i < 50; ++i) {
@@ -342,11 +343,9 @@ TEST(ReportQueueTest, SendersAreStartedOnlyWhenReportsWaitForOne) {
 // A report goes only within max_in_flight places of the oldest one not
 // delivered: one still being sent (here: held) holds back those beyond.
 TEST(ReportQueueTest, AReportInFlightHoldsBackThoseBeyondTheWindow) {
-  ReportQueueOptions o = Fast();
-  o.max_in_flight = 3;
   Gate held;
   std::atomic<int> sent{0};
-  ReportQueue q(o);
+  ReportQueue q(InFlight(3));
   OpenOnExit open{{&held}};
   ASSERT_TRUE(q.Push("held", 1, held.Send(), true).ok());
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(q.Push("r", 1, [&] { ++sent; return absl::OkStatus(); }, true).ok());
@@ -362,12 +361,10 @@ TEST(ReportQueueTest, AReportInFlightHoldsBackThoseBeyondTheWindow) {
 // A report that may not overlap (a checkpoint, validation metrics) waits
 // for every report before it, and holds every report after it.
 TEST(ReportQueueTest, ABarrierWaitsForTheReportsBeforeItAndHoldsThoseAfter) {
-  ReportQueueOptions o = Fast();
-  o.max_in_flight = 4;
   Gate metrics, checkpoint;
   std::atomic<bool> checkpoint_entered{false}, after_sent{false};
   ReportQueue::Send held = checkpoint.Send();
-  ReportQueue q(o);
+  ReportQueue q(InFlight(4));
   OpenOnExit open{{&metrics, &checkpoint}};
   ASSERT_TRUE(q.Push("metrics", 1, metrics.Send(), /*overlap=*/true).ok());
   ASSERT_TRUE(q.Push("checkpoint", 1, [&] { checkpoint_entered = true; return held(); }).ok());
@@ -388,11 +385,9 @@ TEST(ReportQueueTest, ABarrierWaitsForTheReportsBeforeItAndHoldsThoseAfter) {
 // An overlapping report that fails fails the queue: the one in flight
 // beside it finishes, nothing queued after it is sent.
 TEST(ReportQueueTest, AFailedOverlappingReportFailsTheQueue) {
-  ReportQueueOptions o = Fast();
-  o.max_in_flight = 2;
   Gate held;
   std::atomic<int> after{0};
-  ReportQueue q(o);
+  ReportQueue q(InFlight(2));
   OpenOnExit open{{&held}};
   ASSERT_TRUE(q.Push("held", 1, held.Send(), true).ok());
   ASSERT_TRUE(q.Push("refused", 1, [] { return absl::PermissionDeniedError("wrong token"); }, true).ok());
