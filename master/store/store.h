@@ -237,16 +237,14 @@ class Store {
   // Counts this Store's own writes only; the master is its database's only
   // writer.
   uint64_t MetricRewrites() const { return metric_rewrites_.load(); }
-  // RebuildRollupSeriesLocked calls since Open: a series' first row, a
-  // series not held (a restart, an eviction) and out-of-order rebuilds,
-  // including those that end with the series not kept.
-  uint64_t RollupRebuilds() const { return rollup_rebuilds_.load(); }
-  // Of those, the loads of a series not held (its first row since Open, or
-  // after an eviction or a rollback) ...
+  // Series rollups rebuilt from stored rows since Open, including rebuilds
+  // that end with the series not kept; each counter only grows. Loads: a
+  // series not held (its first row since Open, or after an eviction or a
+  // rollback). Out of order: a series a row reached behind rows of it
+  // already stored (one per series per transaction).
   uint64_t RollupLoads() const { return rollup_loads_.load(); }
-  // ... and the rebuilds of a series because a row arrived behind rows of it
-  // already stored (one per series per transaction). Each counter only grows.
   uint64_t RollupOutOfOrderRebuilds() const { return rollup_out_of_order_.load(); }
+  uint64_t RollupRebuilds() const { return RollupLoads() + RollupOutOfOrderRebuilds(); }
   // Whether trial `trial_id` has a row in `group` ("" = any) that is not
   // archived, has id > above_id, and sorts at or before (after_batches,
   // after_id) in (total_batches, id) order: a report that arrived after
@@ -582,7 +580,6 @@ class Store {
   std::unordered_map<const char*, sqlite3_stmt*> stmts_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, sqlite3_stmt*> dynamic_stmts_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> metric_rewrites_{0};
-  std::atomic<uint64_t> rollup_rebuilds_{0};  // RebuildRollupSeriesLocked calls
   std::atomic<uint64_t> rollup_loads_{0};         // RollupRowLocked's rebuilds of series not held
   std::atomic<uint64_t> rollup_out_of_order_{0};  // RebuildOutOfOrderLocked's entries
 

@@ -152,7 +152,6 @@ absl::Status Store::RollupOpenBlocksLocked(const RollupSeriesKey& key, RollupSer
 // included (it is stored already); stored blocks past `row` are dropped
 // first. False: the series is not kept.
 absl::StatusOr<bool> Store::RebuildRollupSeriesLocked(const RollupSeriesKey& key, const MetricRow& row) {
-  rollup_rebuilds_.fetch_add(1);
   int64_t first_batches = 0, first_id = 0;
   DET_ASSIGN_OR_RETURN(bool has_marker, RollupMarkerLocked(key, &first_batches, &first_id));
   if (!has_marker || first_batches > row.total_batches) {

@@ -2,15 +2,16 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <optional>
 #include <exception>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace det::runtime {
 
-ReportQueue::ReportQueue(ReportQueueOptions options) : options_(std::move(options)) {}
+ReportQueue::ReportQueue(ReportQueueOptions options)
+    : options_(std::move(options)), window_(std::max<size_t>(1, options_.max_in_flight)) {}
 
 ReportQueue::~ReportQueue() {
   std::vector<std::thread> senders;
@@ -94,15 +95,15 @@ bool ReportQueue::Transient(const absl::Status& s) const {
 }
 
 ReportQueue::Report* ReportQueue::NextLocked() {
-  const size_t window = std::max<size_t>(1, options_.max_in_flight);
-  if (!error_.ok() || in_flight_ >= window) return nullptr;
+  if (!error_.ok()) return nullptr;
   // The front is never delivered (popped once it is). Only the first report
-  // not taken yet may go, and only within `window` of the front: a report
-  // that keeps being retried holds back the ones after it.
+  // not taken yet may go, and only within window_ of the front: a report
+  // that keeps being retried holds back the ones after it. So at most
+  // window_ are in flight.
   bool in_flight_before = false, barrier_before = false;
   size_t position = 0;
   for (Report& r : queue_) {
-    if (position++ >= window) return nullptr;
+    if (position++ >= window_) return nullptr;
     if (r.delivered) continue;
     if (!r.sending) return (r.overlap ? !barrier_before : !in_flight_before) ? &r : nullptr;
     in_flight_before = true;
@@ -117,7 +118,7 @@ void ReportQueue::WakeSenderLocked() {
     sendable_.notify_one();
     return;
   }
-  if (stop_ || senders_.size() >= std::max<size_t>(1, options_.max_in_flight)) return;  // one will be back
+  if (stop_ || senders_.size() >= window_) return;  // one will be back
   ++idle_senders_;  // idle until it takes a report: counted at once, so that one is started per report
   try {
     senders_.emplace_back([this] { Run(); });
@@ -137,12 +138,10 @@ void ReportQueue::Run() {  // counted in idle_senders_ while it has no report
     --idle_senders_;
     if (stop_) return;
     report->sending = true;  // stays put: popped only once delivered
-    ++in_flight_;
     WakeSenderLocked();  // the next one may go too
     l.unlock();
     absl::Status s = Deliver(*report);
     l.lock();
-    --in_flight_;
     report->sending = false;
     if (s.ok()) {
       report->delivered = true;

@@ -124,6 +124,7 @@ class ReportQueue {
   bool Transient(const absl::Status& s) const;
 
   const ReportQueueOptions options_;
+  const size_t window_;  // max_in_flight, at least 1
   mutable std::mutex mu_;
   std::condition_variable changed_;   // a report delivered, an error, stop_: Push, Flush, retries wait
   std::condition_variable sendable_;  // a report may be taken, stop_: the senders wait
@@ -131,7 +132,6 @@ class ReportQueue {
   // (popped from the front once delivered; a sender's Report stays put).
   std::deque<Report> queue_;
   size_t undelivered_ = 0;           // guarded by mu_
-  size_t in_flight_ = 0;             // guarded by mu_
   size_t idle_senders_ = 0;          // guarded by mu_: waiting on sendable_
   size_t bytes_ = 0;                 // guarded by mu_: of the reports not delivered
   absl::Status error_;               // guarded by mu_
